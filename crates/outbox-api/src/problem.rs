@@ -1,0 +1,149 @@
+//! RFC 9457 problem details: every error the API returns is one of these, with a `type`
+//! naming the exact problem (documented in the README) and a `detail` saying what to do.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use outbox_store::StoreError;
+use serde_json::{json, Map, Value};
+
+/// An error answer.
+#[derive(Debug)]
+pub struct Problem {
+    status: StatusCode,
+    kind: &'static str,
+    title: &'static str,
+    detail: String,
+    extra: Map<String, Value>,
+}
+
+impl Problem {
+    /// A problem of type `/problems/{kind}`.
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        Problem {
+            status,
+            kind,
+            title,
+            detail: detail.into(),
+            extra: Map::new(),
+        }
+    }
+
+    /// Adds an extension member (e.g. the id of the conflicting alert).
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.extra.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// The status code.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub(crate) fn unauthorized(detail: &str) -> Self {
+        Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "Missing or invalid bearer token",
+            detail,
+        )
+    }
+
+    pub(crate) fn alert_not_found(id: &str) -> Self {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "alert-not-found",
+            "No such alert",
+            format!("no alert `{id}` is visible to this token"),
+        )
+    }
+
+    pub(crate) fn internal() -> Self {
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Internal error",
+            "the request could not be completed; nothing was written unless the response says so. It is safe to retry",
+        )
+    }
+}
+
+impl From<StoreError> for Problem {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::UnknownDestination(name) => Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown-destination",
+                "Unknown destination",
+                format!("this tenant has no destination named `{name}`"),
+            ),
+            StoreError::UnstorablePayload(reason) => Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-payload",
+                "Payload cannot be stored",
+                format!("the payload was refused by the database: {reason}"),
+            ),
+            busy if busy.is_busy() => Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "Database busy",
+                "no database connection became free in time; nothing was written. Retry later",
+            ),
+            other => {
+                // The cause goes to the log, never to the caller.
+                tracing::error!(error = %other, "request failed");
+                Problem::internal()
+            }
+        }
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let mut body = json!({
+            "type": format!("/problems/{}", self.kind),
+            "title": self.title,
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        if let Value::Object(members) = &mut body {
+            members.extend(self.extra);
+        }
+        let mut response = (self.status, axum::Json(body)).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+pub(crate) async fn no_route(uri: axum::http::Uri) -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "no-such-route",
+        "No such route",
+        format!("nothing is served at `{}`", uri.path()),
+    )
+}
+
+pub(crate) async fn method_not_allowed(
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "Method not allowed",
+        format!("`{}` does not accept {method}", uri.path()),
+    )
+}

@@ -1,0 +1,20 @@
+//! Domain types of the alert outbox. No I/O lives here, so everything is unit-tested plainly.
+//!
+//! Layout:
+//! - [`state`]: the states an alert moves through ([`AlertState`]) and the destination's
+//!   policy for uncertain sends ([`OnUncertain`]).
+//! - [`identity`]: what makes two approvals the same alert, and the input limits
+//!   ([`MAX_IDENTITY_FIELD_BYTES`], [`MAX_PAYLOAD_BYTES`]).
+//! - [`token`]: API tokens (generated here, only their hash is ever stored).
+//! - [`signing`]: Standard Webhooks signing secrets (`whsec_...`).
+//! - [`duration`]: human durations (`10s`, `24h`, `30d`) as used on the command line.
+
+pub mod duration;
+pub mod identity;
+pub mod state;
+pub mod token;
+
+pub use identity::{IdentityError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES};
+pub use state::{AlertState, OnUncertain, UnknownValue};
+pub use token::{ApiToken, TokenHash};
+pub mod signing;

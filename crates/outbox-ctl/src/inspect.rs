@@ -1,0 +1,182 @@
+//! Looking at alerts: one alert's whole story, and listings of the outbox.
+
+use anyhow::{anyhow, Context};
+use chrono::{DateTime, Utc};
+use outbox_core::AlertState;
+use outbox_store::PgPool;
+use std::fmt::Write as _;
+use uuid::Uuid;
+
+use crate::table::Table;
+
+pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::Result<()> {
+    let alert_id = Uuid::parse_str(id).with_context(|| format!("`{id}` is not an alert id"))?;
+    let alert = outbox_store::alerts::detail(pool, None, alert_id)
+        .await?
+        .ok_or_else(|| anyhow!("no alert {alert_id}"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&alert)?);
+        return Ok(());
+    }
+
+    let mut out = String::new();
+    writeln!(out, "alert {}  (revision {})", alert.id, alert.revision)?;
+    writeln!(out, "  state        {}", alert.state)?;
+    if alert.possible_duplicate {
+        writeln!(out, "  warning      possibly delivered more than once")?;
+    }
+    writeln!(out, "  tenant       {}", alert.tenant)?;
+    writeln!(out, "  destination  {}", alert.destination)?;
+    writeln!(out, "  subject      {}", alert.subject)?;
+    writeln!(out, "  occurrence   {}", alert.occurrence)?;
+    if let Some(reason) = &alert.reason {
+        writeln!(out, "  reason       {reason}")?;
+    }
+    writeln!(out, "  payload      sha256 {}", alert.payload_sha256)?;
+    writeln!(
+        out,
+        "  approved     {} by {}",
+        stamp(alert.created_at),
+        alert.created_by
+    )?;
+    if let Some(next) = alert.next_attempt_at {
+        writeln!(out, "  next attempt {}", stamp(next))?;
+    }
+    if let Some(reference) = &alert.destination_reference {
+        writeln!(out, "  reference    {reference}")?;
+    }
+    if alert.revisions.len() > 1 {
+        writeln!(out, "revisions")?;
+        for r in &alert.revisions {
+            let marker = if r.id == alert.id { " (this one)" } else { "" };
+            writeln!(
+                out,
+                "  {}  {}  {}{marker}{}",
+                r.revision,
+                r.id,
+                r.state,
+                r.reason
+                    .as_deref()
+                    .map(|reason| format!("  {reason}"))
+                    .unwrap_or_default()
+            )?;
+        }
+    }
+    writeln!(out, "attempts")?;
+    if alert.attempts.is_empty() {
+        writeln!(out, "  none yet")?;
+    }
+    for a in &alert.attempts {
+        writeln!(
+            out,
+            "  #{} {} by {}  {} .. {}  {}{}{}{}",
+            a.attempt,
+            a.kind,
+            a.worker,
+            stamp(a.started_at),
+            stamp(a.finished_at),
+            a.outcome,
+            a.http_status
+                .map(|s| format!("  HTTP {s}"))
+                .unwrap_or_default(),
+            a.destination_reference
+                .as_deref()
+                .map(|r| format!("  ref {r}"))
+                .unwrap_or_default(),
+            a.error_class
+                .as_deref()
+                .map(|e| format!("  ({e})"))
+                .unwrap_or_default(),
+        )?;
+    }
+    writeln!(out, "evidence")?;
+    for e in &alert.evidence {
+        writeln!(
+            out,
+            "  {}  {:<10}  {}  {}",
+            stamp(e.at),
+            e.to_state,
+            e.actor,
+            e.line
+        )?;
+    }
+    print!("{out}");
+    Ok(())
+}
+
+pub(crate) async fn list_outbox(
+    pool: &PgPool,
+    status: Option<AlertState>,
+    limit: i64,
+    json: bool,
+) -> anyhow::Result<()> {
+    let entries = outbox_store::outbox::list(pool, status, limit).await?;
+    if json {
+        for entry in &entries {
+            println!("{}", serde_json::to_string(entry)?);
+        }
+        return Ok(());
+    }
+    let now = Utc::now();
+    let mut table = Table::new([
+        "ID",
+        "TENANT",
+        "DESTINATION",
+        "SUBJECT / OCCURRENCE",
+        "REV",
+        "STATE",
+        "ATTEMPTS",
+        "AGE",
+        "LAST EVIDENCE",
+    ]);
+    for e in entries {
+        table.row([
+            e.id.to_string(),
+            e.tenant,
+            e.destination,
+            format!("{} / {}", e.subject, e.occurrence),
+            e.revision.to_string(),
+            e.state,
+            e.attempts.to_string(),
+            age(now, e.created_at),
+            e.last_evidence.unwrap_or_default(),
+        ]);
+    }
+    if table.is_empty() {
+        eprintln!("no alerts");
+        return Ok(());
+    }
+    print!("{table}");
+    Ok(())
+}
+
+fn stamp(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M:%S%.3fZ").to_string()
+}
+
+/// A compact age: `42s`, `7m`, `3h12m`, `2d4h`.
+fn age(now: DateTime<Utc>, then: DateTime<Utc>) -> String {
+    let secs = (now - then).num_seconds().max(0);
+    match secs {
+        0..=59 => format!("{secs}s"),
+        60..=3599 => format!("{}m", secs / 60),
+        3600..=86_399 => format!("{}h{}m", secs / 3600, secs % 3600 / 60),
+        _ => format!("{}d{}h", secs / 86_400, secs % 86_400 / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    #[test]
+    fn ages_are_compact() {
+        let now = Utc::now();
+        assert_eq!(age(now, now - Duration::seconds(42)), "42s");
+        assert_eq!(age(now, now - Duration::seconds(7 * 60 + 5)), "7m");
+        assert_eq!(age(now, now - Duration::minutes(192)), "3h12m");
+        assert_eq!(age(now, now - Duration::hours(52)), "2d4h");
+        assert_eq!(age(now, now + Duration::seconds(5)), "0s");
+    }
+}

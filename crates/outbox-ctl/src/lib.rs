@@ -1,0 +1,161 @@
+//! `outboxctl`, the operator's tool.
+//!
+//! Layout:
+//! - [`Cli`]: the command line (clap); every flag also reads an environment variable.
+//! - [`run`]: dispatches a parsed command.
+//! - `setup`: `migrate`, `tenant create`, `token create`, `destination add|list`.
+//! - `inspect`: `alert show`, `outbox list`.
+//! - `table`: plain-text tables for people (`--json` gives one JSON object per line).
+//!
+//! Output contract: a command that creates something prints only its id (or token) on
+//! stdout, and guidance on stderr, so scripts can capture it. Bad input exits non-zero with
+//! a one-line reason and writes nothing.
+
+mod inspect;
+mod setup;
+mod table;
+
+use clap::{Parser, Subcommand};
+use outbox_core::AlertState;
+
+/// The operator's tool for the alert outbox.
+#[derive(Debug, Parser)]
+#[command(name = "outboxctl", version, about)]
+pub struct Cli {
+    /// PostgreSQL connection URL.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres",
+        global = true,
+        hide_env_values = true
+    )]
+    pub database_url: String,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply the schema's migrations (safe to run again).
+    Migrate,
+    /// Manage tenants.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Manage destinations.
+    #[command(subcommand)]
+    Destination(DestinationCommand),
+    /// Inspect alerts.
+    #[command(subcommand)]
+    Alert(AlertCommand),
+    /// Inspect the outbox.
+    #[command(subcommand)]
+    Outbox(OutboxCommand),
+}
+
+/// `tenant ...`
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant; prints its id.
+    Create {
+        /// Unique name.
+        name: String,
+    },
+}
+
+/// `token ...`
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create an API token for a tenant; prints the token, which is shown only this once.
+    Create {
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// A note on what the token is for.
+        #[arg(long)]
+        label: Option<String>,
+    },
+}
+
+/// `destination ...`
+#[derive(Debug, Subcommand)]
+pub enum DestinationCommand {
+    /// Add a webhook destination; prints its id.
+    Add(setup::DestinationArgs),
+    /// List destinations.
+    List {
+        /// Only this tenant's (name or id).
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: Option<String>,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `alert ...`
+#[derive(Debug, Subcommand)]
+pub enum AlertCommand {
+    /// Show an alert: identity, state, revisions, attempts and evidence trail.
+    Show {
+        /// The alert's id.
+        id: String,
+        /// The whole record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `outbox ...`
+#[derive(Debug, Subcommand)]
+pub enum OutboxCommand {
+    /// List alerts, oldest first: the live queue by default, or those in one state.
+    List {
+        /// pending, sending, uncertain, held, failed, accepted or superseded.
+        #[arg(long)]
+        status: Option<AlertState>,
+        /// At most this many rows.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+        limit: i64,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs one command.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Migrate = cli.command {
+        return setup::migrate(&cli.database_url).await;
+    }
+    let pool = outbox_store::connect(&cli.database_url, "outboxctl", 4).await?;
+    let result = match cli.command {
+        Command::Migrate => unreachable!("handled above"),
+        Command::Tenant(TenantCommand::Create { name }) => setup::create_tenant(&pool, &name).await,
+        Command::Token(TokenCommand::Create { tenant, label }) => {
+            setup::create_token(&pool, &tenant, label.as_deref()).await
+        }
+        Command::Destination(DestinationCommand::Add(args)) => {
+            setup::add_destination(&pool, args).await
+        }
+        Command::Destination(DestinationCommand::List { tenant, json }) => {
+            setup::list_destinations(&pool, tenant.as_deref(), json).await
+        }
+        Command::Alert(AlertCommand::Show { id, json }) => {
+            inspect::show_alert(&pool, &id, json).await
+        }
+        Command::Outbox(OutboxCommand::List {
+            status,
+            limit,
+            json,
+        }) => inspect::list_outbox(&pool, status, limit, json).await,
+    };
+    pool.close().await;
+    result
+}

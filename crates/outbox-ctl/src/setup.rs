@@ -1,0 +1,205 @@
+//! Setting the system up: schema, tenants, tokens, destinations.
+
+use anyhow::{bail, Context};
+use outbox_core::{duration, signing, OnUncertain};
+use outbox_store::destinations::NewDestination;
+use outbox_store::{tenants, tokens, PgPool};
+use std::time::Duration;
+
+use crate::table::Table;
+
+/// Longest request timeout a destination may have.
+const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Applies migrations, waiting up to a minute for a database that is still starting.
+pub(crate) async fn migrate(database_url: &str) -> anyhow::Result<()> {
+    let pool =
+        outbox_store::connect_with_retry(database_url, "outboxctl", 2, Duration::from_secs(60))
+            .await?;
+    outbox_store::MIGRATOR.run(&pool).await?;
+    pool.close().await;
+    eprintln!("schema is up to date");
+    Ok(())
+}
+
+pub(crate) async fn create_tenant(pool: &PgPool, name: &str) -> anyhow::Result<()> {
+    let name = name.trim();
+    if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
+        bail!("a tenant name must be 1 to 200 printable characters");
+    }
+    let id = tenants::create(pool, name).await?;
+    println!("{id}");
+    eprintln!("created tenant `{name}`");
+    Ok(())
+}
+
+pub(crate) async fn create_token(
+    pool: &PgPool,
+    tenant: &str,
+    label: Option<&str>,
+) -> anyhow::Result<()> {
+    let tenant = tenants::find(pool, tenant).await?;
+    let token = tokens::create(pool, tenant.id, label).await?;
+    println!("{}", token.expose());
+    eprintln!(
+        "API token for tenant `{}`: shown only now, store it somewhere safe",
+        tenant.name
+    );
+    Ok(())
+}
+
+/// `destination add` flags.
+#[derive(Debug, clap::Args)]
+pub struct DestinationArgs {
+    /// Owning tenant (name or id).
+    #[arg(long, env = "OUTBOX_TENANT")]
+    tenant: String,
+    /// Unique name within the tenant; approvals refer to it.
+    #[arg(long)]
+    name: String,
+    /// Where alerts are POSTed (http or https).
+    #[arg(long)]
+    url: String,
+    /// Standard Webhooks signing secret (`whsec_...`); repeat while rotating.
+    #[arg(long = "secret", value_name = "WHSEC")]
+    secrets: Vec<String>,
+    /// Header carrying the notification id on every request.
+    #[arg(long, default_value = "Idempotency-Key")]
+    idempotency_header: String,
+    /// How long the destination de-duplicates by that header (e.g. 24h). Omit when it
+    /// does not de-duplicate.
+    #[arg(long, value_parser = duration::parse_positive)]
+    idempotency_retention: Option<Duration>,
+    /// URL that answers whether the destination has an alert, with `{key}` for its id.
+    #[arg(long)]
+    lookup_url: Option<String>,
+    /// What to do with an uncertain send nothing else can settle.
+    #[arg(long, default_value = "hold")]
+    on_uncertain: OnUncertain,
+    /// Connect and total request timeout.
+    #[arg(long, default_value = "10s", value_parser = duration::parse_positive)]
+    timeout: Duration,
+    /// Most requests in flight to this destination at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    max_in_flight: u32,
+}
+
+pub(crate) async fn add_destination(pool: &PgPool, args: DestinationArgs) -> anyhow::Result<()> {
+    let name = args.name.trim().to_owned();
+    if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
+        bail!("a destination name must be 1 to 200 printable characters");
+    }
+    check_http_url("--url", &args.url)?;
+    if let Some(template) = &args.lookup_url {
+        if !template.contains("{key}") {
+            bail!("--lookup-url must contain `{{key}}` where the notification id goes");
+        }
+        check_http_url("--lookup-url", &template.replace("{key}", "key"))?;
+    }
+    for secret in &args.secrets {
+        signing::decode_secret(secret).context("--secret")?;
+    }
+    if args.secrets.len() > 4 {
+        bail!("at most 4 signing secrets at once (one per rotation step)");
+    }
+    let header_ok = !args.idempotency_header.is_empty()
+        && args.idempotency_header.len() <= 100
+        && args
+            .idempotency_header
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if !header_ok {
+        bail!("--idempotency-header must be a header name (letters, digits and `-`)");
+    }
+    if args.timeout > MAX_TIMEOUT {
+        bail!("--timeout must be at most 300s");
+    }
+
+    let tenant = tenants::find(pool, &args.tenant).await?;
+    let id = outbox_store::destinations::create(
+        pool,
+        &NewDestination {
+            tenant_id: tenant.id,
+            name: name.clone(),
+            url: args.url,
+            signing_secrets: args.secrets,
+            idempotency_header: args.idempotency_header,
+            idempotency_retention: args.idempotency_retention,
+            lookup_url_template: args.lookup_url,
+            on_uncertain: args.on_uncertain,
+            timeout: args.timeout,
+            max_in_flight: args.max_in_flight,
+        },
+    )
+    .await?;
+    println!("{id}");
+    eprintln!("added destination `{name}` for tenant `{}`", tenant.name);
+    Ok(())
+}
+
+fn check_http_url(flag: &str, text: &str) -> anyhow::Result<()> {
+    let url = url::Url::parse(text).with_context(|| format!("{flag} `{text}` is not a URL"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        bail!("{flag} must be an http:// or https:// URL with a host");
+    }
+    Ok(())
+}
+
+pub(crate) async fn list_destinations(
+    pool: &PgPool,
+    tenant: Option<&str>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let tenant_id = match tenant {
+        Some(tenant) => Some(tenants::find(pool, tenant).await?.id),
+        None => None,
+    };
+    let destinations = outbox_store::destinations::list(pool, tenant_id).await?;
+    if json {
+        for destination in &destinations {
+            println!("{}", serde_json::to_string(destination)?);
+        }
+        return Ok(());
+    }
+    let mut table = Table::new([
+        "TENANT",
+        "NAME",
+        "URL",
+        "DEDUP",
+        "LOOKUP",
+        "ON UNCERTAIN",
+        "TIMEOUT",
+        "MAX IN FLIGHT",
+        "SECRETS",
+        "ENABLED",
+    ]);
+    for d in destinations {
+        let dedup = match d.idempotency_retention_secs {
+            Some(secs) => format!(
+                "{} for {}",
+                d.idempotency_header,
+                duration::format(Duration::from_secs(secs.unsigned_abs()))
+            ),
+            None => "no".to_owned(),
+        };
+        table.row([
+            d.tenant,
+            d.name,
+            d.url,
+            dedup,
+            if d.lookup_url_template.is_some() {
+                "yes"
+            } else {
+                "no"
+            }
+            .to_owned(),
+            d.on_uncertain,
+            duration::format(Duration::from_millis(d.timeout_ms.unsigned_abs().into())),
+            d.max_in_flight.to_string(),
+            d.signing_secret_count.to_string(),
+            if d.enabled { "yes" } else { "no" }.to_owned(),
+        ]);
+    }
+    print!("{table}");
+    Ok(())
+}

@@ -1,0 +1,630 @@
+//! The decider's write path and the read model of one alert.
+//!
+//! Approving writes the alert, its pending outbox row and the first evidence line in one
+//! transaction, so a crash leaves all three or none. The identity's UNIQUE constraint,
+//! not a read-then-write check, is what makes concurrent approvals of one identity
+//! produce one alert: `INSERT ... ON CONFLICT DO NOTHING` waits for a concurrent inserter
+//! of the same identity to commit or roll back, then either inserts or yields to it.
+//!
+//! Payloads are stored as JSONB and always sent as `payload::text`; their fingerprint is
+//! the SHA-256 of exactly those bytes, computed by PostgreSQL in the same statement, so
+//! "same payload" means "same bytes on the wire".
+
+use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
+use sqlx::{PgConnection, PgExecutor, PgPool};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// SQL for the fingerprint of a JSON text parameter; must match how payloads are sent.
+const FINGERPRINT_OF_PARAM: &str = "sha256(convert_to($1::jsonb::text, 'UTF8'))";
+
+/// An approval as the decider (API or monitor) makes it. Fields are validated by the caller.
+#[derive(Debug, Clone, Copy)]
+pub struct Approval<'a> {
+    /// The approving tenant.
+    pub tenant_id: Uuid,
+    /// The destination's name, resolved within the tenant.
+    pub destination: &'a str,
+    /// What the alert is about (e.g. `contract:ACME-7`).
+    pub subject: &'a str,
+    /// Which occurrence of it (e.g. `2027-01-31/30d`).
+    pub occurrence: &'a str,
+    /// The payload's JSON text, an object.
+    pub payload_json: &'a str,
+    /// Who approved, for the evidence trail (e.g. `api-token:<id>`).
+    pub actor: &'a str,
+}
+
+/// What an approval came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApproveOutcome {
+    /// A new alert (revision 0) and its outbox row were committed.
+    Created(Uuid),
+    /// This identity already has a revision with exactly this payload; nothing was written.
+    Existing(Uuid),
+    /// This identity exists with a different payload; nothing was written. A correction
+    /// must be an explicit revision of `latest`.
+    Conflict {
+        /// The identity's original alert (revision 0).
+        original: Uuid,
+        /// Its latest revision, the one a correction should revise.
+        latest: Uuid,
+    },
+}
+
+/// Approves an alert: alert row, pending outbox row and evidence line in one transaction.
+pub async fn approve(pool: &PgPool, approval: Approval<'_>) -> Result<ApproveOutcome, StoreError> {
+    let mut tx = pool.begin().await?;
+    let destination_id =
+        crate::destinations::id_by_name(&mut *tx, approval.tenant_id, approval.destination).await?;
+    let id = Uuid::now_v7();
+    let inserted = sqlx::query_scalar::<_, Uuid>(&format!(
+        "INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
+                             payload, payload_sha256, created_by) \
+         VALUES ($2, $3, $4, $5, $6, 0, $1::jsonb, {FINGERPRINT_OF_PARAM}, $7) \
+         ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
+         RETURNING id"
+    ))
+    .bind(approval.payload_json)
+    .bind(id)
+    .bind(approval.tenant_id)
+    .bind(approval.subject)
+    .bind(approval.occurrence)
+    .bind(destination_id)
+    .bind(approval.actor)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(StoreError::from_payload_error)?;
+
+    if inserted.is_none() {
+        // Someone approved this identity first (and committed: ON CONFLICT waited for
+        // them). Nothing was written; decide between "same alert" and "conflict".
+        drop(tx);
+        return existing_outcome(pool, &approval, destination_id).await;
+    }
+
+    // A crash here must leave no alert without its outbox row: the crash tests stop the
+    // process at this point, inside the open transaction.
+    fail::fail_point!("approve-before-outbox-insert");
+
+    enqueue(&mut tx, id, destination_id).await?;
+    append_event(
+        &mut *tx,
+        Event {
+            alert_id: id,
+            from: None,
+            to: "pending",
+            attempt: None,
+            actor: approval.actor,
+            line: &format!(
+                "alert approved for destination `{}`; queued for delivery",
+                approval.destination
+            ),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(ApproveOutcome::Created(id))
+}
+
+/// After a lost insert race or a repeated approval: the revision of this identity whose
+/// payload is byte-identical, or else a conflict naming the original and the latest.
+async fn existing_outcome(
+    pool: &PgPool,
+    approval: &Approval<'_>,
+    destination_id: Uuid,
+) -> Result<ApproveOutcome, StoreError> {
+    let revisions = sqlx::query_as::<_, (Uuid, bool)>(&format!(
+        "SELECT id, payload_sha256 = {FINGERPRINT_OF_PARAM} AS same_payload \
+         FROM alerts \
+         WHERE tenant_id = $2 AND subject = $3 AND occurrence = $4 AND destination_id = $5 \
+         ORDER BY revision"
+    ))
+    .bind(approval.payload_json)
+    .bind(approval.tenant_id)
+    .bind(approval.subject)
+    .bind(approval.occurrence)
+    .bind(destination_id)
+    .fetch_all(pool)
+    .await
+    .map_err(StoreError::from_payload_error)?;
+
+    if let Some((same, _)) = revisions.iter().find(|(_, same)| *same) {
+        return Ok(ApproveOutcome::Existing(*same));
+    }
+    match (revisions.first(), revisions.last()) {
+        (Some((original, _)), Some((latest, _))) => Ok(ApproveOutcome::Conflict {
+            original: *original,
+            latest: *latest,
+        }),
+        // Unreachable unless the identity's rows were deleted in between.
+        _ => Err(StoreError::Database(sqlx::Error::RowNotFound)),
+    }
+}
+
+/// Puts an alert into the live queue, due now.
+async fn enqueue(
+    conn: &mut PgConnection,
+    alert_id: Uuid,
+    destination_id: Uuid,
+) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO outbox (alert_id, destination_id) VALUES ($1, $2)")
+        .bind(alert_id)
+        .bind(destination_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// One line of an alert's evidence trail.
+#[derive(Debug, Clone, Copy)]
+pub struct Event<'a> {
+    /// The alert it belongs to.
+    pub alert_id: Uuid,
+    /// State before, when the event is a transition from a known state.
+    pub from: Option<&'a str>,
+    /// State after.
+    pub to: &'a str,
+    /// The delivery attempt it concerns, if any.
+    pub attempt: Option<i32>,
+    /// Who caused it.
+    pub actor: &'a str,
+    /// What happened, for a person to read.
+    pub line: &'a str,
+}
+
+/// Appends a line to an alert's evidence trail.
+pub async fn append_event(db: impl PgExecutor<'_>, event: Event<'_>) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(event.alert_id)
+    .bind(event.from)
+    .bind(event.to)
+    .bind(event.attempt)
+    .bind(event.actor)
+    .bind(event.line)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// A correction of an alert's payload.
+#[derive(Debug, Clone, Copy)]
+pub struct Revision<'a> {
+    /// Restricts the alert to this tenant (`None`: an operator acting on any tenant).
+    pub tenant_id: Option<Uuid>,
+    /// The revision being corrected; must be the identity's latest.
+    pub alert_id: Uuid,
+    /// The corrected payload's JSON text, an object.
+    pub payload_json: &'a str,
+    /// Why, for the evidence trail and the new revision's record.
+    pub reason: &'a str,
+    /// Who revised.
+    pub actor: &'a str,
+}
+
+/// What a revision came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReviseOutcome {
+    /// A new revision with its own outbox row and notification id was committed.
+    Created {
+        /// The new revision's alert id.
+        id: Uuid,
+        /// Its revision number.
+        revision: i32,
+        /// Whether the revised alert had not been sent yet and was superseded.
+        superseded_previous: bool,
+    },
+    /// The same correction was already made (a retried request); nothing was written.
+    Existing(Uuid),
+    /// The payload equals the current revision's; nothing was written.
+    Unchanged(Uuid),
+    /// The alert has been revised already; a correction must revise `latest`.
+    NotLatest {
+        /// The identity's latest revision.
+        latest: Uuid,
+    },
+    /// No such alert (for this tenant).
+    NotFound,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct RevisedAlert {
+    tenant_id: Uuid,
+    subject: String,
+    occurrence: String,
+    destination_id: Uuid,
+    revision: i32,
+    same_payload: bool,
+}
+
+/// Issues a revision: a new alert in the same identity with `revision + 1`, its own
+/// outbox row and notification id. If the revised alert was never sent (pending, and no
+/// attempt could have reached the destination), it is superseded and will never be sent;
+/// otherwise it keeps its state and the destination receives the correction as well.
+pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, StoreError> {
+    let mut tx = pool.begin().await?;
+    // Lock the revised row: every reviser of the latest revision serialises here, and
+    // the next statement (a fresh snapshot under READ COMMITTED) then sees any revision
+    // committed while we waited.
+    let target = sqlx::query_as::<_, RevisedAlert>(&format!(
+        "SELECT tenant_id, subject, occurrence, destination_id, revision, \
+                payload_sha256 = {FINGERPRINT_OF_PARAM} AS same_payload \
+         FROM alerts WHERE id = $2 AND ($3::uuid IS NULL OR tenant_id = $3) \
+         FOR UPDATE"
+    ))
+    .bind(rev.payload_json)
+    .bind(rev.alert_id)
+    .bind(rev.tenant_id)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(StoreError::from_payload_error)?;
+    let Some(target) = target else {
+        return Ok(ReviseOutcome::NotFound);
+    };
+
+    let later = sqlx::query_as::<_, (Uuid, i32, bool, Option<String>)>(&format!(
+        "SELECT id, revision, payload_sha256 = {FINGERPRINT_OF_PARAM}, reason \
+         FROM alerts \
+         WHERE tenant_id = $2 AND subject = $3 AND occurrence = $4 AND destination_id = $5 \
+           AND revision > $6 \
+         ORDER BY revision"
+    ))
+    .bind(rev.payload_json)
+    .bind(target.tenant_id)
+    .bind(&target.subject)
+    .bind(&target.occurrence)
+    .bind(target.destination_id)
+    .bind(target.revision)
+    .fetch_all(&mut *tx)
+    .await?;
+    if let Some((next_id, _, same_payload, reason)) = later.first() {
+        // A retried request finds its own earlier success: same payload, same reason.
+        if *same_payload && reason.as_deref() == Some(rev.reason) {
+            return Ok(ReviseOutcome::Existing(*next_id));
+        }
+        let latest = later.last().map_or(*next_id, |(id, ..)| *id);
+        return Ok(ReviseOutcome::NotLatest { latest });
+    }
+    if target.same_payload {
+        return Ok(ReviseOutcome::Unchanged(rev.alert_id));
+    }
+
+    let superseded_previous = supersede_if_unsent(&mut tx, rev.alert_id, rev.actor).await?;
+
+    let id = Uuid::now_v7();
+    let revision = target.revision + 1;
+    sqlx::query(&format!(
+        "INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
+                             payload, payload_sha256, reason, created_by) \
+         VALUES ($2, $3, $4, $5, $6, $7, $1::jsonb, {FINGERPRINT_OF_PARAM}, $8, $9)"
+    ))
+    .bind(rev.payload_json)
+    .bind(id)
+    .bind(target.tenant_id)
+    .bind(&target.subject)
+    .bind(&target.occurrence)
+    .bind(target.destination_id)
+    .bind(revision)
+    .bind(rev.reason)
+    .bind(rev.actor)
+    .execute(&mut *tx)
+    .await
+    .map_err(StoreError::from_payload_error)?;
+    enqueue(&mut tx, id, target.destination_id).await?;
+    append_event(
+        &mut *tx,
+        Event {
+            alert_id: id,
+            from: None,
+            to: "pending",
+            attempt: None,
+            actor: rev.actor,
+            line: &format!(
+                "revision {revision} approved as a correction of {}: {}; queued for delivery",
+                rev.alert_id, rev.reason
+            ),
+        },
+    )
+    .await?;
+    if !superseded_previous {
+        let state_now = current_state(&mut *tx, rev.alert_id).await?;
+        append_event(
+            &mut *tx,
+            Event {
+                alert_id: rev.alert_id,
+                from: None,
+                to: &state_now,
+                attempt: None,
+                actor: rev.actor,
+                line: &format!(
+                    "corrected by revision {revision} ({id}); this revision may already have \
+                     reached the destination, so it keeps its state and the correction is \
+                     delivered as well"
+                ),
+            },
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(ReviseOutcome::Created {
+        id,
+        revision,
+        superseded_previous,
+    })
+}
+
+/// Supersedes an alert that provably never reached its destination: its outbox row is
+/// pending and no attempt ended accepted or uncertain. The row lock keeps a dispatcher from
+/// claiming it meanwhile (claims skip locked rows); a row a dispatcher already holds is
+/// `sending` and is left alone.
+async fn supersede_if_unsent(
+    tx: &mut PgConnection,
+    alert_id: Uuid,
+    actor: &str,
+) -> Result<bool, StoreError> {
+    let unsent = sqlx::query_scalar::<_, Uuid>(
+        "SELECT o.alert_id FROM outbox o \
+         WHERE o.alert_id = $1 AND o.status = 'pending' \
+           AND NOT EXISTS (SELECT 1 FROM delivery_attempts d \
+                           WHERE d.alert_id = o.alert_id \
+                             AND d.outcome IN ('accepted', 'uncertain', 'found')) \
+         FOR UPDATE OF o",
+    )
+    .bind(alert_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if unsent.is_none() {
+        return Ok(false);
+    }
+    sqlx::query("DELETE FROM outbox WHERE alert_id = $1")
+        .bind(alert_id)
+        .execute(&mut *tx)
+        .await?;
+    settle(&mut *tx, alert_id, "superseded").await?;
+    append_event(
+        &mut *tx,
+        Event {
+            alert_id,
+            from: Some("pending"),
+            to: "superseded",
+            attempt: None,
+            actor,
+            line: "superseded by a revision before it was sent; it will never be sent",
+        },
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Records where an alert came to rest after leaving the outbox.
+async fn settle(db: impl PgExecutor<'_>, alert_id: Uuid, outcome: &str) -> Result<(), StoreError> {
+    sqlx::query("UPDATE alerts SET outcome = $2, settled_at = now() WHERE id = $1")
+        .bind(alert_id)
+        .bind(outcome)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// An alert's current state: its outbox row's status while live, else its outcome.
+pub async fn current_state(db: impl PgExecutor<'_>, alert_id: Uuid) -> Result<String, StoreError> {
+    let state =
+        sqlx::query_scalar::<_, String>("SELECT state FROM alert_states WHERE alert_id = $1")
+            .bind(alert_id)
+            .fetch_one(db)
+            .await?;
+    Ok(state)
+}
+
+/// One alert with everything known about it, for the API and for operators.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AlertDetail {
+    /// The notification id (also the idempotency key).
+    pub id: Uuid,
+    /// Tenant name.
+    pub tenant: String,
+    /// Identity: subject.
+    pub subject: String,
+    /// Identity: occurrence.
+    pub occurrence: String,
+    /// Identity: destination name.
+    pub destination: String,
+    /// Identity: revision number (0 for the original approval).
+    pub revision: i32,
+    /// Current state (see `outbox_core::AlertState`).
+    pub state: String,
+    /// Set when a send was repeated without evidence that the first did not arrive.
+    pub possible_duplicate: bool,
+    /// The payload exactly as stored and sent.
+    pub payload: Box<RawValue>,
+    /// SHA-256 of the payload bytes, hex.
+    pub payload_sha256: String,
+    /// Why this revision was made (revisions only).
+    pub reason: Option<String>,
+    /// The destination's reference for the accepted alert.
+    pub destination_reference: Option<String>,
+    /// When it was approved.
+    pub created_at: DateTime<Utc>,
+    /// Who approved it.
+    pub created_by: String,
+    /// When it left the outbox for good or for an operator.
+    pub settled_at: Option<DateTime<Utc>>,
+    /// When a dispatcher will next work on it (live alerts only).
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// Every revision of the identity, this one included, oldest first.
+    pub revisions: Vec<RevisionSummary>,
+    /// Every finished delivery attempt and lookup, oldest first.
+    pub attempts: Vec<AttemptRecord>,
+    /// The evidence trail, oldest first.
+    pub evidence: Vec<EvidenceLine>,
+}
+
+/// One revision in an identity's chain.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct RevisionSummary {
+    /// Its alert id.
+    pub id: Uuid,
+    /// Its number.
+    pub revision: i32,
+    /// Its state.
+    pub state: String,
+    /// Why it was made.
+    pub reason: Option<String>,
+    /// When it was approved.
+    pub created_at: DateTime<Utc>,
+}
+
+/// One finished delivery attempt or lookup.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct AttemptRecord {
+    /// Attempt number.
+    pub attempt: i32,
+    /// `send` or `lookup`.
+    pub kind: String,
+    /// The dispatcher that made it.
+    pub worker: String,
+    /// When it started (committed before any byte was sent).
+    pub started_at: DateTime<Utc>,
+    /// When its outcome was recorded.
+    pub finished_at: DateTime<Utc>,
+    /// accepted, rejected, not_processed, not_sent, uncertain, found, not_found.
+    pub outcome: String,
+    /// The destination's HTTP status, if it answered.
+    pub http_status: Option<i16>,
+    /// The destination's reference, if it gave one.
+    pub destination_reference: Option<String>,
+    /// What kind of failure, if any.
+    pub error_class: Option<String>,
+    /// The start of the destination's answer, as evidence.
+    pub response_excerpt: Option<String>,
+}
+
+/// One line of the evidence trail.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct EvidenceLine {
+    /// When it was recorded.
+    pub at: DateTime<Utc>,
+    /// State before, if the event left a known state.
+    pub from_state: Option<String>,
+    /// State after.
+    pub to_state: String,
+    /// Attempt it concerns.
+    pub attempt: Option<i32>,
+    /// Who caused it.
+    pub actor: String,
+    /// What happened.
+    pub line: String,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct AlertRow {
+    id: Uuid,
+    tenant_id: Uuid,
+    tenant: String,
+    subject: String,
+    occurrence: String,
+    destination_id: Uuid,
+    destination: String,
+    revision: i32,
+    state: String,
+    possible_duplicate: bool,
+    payload: String,
+    payload_sha256: String,
+    reason: Option<String>,
+    destination_reference: Option<String>,
+    created_at: DateTime<Utc>,
+    created_by: String,
+    settled_at: Option<DateTime<Utc>>,
+    next_attempt_at: Option<DateTime<Utc>>,
+}
+
+/// Reads one alert with its revisions, attempts and evidence, from one snapshot.
+/// With `tenant_id`, an alert of another tenant is reported as absent.
+pub async fn detail(
+    pool: &PgPool,
+    tenant_id: Option<Uuid>,
+    alert_id: Uuid,
+) -> Result<Option<AlertDetail>, StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    let row = sqlx::query_as::<_, AlertRow>(
+        "SELECT a.id, a.tenant_id, t.name AS tenant, a.subject, a.occurrence, a.destination_id, \
+                d.name AS destination, a.revision, COALESCE(o.status, a.outcome) AS state, \
+                a.possible_duplicate, a.payload::text AS payload, \
+                encode(a.payload_sha256, 'hex') AS payload_sha256, a.reason, \
+                a.destination_reference, a.created_at, a.created_by, a.settled_at, \
+                o.next_attempt_at \
+         FROM alerts a \
+         JOIN tenants t ON t.id = a.tenant_id \
+         JOIN destinations d ON d.id = a.destination_id \
+         LEFT JOIN outbox o ON o.alert_id = a.id \
+         WHERE a.id = $1 AND ($2::uuid IS NULL OR a.tenant_id = $2)",
+    )
+    .bind(alert_id)
+    .bind(tenant_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+
+    let revisions = sqlx::query_as::<_, RevisionSummary>(
+        "SELECT a.id, a.revision, COALESCE(o.status, a.outcome) AS state, a.reason, a.created_at \
+         FROM alerts a LEFT JOIN outbox o ON o.alert_id = a.id \
+         WHERE a.tenant_id = $1 AND a.subject = $2 AND a.occurrence = $3 AND a.destination_id = $4 \
+         ORDER BY a.revision",
+    )
+    .bind(row.tenant_id)
+    .bind(&row.subject)
+    .bind(&row.occurrence)
+    .bind(row.destination_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let attempts = sqlx::query_as::<_, AttemptRecord>(
+        "SELECT attempt, kind, worker, started_at, finished_at, outcome, http_status, \
+                destination_reference, error_class, response_excerpt \
+         FROM delivery_attempts WHERE alert_id = $1 ORDER BY started_at, attempt, kind",
+    )
+    .bind(alert_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let evidence = sqlx::query_as::<_, EvidenceLine>(
+        "SELECT at, from_state, to_state, attempt, actor, line \
+         FROM alert_events WHERE alert_id = $1 ORDER BY id",
+    )
+    .bind(alert_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+
+    let payload = RawValue::from_string(row.payload)
+        .map_err(|err| StoreError::UnstorablePayload(err.to_string()))?;
+    Ok(Some(AlertDetail {
+        id: row.id,
+        tenant: row.tenant,
+        subject: row.subject,
+        occurrence: row.occurrence,
+        destination: row.destination,
+        revision: row.revision,
+        state: row.state,
+        possible_duplicate: row.possible_duplicate,
+        payload,
+        payload_sha256: row.payload_sha256,
+        reason: row.reason,
+        destination_reference: row.destination_reference,
+        created_at: row.created_at,
+        created_by: row.created_by,
+        settled_at: row.settled_at,
+        next_attempt_at: row.next_attempt_at,
+        revisions,
+        attempts,
+        evidence,
+    }))
+}

@@ -1,0 +1,25 @@
+//! The alert outbox's storage: every SQL statement of the system lives in this crate, as
+//! small documented functions, plus the migrator.
+//!
+//! Layout:
+//! - [`connect`]: pools (with a bounded wait for the database at start-up) and [`MIGRATOR`].
+//! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts, and where alerts go.
+//! - [`alerts`]: the decider's write path (approve, revise, in one transaction each) and
+//!   the read model of an alert with its attempts and evidence trail.
+//! - [`outbox`]: listings of the live queue and of alerts by state.
+//! - [`error`]: [`StoreError`].
+//!
+//! Functions that are one statement take any `PgExecutor`, so callers can compose them in
+//! a transaction; functions that must be atomic open their own transaction on a pool.
+
+pub mod alerts;
+pub mod connect;
+pub mod destinations;
+pub mod error;
+pub mod outbox;
+pub mod tenants;
+pub mod tokens;
+
+pub use connect::{connect, connect_with_retry, MIGRATOR};
+pub use error::StoreError;
+pub use sqlx::PgPool;

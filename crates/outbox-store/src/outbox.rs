@@ -1,0 +1,77 @@
+//! Listings for operators: the live queue, and alerts by state.
+
+use chrono::{DateTime, Utc};
+use outbox_core::AlertState;
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// One alert in a listing.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct OutboxEntry {
+    /// Alert (notification) id.
+    pub id: Uuid,
+    /// Tenant name.
+    pub tenant: String,
+    /// Destination name.
+    pub destination: String,
+    /// Identity: subject.
+    pub subject: String,
+    /// Identity: occurrence.
+    pub occurrence: String,
+    /// Identity: revision.
+    pub revision: i32,
+    /// Current state.
+    pub state: String,
+    /// Attempts started (live alerts) or recorded (settled ones).
+    pub attempts: i32,
+    /// When it was approved.
+    pub created_at: DateTime<Utc>,
+    /// When a dispatcher will next work on it (live alerts only).
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// The latest line of its evidence trail.
+    pub last_evidence: Option<String>,
+}
+
+/// Lists alerts, oldest first: the live queue (pending, sending, uncertain) when `state`
+/// is `None`, else the alerts in that state. Live states are read from the small outbox
+/// table; settled ones from the alerts' outcome.
+pub async fn list(
+    db: impl PgExecutor<'_>,
+    state: Option<AlertState>,
+    limit: i64,
+) -> Result<Vec<OutboxEntry>, StoreError> {
+    let live = state.is_none_or(AlertState::is_live);
+    let sql = if live {
+        "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
+                a.revision, o.status AS state, o.attempts, a.created_at, o.next_attempt_at, \
+                (SELECT e.line FROM alert_events e WHERE e.alert_id = a.id \
+                 ORDER BY e.id DESC LIMIT 1) AS last_evidence \
+         FROM outbox o \
+         JOIN alerts a ON a.id = o.alert_id \
+         JOIN tenants t ON t.id = a.tenant_id \
+         JOIN destinations d ON d.id = a.destination_id \
+         WHERE $1::text IS NULL OR o.status = $1 \
+         ORDER BY a.created_at, a.id LIMIT $2"
+    } else {
+        "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
+                a.revision, a.outcome AS state, \
+                (SELECT count(*)::int4 FROM delivery_attempts da \
+                 WHERE da.alert_id = a.id AND da.kind = 'send') AS attempts, \
+                a.created_at, NULL::timestamptz AS next_attempt_at, \
+                (SELECT e.line FROM alert_events e WHERE e.alert_id = a.id \
+                 ORDER BY e.id DESC LIMIT 1) AS last_evidence \
+         FROM alerts a \
+         JOIN tenants t ON t.id = a.tenant_id \
+         JOIN destinations d ON d.id = a.destination_id \
+         WHERE a.outcome = $1 \
+         ORDER BY a.created_at, a.id LIMIT $2"
+    };
+    let rows = sqlx::query_as::<_, OutboxEntry>(sql)
+        .bind(state.map(AlertState::as_str))
+        .bind(limit)
+        .fetch_all(db)
+        .await?;
+    Ok(rows)
+}

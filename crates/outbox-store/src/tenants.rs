@@ -1,0 +1,47 @@
+//! Tenants: the unit of isolation. Every alert, destination and token belongs to one.
+
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// A tenant as operators see it.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct Tenant {
+    /// Its id.
+    pub id: Uuid,
+    /// Its unique name.
+    pub name: String,
+}
+
+/// Creates a tenant; its name must be unused.
+pub async fn create(db: impl PgExecutor<'_>, name: &str) -> Result<Uuid, StoreError> {
+    let id = Uuid::now_v7();
+    sqlx::query("INSERT INTO tenants (id, name) VALUES ($1, $2)")
+        .bind(id)
+        .bind(name)
+        .execute(db)
+        .await
+        .map_err(|err| {
+            if StoreError::is_unique_violation(&err) {
+                StoreError::AlreadyExists {
+                    what: "tenant",
+                    name: name.to_owned(),
+                }
+            } else {
+                StoreError::Database(err)
+            }
+        })?;
+    Ok(id)
+}
+
+/// Finds a tenant by name, or by id when `name_or_id` is a UUID.
+pub async fn find(db: impl PgExecutor<'_>, name_or_id: &str) -> Result<Tenant, StoreError> {
+    let id = Uuid::parse_str(name_or_id).ok();
+    sqlx::query_as::<_, Tenant>("SELECT id, name FROM tenants WHERE name = $1 OR id = $2")
+        .bind(name_or_id)
+        .bind(id)
+        .fetch_optional(db)
+        .await?
+        .ok_or_else(|| StoreError::UnknownTenant(name_or_id.to_owned()))
+}

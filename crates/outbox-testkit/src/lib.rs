@@ -1,0 +1,93 @@
+//! Test support for the alert outbox: every test gets its own freshly migrated PostgreSQL
+//! database on the server named by `DATABASE_URL` (default: the local server), dropped
+//! when the test ends, whether it passed or panicked.
+//!
+//! Layout: [`TestDb`] (create, migrate, connect, drop) and [`server_url`].
+
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
+use std::str::FromStr;
+
+/// The server tests run against: `DATABASE_URL`, or the local default.
+pub fn server_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A database of its own for one test.
+#[derive(Debug)]
+pub struct TestDb {
+    /// The database's name (`outbox_test_<uuid>`).
+    pub name: String,
+    /// A URL that connects to it, for child processes.
+    pub url: String,
+    /// A pool connected to it.
+    pub pool: PgPool,
+    admin: PgConnectOptions,
+}
+
+impl TestDb {
+    /// Creates and migrates a fresh database.
+    pub async fn new() -> Self {
+        let admin = PgConnectOptions::from_str(&server_url()).expect("DATABASE_URL must be a URL");
+        let name = format!("outbox_test_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = admin.connect().await.expect("connect to the test server");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .expect("create the test database");
+        conn.close().await.ok();
+
+        let options = admin.clone().database(&name);
+        let url = options.to_url_lossy().to_string();
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(60)
+            .connect_with(options)
+            .await
+            .expect("connect to the test database");
+        outbox_store::MIGRATOR
+            .run(&pool)
+            .await
+            .expect("migrate the test database");
+        TestDb {
+            name,
+            url,
+            pool,
+            admin,
+        }
+    }
+
+    /// Counts the rows of `table` (a trusted name from the test itself).
+    pub async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(&self.pool)
+            .await
+            .expect("count rows")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        // Drop runs inside the test's runtime, which cannot be blocked on; a short-lived
+        // thread with its own runtime removes the database (forcing out any connections a
+        // killed child process left behind).
+        let admin = self.admin.clone();
+        let name = std::mem::take(&mut self.name);
+        let pool = self.pool.clone();
+        let dropper = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime for dropping the test database");
+            runtime.block_on(async move {
+                pool.close().await;
+                if let Ok(mut conn) = PgConnection::connect_with(&admin).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        });
+        let _ = dropper.join();
+    }
+}
