@@ -27,8 +27,13 @@ pub struct TestDb {
 }
 
 impl TestDb {
-    /// Creates and migrates a fresh database.
+    /// Creates and migrates a fresh database, with a pool of up to 10 connections.
     pub async fn new() -> Self {
+        Self::with_pool_size(10).await
+    }
+
+    /// Like [`TestDb::new`], with a pool of up to `max_connections`.
+    pub async fn with_pool_size(max_connections: u32) -> Self {
         let admin = PgConnectOptions::from_str(&server_url()).expect("DATABASE_URL must be a URL");
         let name = format!("outbox_test_{}", uuid::Uuid::new_v4().simple());
         let mut conn = admin.connect().await.expect("connect to the test server");
@@ -41,7 +46,7 @@ impl TestDb {
         let options = admin.clone().database(&name);
         let url = options.to_url_lossy().to_string();
         let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(60)
+            .max_connections(max_connections)
             .connect_with(options)
             .await
             .expect("connect to the test database");
@@ -68,19 +73,18 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        // Drop runs inside the test's runtime, which cannot be blocked on; a short-lived
-        // thread with its own runtime removes the database (forcing out any connections a
-        // killed child process left behind).
+        // Drop runs inside the test's runtime, which cannot be awaited on here, and the pool's
+        // connections belong to that runtime, so they are not closed politely: a short-lived
+        // thread with its own runtime drops the database WITH (FORCE), which ends them (and
+        // any a killed child process left behind) on the server side.
         let admin = self.admin.clone();
         let name = std::mem::take(&mut self.name);
-        let pool = self.pool.clone();
         let dropper = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("runtime for dropping the test database");
             runtime.block_on(async move {
-                pool.close().await;
                 if let Ok(mut conn) = PgConnection::connect_with(&admin).await {
                     let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                         .execute(&mut conn)

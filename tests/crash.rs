@@ -1,0 +1,140 @@
+//! A decider killed inside the approval transaction leaves nothing behind: no alert
+//! without its outbox row, no outbox row without its alert. Real process, real SIGKILL.
+//!
+//! The decider is built with the `failpoints` feature; `FAILPOINTS` pauses it after the
+//! alert row is inserted and before the outbox row is, with the transaction open.
+
+mod common;
+
+use common::{add_tenant, counts, renewal};
+use outbox_testkit::TestDb;
+use reqwest::StatusCode;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Starts `decider serve` on an ephemeral port and returns it with its address, read from
+/// its own "listening" log line.
+async fn start_decider(db: &TestDb, failpoints: Option<&str>) -> (Child, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_decider"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", &db.url)
+        .env("LOG_FORMAT", "json")
+        .env_remove("FAILPOINTS")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(failpoints) = failpoints {
+        command.env("FAILPOINTS", failpoints);
+    }
+    let mut child = command.spawn().expect("spawn decider");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = tokio::time::timeout(DEADLINE, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if event["fields"]["message"] == "approval API listening" {
+                return event["fields"]["addr"].as_str().unwrap().to_owned();
+            }
+        }
+        panic!("decider exited before listening");
+    })
+    .await
+    .expect("decider did not start listening in time");
+    // Keep draining its log so it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, format!("http://{addr}"))
+}
+
+/// Polls `sql` (a count) on the test database until it equals `want`, or fails.
+async fn wait_for_count(db: &TestDb, sql: &str, want: i64) {
+    let started = Instant::now();
+    loop {
+        let got: i64 = sqlx::query_scalar(sql)
+            .bind(&db.name)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        if got == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "`{sql}` stayed at {got}, wanted {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn approve(http: &reqwest::Client, base: &str, token: &str) -> reqwest::Result<StatusCode> {
+    http.post(format!("{base}/v1/alerts"))
+        .bearer_auth(token)
+        .json(&renewal(17))
+        .send()
+        .await
+        .map(|r| r.status())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decider_killed_inside_the_approval_transaction_leaves_nothing_partial() {
+    let db = TestDb::new().await;
+    let acme = add_tenant(&db, "acme", &["ops"]).await;
+    let http = reqwest::Client::new();
+
+    let (mut decider, base) = start_decider(&db, Some("approve-before-outbox-insert=pause")).await;
+    let request = {
+        let (http, base, token) = (http.clone(), base.clone(), acme.token.clone());
+        tokio::spawn(async move { approve(&http, &base, &token).await })
+    };
+
+    // The decider's session is inside a transaction that has written (the alert row).
+    wait_for_count(
+        &db,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 \
+         AND application_name = 'decider' AND state = 'idle in transaction' \
+         AND backend_xid IS NOT NULL",
+        1,
+    )
+    .await;
+    decider.kill().await.expect("SIGKILL the decider");
+
+    // The client saw the connection die, not an answer.
+    assert!(request.await.unwrap().is_err());
+    // PostgreSQL notices the dead session and rolls its transaction back.
+    wait_for_count(
+        &db,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'decider'",
+        0,
+    )
+    .await;
+    assert_eq!(
+        counts(&db).await,
+        (0, 0, 0),
+        "no alert, no outbox row, no evidence"
+    );
+
+    // The retry succeeds, once.
+    let (_decider, base) = start_decider(&db, None).await;
+    assert_eq!(
+        approve(&http, &base, &acme.token).await.unwrap(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        approve(&http, &base, &acme.token).await.unwrap(),
+        StatusCode::OK
+    );
+    assert_eq!(counts(&db).await, (1, 1, 1));
+    let orphans: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM alerts a WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.alert_id = a.id)) \
+              + (SELECT count(*) FROM outbox o WHERE NOT EXISTS (SELECT 1 FROM alerts a WHERE a.id = o.alert_id))",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(orphans, 0);
+}
