@@ -1,6 +1,8 @@
 //! The approval API's write path against a real PostgreSQL: one alert per identity under
 //! races and repeated runs, conflicts that change nothing, revisions, tenant isolation.
 
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
 mod common;
 
 use common::{add_tenant, counts, renewal, Api};

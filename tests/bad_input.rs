@@ -1,6 +1,8 @@
 //! Every way an approval request can be wrong gets its own status and problem type, and
 //! writes nothing.
 
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
 mod common;
 
 use common::{counts, renewal, Api};

@@ -7,7 +7,7 @@
 //! - [`alerts`]: the decider's write path (approve, revise, in one transaction each) and
 //!   the read model of an alert with its attempts and evidence trail.
 //! - [`outbox`]: listings of the live queue and of alerts by state.
-//! - [`error`]: [`StoreError`].
+//! - [`error`]: the store's error type, [`StoreError`].
 //!
 //! Functions that are one statement take any `PgExecutor`, so callers can compose them in
 //! a transaction; functions that must be atomic open their own transaction on a pool.

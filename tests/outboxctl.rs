@@ -1,0 +1,275 @@
+//! `outboxctl` as operators and scripts use it: the real binary against a real database.
+//! Creating commands print only the id or token on stdout; bad input exits non-zero with
+//! a one-line reason and writes nothing.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+mod common;
+
+use common::{renewal, Api};
+use outbox_testkit::TestDb;
+use serde_json::Value;
+
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+async fn outboxctl(db: &TestDb, args: &[&str]) -> Run {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env_remove("OUTBOX_TENANT")
+        .output()
+        .await
+        .expect("run outboxctl");
+    Run {
+        ok: output.status.success(),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+/// Asserts a refusal: non-zero exit, one line on stderr starting with `error:` and
+/// mentioning `needle`, nothing on stdout.
+fn assert_refused(run: &Run, needle: &str) {
+    assert!(!run.ok, "should have failed: {}", run.stdout);
+    assert!(run.stdout.is_empty(), "stdout: {}", run.stdout);
+    assert_eq!(run.stderr.lines().count(), 1, "stderr: {}", run.stderr);
+    assert!(run.stderr.starts_with("error: "), "stderr: {}", run.stderr);
+    assert!(
+        run.stderr.contains(needle),
+        "`{needle}` not in: {}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn setting_up_a_tenant_prints_only_what_scripts_capture() {
+    let db = TestDb::new().await;
+    let migrate = outboxctl(&db, &["migrate"]).await;
+    assert!(migrate.ok, "{}", migrate.stderr);
+    assert!(migrate.stdout.is_empty());
+
+    let tenant = outboxctl(&db, &["tenant", "create", "acme"]).await;
+    assert!(tenant.ok, "{}", tenant.stderr);
+    let tenant_id: uuid::Uuid = tenant.stdout.trim().parse().expect("stdout is the id");
+    let stored: String = sqlx::query_scalar("SELECT name FROM tenants WHERE id = $1")
+        .bind(tenant_id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, "acme");
+
+    let token = outboxctl(&db, &["token", "create", "--tenant", "acme"]).await;
+    assert!(token.ok, "{}", token.stderr);
+    let token = token.stdout.trim().to_owned();
+    assert!(token.starts_with("aot_"));
+    // Only the hash is stored: the token's text appears nowhere in the table.
+    let hashes: Vec<Vec<u8>> = sqlx::query_scalar("SELECT token_hash FROM api_tokens")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(hashes.len(), 1);
+    assert_eq!(
+        hashes[0],
+        outbox_core::ApiToken::parse(&token).unwrap().hash().0
+    );
+    let plain: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM api_tokens WHERE position(convert_to($1, 'UTF8') IN token_hash) > 0",
+    )
+    .bind(&token)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(plain, 0);
+
+    let destination = outboxctl(
+        &db,
+        &[
+            "destination",
+            "add",
+            "--tenant",
+            "acme",
+            "--name",
+            "ops",
+            "--url",
+            "http://127.0.0.1:9000/hook",
+            "--secret",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "--idempotency-header",
+            "Idempotency-Key",
+            "--idempotency-retention",
+            "24h",
+            "--lookup-url",
+            "http://127.0.0.1:9000/requests/{key}",
+            "--on-uncertain",
+            "retry",
+            "--timeout",
+            "5s",
+            "--max-in-flight",
+            "8",
+        ],
+    )
+    .await;
+    assert!(destination.ok, "{}", destination.stderr);
+    let destination_id: uuid::Uuid = destination.stdout.trim().parse().unwrap();
+    let row: (String, f64, String, i32, i32, i32) = sqlx::query_as(
+        "SELECT on_uncertain, extract(epoch FROM idempotency_retention)::float8, \
+                lookup_url_template, timeout_ms, max_in_flight, cardinality(signing_secrets) \
+         FROM destinations WHERE id = $1",
+    )
+    .bind(destination_id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        row,
+        (
+            "retry".into(),
+            86_400.0,
+            "http://127.0.0.1:9000/requests/{key}".into(),
+            5000,
+            8,
+            1
+        )
+    );
+
+    let list = outboxctl(&db, &["destination", "list"]).await;
+    assert!(list.ok);
+    let lines: Vec<&str> = list.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", list.stdout);
+    assert!(lines[0].starts_with("TENANT"));
+    assert!(lines[1].contains("ops") && lines[1].contains("Idempotency-Key for 1day"));
+    assert!(!list.stdout.contains("whsec_"), "secrets are never printed");
+
+    let json = outboxctl(&db, &["destination", "list", "--json"]).await;
+    let listed: Value = serde_json::from_str(json.stdout.trim()).unwrap();
+    assert_eq!(listed["name"], "ops");
+    assert_eq!(listed["on_uncertain"], "retry");
+    assert_eq!(listed["signing_secret_count"], 1);
+}
+
+#[tokio::test]
+async fn bad_setup_input_is_refused_in_one_line_and_writes_nothing() {
+    let db = TestDb::new().await;
+    assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
+
+    assert_refused(
+        &outboxctl(&db, &["tenant", "create", "acme"]).await,
+        "already exists",
+    );
+    assert_refused(
+        &outboxctl(&db, &["tenant", "create", "  "]).await,
+        "tenant name",
+    );
+    assert_refused(
+        &outboxctl(&db, &["token", "create", "--tenant", "globex"]).await,
+        "no tenant `globex`",
+    );
+
+    let add = |extra: &'static [&'static str]| {
+        let mut args = vec!["destination", "add", "--tenant", "acme", "--name", "ops"];
+        args.extend_from_slice(extra);
+        args
+    };
+    let cases: [(&[&str], &str); 8] = [
+        (&["--url", "ftp://example.com/x"], "http:// or https://"),
+        (&["--url", "not a url"], "is not a URL"),
+        (&["--url", "http://h/x", "--secret", "secret"], "whsec_"),
+        (
+            &["--url", "http://h/x", "--lookup-url", "http://h/lookup"],
+            "{key}",
+        ),
+        (&["--url", "http://h/x", "--timeout", "1h"], "at most 300s"),
+        (
+            &["--url", "http://h/x", "--idempotency-header", "Bad Header"],
+            "header name",
+        ),
+        (
+            &["--url", "http://h/x", "--on-uncertain", "maybe"],
+            "on-uncertain",
+        ),
+        (
+            &["--url", "http://h/x", "--idempotency-retention", "soon"],
+            "invalid duration",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let run = outboxctl(&db, &add(extra)).await;
+        assert!(!run.ok, "{extra:?} should fail");
+        assert!(
+            run.stderr.contains(needle),
+            "{extra:?}: `{needle}` not in {}",
+            run.stderr
+        );
+    }
+    assert_eq!(db.count("destinations").await, 0);
+
+    assert!(outboxctl(&db, &add(&["--url", "http://h/x"])).await.ok);
+    assert_refused(
+        &outboxctl(&db, &add(&["--url", "http://h/y"])).await,
+        "already exists",
+    );
+    assert_eq!(db.count("destinations").await, 1);
+}
+
+#[tokio::test]
+async fn alert_show_and_outbox_list_tell_the_story() {
+    let api = Api::start().await;
+    let (_, created) = api.approve(&api.acme.token, &renewal(9)).await;
+    let id = created["id"].as_str().unwrap();
+
+    let show = outboxctl(&api.db, &["alert", "show", id]).await;
+    assert!(show.ok, "{}", show.stderr);
+    assert!(show
+        .stdout
+        .starts_with(&format!("alert {id}  (revision 0)")));
+    assert!(show.stdout.contains("state        pending"));
+    assert!(show.stdout.contains("subject      contract:C-9"));
+    assert!(show.stdout.contains("alert approved for destination `ops`"));
+
+    let json = outboxctl(&api.db, &["alert", "show", id, "--json"]).await;
+    let alert: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(alert["id"], id);
+    assert_eq!(alert["evidence"].as_array().unwrap().len(), 1);
+
+    let unknown = uuid::Uuid::now_v7().to_string();
+    assert_refused(
+        &outboxctl(&api.db, &["alert", "show", &unknown]).await,
+        "no alert",
+    );
+    assert_refused(
+        &outboxctl(&api.db, &["alert", "show", "17"]).await,
+        "not an alert id",
+    );
+
+    let list = outboxctl(&api.db, &["outbox", "list"]).await;
+    assert!(list.ok, "{}", list.stderr);
+    let lines: Vec<&str> = list.stdout.lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0].starts_with("ID") && lines[0].contains("LAST EVIDENCE"));
+    assert!(lines[1].starts_with(id) && lines[1].contains("pending"));
+
+    let json = outboxctl(&api.db, &["outbox", "list", "--json"]).await;
+    let rows: Vec<Value> = json
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["id"], id);
+    assert_eq!(rows[0]["state"], "pending");
+
+    let held = outboxctl(&api.db, &["outbox", "list", "--status", "held", "--json"]).await;
+    assert!(held.ok);
+    assert!(held.stdout.is_empty());
+    let bad = outboxctl(&api.db, &["outbox", "list", "--status", "lost"]).await;
+    assert!(!bad.ok);
+    assert!(
+        bad.stderr.contains("unknown state `lost`"),
+        "{}",
+        bad.stderr
+    );
+}
