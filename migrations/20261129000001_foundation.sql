@@ -115,6 +115,8 @@ CREATE TABLE outbox (
     lease_owner         text,
     lease_expires_at    timestamptz,
     fencing_token       bigint,
+    -- When the current lease began: the start of the attempt it covers.
+    claimed_at          timestamptz,
     CHECK ((status = 'sending') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL AND fencing_token IS NOT NULL))
 ) WITH (fillfactor = 70);
 
@@ -127,7 +129,9 @@ CREATE INDEX outbox_lease_idx ON outbox (lease_expires_at) WHERE status = 'sendi
 CREATE SEQUENCE outbox_fencing_token_seq;
 
 -- One row per finished delivery attempt or lookup. Insert-only: evidence is never edited.
+-- A lookup row carries the number of the send attempt whose fate it asked about.
 CREATE TABLE delivery_attempts (
+    id                      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     alert_id                uuid NOT NULL REFERENCES alerts (id) ON DELETE CASCADE,
     attempt                 integer NOT NULL CHECK (attempt >= 1),
     kind                    text NOT NULL DEFAULT 'send' CHECK (kind IN ('send', 'lookup')),
@@ -142,9 +146,9 @@ CREATE TABLE delivery_attempts (
     http_status             smallint CHECK (http_status BETWEEN 100 AND 599),
     destination_reference   text,
     error_class             text,
-    response_excerpt        text CHECK (octet_length(response_excerpt) <= 2048),
-    PRIMARY KEY (alert_id, attempt, kind)
+    response_excerpt        text CHECK (octet_length(response_excerpt) <= 2048)
 );
+CREATE INDEX delivery_attempts_alert_idx ON delivery_attempts (alert_id, id);
 
 -- The evidence trail: every state transition of an alert, with a line a person can read.
 CREATE TABLE alert_events (
@@ -182,3 +186,7 @@ LEFT JOIN outbox o ON o.alert_id = a.id;
 
 -- Serves operators' "what needs attention" listings of settled alerts.
 CREATE INDEX alerts_attention_idx ON alerts (settled_at) WHERE outcome IN ('held', 'failed');
+
+-- Dispatchers LISTEN here; deciders NOTIFY (rate-limited) after approving, so a new alert
+-- is picked up at once rather than at the next poll.
+COMMENT ON TABLE outbox IS 'live queue; wake-ups on channel outbox_due';

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod procs;
+
 use outbox_testkit::TestDb;
 use reqwest::StatusCode;
 use serde_json::Value;

@@ -142,6 +142,7 @@ pub(crate) async fn revise(
 }
 
 async fn created(state: &AppState, caller: &Caller, id: Uuid) -> Result<Response, Problem> {
+    state.wake_ups.poke();
     let detail = load(state, caller, id).await?;
     let location =
         HeaderValue::from_str(&format!("/v1/alerts/{id}")).map_err(|_| Problem::internal())?;

@@ -30,6 +30,8 @@ pub use problem::Problem;
 pub struct AppState {
     /// The database.
     pub pool: PgPool,
+    /// Wakes dispatchers when an approval or revision created work.
+    pub wake_ups: outbox_store::dispatch::WakeUpNotifier,
 }
 
 /// All routes of the approval API.
@@ -46,7 +48,10 @@ pub fn router(pool: PgPool) -> Router {
         // problem+json answer; the framework's default limit would answer first, in plain text.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(axum::middleware::from_fn(log_request))
-        .with_state(AppState { pool })
+        .with_state(AppState {
+            wake_ups: outbox_store::dispatch::WakeUpNotifier::new(pool.clone()),
+            pool,
+        })
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then finishes open requests.

@@ -13,6 +13,11 @@ pub enum DurationError {
     Zero(String),
 }
 
+/// Reads a duration that may be zero (`0s`, `500ms`, `5s`).
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
+    humantime::parse_duration(text).map_err(|_| DurationError::Malformed(text.to_owned()))
+}
+
 /// Reads a positive duration such as `500ms`, `10s`, `2m`, `24h`, `30d` or `1h 30m`.
 pub fn parse_positive(text: &str) -> Result<Duration, DurationError> {
     let duration =

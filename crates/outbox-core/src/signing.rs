@@ -1,7 +1,11 @@
-//! Standard Webhooks signing secrets: `whsec_` followed by the base64 of 24 to 64 random
-//! bytes. The bytes are the HMAC-SHA256 key.
+//! Standard Webhooks signatures. A secret is `whsec_` followed by the base64 of 24 to 64
+//! random bytes (the HMAC-SHA256 key). A request is signed over `{id}.{timestamp}.{body}`,
+//! and `webhook-signature` carries `v1,<base64 of the MAC>`, one per secret, separated by
+//! spaces, so receivers keep verifying while a secret rotates.
 
 use base64::Engine;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 
 /// Why a signing secret is not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,9 +33,91 @@ pub fn decode_secret(secret: &str) -> Result<Vec<u8>, SecretError> {
     Ok(key)
 }
 
+/// One `v1,<base64>` signature of a request.
+pub fn sign(key: &[u8], msg_id: &str, timestamp: i64, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");
+    mac.update(msg_id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    )
+}
+
+/// The `webhook-signature` header value: one signature per key, space-separated.
+pub fn signature_header(keys: &[Vec<u8>], msg_id: &str, timestamp: i64, body: &[u8]) -> String {
+    keys.iter()
+        .map(|key| sign(key, msg_id, timestamp, body))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Receiver side: true when any `v1` signature in `header` is valid for any key.
+/// The comparison runs in constant time.
+pub fn verify(keys: &[Vec<u8>], msg_id: &str, timestamp: i64, body: &[u8], header: &str) -> bool {
+    header
+        .split(' ')
+        .filter_map(|s| s.strip_prefix("v1,"))
+        .any(|presented| {
+            let Ok(presented) = base64::engine::general_purpose::STANDARD.decode(presented) else {
+                return false;
+            };
+            keys.iter().any(|key| {
+                let mut mac =
+                    Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");
+                mac.update(msg_id.as_bytes());
+                mac.update(b".");
+                mac.update(timestamp.to_string().as_bytes());
+                mac.update(b".");
+                mac.update(body);
+                mac.verify_slice(&presented).is_ok()
+            })
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signatures_verify_with_either_key_while_rotating() {
+        let old = decode_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let new = vec![7u8; 32];
+        let header = signature_header(&[old.clone(), new.clone()], "msg_1", 1_700_000_000, b"{}");
+        assert_eq!(header.split(' ').count(), 2);
+        assert!(verify(
+            &[old.clone()],
+            "msg_1",
+            1_700_000_000,
+            b"{}",
+            &header
+        ));
+        assert!(verify(
+            &[new.clone()],
+            "msg_1",
+            1_700_000_000,
+            b"{}",
+            &header
+        ));
+        assert!(!verify(
+            &[vec![9u8; 32]],
+            "msg_1",
+            1_700_000_000,
+            b"{}",
+            &header
+        ));
+        assert!(!verify(
+            &[old.clone()],
+            "msg_1",
+            1_700_000_001,
+            b"{}",
+            &header
+        ));
+        assert!(!verify(&[old], "msg_1", 1_700_000_000, b"{ }", &header));
+    }
 
     #[test]
     fn decodes_a_standard_secret() {

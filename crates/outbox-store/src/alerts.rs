@@ -590,7 +590,7 @@ pub async fn detail(
     let attempts = sqlx::query_as::<_, AttemptRecord>(
         "SELECT attempt, kind, worker, started_at, finished_at, outcome, http_status, \
                 destination_reference, error_class, response_excerpt \
-         FROM delivery_attempts WHERE alert_id = $1 ORDER BY started_at, attempt, kind",
+         FROM delivery_attempts WHERE alert_id = $1 ORDER BY id",
     )
     .bind(alert_id)
     .fetch_all(&mut *tx)

@@ -6,6 +6,7 @@
 //! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts, and where alerts go.
 //! - [`alerts`]: the decider's write path (approve, revise, in one transaction each) and
 //!   the read model of an alert with its attempts and evidence trail.
+//! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and wake-ups.
 //! - [`outbox`]: listings of the live queue and of alerts by state.
 //! - [`error`]: the store's error type, [`StoreError`].
 //!
@@ -15,6 +16,7 @@
 pub mod alerts;
 pub mod connect;
 pub mod destinations;
+pub mod dispatch;
 pub mod error;
 pub mod outbox;
 pub mod tenants;

@@ -1,0 +1,208 @@
+//! What an HTTP exchange means for delivery, decided by one question: could the bytes
+//! have arrived and been acted on? (The outcome table of the design.)
+
+use std::time::Duration;
+
+/// What came back from one POST.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exchange {
+    /// The destination answered.
+    Answered {
+        /// Status code.
+        status: u16,
+        /// Parsed `Retry-After`, if any.
+        retry_after: Option<Duration>,
+        /// The destination's reference (configured header, or body field `id`).
+        reference: Option<String>,
+        /// `Location`, for redirects.
+        location: Option<String>,
+        /// The start of the body.
+        excerpt: String,
+    },
+    /// No connection was made (DNS, refused, TLS, connect timeout): nothing was sent.
+    NotConnected(String),
+    /// The request may have been written, but no answer came in time.
+    TimedOut(String),
+    /// The connection broke after the request may have been written.
+    Broken(String),
+    /// The request could not even be built (bad URL, bad header): a configuration error.
+    Unsendable(String),
+}
+
+/// The delivery meaning of an exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// 2xx: the destination has it.
+    Accepted {
+        /// Its reference, when it gave one.
+        reference: Option<String>,
+    },
+    /// A permanent refusal: the alert fails with the answer as evidence.
+    Rejected {
+        /// 410 Gone: the destination itself should be disabled.
+        gone: bool,
+        /// Why, for the evidence line.
+        why: String,
+    },
+    /// The destination did not process it and said so (429, 503, 408, 409, 425; 5xx from
+    /// a destination that de-duplicates by key): retry with backoff.
+    NotProcessed {
+        /// The destination's wish, if it stated one.
+        retry_after: Option<Duration>,
+        /// Why.
+        why: String,
+    },
+    /// Nothing left this machine: retry with backoff.
+    NotSent {
+        /// Why.
+        why: String,
+    },
+    /// It may or may not have arrived.
+    Uncertain {
+        /// Why.
+        why: String,
+    },
+}
+
+/// Classifies an exchange. `deduplicates` says whether the destination de-duplicates by
+/// key, which makes a 5xx safe to retry rather than uncertain.
+pub fn classify(exchange: &Exchange, deduplicates: bool) -> Verdict {
+    match exchange {
+        Exchange::Answered {
+            status,
+            retry_after,
+            reference,
+            location,
+            excerpt,
+        } => {
+            let status = *status;
+            let answer = if excerpt.is_empty() {
+                format!("HTTP {status}")
+            } else {
+                format!("HTTP {status}: {excerpt}")
+            };
+            match status {
+                200..=299 => Verdict::Accepted {
+                    reference: reference.clone(),
+                },
+                300..=399 => Verdict::Rejected {
+                    gone: false,
+                    why: format!(
+                        "HTTP {status} redirect to {} not followed; the destination URL needs fixing",
+                        location.as_deref().unwrap_or("(no location)")
+                    ),
+                },
+                408 | 409 | 425 | 429 | 503 => Verdict::NotProcessed {
+                    retry_after: *retry_after,
+                    why: answer,
+                },
+                410 => Verdict::Rejected {
+                    gone: true,
+                    why: answer,
+                },
+                400..=499 => Verdict::Rejected {
+                    gone: false,
+                    why: answer,
+                },
+                _ if deduplicates => Verdict::NotProcessed {
+                    retry_after: *retry_after,
+                    why: answer,
+                },
+                _ => Verdict::Uncertain {
+                    why: format!("{answer}; the destination may have acted before failing"),
+                },
+            }
+        }
+        Exchange::NotConnected(why) => Verdict::NotSent { why: why.clone() },
+        Exchange::TimedOut(why) | Exchange::Broken(why) => Verdict::Uncertain { why: why.clone() },
+        Exchange::Unsendable(why) => Verdict::Rejected {
+            gone: false,
+            why: why.clone(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(status: u16) -> Exchange {
+        Exchange::Answered {
+            status,
+            retry_after: None,
+            reference: Some("r-1".into()),
+            location: None,
+            excerpt: String::new(),
+        }
+    }
+
+    #[test]
+    fn two_hundreds_are_accepted_with_their_reference() {
+        for status in [200, 201, 202, 204] {
+            assert_eq!(
+                classify(&answered(status), false),
+                Verdict::Accepted {
+                    reference: Some("r-1".into())
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn busy_answers_are_not_processed() {
+        for status in [408, 409, 425, 429, 503] {
+            assert!(matches!(
+                classify(&answered(status), false),
+                Verdict::NotProcessed { .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn other_client_errors_and_redirects_are_rejections() {
+        assert!(matches!(
+            classify(&answered(400), false),
+            Verdict::Rejected { gone: false, .. }
+        ));
+        assert!(matches!(
+            classify(&answered(410), false),
+            Verdict::Rejected { gone: true, .. }
+        ));
+        let Verdict::Rejected { why, .. } = classify(&answered(302), false) else {
+            panic!("a redirect is a rejection");
+        };
+        assert!(why.contains("not followed"));
+    }
+
+    #[test]
+    fn server_errors_are_uncertain_unless_the_key_is_deduplicated() {
+        assert!(matches!(
+            classify(&answered(500), false),
+            Verdict::Uncertain { .. }
+        ));
+        assert!(matches!(
+            classify(&answered(500), true),
+            Verdict::NotProcessed { .. }
+        ));
+    }
+
+    #[test]
+    fn transport_failures_split_on_whether_bytes_may_have_left() {
+        assert!(matches!(
+            classify(&Exchange::NotConnected("refused".into()), false),
+            Verdict::NotSent { .. }
+        ));
+        assert!(matches!(
+            classify(&Exchange::TimedOut("10s".into()), true),
+            Verdict::Uncertain { .. }
+        ));
+        assert!(matches!(
+            classify(&Exchange::Broken("reset".into()), false),
+            Verdict::Uncertain { .. }
+        ));
+        assert!(matches!(
+            classify(&Exchange::Unsendable("bad url".into()), false),
+            Verdict::Rejected { .. }
+        ));
+    }
+}

@@ -1,0 +1,148 @@
+//! The HTTP side: one pooled keep-alive client that never follows redirects, the request
+//! every attempt sends (same id, key, payload bytes; fresh timestamp and signatures), and
+//! lookups by key.
+
+use outbox_core::retry::parse_retry_after;
+use outbox_core::signing;
+use outbox_store::dispatch::ClaimedAlert;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
+use std::time::Duration;
+
+use crate::classify::Exchange;
+
+/// Longest part of an answer kept as evidence.
+const EXCERPT_BYTES: usize = 512;
+/// Largest answer body read (for the reference); the rest is ignored.
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// Builds the shared client: keep-alive pool, no redirects, a connect timeout.
+pub fn client(connect_timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(connect_timeout)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .user_agent(concat!("alert-outbox/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .expect("a client with these settings always builds")
+}
+
+/// Sends one attempt of `alert`.
+pub async fn send(http: &reqwest::Client, alert: &ClaimedAlert) -> Exchange {
+    let id = alert.alert_id.to_string();
+    let timestamp = chrono::Utc::now().timestamp();
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let Ok(key_header) = HeaderName::from_bytes(alert.idempotency_header.as_bytes()) else {
+        return Exchange::Unsendable(format!(
+            "idempotency header `{}` is not a valid header name",
+            alert.idempotency_header
+        ));
+    };
+    let id_value = HeaderValue::from_str(&id).expect("a uuid is a valid header value");
+    headers.insert(key_header, id_value.clone());
+    headers.insert("webhook-id", id_value);
+    headers.insert("webhook-timestamp", HeaderValue::from(timestamp));
+    if !alert.signing_secrets.is_empty() {
+        let keys: Result<Vec<_>, _> = alert
+            .signing_secrets
+            .iter()
+            .map(|s| signing::decode_secret(s))
+            .collect();
+        let Ok(keys) = keys else {
+            return Exchange::Unsendable("a signing secret of the destination is malformed".into());
+        };
+        let signature = signing::signature_header(&keys, &id, timestamp, alert.payload.as_bytes());
+        headers.insert(
+            "webhook-signature",
+            HeaderValue::from_str(&signature).expect("base64 is a valid header value"),
+        );
+    }
+    let request = http
+        .post(&alert.url)
+        .headers(headers)
+        .timeout(timeout_of(alert))
+        .body(alert.payload.clone());
+    exchange(request, alert.reference_header.as_deref()).await
+}
+
+/// Asks the destination whether it has `alert` (its lookup URL with the key filled in).
+pub async fn lookup(http: &reqwest::Client, alert: &ClaimedAlert, template: &str) -> Exchange {
+    let url = template.replace("{key}", &alert.alert_id.to_string());
+    let request = http.get(url).timeout(timeout_of(alert));
+    exchange(request, alert.reference_header.as_deref()).await
+}
+
+fn timeout_of(alert: &ClaimedAlert) -> Duration {
+    Duration::from_millis(u64::try_from(alert.timeout_ms).unwrap_or(10_000))
+}
+
+async fn exchange(request: reqwest::RequestBuilder, reference_header: Option<&str>) -> Exchange {
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(err) => return transport_failure(&err),
+    };
+    let status = response.status().as_u16();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let retry_after = header(RETRY_AFTER.as_str())
+        .and_then(|v| parse_retry_after(&v, chrono::Utc::now().timestamp()));
+    let location = header(LOCATION.as_str());
+    let header_reference = reference_header.and_then(header);
+    // The status is what counts; a body that fails to arrive only costs the reference.
+    let body = read_limited(response).await;
+    let reference = header_reference.or_else(|| {
+        serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| match &v["id"] {
+                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            })
+    });
+    let excerpt = String::from_utf8_lossy(&body[..body.len().min(EXCERPT_BYTES)])
+        .trim()
+        .to_owned();
+    Exchange::Answered {
+        status,
+        retry_after,
+        reference,
+        location,
+        excerpt,
+    }
+}
+
+async fn read_limited(mut response: reqwest::Response) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        body.extend_from_slice(&chunk);
+        if body.len() >= MAX_ANSWER_BYTES {
+            break;
+        }
+    }
+    body
+}
+
+fn transport_failure(err: &reqwest::Error) -> Exchange {
+    // The source chain says what failed ("connection refused", "dns error", ...).
+    let mut why = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        why.push_str(": ");
+        why.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    if err.is_builder() {
+        Exchange::Unsendable(why)
+    } else if err.is_connect() {
+        Exchange::NotConnected(why)
+    } else if err.is_timeout() {
+        Exchange::TimedOut(why)
+    } else {
+        Exchange::Broken(why)
+    }
+}

@@ -1,0 +1,467 @@
+//! What a dispatcher does with one claimed row: send it, or settle an uncertain attempt
+//! by evidence (lookup, de-duplication window, the destination's policy), then say where
+//! the row goes next and why, in words an operator can act on.
+
+use chrono::{DateTime, Utc};
+use outbox_core::retry::RetrySchedule;
+use outbox_store::dispatch::{AttemptRecord, ClaimedAlert, Completion, Next};
+use std::time::{Duration, Instant};
+
+use crate::classify::{classify, Exchange, Verdict};
+use crate::http;
+use crate::Shared;
+
+/// How long after an uncertain send a lookup's "not found" is believed: longer than the
+/// request timeout, so a request still in flight at the destination has landed.
+const LOOKUP_GRACE_EXTRA: Duration = Duration::from_secs(1);
+/// Safety margin before the end of a lease: a send that might not finish inside the lease
+/// is not started.
+const LEASE_MARGIN: Duration = Duration::from_secs(1);
+
+/// What became of a claim.
+#[derive(Debug)]
+pub(crate) enum Finished {
+    /// Record this.
+    Done(Box<Completion>),
+    /// Nothing was sent: give the claim back.
+    Release,
+}
+
+/// A claim with the clocks needed to reason about it.
+pub(crate) struct Claim {
+    pub row: ClaimedAlert,
+    /// Local instant of the claim, to measure elapsed time without trusting clock sync.
+    pub local_claimed_at: Instant,
+    /// Local deadline: the lease as this process must assume it.
+    pub local_lease_deadline: Instant,
+}
+
+impl Claim {
+    /// The database clock now, estimated from the claim.
+    fn db_now(&self) -> DateTime<Utc> {
+        self.row.db_now
+            + chrono::Duration::from_std(self.local_claimed_at.elapsed()).unwrap_or_default()
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.row.timeout_ms).unwrap_or(10_000))
+    }
+
+    /// Whether a request started now would end inside the lease.
+    fn lease_allows_request(&self) -> bool {
+        Instant::now() + self.timeout() + LEASE_MARGIN < self.local_lease_deadline
+    }
+}
+
+/// Works one claimed row to its next state.
+pub(crate) async fn work(shared: &Shared, claim: &Claim) -> Finished {
+    if claim.row.claimed_from == "uncertain" {
+        return settle_uncertain(shared, claim).await;
+    }
+    if !claim.lease_allows_request() {
+        return Finished::Release;
+    }
+    send_and_judge(shared, claim, claim.row.attempts, "").await
+}
+
+/// Sends attempt `attempt` and turns the answer into a completion.
+async fn send_and_judge(shared: &Shared, claim: &Claim, attempt: i32, context: &str) -> Finished {
+    fail_point_after_claim();
+    let row = &claim.row;
+    let started_at = Utc::now();
+    let started = Instant::now();
+    let exchange = http::send(&shared.http, row).await;
+    shared
+        .metrics
+        .send_latency(&row.destination, started.elapsed());
+    fail_point_after_send();
+    let deduplicates = row.idempotency_retention_secs.is_some();
+    let verdict = classify(&exchange, deduplicates);
+    let (outcome, status, reference, error_class, excerpt) = describe(&exchange, &verdict);
+    shared.metrics.attempt(&row.destination, outcome);
+    let record = AttemptRecord {
+        kind: "send",
+        attempt,
+        started_at,
+        outcome,
+        http_status: status,
+        destination_reference: reference.clone(),
+        error_class,
+        response_excerpt: excerpt,
+    };
+    let now = claim.db_now();
+    let prefix = format!("attempt {attempt}{context}");
+    let timeout = claim.timeout();
+    let (next, line, disable) = match verdict {
+        Verdict::Accepted { reference } => (
+            Next::Settle {
+                outcome: "accepted",
+                reference: reference.clone(),
+            },
+            format!(
+                "{prefix} accepted by the destination ({}{})",
+                status.map_or_else(String::new, |s| format!("HTTP {s}")),
+                reference.map_or_else(String::new, |r| format!(", reference {r}"))
+            ),
+            None,
+        ),
+        Verdict::Rejected { gone, why } => {
+            let line = if gone {
+                format!("{prefix} rejected: {why}; the destination is gone, so it was disabled")
+            } else {
+                format!("{prefix} rejected: {why}")
+            };
+            (
+                Next::Settle {
+                    outcome: "failed",
+                    reference: None,
+                },
+                line,
+                gone.then(|| format!("answered 410 Gone to alert {}", row.alert_id)),
+            )
+        }
+        Verdict::NotProcessed { retry_after, why } => {
+            let (next, plan) = retry_or_exhaust(shared, claim, attempt, retry_after, now);
+            (
+                next,
+                format!("{prefix} not processed ({why}); {plan}"),
+                None,
+            )
+        }
+        Verdict::NotSent { why } => {
+            let (next, plan) = retry_or_exhaust(shared, claim, attempt, None, now);
+            (next, format!("{prefix} not sent ({why}); {plan}"), None)
+        }
+        Verdict::Uncertain { why } => {
+            let (at, plan) = if row.lookup_url_template.is_some() {
+                let at = now
+                    + chrono::Duration::from_std(timeout + LOOKUP_GRACE_EXTRA).unwrap_or_default();
+                (at, "will look it up at the destination".to_owned())
+            } else if let Some(secs) = row.idempotency_retention_secs {
+                (now, format!("the destination de-duplicates by key for {}; will resend with the same key", outbox_core::duration::format(Duration::from_secs_f64(secs))))
+            } else if row.on_uncertain == "retry" {
+                (
+                    now,
+                    "no lookup and no de-duplication: will resend and flag a possible duplicate"
+                        .to_owned(),
+                )
+            } else {
+                (
+                    now,
+                    "no lookup and no de-duplication: retry held for reconciliation".to_owned(),
+                )
+            };
+            (
+                Next::Requeue {
+                    status: "uncertain",
+                    at,
+                },
+                format!("{prefix} {why}; destination acceptance unknown; {plan}"),
+                None,
+            )
+        }
+    };
+    Finished::Done(Box::new(Completion {
+        alert_id: row.alert_id,
+        fencing_token: row.fencing_token,
+        worker: shared.config.worker_id.clone(),
+        attempt: Some(record),
+        next,
+        line,
+        disable_destination: disable,
+    }))
+}
+
+/// Schedules a retry, or fails the alert when its attempts or retry window are used up.
+fn retry_or_exhaust(
+    shared: &Shared,
+    claim: &Claim,
+    attempt: i32,
+    retry_after: Option<Duration>,
+    now: DateTime<Utc>,
+) -> (Next, String) {
+    let row = &claim.row;
+    let unit: f64 = rand::random();
+    let schedule: &RetrySchedule = &shared.config.retry_schedule;
+    let delay = schedule.delay(attempt.unsigned_abs(), unit, retry_after);
+    let at = now + chrono::Duration::from_std(delay).unwrap_or_default();
+    let window_end = row.approved_at
+        + chrono::Duration::from_std(Duration::from_secs_f64(row.max_retry_window_secs))
+            .unwrap_or_default();
+    if attempt >= row.max_attempts || at > window_end {
+        let why = if attempt >= row.max_attempts {
+            format!("exhausted: {attempt} of {} attempts used", row.max_attempts)
+        } else {
+            "exhausted: the retry window has closed".to_owned()
+        };
+        return (
+            Next::Settle {
+                outcome: "failed",
+                reference: None,
+            },
+            why,
+        );
+    }
+    let honoured = retry_after.map_or_else(String::new, |_| {
+        " (as Retry-After asked, capped)".to_owned()
+    });
+    (
+        Next::Requeue {
+            status: "pending",
+            at,
+        },
+        format!(
+            "retry in {}{honoured}",
+            outbox_core::duration::format(Duration::from_millis(delay.as_millis() as u64))
+        ),
+    )
+}
+
+/// Settles an uncertain attempt by evidence, in order: lookup at the destination; a resend
+/// the destination de-duplicates inside its retention window; the destination's policy.
+async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
+    let row = &claim.row;
+    let now = claim.db_now();
+    let attempt = row.attempts;
+    if let Some(template) = &row.lookup_url_template {
+        if !claim.lease_allows_request() {
+            return Finished::Release;
+        }
+        let started_at = Utc::now();
+        let exchange = http::lookup(&shared.http, row, template).await;
+        let grace_end = row.last_send_started_at.unwrap_or(now)
+            + chrono::Duration::from_std(claim.timeout() + LOOKUP_GRACE_EXTRA).unwrap_or_default();
+        let lookup = |outcome: &'static str,
+                      status: Option<u16>,
+                      reference: Option<String>,
+                      error: Option<String>| AttemptRecord {
+            kind: "lookup",
+            attempt,
+            started_at,
+            outcome,
+            http_status: status,
+            destination_reference: reference,
+            error_class: error,
+            response_excerpt: None,
+        };
+        match exchange {
+            Exchange::Answered {
+                status: 200..=299,
+                reference,
+                ..
+            } => {
+                shared.metrics.attempt(&row.destination, "found");
+                return done(
+                    shared,
+                    claim,
+                    Some(lookup("found", Some(200), reference.clone(), None)),
+                    Next::Settle {
+                        outcome: "accepted",
+                        reference: reference.clone(),
+                    },
+                    format!(
+                        "confirmed by lookup: the destination has attempt {attempt}'s alert{}",
+                        reference.map_or_else(String::new, |r| format!(" (reference {r})"))
+                    ),
+                );
+            }
+            Exchange::Answered { status: 404, .. } if now >= grace_end => {
+                shared.metrics.attempt(&row.destination, "not_found");
+                return resend(shared, claim, Some(lookup("not_found", Some(404), None, None)),
+                    "the destination's lookup does not have it after the grace period; resending with the same key",
+                    false).await;
+            }
+            Exchange::Answered { status: 404, .. } => {
+                shared.metrics.attempt(&row.destination, "not_found");
+                return done(shared, claim, Some(lookup("not_found", Some(404), None, None)),
+                    Next::Requeue { status: "uncertain", at: grace_end },
+                    format!("lookup does not have attempt {attempt} yet; asking again after the grace period"));
+            }
+            other => {
+                let why = match &other {
+                    Exchange::Answered { status, .. } => format!("HTTP {status}"),
+                    Exchange::NotConnected(w)
+                    | Exchange::TimedOut(w)
+                    | Exchange::Broken(w)
+                    | Exchange::Unsendable(w) => w.clone(),
+                };
+                shared.metrics.attempt(&row.destination, "lookup_failed");
+                let delay = shared.config.retry_schedule.delay(1, rand::random(), None);
+                let status = match other {
+                    Exchange::Answered { status, .. } => Some(status),
+                    _ => None,
+                };
+                return done(
+                    shared,
+                    claim,
+                    Some(lookup(
+                        "uncertain",
+                        status,
+                        None,
+                        Some("lookup_failed".into()),
+                    )),
+                    Next::Requeue {
+                        status: "uncertain",
+                        at: now + chrono::Duration::from_std(delay).unwrap_or_default(),
+                    },
+                    format!("lookup failed ({why}); still uncertain, will ask again"),
+                );
+            }
+        }
+    }
+    if let (Some(secs), Some(first)) = (row.idempotency_retention_secs, row.first_send_started_at) {
+        let retention = Duration::from_secs_f64(secs);
+        let margin = (retention / 10).min(Duration::from_secs(300));
+        let safe_until = first + chrono::Duration::from_std(retention - margin).unwrap_or_default();
+        if now < safe_until {
+            return resend(shared, claim, None,
+                &format!("the destination de-duplicates by key for {} and the first attempt is inside that window; resending with the same key",
+                    outbox_core::duration::format(retention)),
+                false).await;
+        }
+    }
+    if row.on_uncertain == "retry" {
+        return resend(shared, claim, None,
+            "no lookup and no de-duplication window to rule out a duplicate; resending (on_uncertain = retry), possible duplicate",
+            true).await;
+    }
+    done(shared, claim, None, Next::Settle { outcome: "held", reference: None },
+        format!("attempt {attempt}: destination acceptance unknown, and there is no lookup and no de-duplication window; retry held for reconciliation by an operator"))
+}
+
+/// Commits "attempt N+1 started" (fenced), then sends. A lookup that led here is
+/// recorded by that commit's evidence line; its attempt row is recorded with the send.
+async fn resend(
+    shared: &Shared,
+    claim: &Claim,
+    lookup: Option<AttemptRecord>,
+    why: &str,
+    possible_duplicate: bool,
+) -> Finished {
+    if !claim.lease_allows_request() {
+        return Finished::Release;
+    }
+    let row = &claim.row;
+    let attempt = match outbox_store::dispatch::begin_resend(
+        &shared.pool,
+        row.alert_id,
+        row.fencing_token,
+        &shared.config.worker_id,
+        why,
+        possible_duplicate,
+    )
+    .await
+    {
+        Ok(Some(attempt)) => attempt,
+        Ok(None) => {
+            tracing::warn!(alert_id = %row.alert_id, "claim lost before resending; nothing sent");
+            return Finished::Release;
+        }
+        Err(err) => {
+            tracing::error!(alert_id = %row.alert_id, error = %err, "could not record the resend; nothing sent");
+            return Finished::Release;
+        }
+    };
+    if let Some(lookup) = lookup {
+        // The lookup's finding is evidence too; record it as its own row.
+        let _ = outbox_store::dispatch::record_attempt(
+            &shared.pool,
+            row.alert_id,
+            row.fencing_token,
+            &shared.config.worker_id,
+            &lookup,
+        )
+        .await;
+    }
+    send_and_judge(shared, claim, attempt, " (resend)").await
+}
+
+fn done(
+    shared: &Shared,
+    claim: &Claim,
+    attempt: Option<AttemptRecord>,
+    next: Next,
+    line: String,
+) -> Finished {
+    Finished::Done(Box::new(Completion {
+        alert_id: claim.row.alert_id,
+        fencing_token: claim.row.fencing_token,
+        worker: shared.config.worker_id.clone(),
+        attempt,
+        next,
+        line,
+        disable_destination: None,
+    }))
+}
+
+/// Splits an exchange into the attempt record's fields.
+fn describe(
+    exchange: &Exchange,
+    verdict: &Verdict,
+) -> (
+    &'static str,
+    Option<u16>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+) {
+    let outcome = match verdict {
+        Verdict::Accepted { .. } => "accepted",
+        Verdict::Rejected { .. } => "rejected",
+        Verdict::NotProcessed { .. } => "not_processed",
+        Verdict::NotSent { .. } => "not_sent",
+        Verdict::Uncertain { .. } => "uncertain",
+    };
+    match exchange {
+        Exchange::Answered {
+            status,
+            reference,
+            excerpt,
+            ..
+        } => (
+            outcome,
+            Some(*status),
+            reference.clone(),
+            None,
+            (!excerpt.is_empty()).then(|| excerpt.clone()),
+        ),
+        Exchange::NotConnected(why) => (
+            outcome,
+            None,
+            None,
+            Some("connect".into()),
+            Some(why.clone()),
+        ),
+        Exchange::TimedOut(why) => (
+            outcome,
+            None,
+            None,
+            Some("timeout".into()),
+            Some(why.clone()),
+        ),
+        Exchange::Broken(why) => (
+            outcome,
+            None,
+            None,
+            Some("connection_broken".into()),
+            Some(why.clone()),
+        ),
+        Exchange::Unsendable(why) => (
+            outcome,
+            None,
+            None,
+            Some("configuration".into()),
+            Some(why.clone()),
+        ),
+    }
+}
+
+/// Crash point: the claim is committed, nothing is sent yet.
+fn fail_point_after_claim() {
+    fail::fail_point!("dispatch-after-claim");
+}
+
+/// Crash point: the destination has the request; nothing is recorded yet.
+fn fail_point_after_send() {
+    fail::fail_point!("dispatch-after-send");
+}

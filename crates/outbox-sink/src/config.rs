@@ -1,0 +1,192 @@
+//! The command line of `sink`, and the parsers that refuse bad values before anything runs.
+
+use clap::Parser;
+use hyper::header::HeaderName;
+use hyper::StatusCode;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Command line of `sink`. Every flag can also come from a `SINK_*` environment variable,
+/// so the same image serves tests (flags) and compose files (environment).
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "sink",
+    version,
+    about = "A notification endpoint you control: records, de-duplicates, answers lookups, injects faults."
+)]
+pub struct SinkArgs {
+    /// Address to listen on.
+    #[arg(long, env = "SINK_LISTEN", default_value = "127.0.0.1:9000")]
+    pub listen: SocketAddr,
+
+    /// Request header that carries the idempotency key.
+    #[arg(
+        long,
+        env = "SINK_IDEMPOTENCY_HEADER",
+        default_value = "Idempotency-Key",
+        value_parser = parse_header_name
+    )]
+    pub idempotency_header: HeaderName,
+
+    /// De-duplicate by key for this long (e.g. `24h`). Without it every request is
+    /// applied, and a repeated key is an effective duplicate.
+    #[arg(long, env = "SINK_RETENTION", value_parser = humantime::parse_duration)]
+    pub retention: Option<Duration>,
+
+    /// Answer `GET /requests/{key}` with the receipt of an applied key.
+    #[arg(long, env = "SINK_LOOKUP", value_parser = clap::builder::FalseyValueParser::new())]
+    pub lookup: bool,
+
+    /// Probability, in [0, 1], of applying a delivery and then closing the connection
+    /// without answering.
+    #[arg(long, env = "SINK_DROP_RESPONSE_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub drop_response_rate: f64,
+
+    /// Probability, in [0, 1], of refusing a delivery with `--fail-status`.
+    #[arg(long, env = "SINK_FAIL_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub fail_rate: f64,
+
+    /// Status of a refused delivery (200 to 599).
+    #[arg(long, env = "SINK_FAIL_STATUS", default_value = "503", value_parser = parse_status)]
+    pub fail_status: StatusCode,
+
+    /// Wait this long (e.g. `2s`) before answering an applied or duplicate delivery.
+    #[arg(long, env = "SINK_LATENCY", value_parser = humantime::parse_duration)]
+    pub latency: Option<Duration>,
+
+    /// Seed of the fault draws, for reproducible runs. Without it a random seed is chosen
+    /// and logged.
+    #[arg(long, env = "SINK_SEED")]
+    pub seed: Option<u64>,
+
+    /// Signing secret (`whsec_...`) to verify Standard Webhooks signatures with. Repeat the
+    /// flag (or separate with commas in `SINK_SECRET`) to accept several while rotating.
+    #[arg(
+        long = "secret",
+        env = "SINK_SECRET",
+        value_parser = parse_secret,
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub secrets: Vec<SigningSecret>,
+}
+
+/// The key bytes of a `whsec_...` secret. Its `Debug` never shows them, so the parsed
+/// arguments can be logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SigningSecret(Vec<u8>);
+
+impl SigningSecret {
+    /// The HMAC key.
+    pub fn key(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SigningSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SigningSecret(..)")
+    }
+}
+
+fn parse_secret(value: &str) -> Result<SigningSecret, String> {
+    outbox_core::signing::decode_secret(value)
+        .map(SigningSecret)
+        .map_err(|err| err.to_string())
+}
+
+fn parse_header_name(value: &str) -> Result<HeaderName, String> {
+    HeaderName::from_bytes(value.as_bytes()).map_err(|_| format!("`{value}` is not a header name"))
+}
+
+/// A probability: a finite number from 0 to 1.
+pub(crate) fn parse_rate(value: &str) -> Result<f64, String> {
+    let rate: f64 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{value}` is not a number"))?;
+    check_rate(rate)
+}
+
+pub(crate) fn check_rate(rate: f64) -> Result<f64, String> {
+    // The negated form also refuses NaN.
+    if !(0.0..=1.0).contains(&rate) {
+        return Err(format!("a rate must be from 0 to 1, not {rate}"));
+    }
+    Ok(rate)
+}
+
+fn parse_status(value: &str) -> Result<StatusCode, String> {
+    let code: u16 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{value}` is not a status code"))?;
+    check_status(code)
+}
+
+/// A status a response can end with. Informational (1xx) statuses are not final answers,
+/// so they are refused along with anything beyond 599.
+pub(crate) fn check_status(code: u16) -> Result<StatusCode, String> {
+    if !(200..=599).contains(&code) {
+        return Err(format!("a status must be from 200 to 599, not {code}"));
+    }
+    StatusCode::from_u16(code).map_err(|err| err.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_must_be_probabilities() {
+        assert_eq!(parse_rate("0"), Ok(0.0));
+        assert_eq!(parse_rate("0.25"), Ok(0.25));
+        assert_eq!(parse_rate("1"), Ok(1.0));
+        assert!(parse_rate("1.5").is_err());
+        assert!(parse_rate("-0.1").is_err());
+        assert!(parse_rate("NaN").is_err());
+        assert!(parse_rate("often").is_err());
+    }
+
+    #[test]
+    fn statuses_must_be_final() {
+        assert_eq!(check_status(429), Ok(StatusCode::TOO_MANY_REQUESTS));
+        assert!(check_status(101).is_err());
+        assert!(check_status(600).is_err());
+    }
+
+    #[test]
+    fn defaults_and_flags() {
+        let args = SinkArgs::try_parse_from(["sink"]).unwrap();
+        assert_eq!(args.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(args.idempotency_header, "idempotency-key");
+        assert_eq!(args.fail_status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(!args.lookup);
+        assert!(args.retention.is_none());
+
+        let args = SinkArgs::try_parse_from([
+            "sink",
+            "--retention",
+            "1h",
+            "--latency",
+            "250ms",
+            "--lookup",
+            "--fail-rate",
+            "0.5",
+            "--secret",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        ])
+        .unwrap();
+        assert_eq!(args.retention, Some(Duration::from_secs(3600)));
+        assert_eq!(args.latency, Some(Duration::from_millis(250)));
+        assert!(args.lookup);
+        assert_eq!(args.fail_rate, 0.5);
+        assert_eq!(args.secrets.len(), 1);
+        assert_eq!(format!("{:?}", args.secrets[0]), "SigningSecret(..)");
+
+        assert!(SinkArgs::try_parse_from(["sink", "--drop-response-rate", "2"]).is_err());
+        assert!(SinkArgs::try_parse_from(["sink", "--secret", "nope"]).is_err());
+        assert!(SinkArgs::try_parse_from(["sink", "--retention", "soon"]).is_err());
+    }
+}

@@ -1,0 +1,525 @@
+//! The sink's memory and its decisions: what each delivery gets, what is recorded, what is
+//! counted. Everything here is synchronous and runs under one lock, so the fault draws
+//! happen in the order requests arrive and a seed reproduces a run.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderMap, HeaderName};
+use hyper::{Response, StatusCode};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::config::SinkArgs;
+use crate::faults::{FaultPatch, FaultSettings};
+
+/// What the sink did with a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Applied, with a new receipt.
+    Applied,
+    /// The key was applied within the retention: answered with the original receipt,
+    /// nothing applied.
+    WireDuplicate,
+    /// Refused by the fail rate; not applied.
+    Failed,
+    /// Answered with a scripted response; not applied.
+    Scripted,
+    /// The body exceeded the size limit; answered 413, not applied.
+    TooLarge,
+}
+
+/// The result of checking a delivery's Standard Webhooks signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignatureCheck {
+    /// A signature matches one of the secrets.
+    Valid,
+    /// Signature headers are there but none matches (or the timestamp is not an integer).
+    Invalid,
+    /// A secret is configured but the signature headers are absent.
+    Missing,
+    /// No secret is configured, or the body was never read.
+    Unchecked,
+}
+
+impl SignatureCheck {
+    fn is_bad(self) -> bool {
+        matches!(self, SignatureCheck::Invalid | SignatureCheck::Missing)
+    }
+}
+
+/// One request to a delivery path, as `GET /_sink/records` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Record {
+    /// Position in arrival order, from 1 (restarts at `POST /_sink/reset`).
+    pub seq: u64,
+    /// Arrival time, RFC 3339.
+    pub at: String,
+    /// Request path.
+    pub path: String,
+    /// Idempotency key, when the header was present.
+    pub key: Option<String>,
+    /// Hex SHA-256 of the body; `None` when the body was too large to read.
+    pub payload_sha256: Option<String>,
+    /// Signature check result.
+    pub signature: SignatureCheck,
+    /// What the sink did.
+    pub outcome: Outcome,
+    /// Receipt given, for applied and wire-duplicate deliveries.
+    pub receipt: Option<String>,
+    /// Status answered; `None` when the response was dropped.
+    pub status: Option<u16>,
+    /// The connection was closed without a response.
+    pub dropped: bool,
+}
+
+/// Counters since start or the last reset, as `GET /stats` answers them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Requests to delivery paths.
+    pub requests: u64,
+    /// Distinct keys among applied deliveries.
+    pub distinct_keys: u64,
+    /// Deliveries applied.
+    pub applied: u64,
+    /// Deliveries answered with an earlier receipt without applying.
+    pub wire_duplicates: u64,
+    /// Applied deliveries whose key had been applied before: the duplicates a receiver
+    /// without de-duplication actually suffers.
+    pub effective_duplicates: u64,
+    /// Deliveries refused by the fail rate.
+    pub failed: u64,
+    /// Deliveries answered by a scripted response.
+    pub scripted: u64,
+    /// Deliveries whose response was dropped.
+    pub dropped: u64,
+    /// Deliveries with an invalid or missing signature while a secret is configured.
+    pub bad_signatures: u64,
+}
+
+/// What to do with a delivery once decided.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Answer this now.
+    Respond(Response<Full<Bytes>>),
+    /// Wait `delay`, then either answer 200 with the receipt or close the connection.
+    Acknowledge {
+        receipt: String,
+        delay: Duration,
+        drop: bool,
+    },
+}
+
+/// The sink: its configuration and, behind one lock, faults, records, counters and the
+/// seeded random generator of the fault draws.
+#[derive(Debug)]
+pub struct Sink {
+    idempotency_header: HeaderName,
+    retention: Option<Duration>,
+    lookup: bool,
+    keys: Vec<Vec<u8>>,
+    seed: u64,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    faults: FaultSettings,
+    rng: StdRng,
+    records: Vec<Record>,
+    stats: Stats,
+    /// Latest application of each key.
+    applied: HashMap<String, Applied>,
+    /// Receipts are never reused, not even after a reset: the outside world stores them.
+    last_receipt: u64,
+}
+
+#[derive(Debug)]
+struct Applied {
+    receipt: String,
+    at: Instant,
+}
+
+impl Sink {
+    /// A sink configured by `args`, with nothing recorded yet.
+    pub fn new(args: &SinkArgs) -> Self {
+        // Without a seed one is drawn anyway, so that it can be logged and a run replayed.
+        let seed = args.seed.unwrap_or_else(rand::random);
+        Sink {
+            idempotency_header: args.idempotency_header.clone(),
+            retention: args.retention,
+            lookup: args.lookup,
+            keys: args.secrets.iter().map(|s| s.key().to_vec()).collect(),
+            seed,
+            inner: Mutex::new(Inner {
+                faults: FaultSettings::from_args(args),
+                rng: StdRng::seed_from_u64(seed),
+                records: Vec::new(),
+                stats: Stats::default(),
+                applied: HashMap::new(),
+                last_receipt: 0,
+            }),
+        }
+    }
+
+    /// The seed of the fault draws.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Whether `GET /requests/{key}` is answered.
+    pub fn lookup_enabled(&self) -> bool {
+        self.lookup
+    }
+
+    /// Counters since start or the last reset.
+    pub fn stats(&self) -> Stats {
+        let inner = self.lock();
+        Stats {
+            distinct_keys: inner.applied.len() as u64,
+            ..inner.stats.clone()
+        }
+    }
+
+    /// Records in arrival order, only those with idempotency key `key` when given.
+    pub fn records(&self, key: Option<&str>) -> Vec<Record> {
+        self.lock()
+            .records
+            .iter()
+            .filter(|r| key.is_none_or(|k| r.key.as_deref() == Some(k)))
+            .cloned()
+            .collect()
+    }
+
+    /// The receipt of the latest application of `key`, if it was ever applied.
+    pub fn receipt_of(&self, key: &str) -> Option<String> {
+        self.lock().applied.get(key).map(|a| a.receipt.clone())
+    }
+
+    /// The current faults.
+    pub fn faults(&self) -> FaultSettings {
+        self.lock().faults.clone()
+    }
+
+    /// Changes the faults; on error nothing changes.
+    pub(crate) fn patch_faults(&self, patch: FaultPatch) -> Result<FaultSettings, String> {
+        let mut inner = self.lock();
+        inner.faults.apply(patch)?;
+        Ok(inner.faults.clone())
+    }
+
+    /// Turns every fault off.
+    pub fn clear_faults(&self) -> FaultSettings {
+        let mut inner = self.lock();
+        inner.faults.clear();
+        inner.faults.clone()
+    }
+
+    /// Forgets records, counters and applied keys. Faults, the random sequence and the
+    /// receipt numbering carry on.
+    pub fn reset(&self) {
+        let mut inner = self.lock();
+        inner.records.clear();
+        inner.stats = Stats::default();
+        inner.applied.clear();
+    }
+
+    /// The idempotency key of a request, if it has one.
+    pub(crate) fn key_of(&self, headers: &HeaderMap) -> Option<String> {
+        headers
+            .get(&self.idempotency_header)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    }
+
+    /// Checks the Standard Webhooks signature of a request against the configured secrets.
+    pub(crate) fn check_signature(&self, headers: &HeaderMap, body: &[u8]) -> SignatureCheck {
+        if self.keys.is_empty() {
+            return SignatureCheck::Unchecked;
+        }
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let (Some(id), Some(timestamp), Some(signature)) = (
+            header("webhook-id"),
+            header("webhook-timestamp"),
+            header("webhook-signature"),
+        ) else {
+            return SignatureCheck::Missing;
+        };
+        let Ok(timestamp) = timestamp.trim().parse::<i64>() else {
+            return SignatureCheck::Invalid;
+        };
+        if outbox_core::signing::verify(&self.keys, id, timestamp, body, signature) {
+            SignatureCheck::Valid
+        } else {
+            SignatureCheck::Invalid
+        }
+    }
+
+    /// Records a delivery whose body exceeded the limit; it is answered 413.
+    pub(crate) fn record_too_large(&self, path: &str, key: Option<String>) {
+        let mut inner = self.lock();
+        inner.stats.requests += 1;
+        let record = Record {
+            seq: inner.records.len() as u64 + 1,
+            at: now_rfc3339(),
+            path: path.to_owned(),
+            key,
+            payload_sha256: None,
+            signature: SignatureCheck::Unchecked,
+            outcome: Outcome::TooLarge,
+            receipt: None,
+            status: Some(StatusCode::PAYLOAD_TOO_LARGE.as_u16()),
+            dropped: false,
+        };
+        inner.records.push(record);
+    }
+
+    /// Decides what a delivery gets, records it and counts it. Scripted responses come
+    /// first, then the fail rate, then de-duplication; whatever is left is applied.
+    pub(crate) fn decide(
+        &self,
+        path: &str,
+        key: Option<String>,
+        body: &[u8],
+        signature: SignatureCheck,
+    ) -> Action {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        inner.stats.requests += 1;
+        if signature.is_bad() {
+            inner.stats.bad_signatures += 1;
+        }
+        let mut record = Record {
+            seq: inner.records.len() as u64 + 1,
+            at: now_rfc3339(),
+            path: path.to_owned(),
+            key: key.clone(),
+            payload_sha256: Some(sha256_hex(body)),
+            signature,
+            outcome: Outcome::Applied,
+            receipt: None,
+            status: None,
+            dropped: false,
+        };
+
+        if let Some(scripted) = inner.faults.script.pop_front() {
+            let (response, status) = scripted.response_or_500();
+            record.outcome = Outcome::Scripted;
+            record.status = Some(status.as_u16());
+            inner.stats.scripted += 1;
+            inner.records.push(record);
+            return Action::Respond(response);
+        }
+
+        if draw(&mut inner.rng, inner.faults.fail_rate) {
+            let status = crate::config::check_status(inner.faults.fail_status)
+                .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            record.outcome = Outcome::Failed;
+            record.status = Some(status.as_u16());
+            inner.stats.failed += 1;
+            inner.records.push(record);
+            return Action::Respond(json_response(
+                status,
+                &serde_json::json!({"error": "injected failure"}),
+            ));
+        }
+
+        let now = Instant::now();
+        let previous = key
+            .as_ref()
+            .and_then(|k| inner.applied.get(k))
+            .map(|a| (a.receipt.clone(), a.at));
+        let receipt = match previous {
+            Some((receipt, at))
+                if self
+                    .retention
+                    .is_some_and(|retention| now.duration_since(at) < retention) =>
+            {
+                record.outcome = Outcome::WireDuplicate;
+                inner.stats.wire_duplicates += 1;
+                receipt
+            }
+            previous => {
+                inner.last_receipt += 1;
+                let receipt = format!("r-{}", inner.last_receipt);
+                record.outcome = Outcome::Applied;
+                inner.stats.applied += 1;
+                if previous.is_some() {
+                    inner.stats.effective_duplicates += 1;
+                }
+                if let Some(k) = &key {
+                    inner.applied.insert(
+                        k.clone(),
+                        Applied {
+                            receipt: receipt.clone(),
+                            at: now,
+                        },
+                    );
+                }
+                receipt
+            }
+        };
+        record.receipt = Some(receipt.clone());
+
+        // Decided now rather than after the latency, so that the draws stay in arrival
+        // order however long each answer waits.
+        let drop = key
+            .as_ref()
+            .is_some_and(|k| inner.faults.drop_response_for_keys.remove(k))
+            || draw(&mut inner.rng, inner.faults.drop_response_rate);
+        if drop {
+            record.dropped = true;
+            inner.stats.dropped += 1;
+        } else {
+            record.status = Some(StatusCode::OK.as_u16());
+        }
+        inner.records.push(record);
+        Action::Acknowledge {
+            receipt,
+            delay: inner.faults.latency(),
+            drop,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind, still worth serving.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// True with probability `rate`. A zero rate draws nothing, so turning a fault off does not
+/// shift the sequence of the others.
+fn draw(rng: &mut StdRng, rate: f64) -> bool {
+    rate > 0.0 && rng.random::<f64>() < rate
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+fn sha256_hex(body: &[u8]) -> String {
+    use std::fmt::Write;
+    Sha256::digest(body)
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        })
+}
+
+/// A JSON response. Serialising the sink's own types cannot fail; should it, the answer is
+/// a 500 rather than a panic.
+pub(crate) fn json_response(status: StatusCode, value: &impl Serialize) -> Response<Full<Bytes>> {
+    let (status, body) = match serde_json::to_vec(value) {
+        Ok(body) => (status, body),
+        Err(err) => {
+            tracing::error!(error = %err, "cannot serialise a response");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                br#"{"error":"internal error"}"#.to_vec(),
+            )
+        }
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn sink(flags: &[&str]) -> Sink {
+        Sink::new(&SinkArgs::parse_from(
+            std::iter::once("sink").chain(flags.iter().copied()),
+        ))
+    }
+
+    fn receipt(action: Action) -> (String, bool) {
+        match action {
+            Action::Acknowledge { receipt, drop, .. } => (receipt, drop),
+            Action::Respond(r) => panic!("expected an acknowledgement, got {}", r.status()),
+        }
+    }
+
+    fn deliver(sink: &Sink, key: Option<&str>) -> Action {
+        sink.decide(
+            "/hook",
+            key.map(str::to_owned),
+            b"{}",
+            SignatureCheck::Unchecked,
+        )
+    }
+
+    #[test]
+    fn hashes_bodies_in_hex() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn retention_turns_repeats_into_wire_duplicates() {
+        let sink = sink(&["--retention", "1h"]);
+        assert_eq!(receipt(deliver(&sink, Some("k"))).0, "r-1");
+        assert_eq!(receipt(deliver(&sink, Some("k"))).0, "r-1");
+        assert_eq!(receipt(deliver(&sink, None)).0, "r-2");
+        assert_eq!(receipt(deliver(&sink, None)).0, "r-3");
+        let stats = sink.stats();
+        assert_eq!(
+            (
+                stats.applied,
+                stats.wire_duplicates,
+                stats.effective_duplicates
+            ),
+            (3, 1, 0)
+        );
+        assert_eq!(stats.distinct_keys, 1);
+    }
+
+    #[test]
+    fn without_retention_repeats_are_applied_again() {
+        let sink = sink(&[]);
+        assert_eq!(receipt(deliver(&sink, Some("k"))).0, "r-1");
+        assert_eq!(receipt(deliver(&sink, Some("k"))).0, "r-2");
+        assert_eq!(sink.receipt_of("k").as_deref(), Some("r-2"));
+        let stats = sink.stats();
+        assert_eq!((stats.applied, stats.effective_duplicates), (2, 1));
+    }
+
+    #[test]
+    fn reset_keeps_receipts_unique() {
+        let sink = sink(&["--retention", "1h"]);
+        receipt(deliver(&sink, Some("k")));
+        sink.reset();
+        assert_eq!(sink.stats(), Stats::default());
+        assert!(sink.records(None).is_empty());
+        assert_eq!(receipt(deliver(&sink, Some("k"))).0, "r-2");
+        assert_eq!(sink.records(None)[0].seq, 1);
+    }
+
+    #[test]
+    fn a_drop_for_a_key_happens_once() {
+        let sink = sink(&[]);
+        sink.patch_faults(serde_json::from_str(r#"{"drop_response_for_keys": ["k"]}"#).unwrap())
+            .unwrap();
+        assert!(receipt(deliver(&sink, Some("k"))).1);
+        assert!(!receipt(deliver(&sink, Some("k"))).1);
+        let records = sink.records(Some("k"));
+        assert_eq!(records.len(), 2);
+        assert!(records[0].dropped);
+        assert_eq!(records[0].status, None);
+        assert_eq!(records[1].status, Some(200));
+    }
+}

@@ -1,0 +1,564 @@
+//! The dispatcher's statements: claim due rows, sweep expired leases, start a resend,
+//! record outcomes, release unsent claims, wake-ups, queue figures.
+//!
+//! Ordering rule: "attempt N started" is committed by the claim (or by [`begin_resend`])
+//! before any byte goes to the destination; a crash mid-send therefore always leaves a
+//! `sending` row whose lease runs out, which the sweep turns into `uncertain`.
+//!
+//! Fencing: every claim draws a fresh token from a sequence. Completions and releases
+//! apply only while the row is still `sending` under that token, so a worker that stalled
+//! past its lease (and was replaced) changes nothing when it wakes up.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgExecutor, PgPool};
+use std::time::Duration;
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// The channel dispatchers LISTEN on and deciders NOTIFY after approving.
+pub const WAKE_UP_CHANNEL: &str = "outbox_due";
+
+/// A row a dispatcher now holds, with everything needed to act on it without another
+/// query: the stored payload and the destination's capabilities.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClaimedAlert {
+    /// The alert (notification id, idempotency key).
+    pub alert_id: Uuid,
+    /// This claim's fencing token.
+    pub fencing_token: i64,
+    /// Attempts started so far, counting the one this claim starts (for a pending row).
+    pub attempts: i32,
+    /// `pending` (send it) or `uncertain` (settle the last attempt first).
+    pub claimed_from: String,
+    /// When this claim's lease runs out (database clock).
+    pub lease_expires_at: DateTime<Utc>,
+    /// The database clock at the claim, the start of the lease.
+    pub db_now: DateTime<Utc>,
+    /// The payload's exact bytes.
+    pub payload: String,
+    /// When the alert was approved (for the retry window).
+    pub approved_at: DateTime<Utc>,
+    /// Start of the first send attempt that used this key (uncertain rows only).
+    pub first_send_started_at: Option<DateTime<Utc>>,
+    /// Start of the latest send attempt (uncertain rows only).
+    pub last_send_started_at: Option<DateTime<Utc>>,
+    /// The destination.
+    pub destination_id: Uuid,
+    /// Its name.
+    pub destination: String,
+    /// Where to POST.
+    pub url: String,
+    /// `whsec_` secrets.
+    pub signing_secrets: Vec<String>,
+    /// Header for the notification id.
+    pub idempotency_header: String,
+    /// De-duplication window in seconds, if the destination de-duplicates.
+    pub idempotency_retention_secs: Option<f64>,
+    /// Lookup URL template, if any.
+    pub lookup_url_template: Option<String>,
+    /// Header with the destination's reference, else body field `id`.
+    pub reference_header: Option<String>,
+    /// `hold` or `retry`.
+    pub on_uncertain: String,
+    /// Request timeout in milliseconds.
+    pub timeout_ms: i32,
+    /// Concurrency limit for this destination.
+    pub max_in_flight: i32,
+    /// Most send attempts.
+    pub max_attempts: i32,
+    /// Longest time from approval to the last retry, in seconds.
+    pub max_retry_window_secs: f64,
+}
+
+/// Claims up to `limit` due rows (pending, or uncertain and due for resolution) of enabled
+/// destinations, oldest due first, skipping rows other dispatchers hold. One statement:
+/// the claim, the lease and the "attempt N started" evidence commit together. The lease is
+/// at least `lease`, and always longer than two request timeouts of the destination (plus a second).
+pub async fn claim(
+    db: impl PgExecutor<'_>,
+    worker: &str,
+    limit: i64,
+    lease: Duration,
+) -> Result<Vec<ClaimedAlert>, StoreError> {
+    let rows = sqlx::query_as::<_, ClaimedAlert>(
+        "WITH due AS ( \
+             SELECT o.alert_id, o.status AS claimed_from, d.timeout_ms \
+             FROM outbox o JOIN destinations d ON d.id = o.destination_id \
+             WHERE o.status IN ('pending', 'uncertain') AND o.next_attempt_at <= now() \
+               AND d.enabled \
+             ORDER BY o.next_attempt_at \
+             LIMIT $1 \
+             FOR UPDATE OF o SKIP LOCKED \
+         ), claimed AS ( \
+             UPDATE outbox o SET \
+                 status = 'sending', \
+                 lease_owner = $2, \
+                 lease_expires_at = now() + greatest($3 * interval '1 millisecond', \
+                                                     (2 * due.timeout_ms + 1000) * interval '1 millisecond'), \
+                 fencing_token = nextval('outbox_fencing_token_seq'), \
+                 claimed_at = now(), \
+                 attempts = o.attempts + CASE WHEN due.claimed_from = 'pending' THEN 1 ELSE 0 END \
+             FROM due WHERE o.alert_id = due.alert_id \
+             RETURNING o.alert_id, o.fencing_token, o.attempts, o.lease_expires_at, due.claimed_from \
+         ), started AS ( \
+             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
+             SELECT c.alert_id, c.claimed_from, 'sending', c.attempts, 'dispatcher:' || $2, \
+                    CASE WHEN c.claimed_from = 'pending' \
+                         THEN format('attempt %s started by %s', c.attempts, $2) \
+                         ELSE format('claimed by %s to settle uncertain attempt %s', $2, c.attempts) END \
+             FROM claimed c \
+         ) \
+         SELECT c.alert_id, c.fencing_token, c.attempts, c.claimed_from, c.lease_expires_at, \
+                now() AS db_now, \
+                a.payload::text AS payload, a.created_at AS approved_at, \
+                CASE WHEN c.claimed_from = 'uncertain' THEN \
+                    (SELECT min(da.started_at) FROM delivery_attempts da \
+                     WHERE da.alert_id = c.alert_id AND da.kind = 'send') END AS first_send_started_at, \
+                CASE WHEN c.claimed_from = 'uncertain' THEN \
+                    (SELECT max(da.started_at) FROM delivery_attempts da \
+                     WHERE da.alert_id = c.alert_id AND da.kind = 'send') END AS last_send_started_at, \
+                d.id AS destination_id, d.name AS destination, d.url, d.signing_secrets, \
+                d.idempotency_header, \
+                extract(epoch FROM d.idempotency_retention)::float8 AS idempotency_retention_secs, \
+                d.lookup_url_template, d.reference_header, d.on_uncertain, d.timeout_ms, \
+                d.max_in_flight, d.max_attempts, \
+                extract(epoch FROM d.max_retry_window)::float8 AS max_retry_window_secs \
+         FROM claimed c \
+         JOIN alerts a ON a.id = c.alert_id \
+         JOIN destinations d ON d.id = a.destination_id",
+    )
+    .bind(limit)
+    .bind(worker)
+    .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
+    .fetch_all(db)
+    .await?;
+    Ok(rows)
+}
+
+/// Turns `sending` rows whose lease has expired into `uncertain`: their dispatcher died or
+/// stalled after committing "attempt N started", so the send may have happened. Records
+/// the attempt as uncertain and says so in the evidence. Returns how many rows it moved.
+pub async fn sweep_expired_leases(db: impl PgExecutor<'_>, limit: i64) -> Result<u64, StoreError> {
+    let moved: i64 = sqlx::query_scalar(
+        "WITH expired AS ( \
+             SELECT o.alert_id, o.attempts, o.lease_owner, o.fencing_token, o.claimed_at \
+             FROM outbox o \
+             WHERE o.status = 'sending' AND o.lease_expires_at < now() \
+             ORDER BY o.lease_expires_at \
+             LIMIT $1 \
+             FOR UPDATE SKIP LOCKED \
+         ), moved AS ( \
+             UPDATE outbox o SET status = 'uncertain', next_attempt_at = now(), \
+                 lease_owner = NULL, lease_expires_at = NULL, fencing_token = NULL, claimed_at = NULL \
+             FROM expired e WHERE o.alert_id = e.alert_id \
+             RETURNING o.alert_id \
+         ), recorded AS ( \
+             INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
+                 started_at, finished_at, idempotency_key, payload_sha256, outcome, error_class) \
+             SELECT e.alert_id, e.attempts, 'send', e.lease_owner, e.fencing_token, \
+                    e.claimed_at, now(), e.alert_id::text, a.payload_sha256, 'uncertain', 'lease_expired' \
+             FROM expired e JOIN alerts a ON a.id = e.alert_id \
+         ), explained AS ( \
+             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
+             SELECT e.alert_id, 'sending', 'uncertain', e.attempts, 'dispatcher:lease-sweep', \
+                    format('lease of %s expired during attempt %s; the send may have happened; \
+destination acceptance unknown', e.lease_owner, e.attempts) \
+             FROM expired e \
+         ) \
+         SELECT count(*) FROM moved",
+    )
+    .bind(limit)
+    .fetch_one(db)
+    .await?;
+    Ok(u64::try_from(moved).unwrap_or(0))
+}
+
+/// Starts a resend of a claimed uncertain row (same key, same payload): commits
+/// "attempt N started" with the reason before the send, and flags the alert as a possible
+/// duplicate when nothing rules a duplicate out. Returns the new attempt number, or `None`
+/// when the claim is no longer ours.
+pub async fn begin_resend(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+    fencing_token: i64,
+    worker: &str,
+    why: &str,
+    possible_duplicate: bool,
+) -> Result<Option<i32>, StoreError> {
+    let attempt = sqlx::query_scalar::<_, i32>(
+        "WITH resend AS ( \
+             UPDATE outbox SET attempts = attempts + 1, claimed_at = now() \
+             WHERE alert_id = $1 AND fencing_token = $2 AND status = 'sending' \
+             RETURNING alert_id, attempts \
+         ), flagged AS ( \
+             UPDATE alerts SET possible_duplicate = true \
+             WHERE id IN (SELECT alert_id FROM resend) AND $5 \
+         ), started AS ( \
+             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
+             SELECT alert_id, 'sending', 'sending', attempts, 'dispatcher:' || $3, \
+                    format('attempt %s started by %s: %s', attempts, $3, $4::text) \
+             FROM resend \
+         ) \
+         SELECT attempts FROM resend",
+    )
+    .bind(alert_id)
+    .bind(fencing_token)
+    .bind(worker)
+    .bind(why)
+    .bind(possible_duplicate)
+    .fetch_optional(db)
+    .await?;
+    Ok(attempt)
+}
+
+/// A finished attempt or lookup, as recorded in `delivery_attempts`.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    /// `send` or `lookup`.
+    pub kind: &'static str,
+    /// The send attempt it belongs to.
+    pub attempt: i32,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// accepted, rejected, not_processed, not_sent, uncertain, found, not_found.
+    pub outcome: &'static str,
+    /// The destination's status code, if it answered.
+    pub http_status: Option<u16>,
+    /// The destination's reference, if any.
+    pub destination_reference: Option<String>,
+    /// Failure class, if any.
+    pub error_class: Option<String>,
+    /// Start of the answer, as evidence.
+    pub response_excerpt: Option<String>,
+}
+
+/// Where a claimed row goes next.
+#[derive(Debug, Clone)]
+pub enum Next {
+    /// Leaves the outbox for good or for an operator: `accepted`, `failed` or `held`.
+    Settle {
+        /// The outcome.
+        outcome: &'static str,
+        /// The destination's (or lookup's) reference for an accepted alert.
+        reference: Option<String>,
+    },
+    /// Back to the queue as `pending` (retry) or `uncertain` (settle later), due at `at`.
+    Requeue {
+        /// `pending` or `uncertain`.
+        status: &'static str,
+        /// When it is due.
+        at: DateTime<Utc>,
+    },
+}
+
+impl Next {
+    fn state(&self) -> &'static str {
+        match self {
+            Next::Settle { outcome, .. } => outcome,
+            Next::Requeue { status, .. } => status,
+        }
+    }
+}
+
+/// The outcome of one claim, to record.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// The alert.
+    pub alert_id: Uuid,
+    /// The claim's fencing token.
+    pub fencing_token: i64,
+    /// The dispatcher.
+    pub worker: String,
+    /// The attempt or lookup that happened, if one did.
+    pub attempt: Option<AttemptRecord>,
+    /// Where the row goes.
+    pub next: Next,
+    /// The evidence line.
+    pub line: String,
+    /// Disable the destination, with this reason (410 Gone).
+    pub disable_destination: Option<String>,
+}
+
+/// Records a completion, fenced: returns `false` (and writes nothing) when the claim is no
+/// longer the row's current one.
+pub async fn complete(pool: &PgPool, done: &Completion) -> Result<bool, StoreError> {
+    let mut tx = pool.begin().await?;
+    let (settle, reference, requeue_status, requeue_at) = match &done.next {
+        Next::Settle { outcome, reference } => (Some(*outcome), reference.clone(), None, None),
+        Next::Requeue { status, at } => (None, None, Some(*status), Some(*at)),
+    };
+    let attempt = done.attempt.as_ref();
+    let applied: i64 = sqlx::query_scalar(
+        "WITH fenced AS ( \
+             SELECT alert_id FROM outbox \
+             WHERE alert_id = $1 AND fencing_token = $2 AND status = 'sending' \
+             FOR UPDATE \
+         ), recorded AS ( \
+             INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
+                 started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
+                 destination_reference, error_class, response_excerpt) \
+             SELECT f.alert_id, $4, $5, $3, $2, $6, now(), f.alert_id::text, a.payload_sha256, \
+                    $7, $8, $9, $10, left($11, 1000) \
+             FROM fenced f JOIN alerts a ON a.id = f.alert_id \
+             WHERE $5::text IS NOT NULL \
+         ), requeued AS ( \
+             UPDATE outbox o SET status = $12, next_attempt_at = $13, lease_owner = NULL, \
+                 lease_expires_at = NULL, fencing_token = NULL, claimed_at = NULL \
+             FROM fenced f WHERE o.alert_id = f.alert_id AND $12::text IS NOT NULL \
+         ), removed AS ( \
+             DELETE FROM outbox o USING fenced f \
+             WHERE o.alert_id = f.alert_id AND $14::text IS NOT NULL \
+             RETURNING o.alert_id \
+         ), settled AS ( \
+             UPDATE alerts a SET outcome = $14, settled_at = now(), \
+                 destination_reference = COALESCE($15, a.destination_reference) \
+             FROM removed r WHERE a.id = r.alert_id \
+         ), explained AS ( \
+             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
+             SELECT f.alert_id, 'sending', $16, $4, 'dispatcher:' || $3, $17 FROM fenced f \
+         ) \
+         SELECT count(*) FROM fenced",
+    )
+    .bind(done.alert_id)
+    .bind(done.fencing_token)
+    .bind(&done.worker)
+    .bind(attempt.map(|a| a.attempt))
+    .bind(attempt.map(|a| a.kind))
+    .bind(attempt.map(|a| a.started_at))
+    .bind(attempt.map(|a| a.outcome))
+    .bind(attempt.and_then(|a| a.http_status).map(|s| s as i16))
+    .bind(attempt.and_then(|a| a.destination_reference.clone()))
+    .bind(attempt.and_then(|a| a.error_class.clone()))
+    .bind(attempt.and_then(|a| a.response_excerpt.clone()))
+    .bind(requeue_status)
+    .bind(requeue_at)
+    .bind(settle)
+    .bind(reference)
+    .bind(done.next.state())
+    .bind(&done.line)
+    .fetch_one(&mut *tx)
+    .await?;
+    if applied == 0 {
+        return Ok(false);
+    }
+    fail::fail_point!("complete-before-commit");
+    if let Some(reason) = &done.disable_destination {
+        sqlx::query(
+            "UPDATE destinations SET enabled = false, disabled_reason = $2, updated_at = now() \
+             WHERE id = (SELECT destination_id FROM alerts WHERE id = $1)",
+        )
+        .bind(done.alert_id)
+        .bind(reason)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// Records one finished attempt or lookup on its own, fenced (a lookup whose finding led
+/// to a resend). Returns `false` when the claim is no longer current.
+pub async fn record_attempt(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+    fencing_token: i64,
+    worker: &str,
+    attempt: &AttemptRecord,
+) -> Result<bool, StoreError> {
+    let inserted = sqlx::query(
+        "INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
+             started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
+             destination_reference, error_class, response_excerpt) \
+         SELECT o.alert_id, $4, $5, $3, $2, $6, now(), o.alert_id::text, a.payload_sha256, \
+                $7, $8, $9, $10, left($11, 1000) \
+         FROM outbox o JOIN alerts a ON a.id = o.alert_id \
+         WHERE o.alert_id = $1 AND o.fencing_token = $2 AND o.status = 'sending'",
+    )
+    .bind(alert_id)
+    .bind(fencing_token)
+    .bind(worker)
+    .bind(attempt.attempt)
+    .bind(attempt.kind)
+    .bind(attempt.started_at)
+    .bind(attempt.outcome)
+    .bind(attempt.http_status.map(|s| s as i16))
+    .bind(&attempt.destination_reference)
+    .bind(&attempt.error_class)
+    .bind(&attempt.response_excerpt)
+    .execute(db)
+    .await?;
+    Ok(inserted.rows_affected() == 1)
+}
+
+/// Gives back a claim that was never acted on (shutdown before the send): the row returns
+/// to the state it was claimed from, and a pending row's attempt count is restored, since
+/// nothing was sent. Fenced like a completion.
+pub async fn release(
+    db: impl PgExecutor<'_>,
+    claim: &ClaimedAlert,
+    worker: &str,
+) -> Result<bool, StoreError> {
+    let released = sqlx::query_scalar::<_, Uuid>(
+        "WITH released AS ( \
+             UPDATE outbox SET status = $3, lease_owner = NULL, lease_expires_at = NULL, \
+                 fencing_token = NULL, claimed_at = NULL, next_attempt_at = now(), \
+                 attempts = attempts - CASE WHEN $3 = 'pending' THEN 1 ELSE 0 END \
+             WHERE alert_id = $1 AND fencing_token = $2 AND status = 'sending' \
+             RETURNING alert_id, attempts \
+         ), explained AS ( \
+             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
+             SELECT alert_id, 'sending', $3, NULL, 'dispatcher:' || $4, \
+                    format('%s stopped before sending; nothing was sent; back to %s', $4, $3) \
+             FROM released \
+         ) \
+         SELECT alert_id FROM released",
+    )
+    .bind(claim.alert_id)
+    .bind(claim.fencing_token)
+    .bind(&claim.claimed_from)
+    .bind(worker)
+    .fetch_optional(db)
+    .await?;
+    Ok(released.is_some())
+}
+
+/// Wakes listening dispatchers: new work may be due.
+pub async fn notify_due(db: impl PgExecutor<'_>) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(WAKE_UP_CHANNEL)
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Sends wake-ups after approvals without flooding PostgreSQL: the first approval of a
+/// burst notifies at once (low latency on an idle system); later ones inside the next
+/// 10 ms are folded into one trailing notification.
+#[derive(Debug, Clone)]
+pub struct WakeUpNotifier {
+    pool: PgPool,
+    state: std::sync::Arc<std::sync::Mutex<NotifierState>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NotifierState {
+    Idle,
+    Window,
+    WindowWithMore,
+}
+
+impl WakeUpNotifier {
+    const WINDOW: Duration = Duration::from_millis(10);
+
+    /// A notifier on `pool`.
+    pub fn new(pool: PgPool) -> Self {
+        WakeUpNotifier {
+            pool,
+            state: std::sync::Arc::new(std::sync::Mutex::new(NotifierState::Idle)),
+        }
+    }
+
+    /// Says that new work is due. Never blocks; a failed notification only costs latency
+    /// (dispatchers also poll).
+    pub fn poke(&self) {
+        {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            match *state {
+                NotifierState::Idle => *state = NotifierState::Window,
+                NotifierState::Window | NotifierState::WindowWithMore => {
+                    *state = NotifierState::WindowWithMore;
+                    return;
+                }
+            }
+        }
+        let notifier = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(err) = notify_due(&notifier.pool).await {
+                    tracing::debug!(error = %err, "wake-up notification failed");
+                }
+                tokio::time::sleep(Self::WINDOW).await;
+                let mut state = notifier.state.lock().unwrap_or_else(|e| e.into_inner());
+                if *state == NotifierState::WindowWithMore {
+                    *state = NotifierState::Window;
+                } else {
+                    *state = NotifierState::Idle;
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// A subscription to wake-ups on [`WAKE_UP_CHANNEL`].
+#[derive(Debug)]
+pub struct WakeUps(sqlx::postgres::PgListener);
+
+/// Subscribes to wake-ups.
+pub async fn listen(pool: &PgPool) -> Result<WakeUps, StoreError> {
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+    listener.listen(WAKE_UP_CHANNEL).await?;
+    Ok(WakeUps(listener))
+}
+
+impl WakeUps {
+    /// Waits for the next wake-up.
+    pub async fn recv(&mut self) -> Result<(), StoreError> {
+        self.0.recv().await?;
+        Ok(())
+    }
+}
+
+/// Whether any live row of an enabled destination is due now or within `horizon`
+/// (counting a `sending` row as due when its lease runs out): what `--drain` waits for.
+pub async fn work_due_within(
+    db: impl PgExecutor<'_>,
+    horizon: Duration,
+) -> Result<bool, StoreError> {
+    let due: bool = sqlx::query_scalar(
+        "SELECT EXISTS ( \
+             SELECT 1 FROM outbox o JOIN destinations d ON d.id = o.destination_id \
+             WHERE d.enabled \
+               AND CASE WHEN o.status = 'sending' THEN o.lease_expires_at ELSE o.next_attempt_at END \
+                   <= now() + $1 * interval '1 millisecond')",
+    )
+    .bind(i64::try_from(horizon.as_millis()).unwrap_or(i64::MAX))
+    .fetch_one(db)
+    .await?;
+    Ok(due)
+}
+
+/// Queue figures for `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct QueueFigures {
+    /// Live rows by status (pending, sending, uncertain).
+    pub live: Vec<(String, i64)>,
+    /// Age in seconds of the oldest row that is due and not being worked on.
+    pub oldest_due_age_secs: f64,
+    /// Alerts held for an operator.
+    pub held: i64,
+}
+
+/// Reads the queue figures.
+pub async fn queue_figures(pool: &PgPool) -> Result<QueueFigures, StoreError> {
+    let live = sqlx::query_as::<_, (String, i64)>(
+        "SELECT status, count(*) FROM outbox GROUP BY status ORDER BY status",
+    )
+    .fetch_all(pool)
+    .await?;
+    let oldest: Option<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM now() - min(next_attempt_at))::float8 FROM outbox \
+         WHERE status IN ('pending', 'uncertain') AND next_attempt_at <= now()",
+    )
+    .fetch_one(pool)
+    .await?;
+    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM alerts WHERE outcome = 'held'")
+        .fetch_one(pool)
+        .await?;
+    Ok(QueueFigures {
+        live,
+        oldest_due_age_secs: oldest.unwrap_or(0.0),
+        held,
+    })
+}

@@ -1,0 +1,84 @@
+//! `dispatcher`: delivers approved alerts. See `outbox_dispatcher` for how.
+
+use anyhow::Context;
+use clap::Parser;
+use outbox_core::duration::parse_positive;
+use outbox_core::retry::RetrySchedule;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Claims due alerts, sends them with idempotency keys, records what destinations confirm.
+#[derive(Debug, Parser)]
+#[command(name = "dispatcher", version, about)]
+struct Cli {
+    /// PostgreSQL connection URL.
+    #[arg(long, env = "DATABASE_URL", default_value = outbox_runtime::DEFAULT_DATABASE_URL, hide_env_values = true)]
+    database_url: String,
+    /// Name in leases and evidence lines (default: host:pid).
+    #[arg(long, env = "DISPATCHER_WORKER_ID")]
+    worker_id: Option<String>,
+    /// Most rows claimed per statement.
+    #[arg(long, env = "DISPATCHER_BATCH_SIZE", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    batch_size: u32,
+    /// Most rows this process holds in `sending` at once (its crash blast radius).
+    #[arg(long, env = "DISPATCHER_MAX_IN_FLIGHT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    max_in_flight: u32,
+    /// Minimum lease per claim; always at least two request timeouts plus 1s.
+    #[arg(long, env = "DISPATCHER_LEASE", default_value = "30s", value_parser = parse_positive)]
+    lease: Duration,
+    /// How often to look for due work when no wake-up arrives.
+    #[arg(long, env = "DISPATCHER_POLL_INTERVAL", default_value = "1s", value_parser = parse_positive)]
+    poll_interval: Duration,
+    /// Delays before retries 1, 2, ...; the last repeats. Full jitter applies.
+    #[arg(long, env = "DISPATCHER_RETRY_DELAYS", default_value = "5s,30s,2m,10m,30m,1h,3h,6h", value_parser = RetrySchedule::parse)]
+    retry_delays: RetrySchedule,
+    /// Exit once nothing is due (for tests and cron-style runs).
+    #[arg(long, env = "DISPATCHER_DRAIN")]
+    drain: bool,
+    /// With --drain, also wait for work due within this long (retries, lookups, leases).
+    #[arg(long, env = "DISPATCHER_DRAIN_HORIZON", default_value = "0s", value_parser = outbox_core::duration::parse)]
+    drain_horizon: Duration,
+    /// On SIGTERM/SIGINT, how long sends in flight may take to finish.
+    #[arg(long, env = "DISPATCHER_SHUTDOWN_DEADLINE", default_value = "20s", value_parser = parse_positive)]
+    shutdown_deadline: Duration,
+    /// Serve /metrics, /healthz and /readyz on this address.
+    #[arg(long, env = "DISPATCHER_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// Connect timeout for every destination.
+    #[arg(long, env = "DISPATCHER_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_positive)]
+    connect_timeout: Duration,
+    /// Most database connections this process opens.
+    #[arg(long, env = "DISPATCHER_MAX_CONNECTIONS", default_value_t = 16)]
+    max_connections: u32,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    outbox_runtime::init_tracing();
+    let _failpoints = outbox_runtime::failpoints();
+    let pool = outbox_store::connect_with_retry(
+        &cli.database_url,
+        "dispatcher",
+        cli.max_connections,
+        Duration::from_secs(60),
+    )
+    .await
+    .context("connecting to the database")?;
+    let config = outbox_dispatcher::Config {
+        worker_id: cli
+            .worker_id
+            .unwrap_or_else(outbox_dispatcher::default_worker_id),
+        batch_size: cli.batch_size,
+        max_in_flight: cli.max_in_flight,
+        lease: cli.lease,
+        poll_interval: cli.poll_interval,
+        retry_schedule: cli.retry_delays,
+        drain: cli.drain.then_some(cli.drain_horizon),
+        shutdown_deadline: cli.shutdown_deadline,
+        metrics_listen: cli.metrics_listen,
+        connect_timeout: cli.connect_timeout,
+    };
+    outbox_dispatcher::run(pool, config, outbox_runtime::shutdown_signal()).await?;
+    Ok(())
+}

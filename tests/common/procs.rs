@@ -1,0 +1,288 @@
+//! Real processes for end-to-end tests: the sink, dispatchers, and polling with deadlines.
+
+use outbox_testkit::TestDb;
+use serde_json::{json, Value};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Spawns a binary with JSON logs and returns it with the address from its first log line
+/// whose message is `listening_message`. Keeps draining its log afterwards; lines go to
+/// the test's stderr so a failing test shows them.
+pub async fn spawn_listening(
+    binary: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    listening_message: &str,
+) -> (Child, String) {
+    let mut command = Command::new(binary);
+    command
+        .args(args)
+        .env("LOG_FORMAT", "json")
+        .env_remove("FAILPOINTS")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("spawn");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let name = binary.rsplit('/').next().unwrap().to_owned();
+    let addr = tokio::time::timeout(DEADLINE, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            eprintln!("[{name}] {line}");
+            let Ok(event) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if event["fields"]["message"] == listening_message {
+                return event["fields"]["addr"].as_str().unwrap().to_owned();
+            }
+        }
+        panic!("{name} exited before `{listening_message}`");
+    })
+    .await
+    .expect("process did not start listening in time");
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("[{name}] {line}");
+        }
+    });
+    (child, format!("http://{addr}"))
+}
+
+/// A running `sink`.
+pub struct Sink {
+    pub child: Child,
+    pub base: String,
+    http: reqwest::Client,
+}
+
+impl Sink {
+    pub async fn start(args: &[&str]) -> Sink {
+        let mut all = vec!["--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let (child, base) =
+            spawn_listening(env!("CARGO_BIN_EXE_sink"), &all, &[], "sink listening").await;
+        Sink {
+            child,
+            base,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn hook_url(&self) -> String {
+        format!("{}/hook", self.base)
+    }
+
+    pub fn lookup_template(&self) -> String {
+        format!("{}/requests/{{key}}", self.base)
+    }
+
+    pub async fn stats(&self) -> Value {
+        self.get("/stats").await
+    }
+
+    pub async fn records(&self, key: &str) -> Vec<Value> {
+        self.get(&format!("/_sink/records?key={key}"))
+            .await
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    pub async fn all_records(&self) -> Vec<Value> {
+        self.get("/_sink/records").await.as_array().unwrap().clone()
+    }
+
+    pub async fn faults(&self, faults: Value) {
+        let response = self
+            .http
+            .post(format!("{}/_sink/faults", self.base))
+            .json(&faults)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "fault control refused {faults}"
+        );
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Waits until the sink's own stats satisfy `done`.
+    pub async fn wait_for(&self, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let started = Instant::now();
+        loop {
+            let stats = self.stats().await;
+            if done(&stats) {
+                return stats;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "sink never got to: {what}; stats {stats}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Dispatcher arguments for tests: quick retries and polls.
+pub fn dispatcher_args<'a>(db: &'a TestDb, worker: &'a str, extra: &[&'a str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--database-url",
+        db.url.as_str(),
+        "--worker-id",
+        worker,
+        "--retry-delays",
+        "50ms,100ms",
+        "--poll-interval",
+        "100ms",
+        "--lease",
+        "1s",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+/// Starts a dispatcher that keeps running.
+pub fn spawn_dispatcher(args: &[String], failpoints: Option<&str>) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dispatcher"));
+    command
+        .args(args)
+        .env_remove("FAILPOINTS")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    if let Some(failpoints) = failpoints {
+        command.env("FAILPOINTS", failpoints);
+    }
+    command.spawn().expect("spawn dispatcher")
+}
+
+/// Runs a dispatcher with `--drain` until it exits by itself; asserts it exits 0.
+pub async fn drain(db: &TestDb, worker: &str, extra: &[&str]) {
+    let mut args = dispatcher_args(db, worker, extra);
+    args.push("--drain".into());
+    let mut child = spawn_dispatcher(&args, None);
+    let status = tokio::time::timeout(DEADLINE, child.wait())
+        .await
+        .expect("dispatcher --drain did not finish")
+        .unwrap();
+    assert!(status.success(), "dispatcher exited with {status}");
+}
+
+/// Sends a signal to a child process.
+pub fn signal(child: &Child, signal: &str) {
+    let pid = child.id().expect("child is running").to_string();
+    let status = std::process::Command::new("kill")
+        .args([format!("-{signal}"), pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Polls a count query on the test database until it satisfies `done`.
+pub async fn wait_for_db(db: &TestDb, sql: &str, done: impl Fn(i64) -> bool) -> i64 {
+    let started = Instant::now();
+    loop {
+        let got: i64 = sqlx::query_scalar(sql).fetch_one(&db.pool).await.unwrap();
+        if done(got) {
+            return got;
+        }
+        assert!(started.elapsed() < DEADLINE, "`{sql}` stuck at {got}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Adds a destination pointing at `url`, with the given capabilities.
+pub async fn add_destination(
+    db: &TestDb,
+    tenant_id: uuid::Uuid,
+    name: &str,
+    url: &str,
+    configure: impl FnOnce(&mut outbox_store::destinations::NewDestination),
+) {
+    let mut destination = outbox_store::destinations::NewDestination {
+        tenant_id,
+        name: name.to_owned(),
+        url: url.to_owned(),
+        signing_secrets: vec![],
+        idempotency_header: "Idempotency-Key".to_owned(),
+        idempotency_retention: None,
+        lookup_url_template: None,
+        on_uncertain: outbox_core::OnUncertain::Hold,
+        timeout: Duration::from_secs(1),
+        max_in_flight: 64,
+    };
+    configure(&mut destination);
+    outbox_store::destinations::create(&db.pool, &destination)
+        .await
+        .unwrap();
+}
+
+/// Approves `n` alerts for `destination` straight through the store's write path.
+pub async fn approve_many(
+    db: &TestDb,
+    tenant_id: uuid::Uuid,
+    destination: &str,
+    n: usize,
+) -> Vec<uuid::Uuid> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let payload = json!({"alert": i, "text": "renewal due"}).to_string();
+        let outcome = outbox_store::alerts::approve(
+            &db.pool,
+            outbox_store::alerts::Approval {
+                tenant_id,
+                destination,
+                subject: &format!("contract:A-{i}"),
+                occurrence: "2027-01-31/30d",
+                payload_json: &payload,
+                actor: "test",
+            },
+        )
+        .await
+        .unwrap();
+        match outcome {
+            outbox_store::alerts::ApproveOutcome::Created(id) => ids.push(id),
+            other => panic!("expected a new alert, got {other:?}"),
+        }
+    }
+    ids
+}
+
+/// The state of every alert, counted.
+pub async fn states(db: &TestDb) -> std::collections::BTreeMap<String, i64> {
+    sqlx::query_as::<_, (String, i64)>("SELECT state, count(*) FROM alert_states GROUP BY state")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+/// One alert's evidence lines.
+pub async fn evidence(db: &TestDb, alert_id: uuid::Uuid) -> Vec<String> {
+    sqlx::query_scalar("SELECT line FROM alert_events WHERE alert_id = $1 ORDER BY id")
+        .bind(alert_id)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+}

@@ -1,0 +1,199 @@
+//! The dispatcher end to end: real `dispatcher` and `sink` processes over a real database.
+//! Every count comes from the sink's own records or from the database.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+mod common;
+
+use common::add_tenant;
+use common::procs::*;
+use outbox_testkit::TestDb;
+use std::time::Duration;
+
+/// Crash after acceptance: the sink accepts the alert and drops its answer; the dispatcher
+/// dies before recording anything and is replaced. Returns the alert, with the sink.
+async fn crash_after_acceptance(db: &TestDb, sink: &Sink, tenant_id: uuid::Uuid) -> uuid::Uuid {
+    let id = approve_many(db, tenant_id, "ops", 1).await[0];
+    sink.faults(serde_json::json!({"drop_response_for_keys": [id.to_string()]}))
+        .await;
+
+    let first = spawn_dispatcher(
+        &dispatcher_args(db, "first", &[]),
+        Some("dispatch-after-send=pause"),
+    );
+    // The destination has it: the sink recorded the key (and dropped the answer).
+    sink.wait_for("the first request", |s| s["requests"] == 1)
+        .await;
+    wait_for_db(
+        db,
+        "SELECT count(*) FROM outbox WHERE status = 'sending'",
+        |n| n == 1,
+    )
+    .await;
+    let mut first = first;
+    first.kill().await.unwrap();
+
+    // The replacement finds the same `sending` row; its lease runs out and it is settled.
+    drain(db, "second", &["--drain-horizon", "10s"]).await;
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_acceptance_at_an_idempotent_destination_delivers_once() {
+    let db = TestDb::new().await;
+    let sink = Sink::start(&["--retention", "1h"]).await;
+    add_tenant(&db, "acme", &[]).await;
+    let tenant_id = tenant_of(&db).await;
+    add_destination(&db, tenant_id, "ops", &sink.hook_url(), |d| {
+        d.idempotency_retention = Some(Duration::from_secs(3600));
+    })
+    .await;
+    let id = crash_after_acceptance(&db, &sink, tenant_id).await;
+
+    let records = sink.records(&id.to_string()).await;
+    assert_eq!(records.len(), 2, "the key was sent again: {records:?}");
+    assert_eq!(records[1]["outcome"], "wire_duplicate");
+    assert_eq!(records[0]["payload_sha256"], records[1]["payload_sha256"]);
+    let stats = sink.stats().await;
+    assert_eq!(stats["applied"], 1);
+    assert_eq!(stats["effective_duplicates"], 0);
+    assert_eq!(alert_state(&db, id).await, "accepted");
+    let reference: Option<String> =
+        sqlx::query_scalar("SELECT destination_reference FROM alerts WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(reference.as_deref(), records[0]["receipt"].as_str());
+    let lines = evidence(&db, id).await;
+    assert!(
+        lines.iter().any(|l| l.contains("lease of first expired")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("resending with the same key")),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_acceptance_at_a_lookup_destination_is_confirmed_without_resending() {
+    let db = TestDb::new().await;
+    let sink = Sink::start(&["--lookup"]).await;
+    add_tenant(&db, "acme", &[]).await;
+    let tenant_id = tenant_of(&db).await;
+    let template = sink.lookup_template();
+    add_destination(&db, tenant_id, "ops", &sink.hook_url(), |d| {
+        d.lookup_url_template = Some(template);
+    })
+    .await;
+    let id = crash_after_acceptance(&db, &sink, tenant_id).await;
+
+    assert_eq!(
+        sink.records(&id.to_string()).await.len(),
+        1,
+        "no second POST"
+    );
+    assert_eq!(alert_state(&db, id).await, "accepted");
+    let lookups: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM delivery_attempts WHERE alert_id = $1 AND kind = 'lookup' AND outcome = 'found'",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(lookups, 1);
+    let lines = evidence(&db, id).await;
+    assert!(
+        lines.iter().any(|l| l.contains("confirmed by lookup")),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_after_acceptance_at_a_plain_destination_is_held_not_resent() {
+    let db = TestDb::new().await;
+    let sink = Sink::start(&[]).await;
+    add_tenant(&db, "acme", &[]).await;
+    let tenant_id = tenant_of(&db).await;
+    add_destination(&db, tenant_id, "ops", &sink.hook_url(), |_| {}).await;
+    let id = crash_after_acceptance(&db, &sink, tenant_id).await;
+
+    assert_eq!(
+        sink.records(&id.to_string()).await.len(),
+        1,
+        "no second POST"
+    );
+    assert_eq!(alert_state(&db, id).await, "held");
+    let lines = evidence(&db, id).await;
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .contains("retry held for reconciliation"),
+        "{lines:?}"
+    );
+}
+
+async fn tenant_of(db: &TestDb) -> uuid::Uuid {
+    sqlx::query_scalar("SELECT id FROM tenants")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+async fn alert_state(db: &TestDb, id: uuid::Uuid) -> String {
+    sqlx::query_scalar("SELECT state FROM alert_states WHERE alert_id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+async fn racing_dispatchers(count: usize) {
+    let db = TestDb::new().await;
+    let sink = Sink::start(&[]).await;
+    add_tenant(&db, "acme", &[]).await;
+    let tenant_id = tenant_of(&db).await;
+    add_destination(&db, tenant_id, "ops", &sink.hook_url(), |_| {}).await;
+    approve_many(&db, tenant_id, "ops", 2000).await;
+
+    let mut children = Vec::new();
+    for n in 0..count {
+        let mut args = dispatcher_args(&db, &format!("racer-{n}"), &["--batch-size", "50"]);
+        args.push("--drain".into());
+        children.push(spawn_dispatcher(&args, None));
+    }
+    for mut child in children {
+        let status = tokio::time::timeout(DEADLINE, child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    let stats = sink.stats().await;
+    assert_eq!(stats["distinct_keys"], 2000, "{stats}");
+    assert_eq!(stats["requests"], 2000, "{stats}");
+    assert_eq!(stats["wire_duplicates"], 0, "{stats}");
+    assert_eq!(stats["effective_duplicates"], 0, "{stats}");
+    assert_eq!(states(&db).await, [("accepted".to_owned(), 2000)].into());
+    // Every alert's one attempt names one of the racers.
+    let workers: i64 = sqlx::query_scalar("SELECT count(DISTINCT worker) FROM delivery_attempts")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(workers >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_dispatchers_racing_send_each_alert_once() {
+    racing_dispatchers(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_dispatchers_racing_send_each_alert_once() {
+    racing_dispatchers(4).await;
+}
