@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod capture;
 pub mod procs;
 
 use outbox_testkit::TestDb;

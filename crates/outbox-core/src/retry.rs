@@ -15,6 +15,10 @@ pub const DEFAULT_SCHEDULE: [Duration; 8] = [
     Duration::from_secs(6 * 3600),
 ];
 
+/// The least a destination's `Retry-After` may ask for before it is capped: an hour, or the
+/// schedule's longest delay if that is longer.
+pub const RETRY_AFTER_CAP: Duration = Duration::from_secs(3600);
+
 /// A retry schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetrySchedule {
@@ -50,18 +54,23 @@ impl RetrySchedule {
         self.delays[index.min(self.delays.len() - 1)]
     }
 
-    /// The longest delay in the schedule; also the cap for a destination's `Retry-After`.
+    /// The longest delay in the schedule.
     pub fn max_delay(&self) -> Duration {
         self.delays.iter().copied().max().unwrap_or_default()
+    }
+
+    /// The longest `Retry-After` honoured as asked.
+    pub fn retry_after_cap(&self) -> Duration {
+        self.max_delay().max(RETRY_AFTER_CAP)
     }
 
     /// The delay before the next attempt after `attempts_made` attempts: "full jitter", a
     /// uniformly random point in `[ceiling / 10, ceiling]` (`unit` in `[0, 1)` picks it), so
     /// that a burst of failures does not come back as a burst. With a `Retry-After`, the
-    /// destination's wish wins, capped at the schedule's longest delay.
+    /// destination's wish wins, capped at [`RetrySchedule::retry_after_cap`].
     pub fn delay(&self, attempts_made: u32, unit: f64, retry_after: Option<Duration>) -> Duration {
         if let Some(wish) = retry_after {
-            return wish.min(self.max_delay());
+            return wish.min(self.retry_after_cap());
         }
         let ceiling = self.ceiling(attempts_made);
         let floor = ceiling / 10;
@@ -152,8 +161,13 @@ mod tests {
             Duration::from_millis(1500)
         );
         assert_eq!(
-            s.delay(1, 0.3, Some(Duration::from_secs(3600))),
-            Duration::from_secs(2)
+            s.delay(1, 0.3, Some(Duration::from_secs(86_400))),
+            RETRY_AFTER_CAP
+        );
+        let long = RetrySchedule::default();
+        assert_eq!(
+            long.delay(1, 0.3, Some(Duration::from_secs(86_400))),
+            Duration::from_secs(6 * 3600)
         );
     }
 

@@ -89,14 +89,14 @@ mod tests {
         let header = signature_header(&[old.clone(), new.clone()], "msg_1", 1_700_000_000, b"{}");
         assert_eq!(header.split(' ').count(), 2);
         assert!(verify(
-            &[old.clone()],
+            std::slice::from_ref(&old),
             "msg_1",
             1_700_000_000,
             b"{}",
             &header
         ));
         assert!(verify(
-            &[new.clone()],
+            std::slice::from_ref(&new),
             "msg_1",
             1_700_000_000,
             b"{}",
@@ -110,7 +110,7 @@ mod tests {
             &header
         ));
         assert!(!verify(
-            &[old.clone()],
+            std::slice::from_ref(&old),
             "msg_1",
             1_700_000_001,
             b"{}",

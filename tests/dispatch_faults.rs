@@ -1,0 +1,407 @@
+//! The dispatcher under faults: SIGKILL mid-batch, a stalled worker past its lease, every
+//! class of destination answer, signatures, and a clean SIGTERM. Real processes; counts
+//! from the sink's records and the database.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+mod common;
+
+use common::add_tenant;
+use common::procs::*;
+use outbox_testkit::TestDb;
+use serde_json::json;
+use std::time::Duration;
+
+async fn setup(
+    sink: &Sink,
+    configure: impl FnOnce(&mut outbox_store::destinations::NewDestination),
+) -> (TestDb, uuid::Uuid) {
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &[]).await;
+    add_destination(&db, tenant.id, "ops", &sink.hook_url(), configure).await;
+    (db, tenant.id)
+}
+
+async fn state_of(db: &TestDb, id: uuid::Uuid) -> String {
+    sqlx::query_scalar("SELECT state FROM alert_states WHERE alert_id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+async fn sigkill_mid_batch(
+    sink_args: &[&str],
+    configure: impl FnOnce(&mut outbox_store::destinations::NewDestination),
+) -> (TestDb, Sink) {
+    let sink = Sink::start(sink_args).await;
+    let (db, tenant) = setup(&sink, configure).await;
+    approve_many(&db, tenant, "ops", 200).await;
+    // Slow answers keep a batch in flight when the kill comes.
+    sink.faults(json!({"latency_ms": 300})).await;
+    let mut victim = spawn_dispatcher(
+        &dispatcher_args(
+            &db,
+            "victim",
+            &["--batch-size", "50", "--max-in-flight", "50"],
+        ),
+        None,
+    );
+    sink.wait_for("some requests", |s| s["requests"].as_i64().unwrap() >= 20)
+        .await;
+    victim.kill().await.unwrap();
+    let in_sending: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'sending'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        in_sending > 0 && in_sending <= 50,
+        "the blast radius is the in-flight bound: {in_sending}"
+    );
+    sink.faults(json!({"latency_ms": 0})).await;
+    drain(&db, "survivor", &["--drain-horizon", "10s"]).await;
+    (db, sink)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_batch_loses_nothing_at_an_idempotent_destination() {
+    let (db, sink) = sigkill_mid_batch(&["--retention", "1h"], |d| {
+        d.idempotency_retention = Some(Duration::from_secs(3600));
+    })
+    .await;
+    assert_eq!(states(&db).await, [("accepted".to_owned(), 200)].into());
+    let stats = sink.stats().await;
+    assert_eq!(stats["distinct_keys"], 200, "{stats}");
+    assert_eq!(stats["applied"], 200, "{stats}");
+    assert_eq!(stats["effective_duplicates"], 0, "{stats}");
+    let uncertain_attempts: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM delivery_attempts WHERE error_class = 'lease_expired'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        uncertain_attempts > 0,
+        "the killed worker's rows went through uncertain"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_batch_holds_what_a_plain_destination_cannot_confirm() {
+    let (db, sink) = sigkill_mid_batch(&[], |_| {}).await;
+    let states = states(&db).await;
+    let accepted = states.get("accepted").copied().unwrap_or(0);
+    let held = states.get("held").copied().unwrap_or(0);
+    assert_eq!(accepted + held, 200, "nothing lost: {states:?}");
+    assert!(held > 0, "{states:?}");
+    let stats = sink.stats().await;
+    assert_eq!(
+        stats["effective_duplicates"], 0,
+        "held alerts are not resent: {stats}"
+    );
+    assert_eq!(stats["requests"], stats["distinct_keys"], "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stalled_past_its_lease_cannot_move_the_state_backwards() {
+    let sink = Sink::start(&["--retention", "1h"]).await;
+    let (db, tenant) = setup(&sink, |d| {
+        d.idempotency_retention = Some(Duration::from_secs(3600));
+        d.timeout = Duration::from_secs(2);
+    })
+    .await;
+    let id = approve_many(&db, tenant, "ops", 1).await[0];
+    sink.faults(json!({"latency_ms": 500})).await;
+
+    let mut stalled = spawn_dispatcher(&dispatcher_args(&db, "stalled", &[]), None);
+    sink.wait_for("the first request", |s| s["requests"] == 1)
+        .await;
+    signal(&stalled, "STOP");
+    // Lease = 2 x 2s timeout + 1s; the sweep of another worker makes the row uncertain and
+    // it is settled by a resend the idempotent sink recognises.
+    drain(&db, "rescuer", &["--drain-horizon", "10s"]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+    let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_events")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let attempts_before: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery_attempts")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+
+    signal(&stalled, "CONT");
+    // It finishes its send and tries to record it; fencing refuses. Then it stops cleanly.
+    sink.wait_for("the rescuer's resend", |s| {
+        s["requests"].as_i64().unwrap() >= 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    signal(&stalled, "TERM");
+    let status = tokio::time::timeout(DEADLINE, stalled.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+
+    assert_eq!(state_of(&db, id).await, "accepted");
+    let events_after: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_events")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let attempts_after: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery_attempts")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        events_after, events_before,
+        "the stale worker wrote no evidence"
+    );
+    assert_eq!(attempts_after, attempts_before, "nor an attempt");
+    assert_eq!(sink.stats().await["applied"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_requests_with_retry_after_is_honoured() {
+    let sink = Sink::start(&[]).await;
+    let (db, tenant) = setup(&sink, |_| {}).await;
+    sink.faults(
+        json!({"script": [{"status": 429, "headers": {"Retry-After": "1"}, "body": "slow down"}]}),
+    )
+    .await;
+    let id = approve_many(&db, tenant, "ops", 1).await[0];
+    drain(&db, "w", &["--drain-horizon", "5s"]).await;
+
+    assert_eq!(state_of(&db, id).await, "accepted");
+    let records = sink.records(&id.to_string()).await;
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0]["status"], 429);
+    let first = chrono::DateTime::parse_from_rfc3339(records[0]["at"].as_str().unwrap()).unwrap();
+    let second = chrono::DateTime::parse_from_rfc3339(records[1]["at"].as_str().unwrap()).unwrap();
+    assert!(
+        second - first >= chrono::Duration::milliseconds(950),
+        "retried after {:?}",
+        second - first
+    );
+    let lines = evidence(&db, id).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("not processed (HTTP 429") && l.contains("Retry-After")),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_request_fails_with_the_answer_as_evidence() {
+    let sink = Sink::start(&[]).await;
+    let (db, tenant) = setup(&sink, |_| {}).await;
+    sink.faults(json!({"script": [{"status": 400, "body": "field vendor is required"}]}))
+        .await;
+    let id = approve_many(&db, tenant, "ops", 1).await[0];
+    drain(&db, "w", &[]).await;
+    assert_eq!(state_of(&db, id).await, "failed");
+    let (status, excerpt): (Option<i16>, Option<String>) = sqlx::query_as(
+        "SELECT http_status, response_excerpt FROM delivery_attempts WHERE alert_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(status, Some(400));
+    assert_eq!(excerpt.as_deref(), Some("field vendor is required"));
+    let lines = evidence(&db, id).await;
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .contains("rejected: HTTP 400: field vendor is required"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        sink.records(&id.to_string()).await.len(),
+        1,
+        "never retried"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gone_disables_the_destination_and_its_other_alerts_wait() {
+    let sink = Sink::start(&[]).await;
+    let (db, tenant) = setup(&sink, |d| d.max_in_flight = 1).await;
+    sink.faults(json!({"script": [{"status": 410}]})).await;
+    let ids = approve_many(&db, tenant, "ops", 3).await;
+    drain(&db, "w", &["--batch-size", "1"]).await;
+    assert_eq!(state_of(&db, ids[0]).await, "failed");
+    let enabled: bool = sqlx::query_scalar("SELECT enabled FROM destinations")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(!enabled);
+    // The others were not sent and wait as pending.
+    assert_eq!(state_of(&db, ids[1]).await, "pending");
+    assert_eq!(state_of(&db, ids[2]).await, "pending");
+    assert_eq!(sink.stats().await["requests"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_not_followed() {
+    let sink = Sink::start(&[]).await;
+    let (db, tenant) = setup(&sink, |_| {}).await;
+    let elsewhere = format!("{}/elsewhere", sink.base);
+    sink.faults(json!({"script": [{"status": 302, "headers": {"Location": elsewhere}}]}))
+        .await;
+    let id = approve_many(&db, tenant, "ops", 1).await[0];
+    drain(&db, "w", &[]).await;
+    assert_eq!(state_of(&db, id).await, "failed");
+    let records = sink.all_records().await;
+    assert_eq!(
+        records.len(),
+        1,
+        "nothing went to the redirect target: {records:?}"
+    );
+    assert_eq!(records[0]["path"], "/hook");
+    let lines = evidence(&db, id).await;
+    assert!(lines.last().unwrap().contains("not followed"), "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_refused_is_retried_as_not_sent_until_exhausted() {
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &[]).await;
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    add_destination(
+        &db,
+        tenant.id,
+        "ops",
+        &format!("http://127.0.0.1:{port}/hook"),
+        |_| {},
+    )
+    .await;
+    sqlx::query("UPDATE destinations SET max_attempts = 3")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let id = approve_many(&db, tenant.id, "ops", 1).await[0];
+    drain(&db, "w", &["--drain-horizon", "2s"]).await;
+
+    assert_eq!(state_of(&db, id).await, "failed");
+    let attempts: Vec<(i32, String, Option<String>)> = sqlx::query_as(
+        "SELECT attempt, outcome, error_class FROM delivery_attempts WHERE alert_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        attempts,
+        (1..=3)
+            .map(|n| (n, "not_sent".to_owned(), Some("connect".to_owned())))
+            .collect::<Vec<_>>()
+    );
+    let lines = evidence(&db, id).await;
+    assert!(
+        lines.last().unwrap().contains("exhausted: 3 of 3 attempts"),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signatures_verify_at_the_receiver_and_rotation_sends_both() {
+    const OLD: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const NEW: &str = "whsec_dGhpcyBpcyB0aGUgbmV3IHNlY3JldCBrZXkgISE=";
+    // The sink only knows the new secret: a receiver that already rotated.
+    let sink = Sink::start(&["--secret", NEW]).await;
+    let (db, tenant) = setup(&sink, |d| {
+        d.signing_secrets = vec![OLD.to_owned(), NEW.to_owned()]
+    })
+    .await;
+    let id = approve_many(&db, tenant, "ops", 1).await[0];
+    drain(&db, "w", &[]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+    assert_eq!(sink.records(&id.to_string()).await[0]["signature"], "valid");
+
+    // And a receiver written here, independently of the product's code, checks both.
+    let captured = common::capture::Capture::start().await;
+    let db2 = TestDb::new().await;
+    let tenant2 = add_tenant(&db2, "acme", &[]).await;
+    add_destination(&db2, tenant2.id, "ops", &captured.url(), |d| {
+        d.signing_secrets = vec![OLD.to_owned(), NEW.to_owned()];
+    })
+    .await;
+    let id2 = approve_many(&db2, tenant2.id, "ops", 1).await[0];
+    drain(&db2, "w", &[]).await;
+    let request = captured.take_one().await;
+    assert_eq!(request.header("webhook-id"), id2.to_string());
+    assert_eq!(request.header("idempotency-key"), id2.to_string());
+    let header = request.header("webhook-signature");
+    let signatures: Vec<&str> = header.split(' ').collect();
+    assert_eq!(
+        signatures.len(),
+        2,
+        "one signature per secret while rotating"
+    );
+    for secret in [OLD, NEW] {
+        assert!(
+            signatures.contains(&common::capture::expected_signature(secret, &request).as_str()),
+            "no valid signature for {secret}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_sends_in_flight_and_returns_unsent_claims() {
+    let sink = Sink::start(&[]).await;
+    let (db, tenant) = setup(&sink, |d| {
+        d.max_in_flight = 1;
+        d.timeout = Duration::from_secs(5);
+    })
+    .await;
+    approve_many(&db, tenant, "ops", 20).await;
+    sink.faults(json!({"latency_ms": 1000})).await;
+    let mut args = dispatcher_args(&db, "graceful", &["--batch-size", "20"]);
+    args.extend(["--metrics-listen".to_owned(), "127.0.0.1:0".to_owned()]);
+    let dispatcher = spawn_dispatcher(&args, None);
+    // All twenty are claimed; one is being sent (the destination allows one at a time).
+    wait_for_db(
+        &db,
+        "SELECT count(*) FROM outbox WHERE status = 'sending'",
+        |n| n == 20,
+    )
+    .await;
+    sink.wait_for("the first request", |s| s["requests"] == 1)
+        .await;
+    signal(&dispatcher, "TERM");
+    let mut dispatcher = dispatcher;
+    let status = tokio::time::timeout(DEADLINE, dispatcher.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "exit 0 after a graceful stop: {status}");
+
+    let states = states(&db).await;
+    assert_eq!(states.get("accepted"), Some(&1), "{states:?}");
+    assert_eq!(states.get("pending"), Some(&19), "{states:?}");
+    let unsent_attempts: i64 = sqlx::query_scalar("SELECT sum(attempts) FROM outbox")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        unsent_attempts, 0,
+        "nothing was sent for them, so no attempt counts"
+    );
+    assert_eq!(sink.stats().await["requests"], 1);
+    let released: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM alert_events WHERE line LIKE '%stopped before sending; nothing was sent; back to pending'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(released, 19);
+}
