@@ -197,3 +197,69 @@ async fn two_dispatchers_racing_send_each_alert_once() {
 async fn four_dispatchers_racing_send_each_alert_once() {
     racing_dispatchers(4).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
+    let api = common::Api::start().await;
+    let sink = Sink::start(&[]).await;
+    add_destination(&api.db, api.acme.id, "hooks", &sink.hook_url(), |_| {}).await;
+    // Polling once an hour: only the wake-up can bring the alert out in time.
+    let mut args = dispatcher_args(&api.db, "idle", &["--poll-interval", "1h"]);
+    args.extend(["--metrics-listen".to_owned(), "127.0.0.1:0".to_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_dispatcher, metrics) = spawn_listening(
+        env!("CARGO_BIN_EXE_dispatcher"),
+        &args,
+        &[],
+        "dispatcher metrics listening",
+    )
+    .await;
+    // Let it subscribe and finish its first (empty) claim, so it is waiting when the
+    // approval arrives.
+    wait_for_db(
+        &api.db,
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dispatcher' \
+         AND query LIKE 'LISTEN%'",
+        |n| n >= 1,
+    )
+    .await;
+    wait_for_db(
+        &api.db,
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dispatcher' \
+         AND state = 'idle' AND query LIKE 'WITH due AS%'",
+        |n| n >= 1,
+    )
+    .await;
+
+    let mut approval = common::renewal(1);
+    approval["destination"] = serde_json::json!("hooks");
+    let (status, alert) = api.approve(&api.acme.token, &approval).await;
+    assert_eq!(status, reqwest::StatusCode::CREATED);
+    sink.wait_for("the alert", |s| s["applied"] == 1).await;
+    let id: uuid::Uuid = alert["id"].as_str().unwrap().parse().unwrap();
+    wait_for_db(
+        &api.db,
+        "SELECT count(*) FROM alerts WHERE outcome = 'accepted'",
+        |n| n == 1,
+    )
+    .await;
+    assert_eq!(sink.records(&id.to_string()).await.len(), 1);
+
+    let http = reqwest::Client::new();
+    let text = http
+        .get(format!("{metrics}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("outbox_attempts_total{destination=\"hooks\",outcome=\"accepted\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("outbox_depth{state=\"pending\"} 0"), "{text}");
+    assert!(text.contains("outbox_send_seconds_count{destination=\"hooks\"} 1"), "{text}");
+    let ready = http.get(format!("{metrics}/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), reqwest::StatusCode::OK);
+}

@@ -140,23 +140,21 @@ impl Sink {
     }
 }
 
-/// Dispatcher arguments for tests: quick retries and polls.
+/// Dispatcher arguments for tests: quick retries and polls, unless `extra` sets them.
 pub fn dispatcher_args<'a>(db: &'a TestDb, worker: &'a str, extra: &[&'a str]) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--database-url",
-        db.url.as_str(),
-        "--worker-id",
-        worker,
-        "--retry-delays",
-        "50ms,100ms",
-        "--poll-interval",
-        "100ms",
-        "--lease",
-        "1s",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+    let defaults = [
+        ("--database-url", db.url.as_str()),
+        ("--worker-id", worker),
+        ("--retry-delays", "50ms,100ms"),
+        ("--poll-interval", "100ms"),
+        ("--lease", "1s"),
+    ];
+    let mut args = Vec::new();
+    for (flag, value) in defaults {
+        if !extra.contains(&flag) {
+            args.extend([flag.to_owned(), value.to_owned()]);
+        }
+    }
     args.extend(extra.iter().map(|s| (*s).to_owned()));
     args
 }
