@@ -259,7 +259,10 @@ async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
         "{text}"
     );
     assert!(text.contains("outbox_depth{state=\"pending\"} 0"), "{text}");
-    assert!(text.contains("outbox_send_seconds_count{destination=\"hooks\"} 1"), "{text}");
+    assert!(
+        text.contains("outbox_send_seconds_count{destination=\"hooks\"} 1"),
+        "{text}"
+    );
     let ready = http.get(format!("{metrics}/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), reqwest::StatusCode::OK);
 }

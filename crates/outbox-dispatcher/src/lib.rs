@@ -107,6 +107,25 @@ pub(crate) struct Shared {
     pub http: reqwest::Client,
     pub config: Config,
     pub metrics: Arc<Metrics>,
+    /// Destinations this process disabled (410 Gone): rows of theirs it already claimed
+    /// are given back unsent instead of being sent to a destination known to be gone.
+    disabled: Mutex<std::collections::HashSet<Uuid>>,
+}
+
+impl Shared {
+    fn is_disabled(&self, destination: Uuid) -> bool {
+        self.disabled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&destination)
+    }
+
+    fn mark_disabled(&self, destination: Uuid) {
+        self.disabled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(destination);
+    }
 }
 
 /// Runs a dispatcher until `shutdown` resolves (or, with `drain`, until nothing is due).
@@ -137,6 +156,7 @@ pub async fn run(
         http: http::client(config.connect_timeout),
         config: config.clone(),
         metrics,
+        disabled: Mutex::default(),
     });
     let capacity = Arc::new(Semaphore::new(config.max_in_flight as usize));
     let destination_limits: Mutex<HashMap<Uuid, Arc<Semaphore>>> = Mutex::new(HashMap::new());
@@ -305,13 +325,25 @@ async fn work_one(
         _ = stop.wait_for(|stopping| *stopping) => None,
         permit = limit.acquire_owned() => permit.ok(),
     };
-    let finished = match permit {
-        Some(_permit) => work::work(&shared, &claim).await,
-        None => work::Finished::Release,
+    // The destination slot is held until the outcome is recorded, so the next claim of
+    // this destination sees what this one learnt (a 410 disables it).
+    let (finished, _slot) = match permit {
+        None => (
+            work::Finished::Release(format!("{} is shutting down", shared.config.worker_id)),
+            None,
+        ),
+        Some(slot) if shared.is_disabled(claim.row.destination_id) => (
+            work::Finished::Release(
+                "the destination was disabled while this claim waited".to_owned(),
+            ),
+            Some(slot),
+        ),
+        Some(slot) => (work::work(&shared, &claim).await, Some(slot)),
     };
     match finished {
-        work::Finished::Release => {
-            match dispatch::release(&shared.pool, &claim.row, &shared.config.worker_id).await {
+        work::Finished::Release(why) => {
+            match dispatch::release(&shared.pool, &claim.row, &shared.config.worker_id, &why).await
+            {
                 Ok(true) => Outcome::Released,
                 Ok(false) => Outcome::Stale,
                 Err(err) => {
@@ -323,6 +355,9 @@ async fn work_one(
         work::Finished::Done(completion) => {
             match dispatch::complete(&shared.pool, &completion).await {
                 Ok(true) => {
+                    if completion.disable_destination.is_some() {
+                        shared.mark_disabled(claim.row.destination_id);
+                    }
                     tracing::debug!(line = %completion.line, "recorded");
                     Outcome::Recorded
                 }

@@ -17,14 +17,15 @@ const LOOKUP_GRACE_EXTRA: Duration = Duration::from_secs(1);
 /// Safety margin before the end of a lease: a send that might not finish inside the lease
 /// is not started.
 const LEASE_MARGIN: Duration = Duration::from_secs(1);
+const LEASE_TOO_SHORT: &str = "the lease would run out before a request could finish";
 
 /// What became of a claim.
 #[derive(Debug)]
 pub(crate) enum Finished {
     /// Record this.
     Done(Box<Completion>),
-    /// Nothing was sent: give the claim back.
-    Release,
+    /// Nothing was sent: give the claim back, saying why.
+    Release(String),
 }
 
 /// A claim with the clocks needed to reason about it.
@@ -59,7 +60,7 @@ pub(crate) async fn work(shared: &Shared, claim: &Claim) -> Finished {
         return settle_uncertain(shared, claim).await;
     }
     if !claim.lease_allows_request() {
-        return Finished::Release;
+        return Finished::Release(LEASE_TOO_SHORT.to_owned());
     }
     send_and_judge(shared, claim, claim.row.attempts, "").await
 }
@@ -225,7 +226,7 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
     let attempt = row.attempts;
     if let Some(template) = &row.lookup_url_template {
         if !claim.lease_allows_request() {
-            return Finished::Release;
+            return Finished::Release(LEASE_TOO_SHORT.to_owned());
         }
         let started_at = Utc::now();
         let exchange = http::lookup(&shared.http, row, template).await;
@@ -339,7 +340,7 @@ async fn resend(
     possible_duplicate: bool,
 ) -> Finished {
     if !claim.lease_allows_request() {
-        return Finished::Release;
+        return Finished::Release(LEASE_TOO_SHORT.to_owned());
     }
     let row = &claim.row;
     let attempt = match outbox_store::dispatch::begin_resend(
@@ -355,11 +356,11 @@ async fn resend(
         Ok(Some(attempt)) => attempt,
         Ok(None) => {
             tracing::warn!(alert_id = %row.alert_id, "claim lost before resending; nothing sent");
-            return Finished::Release;
+            return Finished::Release("the claim was taken over before the resend".to_owned());
         }
         Err(err) => {
             tracing::error!(alert_id = %row.alert_id, error = %err, "could not record the resend; nothing sent");
-            return Finished::Release;
+            return Finished::Release("the resend could not be recorded".to_owned());
         }
     };
     if let Some(lookup) = lookup {

@@ -391,13 +391,15 @@ pub async fn record_attempt(
     Ok(inserted.rows_affected() == 1)
 }
 
-/// Gives back a claim that was never acted on (shutdown before the send): the row returns
-/// to the state it was claimed from, and a pending row's attempt count is restored, since
-/// nothing was sent. Fenced like a completion.
+/// Gives back a claim that was never acted on (shutdown, a destination disabled meanwhile,
+/// a lease too short for the send): the row returns to the state it was claimed from, and
+/// a pending row's attempt count is restored, since nothing was sent. `why` goes into the
+/// evidence. Fenced like a completion.
 pub async fn release(
     db: impl PgExecutor<'_>,
     claim: &ClaimedAlert,
     worker: &str,
+    why: &str,
 ) -> Result<bool, StoreError> {
     let released = sqlx::query_scalar::<_, Uuid>(
         "WITH released AS ( \
@@ -409,7 +411,7 @@ pub async fn release(
          ), explained AS ( \
              INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
              SELECT alert_id, 'sending', $3, NULL, 'dispatcher:' || $4, \
-                    format('%s stopped before sending; nothing was sent; back to %s', $4, $3) \
+                    format('claim given back: %s; nothing was sent; back to %s', $5::text, $3) \
              FROM released \
          ) \
          SELECT alert_id FROM released",
@@ -418,6 +420,7 @@ pub async fn release(
     .bind(claim.fencing_token)
     .bind(&claim.claimed_from)
     .bind(worker)
+    .bind(why)
     .fetch_optional(db)
     .await?;
     Ok(released.is_some())
