@@ -7,11 +7,15 @@
 //!   ([`MAX_IDENTITY_FIELD_BYTES`], [`MAX_PAYLOAD_BYTES`]).
 //! - [`token`]: API tokens (generated here, only their hash is ever stored).
 //! - [`signing`]: Standard Webhooks signing secrets (`whsec_...`).
+//! - [`query`]: watchlist queries (terms, phrases, exclusions) and matching.
+//! - [`renewal`]: contract renewal tiers, counted in the tenant's time zone.
 //! - [`retry`]: backoff schedule with full jitter, `Retry-After`.
 //! - [`duration`]: human durations (`10s`, `24h`, `30d`) as used on the command line.
 
 pub mod duration;
 pub mod identity;
+pub mod query;
+pub mod renewal;
 pub mod retry;
 pub mod state;
 pub mod token;
