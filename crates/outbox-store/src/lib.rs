@@ -7,6 +7,7 @@
 //! - [`alerts`]: the decider's write path (approve, revise, in one transaction each) and
 //!   the read model of an alert with its attempts and evidence trail.
 //! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and wake-ups.
+//! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval.
 //! - [`outbox`]: listings of the live queue and of alerts by state.
 //! - [`error`]: the store's error type, [`StoreError`].
 //!
@@ -18,6 +19,7 @@ pub mod connect;
 pub mod destinations;
 pub mod dispatch;
 pub mod error;
+pub mod monitors;
 pub mod outbox;
 pub mod tenants;
 pub mod tokens;

@@ -1,0 +1,471 @@
+//! The monitors' sources: contracts, watchlist entries, articles, news cursors; and the
+//! bulk approval through which monitors decide many alerts in one statement.
+
+use sqlx::{PgExecutor, PgPool};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// A contract as imported. Dates are `YYYY-MM-DD`; the amount is decimal text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContractInput {
+    /// The tenant's own id for it; re-importing updates by this id.
+    pub external_id: String,
+    /// Who the contract is with.
+    pub vendor: String,
+    /// Decimal amount as written.
+    pub amount: String,
+    /// ISO 4217 code.
+    pub currency: String,
+    /// `YYYY-MM-DD`.
+    pub renewal_date: String,
+    /// Days of notice before the renewal date.
+    pub notice_days: u32,
+    /// Tier override, most distant first.
+    pub tiers: Option<Vec<u32>>,
+    /// Destination names; `None`: every enabled destination.
+    pub destinations: Option<Vec<String>>,
+}
+
+/// Upserts contracts by external id, all in one statement (so a file imports whole or not
+/// at all). Returns (inserted, updated).
+pub async fn upsert_contracts(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    contracts: &[ContractInput],
+) -> Result<(u64, u64), StoreError> {
+    let join = |v: &Option<Vec<String>>| v.as_ref().map(|v| v.join("\u{1f}"));
+    let rows: Vec<bool> = sqlx::query_scalar(
+        "INSERT INTO contracts (id, tenant_id, external_id, vendor, amount, currency, \
+             renewal_date, notice_days, tiers, destinations) \
+         SELECT id, $2, external_id, vendor, amount::numeric, currency, renewal_date::date, \
+                notice_days, string_to_array(tiers, ',')::int[], \
+                string_to_array(destinations, E'\\x1f') \
+         FROM unnest($1::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
+                     $8::int[], $9::text[], $10::text[]) \
+              AS i(id, external_id, vendor, amount, currency, renewal_date, notice_days, tiers, destinations) \
+         ON CONFLICT (tenant_id, external_id) DO UPDATE SET \
+             vendor = EXCLUDED.vendor, amount = EXCLUDED.amount, currency = EXCLUDED.currency, \
+             renewal_date = EXCLUDED.renewal_date, notice_days = EXCLUDED.notice_days, \
+             tiers = EXCLUDED.tiers, destinations = EXCLUDED.destinations, updated_at = now() \
+         RETURNING (xmax = 0)",
+    )
+    .bind(contracts.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
+    .bind(tenant_id)
+    .bind(contracts.iter().map(|c| c.external_id.clone()).collect::<Vec<_>>())
+    .bind(contracts.iter().map(|c| c.vendor.clone()).collect::<Vec<_>>())
+    .bind(contracts.iter().map(|c| c.amount.clone()).collect::<Vec<_>>())
+    .bind(contracts.iter().map(|c| c.currency.clone()).collect::<Vec<_>>())
+    .bind(contracts.iter().map(|c| c.renewal_date.clone()).collect::<Vec<_>>())
+    .bind(contracts.iter().map(|c| c.notice_days as i32).collect::<Vec<_>>())
+    .bind(
+        contracts
+            .iter()
+            .map(|c| {
+                c.tiers
+                    .as_ref()
+                    .map(|t| t.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+            })
+            .collect::<Vec<_>>(),
+    )
+    .bind(contracts.iter().map(|c| join(&c.destinations)).collect::<Vec<_>>())
+    .fetch_all(db)
+    .await?;
+    let inserted = rows.iter().filter(|new| **new).count() as u64;
+    Ok((inserted, rows.len() as u64 - inserted))
+}
+
+/// A contract with what its evaluation needs.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ContractToEvaluate {
+    /// The tenant.
+    pub tenant_id: Uuid,
+    /// Its IANA time zone.
+    pub time_zone: String,
+    /// The contract's external id.
+    pub external_id: String,
+    /// Vendor.
+    pub vendor: String,
+    /// Amount, decimal text.
+    pub amount: String,
+    /// Currency.
+    pub currency: String,
+    /// `YYYY-MM-DD`.
+    pub renewal_date: String,
+    /// Notice days.
+    pub notice_days: i32,
+    /// Effective tiers (contract's, else tenant's).
+    pub tiers: Vec<i32>,
+    /// Destination names, or `None` for all enabled ones.
+    pub destinations: Option<Vec<String>>,
+}
+
+/// Contracts whose action date is not more than a day in the past (UTC; the exact day
+/// count happens in the tenant's zone), in a stable order.
+pub async fn contracts_to_evaluate(
+    db: impl PgExecutor<'_>,
+    today_utc: &str,
+) -> Result<Vec<ContractToEvaluate>, StoreError> {
+    let rows = sqlx::query_as::<_, ContractToEvaluate>(
+        "SELECT c.tenant_id, t.time_zone, c.external_id, c.vendor, c.amount::text AS amount, \
+                c.currency, c.renewal_date::text AS renewal_date, c.notice_days, \
+                COALESCE(c.tiers, t.renewal_tiers) AS tiers, c.destinations \
+         FROM contracts c JOIN tenants t ON t.id = c.tenant_id \
+         WHERE c.renewal_date - c.notice_days >= $1::date - 1 \
+         ORDER BY c.tenant_id, c.external_id",
+    )
+    .bind(today_utc)
+    .fetch_all(db)
+    .await?;
+    Ok(rows)
+}
+
+/// A tenant's enabled destinations, by name.
+pub async fn enabled_destinations(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+) -> Result<Vec<(String, Uuid)>, StoreError> {
+    let rows = sqlx::query_as::<_, (String, Uuid)>(
+        "SELECT name, id FROM destinations WHERE tenant_id = $1 AND enabled ORDER BY name",
+    )
+    .bind(tenant_id)
+    .fetch_all(db)
+    .await?;
+    Ok(rows)
+}
+
+/// Every destination name of a tenant (enabled or not), to check imported names.
+pub async fn destination_names(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+) -> Result<Vec<String>, StoreError> {
+    let names = sqlx::query_scalar::<_, String>(
+        "SELECT name FROM destinations WHERE tenant_id = $1 ORDER BY name",
+    )
+    .bind(tenant_id)
+    .fetch_all(db)
+    .await?;
+    Ok(names)
+}
+
+/// Sets a tenant's time zone and renewal tiers.
+pub async fn configure_tenant(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    time_zone: Option<&str>,
+    tiers: Option<&[u32]>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE tenants SET time_zone = COALESCE($2, time_zone), \
+             renewal_tiers = COALESCE($3::int[], renewal_tiers) WHERE id = $1",
+    )
+    .bind(tenant_id)
+    .bind(time_zone)
+    .bind(tiers.map(|t| t.iter().map(|d| *d as i32).collect::<Vec<_>>()))
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// One alert a monitor decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MonitorAlert {
+    /// Destination.
+    pub destination_id: Uuid,
+    /// Identity: subject.
+    pub subject: String,
+    /// Identity: occurrence.
+    pub occurrence: String,
+    /// Payload JSON text (an object).
+    pub payload_json: String,
+}
+
+/// Approves many alerts of one tenant in one statement: each new identity gets its alert,
+/// its pending outbox row and its evidence line together; identities that exist already
+/// are left exactly as they are (whatever today's payload would say). Rows are inserted
+/// in identity order, so concurrent deciders approving overlapping batches wait for each
+/// other briefly instead of deadlocking. Returns the ids created.
+pub async fn approve_batch(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    alerts: &[MonitorAlert],
+    actor: &str,
+) -> Result<Vec<Uuid>, StoreError> {
+    if alerts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let created = sqlx::query_scalar::<_, Uuid>(
+        "WITH input AS ( \
+             SELECT * FROM unnest($1::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[]) \
+                 AS i(id, destination_id, subject, occurrence, payload) \
+         ), inserted AS ( \
+             INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
+                                 payload, payload_sha256, created_by) \
+             SELECT i.id, $2, i.subject, i.occurrence, i.destination_id, 0, i.payload::jsonb, \
+                    sha256(convert_to(i.payload::jsonb::text, 'UTF8')), $7 \
+             FROM input i \
+             ORDER BY i.subject, i.occurrence, i.destination_id \
+             ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
+             RETURNING id, destination_id \
+         ), queued AS ( \
+             INSERT INTO outbox (alert_id, destination_id) \
+             SELECT id, destination_id FROM inserted \
+         ), explained AS ( \
+             INSERT INTO alert_events (alert_id, from_state, to_state, actor, line) \
+             SELECT n.id, NULL, 'pending', $7, \
+                    format('alert approved by %s for destination `%s`; queued for delivery', $7, d.name) \
+             FROM inserted n JOIN destinations d ON d.id = n.destination_id \
+         ) \
+         SELECT id FROM inserted",
+    )
+    .bind(alerts.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
+    .bind(tenant_id)
+    .bind(alerts.iter().map(|a| a.destination_id).collect::<Vec<_>>())
+    .bind(alerts.iter().map(|a| a.subject.clone()).collect::<Vec<_>>())
+    .bind(alerts.iter().map(|a| a.occurrence.clone()).collect::<Vec<_>>())
+    .bind(alerts.iter().map(|a| a.payload_json.clone()).collect::<Vec<_>>())
+    .bind(actor)
+    .fetch_all(db)
+    .await
+    .map_err(StoreError::from_payload_error)?;
+    Ok(created)
+}
+
+/// A watchlist entry to add.
+#[derive(Debug, Clone)]
+pub struct NewWatchlistEntry {
+    /// Tenant.
+    pub tenant_id: Uuid,
+    /// Unique name in the tenant.
+    pub name: String,
+    /// Query text (already checked).
+    pub query: String,
+    /// Destination names.
+    pub destinations: Vec<String>,
+    /// Group articles of one event into one alert.
+    pub group_events: bool,
+    /// Window for same-title grouping, in seconds.
+    pub group_window_secs: u64,
+}
+
+/// Adds a watchlist entry.
+pub async fn add_watchlist_entry(
+    db: impl PgExecutor<'_>,
+    entry: &NewWatchlistEntry,
+) -> Result<Uuid, StoreError> {
+    let id = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO watchlist_entries (id, tenant_id, name, query, destinations, group_events, \
+             group_window) VALUES ($1, $2, $3, $4, $5, $6, make_interval(secs => $7))",
+    )
+    .bind(id)
+    .bind(entry.tenant_id)
+    .bind(&entry.name)
+    .bind(&entry.query)
+    .bind(&entry.destinations)
+    .bind(entry.group_events)
+    .bind(entry.group_window_secs as f64)
+    .execute(db)
+    .await
+    .map_err(|err| {
+        if StoreError::is_unique_violation(&err) {
+            StoreError::AlreadyExists {
+                what: "watchlist entry",
+                name: entry.name.clone(),
+            }
+        } else {
+            StoreError::Database(err)
+        }
+    })?;
+    Ok(id)
+}
+
+/// A watchlist entry with what its evaluation needs.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct WatchlistEntry {
+    /// Its id.
+    pub id: Uuid,
+    /// Tenant.
+    pub tenant_id: Uuid,
+    /// Name.
+    pub name: String,
+    /// Query text.
+    pub query: String,
+    /// Destination names.
+    pub destinations: Vec<String>,
+    /// Grouping on.
+    pub group_events: bool,
+    /// Grouping window in seconds.
+    pub group_window_secs: f64,
+    /// Watermark: articles up to this sequence number are evaluated.
+    pub evaluated_through: i64,
+}
+
+/// Every watchlist entry.
+pub async fn watchlist_entries(db: impl PgExecutor<'_>) -> Result<Vec<WatchlistEntry>, StoreError> {
+    let rows = sqlx::query_as::<_, WatchlistEntry>(
+        "SELECT id, tenant_id, name, query, destinations, group_events, \
+                extract(epoch FROM group_window)::float8 AS group_window_secs, evaluated_through \
+         FROM watchlist_entries ORDER BY tenant_id, name",
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows)
+}
+
+/// Moves an entry's watermark forward (never back: a slower concurrent decider may finish
+/// later with a lower one).
+pub async fn advance_watermark(
+    db: impl PgExecutor<'_>,
+    entry_id: Uuid,
+    through: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE watchlist_entries SET evaluated_through = greatest(evaluated_through, $2) \
+         WHERE id = $1",
+    )
+    .bind(entry_id)
+    .bind(through)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// An article (a Webz.io post).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Article {
+    /// The source's uuid; an article is stored once by it.
+    pub uuid: String,
+    /// Link.
+    pub url: String,
+    /// Title.
+    pub title: String,
+    /// Body text.
+    pub text: String,
+    /// Publication time, RFC 3339.
+    pub published: String,
+    /// Language.
+    pub language: Option<String>,
+    /// Site.
+    pub site: Option<String>,
+    /// Thread uuid (one event).
+    pub thread_uuid: Option<String>,
+}
+
+/// Stores articles, each once by uuid, in one statement. Returns how many were new.
+pub async fn insert_articles(db: impl PgExecutor<'_>, articles: &[Article]) -> Result<u64, StoreError> {
+    if articles.is_empty() {
+        return Ok(0);
+    }
+    let titles: Vec<String> = articles
+        .iter()
+        .map(|a| outbox_core::query::words(&a.title).join(" "))
+        .collect();
+    let inserted = sqlx::query(
+        "INSERT INTO articles (uuid, url, title, text, published, language, site, thread_uuid, \
+             normalized_title) \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
+                              $5::text[]::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[]) \
+         ON CONFLICT (uuid) DO NOTHING",
+    )
+    .bind(articles.iter().map(|a| a.uuid.clone()).collect::<Vec<_>>())
+    .bind(articles.iter().map(|a| a.url.clone()).collect::<Vec<_>>())
+    .bind(articles.iter().map(|a| a.title.clone()).collect::<Vec<_>>())
+    .bind(articles.iter().map(|a| a.text.clone()).collect::<Vec<_>>())
+    .bind(articles.iter().map(|a| a.published.clone()).collect::<Vec<_>>())
+    .bind(articles.iter().map(|a| a.language.clone()).collect::<Vec<_>>())
+    .bind(articles.iter().map(|a| a.site.clone()).collect::<Vec<_>>())
+    .bind(articles.iter().map(|a| a.thread_uuid.clone()).collect::<Vec<_>>())
+    .bind(titles)
+    .execute(db)
+    .await?;
+    Ok(inserted.rows_affected())
+}
+
+/// An article with its ingest sequence number.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredArticle {
+    /// Ingest order.
+    pub seq: i64,
+    /// The article.
+    #[sqlx(flatten)]
+    pub article: Article,
+}
+
+/// Articles ingested after `seq`, oldest first, at most `limit`.
+pub async fn articles_after(
+    db: impl PgExecutor<'_>,
+    seq: i64,
+    limit: i64,
+) -> Result<Vec<StoredArticle>, StoreError> {
+    let rows = sqlx::query_as::<_, StoredArticle>(
+        "SELECT seq, uuid, url, title, text, \
+                to_char(published AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS published, \
+                language, site, thread_uuid \
+         FROM articles WHERE seq > $1 ORDER BY seq LIMIT $2",
+    )
+    .bind(seq)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows)
+}
+
+/// The uuid of the first ingested article of `uuid`'s event: same thread, or the same
+/// normalised title published within `window_secs` of it.
+pub async fn event_key(
+    db: impl PgExecutor<'_>,
+    uuid: &str,
+    window_secs: f64,
+) -> Result<String, StoreError> {
+    let key = sqlx::query_scalar::<_, String>(
+        "SELECT other.uuid FROM articles this \
+         JOIN articles other ON (other.thread_uuid = this.thread_uuid) \
+              OR (other.normalized_title = this.normalized_title \
+                  AND other.published BETWEEN this.published - make_interval(secs => $2) \
+                                          AND this.published + make_interval(secs => $2)) \
+         WHERE this.uuid = $1 \
+         ORDER BY other.seq LIMIT 1",
+    )
+    .bind(uuid)
+    .bind(window_secs)
+    .fetch_optional(db)
+    .await?;
+    Ok(key.unwrap_or_else(|| uuid.to_owned()))
+}
+
+/// Where the poller resumes for `query` at `source`.
+pub async fn news_cursor(db: impl PgExecutor<'_>, source: &str, query: &str) -> Result<Option<String>, StoreError> {
+    let next = sqlx::query_scalar::<_, String>(
+        "SELECT next_url FROM news_cursors WHERE source = $1 AND query = $2",
+    )
+    .bind(source)
+    .bind(query)
+    .fetch_optional(db)
+    .await?;
+    Ok(next)
+}
+
+/// Records where the poller resumes (a URL without the token).
+pub async fn save_news_cursor(
+    db: impl PgExecutor<'_>,
+    source: &str,
+    query: &str,
+    next_url: &str,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO news_cursors (source, query, next_url) VALUES ($1, $2, $3) \
+         ON CONFLICT (source, query) DO UPDATE SET next_url = EXCLUDED.next_url, updated_at = now()",
+    )
+    .bind(source)
+    .bind(query)
+    .bind(next_url)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Starts a transaction (for imports that must be all or nothing).
+pub async fn begin(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+    Ok(pool.begin().await?)
+}
