@@ -115,8 +115,9 @@ CREATE TABLE outbox (
     lease_owner         text,
     lease_expires_at    timestamptz,
     fencing_token       bigint,
-    -- When the current lease began: the start of the attempt it covers.
-    claimed_at          timestamptz,
+    -- When the send under the current lease started; NULL while a claim only settles an
+    -- uncertain attempt (a lookup), so an expired lease is not mistaken for a send.
+    send_started_at     timestamptz,
     CHECK ((status = 'sending') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL AND fencing_token IS NOT NULL))
 ) WITH (fillfactor = 70);
 

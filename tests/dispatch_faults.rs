@@ -407,3 +407,71 @@ async fn sigterm_finishes_sends_in_flight_and_returns_unsent_claims() {
     .unwrap();
     assert_eq!(released, 19);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resends_of_an_uncertain_alert_stop_at_the_attempt_limit_and_hold_it() {
+    // Every answer is a 500: for a destination without de-duplication, each attempt may
+    // have been acted on. Policy `retry` resends, but only up to the attempt limit.
+    let sink = Sink::start(&["--fail-rate", "1", "--fail-status", "500"]).await;
+    let (db, tenant) = setup(&sink, |d| d.on_uncertain = outbox_core::OnUncertain::Retry).await;
+    sqlx::query("UPDATE destinations SET max_attempts = 3")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let id = approve_many(&db, tenant, "ops", 1).await[0];
+    drain(&db, "w", &["--drain-horizon", "2s"]).await;
+
+    assert_eq!(state_of(&db, id).await, "held");
+    assert_eq!(sink.stats().await["requests"], 3, "three attempts, no more");
+    let flagged: bool = sqlx::query_scalar("SELECT possible_duplicate FROM alerts WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(flagged, "resent without proof: flagged as a possible duplicate");
+    let lines = evidence(&db, id).await;
+    assert!(lines.last().unwrap().contains("used up"), "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_resend_stays_uncertain_instead_of_becoming_an_ordinary_retry() {
+    let sink = Sink::start(&["--retention", "1h"]).await;
+    let (db, tenant) = setup(&sink, |d| {
+        d.idempotency_retention = Some(Duration::from_secs(3600));
+    })
+    .await;
+    let id = approve_many(&db, tenant, "ops", 1).await[0];
+    // Attempt 1 is applied and its answer lost; the resend is refused with a 503.
+    sink.faults(json!({
+        "drop_response_for_keys": [id.to_string()],
+    }))
+    .await;
+    let first = spawn_dispatcher(&dispatcher_args(&db, "first", &[]), None);
+    wait_for_db(
+        &db,
+        "SELECT count(*) FROM alert_events WHERE to_state = 'uncertain'",
+        |n| n == 1,
+    )
+    .await;
+    let mut first = first;
+    first.kill().await.unwrap();
+    sink.faults(json!({"script": [{"status": 503}]})).await;
+    drain(&db, "second", &["--drain-horizon", "5s"]).await;
+
+    assert_eq!(state_of(&db, id).await, "accepted");
+    let transitions: Vec<(String, String)> = sqlx::query_as(
+        "SELECT to_state, line FROM alert_events WHERE alert_id = $1 ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let refused = transitions
+        .iter()
+        .find(|(_, line)| line.contains("HTTP 503"))
+        .expect("the 503 is in the evidence");
+    assert_eq!(refused.0, "uncertain", "{transitions:?}");
+    let stats = sink.stats().await;
+    assert_eq!(stats["applied"], 1, "{stats}");
+    assert_eq!(stats["effective_duplicates"], 0, "{stats}");
+}

@@ -65,16 +65,14 @@ impl RetrySchedule {
     }
 
     /// The delay before the next attempt after `attempts_made` attempts: "full jitter", a
-    /// uniformly random point in `[ceiling / 10, ceiling]` (`unit` in `[0, 1)` picks it), so
-    /// that a burst of failures does not come back as a burst. With a `Retry-After`, the
+    /// uniformly random point in `[0, ceiling]` (`unit` in `[0, 1)` picks it), so that a
+    /// burst of failures does not come back as a burst. With a `Retry-After`, the
     /// destination's wish wins, capped at [`RetrySchedule::retry_after_cap`].
     pub fn delay(&self, attempts_made: u32, unit: f64, retry_after: Option<Duration>) -> Duration {
         if let Some(wish) = retry_after {
             return wish.min(self.retry_after_cap());
         }
-        let ceiling = self.ceiling(attempts_made);
-        let floor = ceiling / 10;
-        floor + (ceiling - floor).mul_f64(unit.clamp(0.0, 1.0))
+        self.ceiling(attempts_made).mul_f64(unit.clamp(0.0, 1.0))
     }
 }
 
@@ -145,12 +143,11 @@ mod tests {
     }
 
     #[test]
-    fn jitter_stays_between_a_tenth_and_the_ceiling() {
+    fn full_jitter_spans_zero_to_the_ceiling() {
         let s = RetrySchedule::default();
-        assert_eq!(s.delay(2, 0.0, None), Duration::from_secs(3));
+        assert_eq!(s.delay(2, 0.0, None), Duration::ZERO);
         assert_eq!(s.delay(2, 1.0, None), Duration::from_secs(30));
-        let mid = s.delay(2, 0.5, None);
-        assert!(mid > Duration::from_secs(3) && mid < Duration::from_secs(30));
+        assert_eq!(s.delay(2, 0.5, None), Duration::from_secs(15));
     }
 
     #[test]

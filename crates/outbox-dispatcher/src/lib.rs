@@ -110,9 +110,15 @@ pub(crate) struct Shared {
     /// Destinations this process disabled (410 Gone): rows of theirs it already claimed
     /// are given back unsent instead of being sent to a destination known to be gone.
     disabled: Mutex<std::collections::HashSet<Uuid>>,
+    /// Set once shutdown begins: nothing new is sent after it.
+    stop: watch::Receiver<bool>,
 }
 
 impl Shared {
+    pub(crate) fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
     fn is_disabled(&self, destination: Uuid) -> bool {
         self.disabled
             .lock()
@@ -157,6 +163,7 @@ pub async fn run(
         config: config.clone(),
         metrics,
         disabled: Mutex::default(),
+        stop: stop_rx.clone(),
     });
     let capacity = Arc::new(Semaphore::new(config.max_in_flight as usize));
     let destination_limits: Mutex<HashMap<Uuid, Arc<Semaphore>>> = Mutex::new(HashMap::new());
@@ -185,7 +192,16 @@ pub async fn run(
         let mut claimed = Vec::new();
         if free > 0 {
             let claimed_at = Instant::now();
-            match dispatch::claim(&pool, &config.worker_id, free as i64, config.lease).await {
+            let saturated = saturated_destinations(&destination_limits);
+            match dispatch::claim(
+                &pool,
+                &config.worker_id,
+                free as i64,
+                config.lease,
+                &saturated,
+            )
+            .await
+            {
                 Ok(rows) => claimed = rows.into_iter().map(|row| (row, claimed_at)).collect(),
                 Err(err) => {
                     tracing::error!(error = %err, "claim failed; retrying");
@@ -270,6 +286,18 @@ pub async fn run(
     Ok(summary)
 }
 
+/// Destinations whose every slot in this process is busy: claiming more of their rows
+/// now would only make them wait while their leases run.
+fn saturated_destinations(limits: &Mutex<HashMap<Uuid, Arc<Semaphore>>>) -> Vec<Uuid> {
+    limits
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(_, slots)| slots.available_permits() == 0)
+        .map(|(id, _)| *id)
+        .collect()
+}
+
 fn destination_limit(
     limits: &Mutex<HashMap<Uuid, Arc<Semaphore>>>,
     row: &ClaimedAlert,
@@ -352,24 +380,43 @@ async fn work_one(
                 }
             }
         }
-        work::Finished::Done(completion) => {
-            match dispatch::complete(&shared.pool, &completion).await {
-                Ok(true) => {
-                    if completion.disable_destination.is_some() {
-                        shared.mark_disabled(claim.row.destination_id);
-                    }
-                    tracing::debug!(line = %completion.line, "recorded");
-                    Outcome::Recorded
+        work::Finished::Done(completion) => match record(&shared, &claim, &completion).await {
+            Ok(true) => {
+                if completion.disable_destination.is_some() {
+                    shared.mark_disabled(claim.row.destination_id);
                 }
-                Ok(false) => {
-                    tracing::warn!(line = %completion.line, "stale completion ignored: the claim was taken over after its lease expired");
-                    Outcome::Stale
-                }
-                Err(err) => {
-                    tracing::error!(error = %err, "could not record the outcome; the lease will expire and the attempt becomes uncertain");
-                    Outcome::Failed
-                }
+                tracing::debug!(line = %completion.line, "recorded");
+                Outcome::Recorded
             }
+            Ok(false) => {
+                tracing::warn!(line = %completion.line, "stale completion ignored: the claim was taken over after its lease expired");
+                Outcome::Stale
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "could not record the outcome; the lease will expire and the attempt becomes uncertain");
+                Outcome::Failed
+            }
+        },
+    }
+}
+
+/// Records a completion, trying again on a database error while the lease lasts: the
+/// send already happened, and a lost record would turn a known outcome into an uncertain
+/// one. Fencing makes a repeated attempt harmless.
+async fn record(
+    shared: &Shared,
+    claim: &work::Claim,
+    completion: &outbox_store::dispatch::Completion,
+) -> Result<bool, outbox_store::StoreError> {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match dispatch::complete(&shared.pool, completion).await {
+            Err(err) if Instant::now() + pause < claim.local_lease_deadline => {
+                tracing::warn!(error = %err, retry_in = ?pause, "recording the outcome failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
         }
     }
 }

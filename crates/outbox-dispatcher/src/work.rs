@@ -62,11 +62,14 @@ pub(crate) async fn work(shared: &Shared, claim: &Claim) -> Finished {
     if !claim.lease_allows_request() {
         return Finished::Release(LEASE_TOO_SHORT.to_owned());
     }
-    send_and_judge(shared, claim, claim.row.attempts, "").await
+    send_and_judge(shared, claim, claim.row.attempts, false).await
 }
 
-/// Sends attempt `attempt` and turns the answer into a completion.
-async fn send_and_judge(shared: &Shared, claim: &Claim, attempt: i32, context: &str) -> Finished {
+/// Sends attempt `attempt` and turns the answer into a completion. `resending` is set when
+/// an earlier attempt's outcome is still unknown: then a failed resend does not make the
+/// row an ordinary pending retry, it stays uncertain so that the next try goes through the
+/// settling order again (lookup, window, policy) and can never slip past the window.
+async fn send_and_judge(shared: &Shared, claim: &Claim, attempt: i32, resending: bool) -> Finished {
     fail_point_after_claim();
     let row = &claim.row;
     let started_at = Utc::now();
@@ -91,8 +94,21 @@ async fn send_and_judge(shared: &Shared, claim: &Claim, attempt: i32, context: &
         response_excerpt: excerpt,
     };
     let now = claim.db_now();
-    let prefix = format!("attempt {attempt}{context}");
-    let timeout = claim.timeout();
+    let prefix = if resending {
+        format!("attempt {attempt} (resend)")
+    } else {
+        format!("attempt {attempt}")
+    };
+    // A server error may come after the destination acted; the de-duplication window
+    // must still cover the retry, so it is settled like an uncertain attempt.
+    let server_error = matches!(
+        exchange,
+        Exchange::Answered {
+            status: 500..=599,
+            ..
+        }
+    ) && !matches!(exchange, Exchange::Answered { status: 503, .. });
+    let unresolved = resending || server_error;
     let (next, line, disable) = match verdict {
         Verdict::Accepted { reference } => (
             Next::Settle {
@@ -122,7 +138,8 @@ async fn send_and_judge(shared: &Shared, claim: &Claim, attempt: i32, context: &
             )
         }
         Verdict::NotProcessed { retry_after, why } => {
-            let (next, plan) = retry_or_exhaust(shared, claim, attempt, retry_after, now);
+            let (next, plan) =
+                retry_or_exhaust(shared, claim, attempt, retry_after, now, unresolved);
             (
                 next,
                 format!("{prefix} not processed ({why}); {plan}"),
@@ -130,32 +147,32 @@ async fn send_and_judge(shared: &Shared, claim: &Claim, attempt: i32, context: &
             )
         }
         Verdict::NotSent { why } => {
-            let (next, plan) = retry_or_exhaust(shared, claim, attempt, None, now);
+            let (next, plan) = retry_or_exhaust(shared, claim, attempt, None, now, unresolved);
             (next, format!("{prefix} not sent ({why}); {plan}"), None)
         }
         Verdict::Uncertain { why } => {
-            let (at, plan) = if row.lookup_url_template.is_some() {
-                let at = now
-                    + chrono::Duration::from_std(timeout + LOOKUP_GRACE_EXTRA).unwrap_or_default();
-                (at, "will look it up at the destination".to_owned())
-            } else if let Some(secs) = row.idempotency_retention_secs {
-                (now, format!("the destination de-duplicates by key for {}; will resend with the same key", outbox_core::duration::format(Duration::from_secs_f64(secs))))
-            } else if row.on_uncertain == "retry" {
-                (
-                    now,
-                    "no lookup and no de-duplication: will resend and flag a possible duplicate"
+            let first_send = row.first_send_started_at.unwrap_or(started_at);
+            let backoff =
+                shared
+                    .config
+                    .retry_schedule
+                    .delay(attempt.unsigned_abs(), rand::random(), None);
+            let (wait, plan) = match settlement(row, first_send, now) {
+                Settlement::Lookup => (
+                    backoff.max(claim.timeout() + LOOKUP_GRACE_EXTRA),
+                    "will look it up at the destination".to_owned(),
+                ),
+                Settlement::Resend { why, .. } => (backoff, format!("will resend: {why}")),
+                Settlement::Hold => (
+                    Duration::ZERO,
+                    "no lookup and no de-duplication window: retry held for reconciliation"
                         .to_owned(),
-                )
-            } else {
-                (
-                    now,
-                    "no lookup and no de-duplication: retry held for reconciliation".to_owned(),
-                )
+                ),
             };
             (
                 Next::Requeue {
                     status: "uncertain",
-                    at,
+                    at: now + chrono::Duration::from_std(wait).unwrap_or_default(),
                 },
                 format!("{prefix} {why}; destination acceptance unknown; {plan}"),
                 None,
@@ -173,13 +190,16 @@ async fn send_and_judge(shared: &Shared, claim: &Claim, attempt: i32, context: &
     }))
 }
 
-/// Schedules a retry, or fails the alert when its attempts or retry window are used up.
+/// Schedules a retry, or ends the alert when its attempts or retry window are used up:
+/// `failed` when nothing can have arrived, `held` when an attempt's outcome is unknown
+/// (`unresolved`), since then "failed" could be false.
 fn retry_or_exhaust(
     shared: &Shared,
     claim: &Claim,
     attempt: i32,
     retry_after: Option<Duration>,
     now: DateTime<Utc>,
+    unresolved: bool,
 ) -> (Next, String) {
     let row = &claim.row;
     let unit: f64 = rand::random();
@@ -195,6 +215,15 @@ fn retry_or_exhaust(
         } else {
             "exhausted: the retry window has closed".to_owned()
         };
+        if unresolved {
+            return (
+                Next::Settle {
+                    outcome: "held",
+                    reference: None,
+                },
+                format!("{why}, and an earlier attempt's outcome is unknown; held for reconciliation by an operator"),
+            );
+        }
         return (
             Next::Settle {
                 outcome: "failed",
@@ -208,7 +237,7 @@ fn retry_or_exhaust(
     });
     (
         Next::Requeue {
-            status: "pending",
+            status: if unresolved { "uncertain" } else { "pending" },
             at,
         },
         format!(
@@ -247,7 +276,7 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
         };
         match exchange {
             Exchange::Answered {
-                status: 200..=299,
+                status: found @ 200..=299,
                 reference,
                 ..
             } => {
@@ -255,7 +284,7 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
                 return done(
                     shared,
                     claim,
-                    Some(lookup("found", Some(200), reference.clone(), None)),
+                    Some(lookup("found", Some(found), reference.clone(), None)),
                     Next::Settle {
                         outcome: "accepted",
                         reference: reference.clone(),
@@ -287,7 +316,11 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
                     | Exchange::Unsendable(w) => w.clone(),
                 };
                 shared.metrics.attempt(&row.destination, "lookup_failed");
-                let delay = shared.config.retry_schedule.delay(1, rand::random(), None);
+                let delay = shared.config.retry_schedule.delay(
+                    attempt.unsigned_abs(),
+                    rand::random(),
+                    None,
+                );
                 let status = match other {
                     Exchange::Answered { status, .. } => Some(status),
                     _ => None,
@@ -310,24 +343,62 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
             }
         }
     }
-    if let (Some(secs), Some(first)) = (row.idempotency_retention_secs, row.first_send_started_at) {
+    match settlement(row, row.first_send_started_at.unwrap_or(now), now) {
+        Settlement::Resend { why, possible_duplicate } => {
+            resend(shared, claim, None, &why, possible_duplicate).await
+        }
+        Settlement::Lookup | Settlement::Hold => done(
+            shared,
+            claim,
+            None,
+            Next::Settle { outcome: "held", reference: None },
+            format!("attempt {attempt}: destination acceptance unknown, and there is no lookup and no de-duplication window; retry held for reconciliation by an operator"),
+        ),
+    }
+}
+
+/// How an uncertain attempt can be settled, by the destination's capabilities.
+enum Settlement {
+    /// Ask the destination.
+    Lookup,
+    /// Send again with the same key.
+    Resend {
+        why: String,
+        /// Nothing rules a duplicate out (policy `retry`).
+        possible_duplicate: bool,
+    },
+    /// Wait for an operator.
+    Hold,
+}
+
+/// The settling order: lookup; a resend inside the de-duplication window (minus a margin
+/// of a tenth of it, at most 5 minutes) of the first attempt with this key; the policy.
+fn settlement(row: &ClaimedAlert, first_send: DateTime<Utc>, now: DateTime<Utc>) -> Settlement {
+    if row.lookup_url_template.is_some() {
+        return Settlement::Lookup;
+    }
+    if let Some(secs) = row.idempotency_retention_secs {
         let retention = Duration::from_secs_f64(secs);
         let margin = (retention / 10).min(Duration::from_secs(300));
-        let safe_until = first + chrono::Duration::from_std(retention - margin).unwrap_or_default();
+        let safe_until =
+            first_send + chrono::Duration::from_std(retention - margin).unwrap_or_default();
         if now < safe_until {
-            return resend(shared, claim, None,
-                &format!("the destination de-duplicates by key for {} and the first attempt is inside that window; resending with the same key",
-                    outbox_core::duration::format(retention)),
-                false).await;
+            return Settlement::Resend {
+                why: format!(
+                    "the destination de-duplicates by key for {} and the first attempt is inside that window; resending with the same key",
+                    outbox_core::duration::format(retention)
+                ),
+                possible_duplicate: false,
+            };
         }
     }
     if row.on_uncertain == "retry" {
-        return resend(shared, claim, None,
-            "no lookup and no de-duplication window to rule out a duplicate; resending (on_uncertain = retry), possible duplicate",
-            true).await;
+        return Settlement::Resend {
+            why: "no lookup and no de-duplication window to rule out a duplicate; resending (on_uncertain = retry), possible duplicate".to_owned(),
+            possible_duplicate: true,
+        };
     }
-    done(shared, claim, None, Next::Settle { outcome: "held", reference: None },
-        format!("attempt {attempt}: destination acceptance unknown, and there is no lookup and no de-duplication window; retry held for reconciliation by an operator"))
+    Settlement::Hold
 }
 
 /// Commits "attempt N+1 started" (fenced), then sends. A lookup that led here is
@@ -339,10 +410,30 @@ async fn resend(
     why: &str,
     possible_duplicate: bool,
 ) -> Finished {
+    let row = &claim.row;
+    if shared.stopping() {
+        return Finished::Release(format!("{} is shutting down", shared.config.worker_id));
+    }
     if !claim.lease_allows_request() {
         return Finished::Release(LEASE_TOO_SHORT.to_owned());
     }
-    let row = &claim.row;
+    // Resends count against the same limits as retries; past them the outcome stays
+    // unknown, which is a case for an operator, not for "failed".
+    let window_end = row.approved_at
+        + chrono::Duration::from_std(Duration::from_secs_f64(row.max_retry_window_secs))
+            .unwrap_or_default();
+    if row.attempts >= row.max_attempts || claim.db_now() > window_end {
+        return done(
+            shared,
+            claim,
+            lookup,
+            Next::Settle { outcome: "held", reference: None },
+            format!(
+                "attempt {}'s outcome is unknown and the attempts or the retry window are used up; retry held for reconciliation by an operator",
+                row.attempts
+            ),
+        );
+    }
     let attempt = match outbox_store::dispatch::begin_resend(
         &shared.pool,
         row.alert_id,
@@ -374,7 +465,7 @@ async fn resend(
         )
         .await;
     }
-    send_and_judge(shared, claim, attempt, " (resend)").await
+    send_and_judge(shared, claim, attempt, true).await
 }
 
 fn done(

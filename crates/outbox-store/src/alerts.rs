@@ -250,12 +250,14 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
     let mut tx = pool.begin().await?;
     // Lock the revised row: every reviser of the latest revision serialises here, and
     // the next statement (a fresh snapshot under READ COMMITTED) then sees any revision
-    // committed while we waited.
+    // committed while we waited. NO KEY UPDATE, because a dispatcher's claim takes KEY
+    // SHARE on the alert (the evidence row's foreign key) while holding its outbox row:
+    // a full UPDATE lock here could deadlock with it.
     let target = sqlx::query_as::<_, RevisedAlert>(&format!(
         "SELECT tenant_id, subject, occurrence, destination_id, revision, \
                 payload_sha256 = {FINGERPRINT_OF_PARAM} AS same_payload \
          FROM alerts WHERE id = $2 AND ($3::uuid IS NULL OR tenant_id = $3) \
-         FOR UPDATE"
+         FOR NO KEY UPDATE"
     ))
     .bind(rev.payload_json)
     .bind(rev.alert_id)

@@ -75,18 +75,22 @@ pub struct ClaimedAlert {
 /// destinations, oldest due first, skipping rows other dispatchers hold. One statement:
 /// the claim, the lease and the "attempt N started" evidence commit together. The lease is
 /// at least `lease`, and always longer than two request timeouts of the destination (plus a second).
+///
+/// `saturated` lists destinations this dispatcher cannot send to right now (all of its
+/// slots for them are busy); their rows are left for later or for other dispatchers.
 pub async fn claim(
     db: impl PgExecutor<'_>,
     worker: &str,
     limit: i64,
     lease: Duration,
+    saturated: &[Uuid],
 ) -> Result<Vec<ClaimedAlert>, StoreError> {
     let rows = sqlx::query_as::<_, ClaimedAlert>(
         "WITH due AS ( \
              SELECT o.alert_id, o.status AS claimed_from, d.timeout_ms \
              FROM outbox o JOIN destinations d ON d.id = o.destination_id \
              WHERE o.status IN ('pending', 'uncertain') AND o.next_attempt_at <= now() \
-               AND d.enabled \
+               AND d.enabled AND o.destination_id <> ALL($4::uuid[]) \
              ORDER BY o.next_attempt_at \
              LIMIT $1 \
              FOR UPDATE OF o SKIP LOCKED \
@@ -97,7 +101,7 @@ pub async fn claim(
                  lease_expires_at = now() + greatest($3 * interval '1 millisecond', \
                                                      (2 * due.timeout_ms + 1000) * interval '1 millisecond'), \
                  fencing_token = nextval('outbox_fencing_token_seq'), \
-                 claimed_at = now(), \
+                 send_started_at = CASE WHEN due.claimed_from = 'pending' THEN now() END, \
                  attempts = o.attempts + CASE WHEN due.claimed_from = 'pending' THEN 1 ELSE 0 END \
              FROM due WHERE o.alert_id = due.alert_id \
              RETURNING o.alert_id, o.fencing_token, o.attempts, o.lease_expires_at, due.claimed_from \
@@ -131,6 +135,7 @@ pub async fn claim(
     .bind(limit)
     .bind(worker)
     .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
+    .bind(saturated)
     .fetch_all(db)
     .await?;
     Ok(rows)
@@ -142,7 +147,7 @@ pub async fn claim(
 pub async fn sweep_expired_leases(db: impl PgExecutor<'_>, limit: i64) -> Result<u64, StoreError> {
     let moved: i64 = sqlx::query_scalar(
         "WITH expired AS ( \
-             SELECT o.alert_id, o.attempts, o.lease_owner, o.fencing_token, o.claimed_at \
+             SELECT o.alert_id, o.attempts, o.lease_owner, o.fencing_token, o.send_started_at \
              FROM outbox o \
              WHERE o.status = 'sending' AND o.lease_expires_at < now() \
              ORDER BY o.lease_expires_at \
@@ -150,20 +155,24 @@ pub async fn sweep_expired_leases(db: impl PgExecutor<'_>, limit: i64) -> Result
              FOR UPDATE SKIP LOCKED \
          ), moved AS ( \
              UPDATE outbox o SET status = 'uncertain', next_attempt_at = now(), \
-                 lease_owner = NULL, lease_expires_at = NULL, fencing_token = NULL, claimed_at = NULL \
+                 lease_owner = NULL, lease_expires_at = NULL, fencing_token = NULL, send_started_at = NULL \
              FROM expired e WHERE o.alert_id = e.alert_id \
              RETURNING o.alert_id \
          ), recorded AS ( \
              INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
                  started_at, finished_at, idempotency_key, payload_sha256, outcome, error_class) \
              SELECT e.alert_id, e.attempts, 'send', e.lease_owner, e.fencing_token, \
-                    e.claimed_at, now(), e.alert_id::text, a.payload_sha256, 'uncertain', 'lease_expired' \
+                    e.send_started_at, now(), e.alert_id::text, a.payload_sha256, 'uncertain', 'lease_expired' \
              FROM expired e JOIN alerts a ON a.id = e.alert_id \
+             WHERE e.send_started_at IS NOT NULL \
          ), explained AS ( \
              INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
              SELECT e.alert_id, 'sending', 'uncertain', e.attempts, 'dispatcher:lease-sweep', \
-                    format('lease of %s expired during attempt %s; the send may have happened; \
+                    CASE WHEN e.send_started_at IS NOT NULL \
+                         THEN format('lease of %s expired during attempt %s; the send may have happened; \
 destination acceptance unknown', e.lease_owner, e.attempts) \
+                         ELSE format('lease of %s expired while settling attempt %s; still uncertain', \
+                                     e.lease_owner, e.attempts) END \
              FROM expired e \
          ) \
          SELECT count(*) FROM moved",
@@ -188,7 +197,7 @@ pub async fn begin_resend(
 ) -> Result<Option<i32>, StoreError> {
     let attempt = sqlx::query_scalar::<_, i32>(
         "WITH resend AS ( \
-             UPDATE outbox SET attempts = attempts + 1, claimed_at = now() \
+             UPDATE outbox SET attempts = attempts + 1, send_started_at = now() \
              WHERE alert_id = $1 AND fencing_token = $2 AND status = 'sending' \
              RETURNING alert_id, attempts \
          ), flagged AS ( \
@@ -304,7 +313,7 @@ pub async fn complete(pool: &PgPool, done: &Completion) -> Result<bool, StoreErr
              WHERE $5::text IS NOT NULL \
          ), requeued AS ( \
              UPDATE outbox o SET status = $12, next_attempt_at = $13, lease_owner = NULL, \
-                 lease_expires_at = NULL, fencing_token = NULL, claimed_at = NULL \
+                 lease_expires_at = NULL, fencing_token = NULL, send_started_at = NULL \
              FROM fenced f WHERE o.alert_id = f.alert_id AND $12::text IS NOT NULL \
          ), removed AS ( \
              DELETE FROM outbox o USING fenced f \
@@ -404,7 +413,7 @@ pub async fn release(
     let released = sqlx::query_scalar::<_, Uuid>(
         "WITH released AS ( \
              UPDATE outbox SET status = $3, lease_owner = NULL, lease_expires_at = NULL, \
-                 fencing_token = NULL, claimed_at = NULL, next_attempt_at = now(), \
+                 fencing_token = NULL, send_started_at = NULL, next_attempt_at = now(), \
                  attempts = attempts - CASE WHEN $3 = 'pending' THEN 1 ELSE 0 END \
              WHERE alert_id = $1 AND fencing_token = $2 AND status = 'sending' \
              RETURNING alert_id, attempts \

@@ -353,7 +353,10 @@ pub struct Article {
 }
 
 /// Stores articles, each once by uuid, in one statement. Returns how many were new.
-pub async fn insert_articles(db: impl PgExecutor<'_>, articles: &[Article]) -> Result<u64, StoreError> {
+pub async fn insert_articles(
+    db: impl PgExecutor<'_>,
+    articles: &[Article],
+) -> Result<u64, StoreError> {
     if articles.is_empty() {
         return Ok(0);
     }
@@ -435,7 +438,11 @@ pub async fn event_key(
 }
 
 /// Where the poller resumes for `query` at `source`.
-pub async fn news_cursor(db: impl PgExecutor<'_>, source: &str, query: &str) -> Result<Option<String>, StoreError> {
+pub async fn news_cursor(
+    db: impl PgExecutor<'_>,
+    source: &str,
+    query: &str,
+) -> Result<Option<String>, StoreError> {
     let next = sqlx::query_scalar::<_, String>(
         "SELECT next_url FROM news_cursors WHERE source = $1 AND query = $2",
     )
@@ -466,6 +473,8 @@ pub async fn save_news_cursor(
 }
 
 /// Starts a transaction (for imports that must be all or nothing).
-pub async fn begin(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+pub async fn begin(
+    pool: &PgPool,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
     Ok(pool.begin().await?)
 }
