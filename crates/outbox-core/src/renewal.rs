@@ -39,7 +39,7 @@ pub fn parse_tiers(text: &str) -> Result<Vec<u32>, RenewalError> {
 }
 
 /// Sorts tiers (most distant first) and checks them.
-pub fn check_tiers(tiers: &mut Vec<u32>) -> Result<(), RenewalError> {
+pub fn check_tiers(tiers: &mut [u32]) -> Result<(), RenewalError> {
     tiers.sort_unstable_by(|a, b| b.cmp(a));
     let distinct = tiers.windows(2).all(|w| w[0] != w[1]);
     if tiers.is_empty() || !distinct || tiers.iter().any(|t| *t > 3660) {
@@ -98,12 +98,13 @@ mod tests {
         let mut fired = Vec::new();
         let mut last = None;
         for day in (0..=70).rev() {
-            let tier = due_tier(day, &DEFAULT_TIERS);
             // An alert is new when the due tier changes (the identity includes the tier).
-            if tier.is_some() && tier != last {
-                fired.push((day, tier.unwrap()));
+            if let Some(tier) = due_tier(day, &DEFAULT_TIERS) {
+                if last != Some(tier) {
+                    fired.push((day, tier));
+                }
+                last = Some(tier);
             }
-            last = tier.or(last);
         }
         assert_eq!(fired, vec![(60, 60), (30, 30), (15, 15)]);
     }
