@@ -428,7 +428,10 @@ async fn resends_of_an_uncertain_alert_stop_at_the_attempt_limit_and_hold_it() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert!(flagged, "resent without proof: flagged as a possible duplicate");
+    assert!(
+        flagged,
+        "resent without proof: flagged as a possible duplicate"
+    );
     let lines = evidence(&db, id).await;
     assert!(lines.last().unwrap().contains("used up"), "{lines:?}");
 }
@@ -459,13 +462,12 @@ async fn a_failed_resend_stays_uncertain_instead_of_becoming_an_ordinary_retry()
     drain(&db, "second", &["--drain-horizon", "5s"]).await;
 
     assert_eq!(state_of(&db, id).await, "accepted");
-    let transitions: Vec<(String, String)> = sqlx::query_as(
-        "SELECT to_state, line FROM alert_events WHERE alert_id = $1 ORDER BY id",
-    )
-    .bind(id)
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
+    let transitions: Vec<(String, String)> =
+        sqlx::query_as("SELECT to_state, line FROM alert_events WHERE alert_id = $1 ORDER BY id")
+            .bind(id)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
     let refused = transitions
         .iter()
         .find(|(_, line)| line.contains("HTTP 503"))

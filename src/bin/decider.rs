@@ -1,4 +1,5 @@
-//! `decider`: approves alerts. `decider serve` runs the approval API.
+//! `decider`: approves alerts: `decider serve` (the approval API and the monitors on an
+//! interval), `decider run-once` (the monitors once, for cron).
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -26,12 +27,45 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve the approval API (`POST /v1/alerts`, ...), `/healthz` and `/readyz`.
+    /// Serve the approval API (`POST /v1/alerts`, ...), `/healthz` and `/readyz`, and run
+    /// the monitors every `--interval`.
     Serve {
         /// Address to listen on.
         #[arg(long, env = "DECIDER_LISTEN", default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
+        /// How often the monitors run.
+        #[arg(long, env = "DECIDER_INTERVAL", default_value = "5m", value_parser = outbox_core::duration::parse_positive)]
+        interval: Duration,
+        #[command(flatten)]
+        news: NewsArgs,
     },
+    /// Evaluate every monitor once and exit (for cron).
+    RunOnce {
+        /// The clock, RFC 3339 (for tests and backfills); default: now.
+        #[arg(long)]
+        now: Option<jiff::Timestamp>,
+        #[command(flatten)]
+        news: NewsArgs,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct NewsArgs {
+    /// A Webz.io-compatible news endpoint to poll for the watchlists' queries.
+    #[arg(long, env = "NEWS_URL")]
+    news_url: Option<String>,
+    /// Its API token.
+    #[arg(long, env = "WEBZ_TOKEN", hide_env_values = true)]
+    webz_token: Option<String>,
+}
+
+impl NewsArgs {
+    fn source(self) -> Option<outbox_decider::news::NewsSource> {
+        self.news_url.map(|url| outbox_decider::news::NewsSource {
+            url,
+            token: self.webz_token,
+        })
+    }
 }
 
 #[tokio::main]
@@ -48,11 +82,38 @@ async fn main() -> anyhow::Result<()> {
     .await
     .context("connecting to the database")?;
     match cli.command {
-        Command::Serve { listen } => {
+        Command::Serve {
+            listen,
+            interval,
+            news,
+        } => {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .with_context(|| format!("listening on {listen}"))?;
-            outbox_api::serve(listener, pool, outbox_runtime::shutdown_signal()).await?;
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            let mut monitors_stopped = stopped.clone();
+            let monitors = tokio::spawn(outbox_decider::run_every(
+                pool.clone(),
+                interval,
+                news.source(),
+                async move {
+                    let _ = monitors_stopped.wait_for(|s| *s).await;
+                },
+            ));
+            outbox_api::serve(listener, pool, async move {
+                outbox_runtime::shutdown_signal().await;
+                let _ = stop.send(true);
+            })
+            .await?;
+            let _ = monitors.await;
+        }
+        Command::RunOnce { now, news } => {
+            let now = now.unwrap_or_else(jiff::Timestamp::now);
+            let summary = outbox_decider::run_once(&pool, now, news.source().as_ref()).await?;
+            println!(
+                "{} renewal alert(s), {} news alert(s), {} article(s) ingested",
+                summary.renewal_alerts, summary.news_alerts, summary.articles_ingested
+            );
         }
     }
     Ok(())

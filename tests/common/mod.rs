@@ -123,7 +123,9 @@ pub async fn read(response: reqwest::Response) -> (StatusCode, Value) {
 
 /// Creates a tenant with a token and the named destinations.
 pub async fn add_tenant(db: &TestDb, name: &str, destinations: &[&str]) -> TestTenant {
-    let id = outbox_store::tenants::create(&db.pool, name).await.unwrap();
+    let id = outbox_store::tenants::create(&db.pool, name, "UTC", None)
+        .await
+        .unwrap();
     let token = outbox_store::tokens::create(&db.pool, id, Some("tests"))
         .await
         .unwrap();

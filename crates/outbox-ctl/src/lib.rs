@@ -5,6 +5,8 @@
 //! - [`run`]: dispatches a parsed command.
 //! - `setup`: `migrate`, `tenant create`, `token create`, `destination add|list`.
 //! - `inspect`: `alert show`, `outbox list`.
+//! - `sources`: what the monitors read: `contract import`, `watchlist add`,
+//!   `article ingest`, `tenant configure`.
 //! - `table`: plain-text tables for people (`--json` gives one JSON object per line).
 //!
 //! Output contract: a command that creates something prints only its id (or token) on
@@ -13,6 +15,7 @@
 
 mod inspect;
 mod setup;
+mod sources;
 mod table;
 
 use clap::{Parser, Subcommand};
@@ -57,6 +60,50 @@ pub enum Command {
     /// Inspect the outbox.
     #[command(subcommand)]
     Outbox(OutboxCommand),
+    /// Contracts for the renewal monitor.
+    #[command(subcommand)]
+    Contract(ContractCommand),
+    /// Watchlist entries for the news monitor.
+    #[command(subcommand)]
+    Watchlist(WatchlistCommand),
+    /// News articles for the watchlists.
+    #[command(subcommand)]
+    Article(ArticleCommand),
+}
+
+/// `contract ...`
+#[derive(Debug, Subcommand)]
+pub enum ContractCommand {
+    /// Import (or update, by external id) contracts from a CSV or JSON file; a file with
+    /// any bad row imports nothing. Prints how many were imported.
+    Import {
+        /// The file (`-` for standard input, with --format).
+        file: String,
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// csv or json (default: from the file name).
+        #[arg(long)]
+        format: Option<String>,
+    },
+}
+
+/// `watchlist ...`
+#[derive(Debug, Subcommand)]
+pub enum WatchlistCommand {
+    /// Add a watchlist entry; prints its id.
+    Add(sources::WatchlistArgs),
+}
+
+/// `article ...`
+#[derive(Debug, Subcommand)]
+pub enum ArticleCommand {
+    /// Ingest a Webz.io News API page (`{"posts": [...]}`); prints how many were new.
+    Ingest {
+        /// The file (`-` for standard input).
+        #[arg(default_value = "-")]
+        file: String,
+    },
 }
 
 /// `tenant ...`
@@ -66,6 +113,23 @@ pub enum TenantCommand {
     Create {
         /// Unique name.
         name: String,
+        /// IANA time zone in which renewal days are counted.
+        #[arg(long, default_value = "UTC")]
+        time_zone: String,
+        /// Renewal tiers in days before the action date.
+        #[arg(long)]
+        tiers: Option<String>,
+    },
+    /// Change a tenant's time zone or renewal tiers.
+    Configure {
+        /// Tenant name or id.
+        name: String,
+        /// IANA time zone.
+        #[arg(long)]
+        time_zone: Option<String>,
+        /// Renewal tiers, e.g. 90,30,7.
+        #[arg(long)]
+        tiers: Option<String>,
     },
 }
 
@@ -137,7 +201,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let pool = outbox_store::connect(&cli.database_url, "outboxctl", 4).await?;
     let result = match cli.command {
         Command::Migrate => unreachable!("handled above"),
-        Command::Tenant(TenantCommand::Create { name }) => setup::create_tenant(&pool, &name).await,
+        Command::Tenant(TenantCommand::Create {
+            name,
+            time_zone,
+            tiers,
+        }) => setup::create_tenant(&pool, &name, &time_zone, tiers.as_deref()).await,
+        Command::Tenant(TenantCommand::Configure {
+            name,
+            time_zone,
+            tiers,
+        }) => sources::configure_tenant(&pool, &name, time_zone.as_deref(), tiers.as_deref()).await,
+        Command::Contract(ContractCommand::Import {
+            file,
+            tenant,
+            format,
+        }) => sources::import_contracts(&pool, &file, &tenant, format.as_deref()).await,
+        Command::Watchlist(WatchlistCommand::Add(args)) => {
+            sources::add_watchlist_entry(&pool, args).await
+        }
+        Command::Article(ArticleCommand::Ingest { file }) => {
+            sources::ingest_articles(&pool, &file).await
+        }
         Command::Token(TokenCommand::Create { tenant, label }) => {
             setup::create_token(&pool, &tenant, label.as_deref()).await
         }

@@ -22,12 +22,19 @@ pub(crate) async fn migrate(database_url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) async fn create_tenant(pool: &PgPool, name: &str) -> anyhow::Result<()> {
+pub(crate) async fn create_tenant(
+    pool: &PgPool,
+    name: &str,
+    time_zone: &str,
+    tiers: Option<&str>,
+) -> anyhow::Result<()> {
     let name = name.trim();
     if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
         bail!("a tenant name must be 1 to 200 printable characters");
     }
-    let id = tenants::create(pool, name).await?;
+    outbox_core::renewal::time_zone(time_zone)?;
+    let tiers = tiers.map(outbox_core::renewal::parse_tiers).transpose()?;
+    let id = tenants::create(pool, name, time_zone, tiers.as_deref()).await?;
     println!("{id}");
     eprintln!("created tenant `{name}`");
     Ok(())

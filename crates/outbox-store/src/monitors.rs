@@ -120,32 +120,18 @@ pub async fn contracts_to_evaluate(
     Ok(rows)
 }
 
-/// A tenant's enabled destinations, by name.
-pub async fn enabled_destinations(
+/// A tenant's destinations: name, id, enabled.
+pub async fn destination_index(
     db: impl PgExecutor<'_>,
     tenant_id: Uuid,
-) -> Result<Vec<(String, Uuid)>, StoreError> {
-    let rows = sqlx::query_as::<_, (String, Uuid)>(
-        "SELECT name, id FROM destinations WHERE tenant_id = $1 AND enabled ORDER BY name",
+) -> Result<Vec<(String, Uuid, bool)>, StoreError> {
+    let rows = sqlx::query_as::<_, (String, Uuid, bool)>(
+        "SELECT name, id, enabled FROM destinations WHERE tenant_id = $1 ORDER BY name",
     )
     .bind(tenant_id)
     .fetch_all(db)
     .await?;
     Ok(rows)
-}
-
-/// Every destination name of a tenant (enabled or not), to check imported names.
-pub async fn destination_names(
-    db: impl PgExecutor<'_>,
-    tenant_id: Uuid,
-) -> Result<Vec<String>, StoreError> {
-    let names = sqlx::query_scalar::<_, String>(
-        "SELECT name FROM destinations WHERE tenant_id = $1 ORDER BY name",
-    )
-    .bind(tenant_id)
-    .fetch_all(db)
-    .await?;
-    Ok(names)
 }
 
 /// Sets a tenant's time zone and renewal tiers.

@@ -14,24 +14,35 @@ pub struct Tenant {
     pub name: String,
 }
 
-/// Creates a tenant; its name must be unused.
-pub async fn create(db: impl PgExecutor<'_>, name: &str) -> Result<Uuid, StoreError> {
+/// Creates a tenant; its name must be unused. `time_zone` is an IANA name (checked by
+/// the caller); `tiers` defaults to 60, 30, 15 days.
+pub async fn create(
+    db: impl PgExecutor<'_>,
+    name: &str,
+    time_zone: &str,
+    tiers: Option<&[u32]>,
+) -> Result<Uuid, StoreError> {
     let id = Uuid::now_v7();
-    sqlx::query("INSERT INTO tenants (id, name) VALUES ($1, $2)")
-        .bind(id)
-        .bind(name)
-        .execute(db)
-        .await
-        .map_err(|err| {
-            if StoreError::is_unique_violation(&err) {
-                StoreError::AlreadyExists {
-                    what: "tenant",
-                    name: name.to_owned(),
-                }
-            } else {
-                StoreError::Database(err)
+    sqlx::query(
+        "INSERT INTO tenants (id, name, time_zone, renewal_tiers) \
+         VALUES ($1, $2, $3, COALESCE($4::int[], '{60,30,15}'))",
+    )
+    .bind(id)
+    .bind(name)
+    .bind(time_zone)
+    .bind(tiers.map(|t| t.iter().map(|d| *d as i32).collect::<Vec<_>>()))
+    .execute(db)
+    .await
+    .map_err(|err| {
+        if StoreError::is_unique_violation(&err) {
+            StoreError::AlreadyExists {
+                what: "tenant",
+                name: name.to_owned(),
             }
-        })?;
+        } else {
+            StoreError::Database(err)
+        }
+    })?;
     Ok(id)
 }
 

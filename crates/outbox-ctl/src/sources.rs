@@ -1,0 +1,134 @@
+//! Feeding the monitors: contracts, watchlist entries, articles.
+
+use anyhow::{bail, Context};
+use outbox_core::query::Query;
+use outbox_decider::contracts::{self, Format};
+use outbox_store::monitors::{self, NewWatchlistEntry};
+use outbox_store::{tenants, PgPool};
+use std::io::Read;
+use std::time::Duration;
+
+/// Reads FILE, or standard input for `-`.
+fn read_input(path: &str) -> anyhow::Result<String> {
+    if path == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading standard input")?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading {path}"))
+}
+
+pub(crate) async fn import_contracts(
+    pool: &PgPool,
+    path: &str,
+    tenant: &str,
+    format: Option<&str>,
+) -> anyhow::Result<()> {
+    let format = match format {
+        Some("csv") => Format::Csv,
+        Some("json") => Format::Json,
+        Some(other) => bail!("unknown format `{other}` (expected csv or json)"),
+        None => Format::from_path(path).ok_or_else(|| {
+            anyhow::anyhow!(
+                "cannot tell the format of `{path}`: name it .csv or .json, or pass --format"
+            )
+        })?,
+    };
+    let text = read_input(path)?;
+    let tenant = tenants::find(pool, tenant).await?;
+    let (inserted, updated) = contracts::import(pool, tenant.id, &text, format).await?;
+    println!("{}", inserted + updated);
+    eprintln!(
+        "imported {} contract(s) for tenant `{}`: {inserted} new, {updated} updated",
+        inserted + updated,
+        tenant.name
+    );
+    Ok(())
+}
+
+/// `watchlist add` flags.
+#[derive(Debug, clap::Args)]
+pub struct WatchlistArgs {
+    /// Owning tenant (name or id).
+    #[arg(long, env = "OUTBOX_TENANT")]
+    tenant: String,
+    /// Unique name within the tenant.
+    #[arg(long)]
+    name: String,
+    /// Terms, "quoted phrases" and -exclusions; all terms must appear.
+    #[arg(long)]
+    query: String,
+    /// Destination name; repeat for several.
+    #[arg(long = "destination", required = true)]
+    destinations: Vec<String>,
+    /// Articles of one event (same thread, or same title within the window) share one alert.
+    #[arg(long)]
+    group_events: bool,
+    /// Window for same-title grouping.
+    #[arg(long, default_value = "48h", value_parser = outbox_core::duration::parse_positive)]
+    group_window: Duration,
+}
+
+pub(crate) async fn add_watchlist_entry(pool: &PgPool, args: WatchlistArgs) -> anyhow::Result<()> {
+    let name = args.name.trim().to_owned();
+    if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
+        bail!("a watchlist name must be 1 to 200 printable characters");
+    }
+    Query::parse(&args.query)?;
+    let tenant = tenants::find(pool, &args.tenant).await?;
+    let known: Vec<String> = monitors::destination_index(pool, tenant.id)
+        .await?
+        .into_iter()
+        .map(|(name, ..)| name)
+        .collect();
+    if let Some(unknown) = args.destinations.iter().find(|d| !known.contains(d)) {
+        bail!(
+            "tenant `{}` has no destination named `{unknown}`",
+            tenant.name
+        );
+    }
+    let id = monitors::add_watchlist_entry(
+        pool,
+        &NewWatchlistEntry {
+            tenant_id: tenant.id,
+            name: name.clone(),
+            query: args.query,
+            destinations: args.destinations,
+            group_events: args.group_events,
+            group_window_secs: args.group_window.as_secs(),
+        },
+    )
+    .await?;
+    println!("{id}");
+    eprintln!(
+        "added watchlist entry `{name}` for tenant `{}`",
+        tenant.name
+    );
+    Ok(())
+}
+
+pub(crate) async fn ingest_articles(pool: &PgPool, path: &str) -> anyhow::Result<()> {
+    let text = read_input(path)?;
+    let (new, total) = outbox_decider::news::ingest(pool, &text).await?;
+    println!("{new}");
+    eprintln!("{total} article(s) read, {new} new");
+    Ok(())
+}
+
+pub(crate) async fn configure_tenant(
+    pool: &PgPool,
+    tenant: &str,
+    time_zone: Option<&str>,
+    tiers: Option<&str>,
+) -> anyhow::Result<()> {
+    if let Some(zone) = time_zone {
+        outbox_core::renewal::time_zone(zone)?;
+    }
+    let tiers = tiers.map(outbox_core::renewal::parse_tiers).transpose()?;
+    let tenant = tenants::find(pool, tenant).await?;
+    monitors::configure_tenant(pool, tenant.id, time_zone, tiers.as_deref()).await?;
+    eprintln!("configured tenant `{}`", tenant.name);
+    Ok(())
+}

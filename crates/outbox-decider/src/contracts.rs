@@ -1,0 +1,380 @@
+//! The contract renewal monitor: contract files (CSV or JSON) in, renewal alerts out.
+//!
+//! Identity: subject `contract:<external id>`, occurrence `<renewal date>/<tier>d`, one per
+//! destination. The renewal date is part of the occurrence, so next year's renewal (or a
+//! changed date) is a new cycle with its own alerts, never blocked by this year's.
+
+use jiff::civil::Date;
+use jiff::Timestamp;
+use outbox_core::renewal;
+use outbox_store::monitors::{self, ContractInput, MonitorAlert};
+use outbox_store::PgPool;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use std::collections::{HashMap, HashSet};
+use uuid::Uuid;
+
+use crate::DecideError;
+
+/// A file format for contracts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Comma-separated, with a header line.
+    Csv,
+    /// An array of objects.
+    Json,
+}
+
+impl Format {
+    /// The format a file name implies (`.csv`, `.json`).
+    pub fn from_path(path: &str) -> Option<Format> {
+        let lower = path.to_ascii_lowercase();
+        if lower.ends_with(".csv") {
+            Some(Format::Csv)
+        } else if lower.ends_with(".json") {
+            Some(Format::Json)
+        } else {
+            None
+        }
+    }
+}
+
+/// Why a contract file cannot be imported: every bad row, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} bad row(s), nothing imported: {}", problems.len(), problems.join("; "))]
+pub struct ImportError {
+    /// `line 4: amount "12,5" is not a decimal number`, ...
+    pub problems: Vec<String>,
+}
+
+const COLUMNS: [&str; 8] = [
+    "external_id",
+    "vendor",
+    "amount",
+    "currency",
+    "renewal_date",
+    "notice_days",
+    "destinations",
+    "tiers",
+];
+
+/// Reads and checks a contract file. `known_destinations` are the tenant's destination
+/// names; a row naming another is bad.
+pub fn parse(
+    text: &str,
+    format: Format,
+    known_destinations: &[String],
+) -> Result<Vec<ContractInput>, ImportError> {
+    let rows = match format {
+        Format::Csv => csv_rows(text)?,
+        Format::Json => json_rows(text)?,
+    };
+    let mut problems = Vec::new();
+    let mut contracts = Vec::new();
+    let mut seen = HashSet::new();
+    for (location, fields) in rows {
+        match check_row(&fields, known_destinations) {
+            Ok(contract) => {
+                if !seen.insert(contract.external_id.clone()) {
+                    problems.push(format!(
+                        "{location}: external_id `{}` appears twice in the file",
+                        contract.external_id
+                    ));
+                }
+                contracts.push(contract);
+            }
+            Err(reason) => problems.push(format!("{location}: {reason}")),
+        }
+    }
+    if contracts.is_empty() && problems.is_empty() {
+        problems.push("the file has no contracts".to_owned());
+    }
+    if problems.is_empty() {
+        Ok(contracts)
+    } else {
+        Err(ImportError { problems })
+    }
+}
+
+type Row = (String, HashMap<String, String>);
+
+fn csv_rows(text: &str) -> Result<Vec<Row>, ImportError> {
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let headers = reader
+        .headers()
+        .map_err(|err| ImportError {
+            problems: vec![format!("line 1: unreadable header: {err}")],
+        })?
+        .clone();
+    let unknown: Vec<&str> = headers.iter().filter(|h| !COLUMNS.contains(h)).collect();
+    let missing: Vec<&str> = COLUMNS[..5]
+        .iter()
+        .copied()
+        .filter(|c| !headers.iter().any(|h| h == *c))
+        .collect();
+    if !unknown.is_empty() || !missing.is_empty() {
+        let mut problems = Vec::new();
+        if !missing.is_empty() {
+            problems.push(format!("line 1: missing column(s) {}", missing.join(", ")));
+        }
+        if !unknown.is_empty() {
+            problems.push(format!("line 1: unknown column(s) {}", unknown.join(", ")));
+        }
+        return Err(ImportError { problems });
+    }
+    let mut rows = Vec::new();
+    let mut problems = Vec::new();
+    for record in reader.records() {
+        match record {
+            Ok(record) => {
+                let line = record.position().map_or(0, |p| p.line());
+                let fields = headers
+                    .iter()
+                    .zip(record.iter())
+                    .map(|(h, v)| (h.to_owned(), v.to_owned()))
+                    .collect();
+                rows.push((format!("line {line}"), fields));
+            }
+            Err(err) => {
+                let line = err.position().map_or(0, |p| p.line());
+                problems.push(format!("line {line}: {err}"));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(rows)
+    } else {
+        Err(ImportError { problems })
+    }
+}
+
+fn json_rows(text: &str) -> Result<Vec<Row>, ImportError> {
+    let items: Vec<serde_json::Map<String, serde_json::Value>> = serde_json::from_str(text)
+        .map_err(|err| ImportError {
+            problems: vec![format!("not a JSON array of objects: {err}")],
+        })?;
+    let mut rows = Vec::new();
+    let mut problems = Vec::new();
+    for (index, item) in items.into_iter().enumerate() {
+        let location = format!("item {}", index + 1);
+        let mut fields = HashMap::new();
+        for (key, value) in item {
+            if !COLUMNS.contains(&key.as_str()) {
+                problems.push(format!("{location}: unknown field `{key}`"));
+                continue;
+            }
+            let text = match value {
+                serde_json::Value::String(s) => s.trim().to_owned(),
+                serde_json::Value::Number(n) => n.to_string(),
+                serde_json::Value::Null => String::new(),
+                serde_json::Value::Array(values) => values
+                    .iter()
+                    .map(|v| match v {
+                        serde_json::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                other => {
+                    problems.push(format!(
+                        "{location}: field `{key}` has an unusable value {other}"
+                    ));
+                    continue;
+                }
+            };
+            fields.insert(key, text);
+        }
+        rows.push((location, fields));
+    }
+    if problems.is_empty() {
+        Ok(rows)
+    } else {
+        Err(ImportError { problems })
+    }
+}
+
+fn check_row(fields: &HashMap<String, String>, known: &[String]) -> Result<ContractInput, String> {
+    let get = |name: &str| fields.get(name).map(String::as_str).unwrap_or("");
+    let required = |name: &str| {
+        let value = get(name);
+        if value.is_empty() {
+            Err(format!("{name} is missing"))
+        } else {
+            Ok(value.to_owned())
+        }
+    };
+    let external_id = required("external_id")?;
+    if external_id.len() > 200 {
+        return Err("external_id is longer than 200 bytes".to_owned());
+    }
+    let vendor = required("vendor")?;
+    if vendor.len() > 500 {
+        return Err("vendor is longer than 500 bytes".to_owned());
+    }
+    let amount = required("amount")?;
+    let decimal = amount.split_once('.').map_or(
+        !amount.is_empty() && amount.bytes().all(|b| b.is_ascii_digit()),
+        |(whole, fraction)| {
+            !whole.is_empty()
+                && !fraction.is_empty()
+                && whole.bytes().all(|b| b.is_ascii_digit())
+                && fraction.bytes().all(|b| b.is_ascii_digit())
+        },
+    );
+    if !decimal {
+        return Err(format!(
+            "amount `{amount}` is not a decimal number such as 12000.50"
+        ));
+    }
+    let currency = required("currency")?.to_ascii_uppercase();
+    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(format!(
+            "currency `{currency}` is not a three-letter code such as EUR"
+        ));
+    }
+    let renewal_date = required("renewal_date")?;
+    if renewal_date.len() != 10 || renewal_date.parse::<Date>().is_err() {
+        return Err(format!(
+            "renewal_date `{renewal_date}` is not a date such as 2027-03-31"
+        ));
+    }
+    let notice_days = match get("notice_days") {
+        "" => 0,
+        text => text
+            .parse::<u32>()
+            .ok()
+            .filter(|d| *d <= 3660)
+            .ok_or_else(|| {
+                format!("notice_days `{text}` is not a whole number of days (0 to 3660)")
+            })?,
+    };
+    let destinations = match get("destinations") {
+        "" => None,
+        text => {
+            let names: Vec<String> = text
+                .split(';')
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty())
+                .collect();
+            if let Some(unknown) = names.iter().find(|n| !known.contains(n)) {
+                return Err(format!(
+                    "destination `{unknown}` does not exist for this tenant"
+                ));
+            }
+            (!names.is_empty()).then_some(names)
+        }
+    };
+    let tiers = match get("tiers") {
+        "" => None,
+        text => Some(renewal::parse_tiers(text).map_err(|e| e.to_string())?),
+    };
+    Ok(ContractInput {
+        external_id,
+        vendor,
+        amount,
+        currency,
+        renewal_date,
+        notice_days,
+        tiers,
+        destinations,
+    })
+}
+
+/// Imports a checked file for a tenant in one statement: all rows or none.
+pub async fn import(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    text: &str,
+    format: Format,
+) -> Result<(u64, u64), DecideError> {
+    let known: Vec<String> = monitors::destination_index(pool, tenant_id)
+        .await?
+        .into_iter()
+        .map(|(name, ..)| name)
+        .collect();
+    let contracts = parse(text, format, &known)?;
+    Ok(monitors::upsert_contracts(pool, tenant_id, &contracts).await?)
+}
+
+#[derive(Serialize)]
+struct RenewalPayload<'a> {
+    kind: &'static str,
+    contract: &'a str,
+    vendor: &'a str,
+    amount: &'a RawValue,
+    currency: &'a str,
+    renewal_date: String,
+    action_date: String,
+    days_remaining: i64,
+    tier: u32,
+}
+
+/// Evaluates every contract at `now` and approves the renewal alerts that are due.
+/// Returns how many alerts were created.
+pub async fn evaluate(pool: &PgPool, now: Timestamp, actor: &str) -> Result<u64, DecideError> {
+    let today_utc = now.to_zoned(jiff::tz::TimeZone::UTC).date().to_string();
+    let contracts = monitors::contracts_to_evaluate(pool, &today_utc).await?;
+    let mut due: HashMap<Uuid, Vec<MonitorAlert>> = HashMap::new();
+    let mut destinations: HashMap<Uuid, Vec<(String, Uuid, bool)>> = HashMap::new();
+    for contract in &contracts {
+        let Ok(zone) = renewal::time_zone(&contract.time_zone) else {
+            tracing::error!(tenant = %contract.tenant_id, zone = %contract.time_zone, "unknown time zone; contracts skipped");
+            continue;
+        };
+        let Ok(renewal_date) = contract.renewal_date.parse::<Date>() else {
+            continue;
+        };
+        let tiers: Vec<u32> = contract.tiers.iter().map(|t| t.unsigned_abs()).collect();
+        let action = renewal::action_date(renewal_date, contract.notice_days.unsigned_abs());
+        let days = renewal::days_until(renewal::today(now, &zone), action);
+        let Some(tier) = renewal::due_tier(days, &tiers) else {
+            continue;
+        };
+        if !destinations.contains_key(&contract.tenant_id) {
+            let index = monitors::destination_index(pool, contract.tenant_id).await?;
+            destinations.insert(contract.tenant_id, index);
+        }
+        let index = &destinations[&contract.tenant_id];
+        let targets: Vec<Uuid> = match &contract.destinations {
+            // Named destinations get the alert even while disabled: it waits, pending.
+            Some(names) => index
+                .iter()
+                .filter(|(name, ..)| names.contains(name))
+                .map(|(_, id, _)| *id)
+                .collect(),
+            None => index
+                .iter()
+                .filter(|(.., on)| *on)
+                .map(|(_, id, _)| *id)
+                .collect(),
+        };
+        let amount = RawValue::from_string(contract.amount.clone()).map_err(|err| {
+            DecideError::Source(format!("amount of {}: {err}", contract.external_id))
+        })?;
+        let payload = serde_json::to_string(&RenewalPayload {
+            kind: "contract_renewal",
+            contract: &contract.external_id,
+            vendor: &contract.vendor,
+            amount: &amount,
+            currency: &contract.currency,
+            renewal_date: renewal_date.to_string(),
+            action_date: action.to_string(),
+            days_remaining: days,
+            tier,
+        })
+        .map_err(|err| DecideError::Source(err.to_string()))?;
+        for destination_id in targets {
+            due.entry(contract.tenant_id)
+                .or_default()
+                .push(MonitorAlert {
+                    destination_id,
+                    subject: format!("contract:{}", contract.external_id),
+                    occurrence: format!("{renewal_date}/{tier}d"),
+                    payload_json: payload.clone(),
+                });
+        }
+    }
+    crate::approve_in_batches(pool, due, actor).await
+}

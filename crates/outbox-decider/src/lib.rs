@@ -1,0 +1,129 @@
+//! The decider's monitors: they read sources, decide which alerts are due, and approve
+//! them through the same one-transaction write path as the API (in bulk: one statement
+//! approves many, still one alert per identity).
+//!
+//! Layout:
+//! - `contracts`: contract files (CSV, JSON) and the renewal monitor.
+//! - `news`: Webz.io-format articles, the watchlist monitor, the news poller.
+//! - [`run_once`], [`run_every`]: evaluate every monitor once, or on an interval.
+//!
+//! Any number of deciders may run at once: the alerts' UNIQUE identity is the only guard,
+//! and batches are approved in identity order so they never deadlock.
+
+pub mod contracts;
+pub mod news;
+
+use jiff::Timestamp;
+use outbox_store::monitors::MonitorAlert;
+use outbox_store::PgPool;
+use std::collections::HashMap;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Errors of the monitors.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] outbox_store::StoreError),
+    /// A contract file has bad rows.
+    #[error(transparent)]
+    Import(#[from] contracts::ImportError),
+    /// An article file or page has bad posts.
+    #[error(transparent)]
+    Articles(#[from] news::ArticleError),
+    /// A source could not be read.
+    #[error("{0}")]
+    Source(String),
+}
+
+/// Most alerts approved per statement: short transactions, so concurrent deciders only
+/// ever wait briefly for each other.
+const BATCH: usize = 500;
+
+/// Approves the alerts per tenant in batches, each sorted by identity. Returns how many
+/// were created.
+pub(crate) async fn approve_in_batches(
+    pool: &PgPool,
+    due: HashMap<Uuid, Vec<MonitorAlert>>,
+    actor: &str,
+) -> Result<u64, DecideError> {
+    let mut created = 0;
+    for (tenant_id, mut alerts) in due {
+        alerts.sort_by(|a, b| {
+            (&a.subject, &a.occurrence, a.destination_id).cmp(&(
+                &b.subject,
+                &b.occurrence,
+                b.destination_id,
+            ))
+        });
+        alerts.dedup_by(|a, b| {
+            a.subject == b.subject
+                && a.occurrence == b.occurrence
+                && a.destination_id == b.destination_id
+        });
+        for chunk in alerts.chunks(BATCH) {
+            let ids = outbox_store::monitors::approve_batch(pool, tenant_id, chunk, actor).await?;
+            created += ids.len() as u64;
+        }
+    }
+    if created > 0 {
+        outbox_store::dispatch::notify_due(pool).await?;
+    }
+    Ok(created)
+}
+
+/// What one evaluation did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Renewal alerts created.
+    pub renewal_alerts: u64,
+    /// Articles ingested from the news source.
+    pub articles_ingested: u64,
+    /// News alerts created.
+    pub news_alerts: u64,
+}
+
+/// Evaluates every monitor once at `now`: polls the news source (if any), then the
+/// renewal and watchlist monitors.
+pub async fn run_once(
+    pool: &PgPool,
+    now: Timestamp,
+    news_source: Option<&news::NewsSource>,
+) -> Result<RunSummary, DecideError> {
+    let mut summary = RunSummary::default();
+    if let Some(source) = news_source {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|err| DecideError::Source(err.to_string()))?;
+        summary.articles_ingested = news::poll(pool, &http, source).await?;
+    }
+    summary.renewal_alerts = contracts::evaluate(pool, now, "monitor:contracts").await?;
+    summary.news_alerts = news::evaluate(pool, "monitor:news").await?;
+    tracing::info!(?summary, "monitors evaluated");
+    Ok(summary)
+}
+
+/// Runs the monitors every `interval` until `stop` resolves; an evaluation that fails is
+/// logged and retried at the next tick.
+pub async fn run_every(
+    pool: PgPool,
+    interval: Duration,
+    news_source: Option<news::NewsSource>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            _ = ticks.tick() => {
+                if let Err(err) = run_once(&pool, Timestamp::now(), news_source.as_ref()).await {
+                    tracing::error!(error = %err, "monitor evaluation failed");
+                }
+            }
+        }
+    }
+}

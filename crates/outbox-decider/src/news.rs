@@ -1,0 +1,286 @@
+//! The news watchlist monitor: articles in the Webz.io News API format in (from files or a
+//! polled endpoint), one alert per (watchlist entry, article or event, destination) out.
+//!
+//! Identity: subject `watchlist:<entry id>`, occurrence `article:<uuid>`; with event
+//! grouping on, `event:<uuid of the event's first ingested article>`.
+
+use outbox_core::query::Query;
+use outbox_store::monitors::{self, Article, MonitorAlert};
+use outbox_store::PgPool;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use uuid::Uuid;
+
+use crate::DecideError;
+
+/// A page of the Webz.io News API.
+#[derive(Debug, Deserialize)]
+struct Page {
+    posts: Vec<serde_json::Value>,
+    #[serde(default)]
+    next: Option<String>,
+    #[serde(default, rename = "moreResultsAvailable")]
+    more_results_available: Option<i64>,
+}
+
+/// Why an article file (or page) is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} bad post(s), nothing ingested: {}", problems.len(), problems.join("; "))]
+pub struct ArticleError {
+    /// `post 3: field "published" is missing`, ...
+    pub problems: Vec<String>,
+}
+
+/// Reads a Webz.io page (`{"posts": [...], ...}`) into articles, checking every post.
+pub fn parse_page(text: &str) -> Result<(Vec<Article>, Option<String>, i64), ArticleError> {
+    let page: Page = serde_json::from_str(text).map_err(|err| ArticleError {
+        problems: vec![format!(
+            "not a Webz.io page (an object with `posts`): {err}"
+        )],
+    })?;
+    let mut articles = Vec::new();
+    let mut problems = Vec::new();
+    for (index, post) in page.posts.iter().enumerate() {
+        match article(post) {
+            Ok(article) => articles.push(article),
+            Err(reason) => problems.push(format!("post {}: {reason}", index + 1)),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ArticleError { problems });
+    }
+    Ok((
+        articles,
+        page.next,
+        page.more_results_available.unwrap_or(0),
+    ))
+}
+
+fn article(post: &serde_json::Value) -> Result<Article, String> {
+    let text_field = |name: &str, required: bool| -> Result<Option<String>, String> {
+        match &post[name] {
+            serde_json::Value::String(s) if !s.trim().is_empty() => Ok(Some(s.clone())),
+            serde_json::Value::Null | serde_json::Value::String(_) if !required => Ok(None),
+            serde_json::Value::Null => Err(format!("field `{name}` is missing")),
+            serde_json::Value::String(_) => Err(format!("field `{name}` is empty")),
+            _ => Err(format!("field `{name}` must be a string")),
+        }
+    };
+    let uuid = text_field("uuid", true)?.unwrap_or_default();
+    let url = text_field("url", true)?.unwrap_or_default();
+    let title = text_field("title", true)?.unwrap_or_default();
+    let published = text_field("published", true)?.unwrap_or_default();
+    let published = published
+        .parse::<jiff::Timestamp>()
+        .map_err(|_| format!("field `published` is not an RFC 3339 time: `{published}`"))?
+        .to_string();
+    let thread = &post["thread"];
+    let thread_text = |name: &str| thread[name].as_str().map(str::to_owned);
+    Ok(Article {
+        uuid,
+        url,
+        title,
+        text: text_field("text", false)?.unwrap_or_default(),
+        published,
+        language: text_field("language", false)?,
+        site: thread_text("site"),
+        thread_uuid: thread_text("uuid"),
+    })
+}
+
+/// Ingests a page of articles: each stored once by uuid. Returns how many were new.
+pub async fn ingest(pool: &PgPool, text: &str) -> Result<(u64, usize), DecideError> {
+    let (articles, ..) = parse_page(text)?;
+    let new = monitors::insert_articles(pool, &articles).await?;
+    Ok((new, articles.len()))
+}
+
+#[derive(Serialize)]
+struct NewsPayload<'a> {
+    kind: &'static str,
+    watchlist: &'a str,
+    article: &'a str,
+    title: &'a str,
+    url: &'a str,
+    site: Option<&'a str>,
+    published: &'a str,
+    matched_terms: Vec<String>,
+    snippet: String,
+}
+
+/// Articles read per round for one entry.
+const PAGE: i64 = 500;
+
+/// Evaluates every watchlist entry against the articles ingested since its watermark and
+/// approves the alerts for matches. Returns how many alerts were created.
+pub async fn evaluate(pool: &PgPool, actor: &str) -> Result<u64, DecideError> {
+    let mut created = 0;
+    let mut destinations: HashMap<Uuid, Vec<(String, Uuid, bool)>> = HashMap::new();
+    for entry in monitors::watchlist_entries(pool).await? {
+        let Ok(query) = Query::parse(&entry.query) else {
+            tracing::error!(entry = %entry.name, "stored query does not parse; skipped");
+            continue;
+        };
+        if !destinations.contains_key(&entry.tenant_id) {
+            let index = monitors::destination_index(pool, entry.tenant_id).await?;
+            destinations.insert(entry.tenant_id, index);
+        }
+        let targets: Vec<Uuid> = destinations[&entry.tenant_id]
+            .iter()
+            .filter(|(name, ..)| entry.destinations.contains(name))
+            .map(|(_, id, _)| *id)
+            .collect();
+        let mut watermark = entry.evaluated_through;
+        loop {
+            let batch = monitors::articles_after(pool, watermark, PAGE).await?;
+            let Some(last) = batch.last().map(|a| a.seq) else {
+                break;
+            };
+            let mut alerts = Vec::new();
+            for stored in &batch {
+                let a = &stored.article;
+                let Some(terms) = query.matches(&a.title, &a.text) else {
+                    continue;
+                };
+                let occurrence = if entry.group_events {
+                    format!(
+                        "event:{}",
+                        monitors::event_key(pool, &a.uuid, entry.group_window_secs).await?
+                    )
+                } else {
+                    format!("article:{}", a.uuid)
+                };
+                let payload = serde_json::to_string(&NewsPayload {
+                    kind: "news",
+                    watchlist: &entry.name,
+                    article: &a.uuid,
+                    title: &a.title,
+                    url: &a.url,
+                    site: a.site.as_deref(),
+                    published: &a.published,
+                    snippet: snippet(&a.text, &terms),
+                    matched_terms: terms,
+                })
+                .map_err(|err| DecideError::Source(err.to_string()))?;
+                for destination_id in &targets {
+                    alerts.push(MonitorAlert {
+                        destination_id: *destination_id,
+                        subject: format!("watchlist:{}", entry.id),
+                        occurrence: occurrence.clone(),
+                        payload_json: payload.clone(),
+                    });
+                }
+            }
+            created +=
+                crate::approve_in_batches(pool, HashMap::from([(entry.tenant_id, alerts)]), actor)
+                    .await?;
+            monitors::advance_watermark(pool, entry.id, last).await?;
+            watermark = last;
+        }
+    }
+    Ok(created)
+}
+
+/// About 200 characters of text around the first matched term.
+fn snippet(text: &str, terms: &[String]) -> String {
+    let lower = text.to_lowercase();
+    let at = terms
+        .iter()
+        .filter_map(|t| lower.find(t.split(' ').next().unwrap_or(t)))
+        .min()
+        .unwrap_or(0);
+    // Byte offsets in the lowercased text can differ from the original's; work in chars.
+    let char_at = lower[..at.min(lower.len())].chars().count();
+    let start = char_at.saturating_sub(60);
+    let excerpt: String = text.chars().skip(start).take(200).collect();
+    let mut snippet = excerpt.split_whitespace().collect::<Vec<_>>().join(" ");
+    if start > 0 {
+        snippet.insert_str(0, "…");
+    }
+    if text.chars().count() > start + 200 {
+        snippet.push('…');
+    }
+    snippet
+}
+
+/// A Webz.io-compatible endpoint to poll.
+#[derive(Debug, Clone)]
+pub struct NewsSource {
+    /// The endpoint, e.g. `https://api.webz.io/newsApiLite`.
+    pub url: String,
+    /// The API token (from `WEBZ_TOKEN`); never stored, never logged.
+    pub token: Option<String>,
+}
+
+/// Polls the source once for every distinct watchlist query: resumes at the query's
+/// cursor (or starts a new query), follows `next` until no more results, and stores the
+/// cursor after every page, so a restart resumes where it stopped. Returns articles
+/// ingested.
+pub async fn poll(
+    pool: &PgPool,
+    http: &reqwest::Client,
+    source: &NewsSource,
+) -> Result<u64, DecideError> {
+    let base = url::Url::parse(&source.url)
+        .map_err(|err| DecideError::Source(format!("news URL `{}`: {err}", source.url)))?;
+    let mut queries: Vec<String> = monitors::watchlist_entries(pool)
+        .await?
+        .into_iter()
+        .map(|e| e.query)
+        .collect();
+    queries.sort();
+    queries.dedup();
+    let mut ingested = 0;
+    for query in queries {
+        let mut next = match monitors::news_cursor(pool, &source.url, &query).await? {
+            Some(saved) => base
+                .join(&saved)
+                .map_err(|err| DecideError::Source(format!("saved cursor: {err}")))?,
+            None => {
+                let mut first = base.clone();
+                first.query_pairs_mut().append_pair("q", &query);
+                first
+            }
+        };
+        // A bound on pages per poll keeps one busy query from starving the others.
+        for _ in 0..100 {
+            let mut request = next.clone();
+            if let Some(token) = &source.token {
+                request.query_pairs_mut().append_pair("token", token);
+            }
+            let response = http.get(request).send().await.map_err(|err| {
+                DecideError::Source(format!("news endpoint: {}", err.without_url()))
+            })?;
+            let status = response.status();
+            if !status.is_success() {
+                return Err(DecideError::Source(format!(
+                    "news endpoint answered {status}"
+                )));
+            }
+            let body = response.text().await.map_err(|err| {
+                DecideError::Source(format!("news endpoint: {}", err.without_url()))
+            })?;
+            let (articles, next_link, more) = parse_page(&body)?;
+            ingested += monitors::insert_articles(pool, &articles).await?;
+            let Some(link) = next_link else {
+                break;
+            };
+            let mut resolved = base
+                .join(&link)
+                .map_err(|err| DecideError::Source(format!("`next` link: {err}")))?;
+            // The cursor is stored without the token.
+            let kept: Vec<(String, String)> = resolved
+                .query_pairs()
+                .filter(|(k, _)| k != "token")
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
+            resolved.query_pairs_mut().clear().extend_pairs(kept);
+            monitors::save_news_cursor(pool, &source.url, &query, resolved.as_str()).await?;
+            next = resolved;
+            if more <= 0 || articles.is_empty() {
+                break;
+            }
+        }
+    }
+    Ok(ingested)
+}
