@@ -332,9 +332,10 @@ pub async fn evaluate(pool: &PgPool, now: Timestamp, actor: &str) -> Result<u64,
         let Some(tier) = renewal::due_tier(days, &tiers) else {
             continue;
         };
-        if !destinations.contains_key(&contract.tenant_id) {
-            let index = monitors::destination_index(pool, contract.tenant_id).await?;
-            destinations.insert(contract.tenant_id, index);
+        if let std::collections::hash_map::Entry::Vacant(slot) =
+            destinations.entry(contract.tenant_id)
+        {
+            slot.insert(monitors::destination_index(pool, contract.tenant_id).await?);
         }
         let index = &destinations[&contract.tenant_id];
         let targets: Vec<Uuid> = match &contract.destinations {

@@ -121,9 +121,9 @@ pub async fn evaluate(pool: &PgPool, actor: &str) -> Result<u64, DecideError> {
             tracing::error!(entry = %entry.name, "stored query does not parse; skipped");
             continue;
         };
-        if !destinations.contains_key(&entry.tenant_id) {
-            let index = monitors::destination_index(pool, entry.tenant_id).await?;
-            destinations.insert(entry.tenant_id, index);
+        if let std::collections::hash_map::Entry::Vacant(slot) = destinations.entry(entry.tenant_id)
+        {
+            slot.insert(monitors::destination_index(pool, entry.tenant_id).await?);
         }
         let targets: Vec<Uuid> = destinations[&entry.tenant_id]
             .iter()
@@ -195,7 +195,7 @@ fn snippet(text: &str, terms: &[String]) -> String {
     let excerpt: String = text.chars().skip(start).take(200).collect();
     let mut snippet = excerpt.split_whitespace().collect::<Vec<_>>().join(" ");
     if start > 0 {
-        snippet.insert_str(0, "…");
+        snippet.insert(0, '…');
     }
     if text.chars().count() > start + 200 {
         snippet.push('…');
