@@ -552,5 +552,41 @@ async fn bad_contract_rows_and_malformed_articles_are_named_and_write_nothing() 
     let (ok, _) = outboxctl(&db, &["article", "ingest", "tests/fixtures/articles.json"]).await;
     assert!(ok);
     assert_eq!(db.count("articles").await, 5);
-    let _ = (DEADLINE, spawn_listening);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decider_serve_runs_the_monitors_beside_the_api() {
+    let db = TestDb::new().await;
+    let t = tenant(&db, "acme", "UTC").await;
+    // Renewal in ten days from now: the 15-day alert is due at once.
+    let soon = jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date()
+        .checked_add(jiff::Span::new().days(10))
+        .unwrap()
+        .to_string();
+    import(&db, t, &contract("C-1", &soon, 0)).await;
+    let (_decider, base) = spawn_listening(
+        env!("CARGO_BIN_EXE_decider"),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--interval",
+            "1h",
+            "--database-url",
+            &db.url,
+        ],
+        &[],
+        "approval API listening",
+    )
+    .await;
+    let started = std::time::Instant::now();
+    while db.count("alerts").await == 0 {
+        assert!(started.elapsed() < DEADLINE, "the monitors never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(occurrences(&db).await, [format!("{soon}/15d")]);
+    let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
+    assert_eq!(health.status(), reqwest::StatusCode::OK);
 }

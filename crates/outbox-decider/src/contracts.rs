@@ -379,3 +379,84 @@ pub async fn evaluate(pool: &PgPool, now: Timestamp, actor: &str) -> Result<u64,
     }
     crate::approve_in_batches(pool, due, actor).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn known() -> Vec<String> {
+        vec!["ops".to_owned(), "finance".to_owned()]
+    }
+
+    #[test]
+    fn csv_rows_become_contracts_with_defaults() {
+        let csv =
+            "external_id,vendor,amount,currency,renewal_date\nC-1,Acme,10.50,eur,2027-01-31\n";
+        let contracts = parse(csv, Format::Csv, &known()).unwrap();
+        assert_eq!(
+            contracts,
+            vec![ContractInput {
+                external_id: "C-1".into(),
+                vendor: "Acme".into(),
+                amount: "10.50".into(),
+                currency: "EUR".into(),
+                renewal_date: "2027-01-31".into(),
+                notice_days: 0,
+                tiers: None,
+                destinations: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn every_bad_row_is_named_by_line() {
+        let csv = "external_id,vendor,amount,currency,renewal_date,notice_days\n\
+                   C-1,Acme,-3,EUR,2027-01-31,0\n\
+                   C-2,,3,EUR,2027-01-31,0\n\
+                   C-3,Acme,3,EURO,2027-01-31,x\n\
+                   C-1,Acme,3,EUR,2027-01-31,0\n";
+        let err = parse(csv, Format::Csv, &known()).unwrap_err();
+        assert_eq!(err.problems.len(), 3, "{err}");
+        assert!(err.problems[0].starts_with("line 2: amount `-3`"), "{err}");
+        assert!(
+            err.problems[1].starts_with("line 3: vendor is missing"),
+            "{err}"
+        );
+        assert!(
+            err.problems[2].starts_with("line 4: currency `EURO`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicates_and_unknown_columns_are_refused() {
+        let dup = "external_id,vendor,amount,currency,renewal_date\nC-1,A,1,EUR,2027-01-31\nC-1,B,1,EUR,2027-01-31\n";
+        assert!(parse(dup, Format::Csv, &known())
+            .unwrap_err()
+            .to_string()
+            .contains("appears twice"));
+        let extra = "external_id,vendor,amount,currency,renewal_date,colour\n";
+        assert!(parse(extra, Format::Csv, &known())
+            .unwrap_err()
+            .to_string()
+            .contains("unknown column(s) colour"));
+        let missing = "external_id,vendor,amount\n";
+        assert!(parse(missing, Format::Csv, &known())
+            .unwrap_err()
+            .to_string()
+            .contains("missing column(s) currency, renewal_date"));
+    }
+
+    #[test]
+    fn json_items_are_named_by_position() {
+        let json = r#"[{"external_id": "J-1", "vendor": "A", "amount": 5, "currency": "EUR", "renewal_date": "2027-01-31", "destinations": ["ops"]},
+                       {"external_id": "J-2", "vendor": "B", "amount": 5, "currency": "EUR", "renewal_date": "2027-01-31", "destinations": ["hr"]}]"#;
+        let err = parse(json, Format::Json, &known()).unwrap_err();
+        assert_eq!(
+            err.problems,
+            vec!["item 2: destination `hr` does not exist for this tenant".to_owned()]
+        );
+        assert_eq!(Format::from_path("a/B.CSV"), Some(Format::Csv));
+        assert_eq!(Format::from_path("x.txt"), None);
+    }
+}

@@ -284,3 +284,41 @@ pub async fn poll(
     }
     Ok(ingested)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn posts_need_uuid_url_title_and_a_time() {
+        let page = r#"{"posts": [{"uuid": "u1", "url": "https://x", "title": "T", "published": "2027-01-01T10:00:00+01:00",
+                        "thread": {"uuid": "t1", "site": "x.example"}},
+                       {"uuid": "u2", "url": "https://y", "title": "", "published": "yesterday"}],
+                       "next": "/n?ts=1", "moreResultsAvailable": 3}"#;
+        let err = parse_page(page).unwrap_err();
+        assert_eq!(
+            err.problems,
+            vec!["post 2: field `title` is empty".to_owned()]
+        );
+        let ok = r#"{"posts": [{"uuid": "u1", "url": "https://x", "title": "T", "published": "2027-01-01T10:00:00+01:00",
+                      "thread": {"uuid": "t1", "site": "x.example"}}], "next": "/n?ts=1", "moreResultsAvailable": 3}"#;
+        let (articles, next, more) = parse_page(ok).unwrap();
+        assert_eq!(articles[0].published, "2027-01-01T09:00:00Z");
+        assert_eq!(articles[0].site.as_deref(), Some("x.example"));
+        assert_eq!(next.as_deref(), Some("/n?ts=1"));
+        assert_eq!(more, 3);
+    }
+
+    #[test]
+    fn snippets_are_around_the_first_match() {
+        let text = format!(
+            "{} Acme Tools raised prices. {}",
+            "filler ".repeat(40),
+            "more ".repeat(60)
+        );
+        let s = snippet(&text, &["acme tools".to_owned()]);
+        assert!(s.starts_with('…') && s.ends_with('…'), "{s}");
+        assert!(s.contains("Acme Tools raised prices"), "{s}");
+        assert!(s.chars().count() <= 202);
+    }
+}
