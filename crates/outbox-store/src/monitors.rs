@@ -339,13 +339,20 @@ pub struct Article {
 }
 
 /// Stores articles, each once by uuid, in one statement. Returns how many were new.
-pub async fn insert_articles(
-    db: impl PgExecutor<'_>,
-    articles: &[Article],
-) -> Result<u64, StoreError> {
+///
+/// Ingests are serialised by an advisory lock taken before any sequence number is drawn:
+/// watchlists evaluate "everything after my watermark" in sequence order, which is only
+/// sound if the committed articles always form a prefix of that order. Two overlapping
+/// ingests could otherwise commit numbers out of order, and an evaluation in between
+/// would move a watermark past an article that was not visible yet.
+pub async fn insert_articles(pool: &PgPool, articles: &[Article]) -> Result<u64, StoreError> {
     if articles.is_empty() {
         return Ok(0);
     }
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('outbox.articles.ingest'))")
+        .execute(&mut *tx)
+        .await?;
     let titles: Vec<String> = articles
         .iter()
         .map(|a| outbox_core::query::words(&a.title).join(" "))
@@ -366,8 +373,9 @@ pub async fn insert_articles(
     .bind(articles.iter().map(|a| a.site.clone()).collect::<Vec<_>>())
     .bind(articles.iter().map(|a| a.thread_uuid.clone()).collect::<Vec<_>>())
     .bind(titles)
-    .execute(db)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(inserted.rows_affected())
 }
 
