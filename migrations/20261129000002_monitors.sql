@@ -67,3 +67,14 @@ CREATE TABLE news_cursors (
     updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (source, query)
 );
+
+-- Which event each matching article belongs to, per watchlist entry with grouping on.
+-- Decided once, when the article is first evaluated, by inheriting the key of an already
+-- keyed related article (same thread, or same title within the entry's window), so a
+-- chain of related articles stays one event whatever order they are seen in later.
+CREATE TABLE watchlist_events (
+    entry_id     uuid NOT NULL REFERENCES watchlist_entries (id) ON DELETE CASCADE,
+    article_uuid text NOT NULL REFERENCES articles (uuid) ON DELETE CASCADE,
+    event_key    text NOT NULL,
+    PRIMARY KEY (entry_id, article_uuid)
+);

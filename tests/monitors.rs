@@ -590,3 +590,38 @@ async fn decider_serve_runs_the_monitors_beside_the_api() {
     let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
     assert_eq!(health.status(), reqwest::StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_chain_of_related_articles_stays_one_event() {
+    let db = TestDb::new().await;
+    let t = tenant(&db, "acme", "UTC").await;
+    watchlist(&db, t, "acme", "acme", true).await;
+    // A and B share a title; B and C share a thread: all one event, keyed by A.
+    let page = serde_json::json!({"posts": [
+        {"uuid": "A", "url": "https://x/a", "title": "Acme recalls widgets", "text": "Acme.",
+         "published": "2027-02-01T08:00:00Z", "thread": {"uuid": "T1"}},
+        {"uuid": "B", "url": "https://x/b", "title": "Acme recalls widgets", "text": "Acme.",
+         "published": "2027-02-01T09:00:00Z", "thread": {"uuid": "T2"}},
+        {"uuid": "C", "url": "https://x/c", "title": "Widget recall widens", "text": "Acme again.",
+         "published": "2027-02-01T10:00:00Z", "thread": {"uuid": "T2"}}
+    ]});
+    outbox_decider::news::ingest(&db.pool, &page.to_string()).await.unwrap();
+    outbox_decider::run_once(&db.pool, Timestamp::now(), None).await.unwrap();
+    assert_eq!(occurrences(&db).await, ["event:A"]);
+}
+
+#[tokio::test]
+async fn a_news_feed_that_is_down_does_not_stop_renewal_alerts() {
+    let db = TestDb::new().await;
+    let t = tenant(&db, "acme", "UTC").await;
+    watchlist(&db, t, "acme", "acme", false).await;
+    import(&db, t, &contract("C-1", "2027-03-31", 0)).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let down = outbox_decider::news::NewsSource {
+        url: format!("http://127.0.0.1:{port}/newsApiLite"),
+        token: None,
+    };
+    let result = outbox_decider::run_once(&db.pool, noon_before("2027-03-31", 30), Some(&down)).await;
+    assert!(result.is_err(), "the failure is reported");
+    assert_eq!(occurrences(&db).await, ["2027-03-31/30d"], "and renewals still ran");
+}

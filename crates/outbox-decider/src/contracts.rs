@@ -151,7 +151,8 @@ fn csv_rows(text: &str) -> Result<Vec<Row>, ImportError> {
 }
 
 fn json_rows(text: &str) -> Result<Vec<Row>, ImportError> {
-    let items: Vec<serde_json::Map<String, serde_json::Value>> = serde_json::from_str(text)
+    // Values are kept as raw JSON so that amounts keep every digit (no trip through f64).
+    let items: Vec<std::collections::BTreeMap<String, Box<RawValue>>> = serde_json::from_str(text)
         .map_err(|err| ImportError {
             problems: vec![format!("not a JSON array of objects: {err}")],
         })?;
@@ -165,21 +166,25 @@ fn json_rows(text: &str) -> Result<Vec<Row>, ImportError> {
                 problems.push(format!("{location}: unknown field `{key}`"));
                 continue;
             }
-            let text = match value {
-                serde_json::Value::String(s) => s.trim().to_owned(),
-                serde_json::Value::Number(n) => n.to_string(),
-                serde_json::Value::Null => String::new(),
-                serde_json::Value::Array(values) => values
-                    .iter()
-                    .map(|v| match v {
-                        serde_json::Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(";"),
-                other => {
+            let raw = value.get().trim();
+            let text = match raw.as_bytes().first() {
+                Some(b'"') => serde_json::from_str::<String>(raw)
+                    .map(|s| s.trim().to_owned())
+                    .unwrap_or_default(),
+                Some(b'-' | b'0'..=b'9') => raw.to_owned(),
+                Some(b'n') => String::new(),
+                Some(b'[') => match serde_json::from_str::<Vec<String>>(raw) {
+                    Ok(values) => values.join(";"),
+                    Err(_) => {
+                        problems.push(format!(
+                            "{location}: field `{key}` must be an array of strings"
+                        ));
+                        continue;
+                    }
+                },
+                _ => {
                     problems.push(format!(
-                        "{location}: field `{key}` has an unusable value {other}"
+                        "{location}: field `{key}` has an unusable value {raw}"
                     ));
                     continue;
                 }
@@ -235,7 +240,10 @@ fn check_row(fields: &HashMap<String, String>, known: &[String]) -> Result<Contr
         ));
     }
     let renewal_date = required("renewal_date")?;
-    if renewal_date.len() != 10 || renewal_date.parse::<Date>().is_err() {
+    let year_ok = renewal_date
+        .parse::<Date>()
+        .is_ok_and(|d| (1900..=9999).contains(&d.year()));
+    if renewal_date.len() != 10 || !year_ok {
         return Err(format!(
             "renewal_date `{renewal_date}` is not a date such as 2027-03-31"
         ));
@@ -449,6 +457,11 @@ mod tests {
 
     #[test]
     fn json_items_are_named_by_position() {
+        let precise = r#"[{"external_id": "P", "vendor": "A", "amount": 1234567890.123456789, "currency": "EUR", "renewal_date": "2027-01-31"}]"#;
+        assert_eq!(
+            parse(precise, Format::Json, &known()).unwrap()[0].amount,
+            "1234567890.123456789"
+        );
         let json = r#"[{"external_id": "J-1", "vendor": "A", "amount": 5, "currency": "EUR", "renewal_date": "2027-01-31", "destinations": ["ops"]},
                        {"external_id": "J-2", "vendor": "B", "amount": 5, "currency": "EUR", "renewal_date": "2027-01-31", "destinations": ["hr"]}]"#;
         let err = parse(json, Format::Json, &known()).unwrap_err();

@@ -49,26 +49,44 @@ pub(crate) async fn approve_in_batches(
     actor: &str,
 ) -> Result<u64, DecideError> {
     let mut created = 0;
-    for (tenant_id, mut alerts) in due {
-        alerts.sort_by(|a, b| {
-            (&a.subject, &a.occurrence, a.destination_id).cmp(&(
-                &b.subject,
-                &b.occurrence,
-                b.destination_id,
-            ))
-        });
-        alerts.dedup_by(|a, b| {
-            a.subject == b.subject
-                && a.occurrence == b.occurrence
-                && a.destination_id == b.destination_id
-        });
-        for chunk in alerts.chunks(BATCH) {
-            let ids = outbox_store::monitors::approve_batch(pool, tenant_id, chunk, actor).await?;
-            created += ids.len() as u64;
-        }
+    for (tenant_id, alerts) in due {
+        let mut conn = pool
+            .acquire()
+            .await
+            .map_err(outbox_store::StoreError::from)?;
+        created += approve_sorted(&mut conn, tenant_id, alerts, actor).await?;
     }
     if created > 0 {
         outbox_store::dispatch::notify_due(pool).await?;
+    }
+    Ok(created)
+}
+
+/// Sorts a tenant's alerts by identity, drops repeats, and approves them in chunks on
+/// `conn` (in autocommit, or inside the caller's transaction).
+pub(crate) async fn approve_sorted(
+    conn: &mut outbox_store::PgConnection,
+    tenant_id: Uuid,
+    mut alerts: Vec<MonitorAlert>,
+    actor: &str,
+) -> Result<u64, DecideError> {
+    alerts.sort_by(|a, b| {
+        (&a.subject, &a.occurrence, a.destination_id).cmp(&(
+            &b.subject,
+            &b.occurrence,
+            b.destination_id,
+        ))
+    });
+    alerts.dedup_by(|a, b| {
+        a.subject == b.subject
+            && a.occurrence == b.occurrence
+            && a.destination_id == b.destination_id
+    });
+    let mut created = 0;
+    for chunk in alerts.chunks(BATCH) {
+        let ids =
+            outbox_store::monitors::approve_batch(&mut *conn, tenant_id, chunk, actor).await?;
+        created += ids.len() as u64;
     }
     Ok(created)
 }
@@ -85,24 +103,45 @@ pub struct RunSummary {
 }
 
 /// Evaluates every monitor once at `now`: polls the news source (if any), then the
-/// renewal and watchlist monitors.
+/// renewal and watchlist monitors. Each runs even when another failed (a news feed that is
+/// down must not stop renewal alerts); the first error is returned after all have run.
 pub async fn run_once(
     pool: &PgPool,
     now: Timestamp,
     news_source: Option<&news::NewsSource>,
 ) -> Result<RunSummary, DecideError> {
     let mut summary = RunSummary::default();
+    let mut first_error = None;
+    let mut note = |what: &str, err: DecideError| {
+        tracing::error!(monitor = what, error = %err, "monitor failed");
+        first_error.get_or_insert(err);
+    };
     if let Some(source) = news_source {
-        let http = reqwest::Client::builder()
+        let polled = match reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
-            .map_err(|err| DecideError::Source(err.to_string()))?;
-        summary.articles_ingested = news::poll(pool, &http, source).await?;
+        {
+            Ok(http) => news::poll(pool, &http, source).await,
+            Err(err) => Err(DecideError::Source(err.to_string())),
+        };
+        match polled {
+            Ok(n) => summary.articles_ingested = n,
+            Err(err) => note("news poller", err),
+        }
     }
-    summary.renewal_alerts = contracts::evaluate(pool, now, "monitor:contracts").await?;
-    summary.news_alerts = news::evaluate(pool, "monitor:news").await?;
+    match contracts::evaluate(pool, now, "monitor:contracts").await {
+        Ok(n) => summary.renewal_alerts = n,
+        Err(err) => note("contracts", err),
+    }
+    match news::evaluate(pool, "monitor:news").await {
+        Ok(n) => summary.news_alerts = n,
+        Err(err) => note("watchlists", err),
+    }
     tracing::info!(?summary, "monitors evaluated");
-    Ok(summary)
+    match first_error {
+        Some(err) => Err(err),
+        None => Ok(summary),
+    }
 }
 
 /// Runs the monitors every `interval` until `stop` resolves; an evaluation that fails is

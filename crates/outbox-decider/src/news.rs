@@ -31,8 +31,20 @@ pub struct ArticleError {
     pub problems: Vec<String>,
 }
 
-/// Reads a Webz.io page (`{"posts": [...], ...}`) into articles, checking every post.
+/// Reads a Webz.io page (`{"posts": [...], ...}`) into articles, checking every post:
+/// one bad post refuses the page (for files an operator ingests and can fix).
 pub fn parse_page(text: &str) -> Result<(Vec<Article>, Option<String>, i64), ArticleError> {
+    let (articles, next, more, problems) = read_page(text)?;
+    if !problems.is_empty() {
+        return Err(ArticleError { problems });
+    }
+    Ok((articles, next, more))
+}
+
+/// A page as read, with the problems of its bad posts.
+type PageRead = (Vec<Article>, Option<String>, i64, Vec<String>);
+
+fn read_page(text: &str) -> Result<PageRead, ArticleError> {
     let page: Page = serde_json::from_str(text).map_err(|err| ArticleError {
         problems: vec![format!(
             "not a Webz.io page (an object with `posts`): {err}"
@@ -46,13 +58,11 @@ pub fn parse_page(text: &str) -> Result<(Vec<Article>, Option<String>, i64), Art
             Err(reason) => problems.push(format!("post {}: {reason}", index + 1)),
         }
     }
-    if !problems.is_empty() {
-        return Err(ArticleError { problems });
-    }
     Ok((
         articles,
         page.next,
         page.more_results_available.unwrap_or(0),
+        problems,
     ))
 }
 
@@ -112,7 +122,10 @@ struct NewsPayload<'a> {
 const PAGE: i64 = 500;
 
 /// Evaluates every watchlist entry against the articles ingested since its watermark and
-/// approves the alerts for matches. Returns how many alerts were created.
+/// approves the alerts for matches. Each page of articles is one transaction holding the
+/// entry's evaluation lock: its alerts, event keys and the new watermark commit together,
+/// and concurrent deciders take turns per entry instead of doing the work twice.
+/// Returns how many alerts were created.
 pub async fn evaluate(pool: &PgPool, actor: &str) -> Result<u64, DecideError> {
     let mut created = 0;
     let mut destinations: HashMap<Uuid, Vec<(String, Uuid, bool)>> = HashMap::new();
@@ -130,9 +143,10 @@ pub async fn evaluate(pool: &PgPool, actor: &str) -> Result<u64, DecideError> {
             .filter(|(name, ..)| entry.destinations.contains(name))
             .map(|(_, id, _)| *id)
             .collect();
-        let mut watermark = entry.evaluated_through;
         loop {
-            let batch = monitors::articles_after(pool, watermark, PAGE).await?;
+            let mut tx = pool.begin().await.map_err(outbox_store::StoreError::from)?;
+            let watermark = monitors::lock_entry(&mut tx, entry.id).await?;
+            let batch = monitors::articles_after(&mut *tx, watermark, PAGE).await?;
             let Some(last) = batch.last().map(|a| a.seq) else {
                 break;
             };
@@ -143,10 +157,10 @@ pub async fn evaluate(pool: &PgPool, actor: &str) -> Result<u64, DecideError> {
                     continue;
                 };
                 let occurrence = if entry.group_events {
-                    format!(
-                        "event:{}",
-                        monitors::event_key(pool, &a.uuid, entry.group_window_secs).await?
-                    )
+                    let key =
+                        monitors::event_key(&mut tx, entry.id, &a.uuid, entry.group_window_secs)
+                            .await?;
+                    format!("event:{key}")
                 } else {
                     format!("article:{}", a.uuid)
                 };
@@ -171,12 +185,13 @@ pub async fn evaluate(pool: &PgPool, actor: &str) -> Result<u64, DecideError> {
                     });
                 }
             }
-            created +=
-                crate::approve_in_batches(pool, HashMap::from([(entry.tenant_id, alerts)]), actor)
-                    .await?;
-            monitors::advance_watermark(pool, entry.id, last).await?;
-            watermark = last;
+            created += crate::approve_sorted(&mut tx, entry.tenant_id, alerts, actor).await?;
+            monitors::advance_watermark(&mut *tx, entry.id, last).await?;
+            tx.commit().await.map_err(outbox_store::StoreError::from)?;
         }
+    }
+    if created > 0 {
+        outbox_store::dispatch::notify_due(pool).await?;
     }
     Ok(created)
 }
@@ -260,7 +275,12 @@ pub async fn poll(
             let body = response.text().await.map_err(|err| {
                 DecideError::Source(format!("news endpoint: {}", err.without_url()))
             })?;
-            let (articles, next_link, more) = parse_page(&body)?;
+            // A feed's bad post is skipped (and logged), not allowed to block the cursor
+            // and with it every later page.
+            let (articles, next_link, more, problems) = read_page(&body)?;
+            for problem in &problems {
+                tracing::warn!(query = %query, problem = %problem, "skipped a post the feed sent");
+            }
             ingested += monitors::insert_articles(pool, &articles).await?;
             let Some(link) = next_link else {
                 break;
@@ -268,6 +288,13 @@ pub async fn poll(
             let mut resolved = base
                 .join(&link)
                 .map_err(|err| DecideError::Source(format!("`next` link: {err}")))?;
+            // The token only ever goes to the configured endpoint's origin.
+            if resolved.origin() != base.origin() {
+                return Err(DecideError::Source(format!(
+                    "`next` link points to another host ({}); not followed",
+                    resolved.origin().ascii_serialization()
+                )));
+            }
             // The cursor is stored without the token.
             let kept: Vec<(String, String)> = resolved
                 .query_pairs()

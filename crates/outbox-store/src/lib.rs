@@ -26,4 +26,4 @@ pub mod tokens;
 
 pub use connect::{connect, connect_with_retry, MIGRATOR};
 pub use error::StoreError;
-pub use sqlx::PgPool;
+pub use sqlx::{PgConnection, PgPool};

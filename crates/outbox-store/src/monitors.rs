@@ -44,6 +44,7 @@ pub async fn upsert_contracts(
          FROM unnest($1::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
                      $8::int[], $9::text[], $10::text[]) \
               AS i(id, external_id, vendor, amount, currency, renewal_date, notice_days, tiers, destinations) \
+         ORDER BY external_id \
          ON CONFLICT (tenant_id, external_id) DO UPDATE SET \
              vendor = EXCLUDED.vendor, amount = EXCLUDED.amount, currency = EXCLUDED.currency, \
              renewal_date = EXCLUDED.renewal_date, notice_days = EXCLUDED.notice_days, \
@@ -408,27 +409,52 @@ pub async fn articles_after(
     Ok(rows)
 }
 
-/// The uuid of the first ingested article of `uuid`'s event: same thread, or the same
-/// normalised title published within `window_secs` of it.
+/// The event `uuid` belongs to for a grouping watchlist entry, decided once: the stored
+/// key of the earliest related article already keyed for this entry (same thread, or the
+/// same normalised title published within `window_secs`), else the article's own uuid.
+/// Callers hold the entry's evaluation lock ([`lock_entry`]), so keys are assigned in
+/// ingest order by one evaluator at a time.
 pub async fn event_key(
-    db: impl PgExecutor<'_>,
+    conn: &mut sqlx::PgConnection,
+    entry_id: Uuid,
     uuid: &str,
     window_secs: f64,
 ) -> Result<String, StoreError> {
     let key = sqlx::query_scalar::<_, String>(
-        "SELECT other.uuid FROM articles this \
-         JOIN articles other ON (other.thread_uuid = this.thread_uuid) \
-              OR (other.normalized_title = this.normalized_title \
-                  AND other.published BETWEEN this.published - make_interval(secs => $2) \
-                                          AND this.published + make_interval(secs => $2)) \
-         WHERE this.uuid = $1 \
-         ORDER BY other.seq LIMIT 1",
+        "WITH this AS (SELECT * FROM articles WHERE uuid = $2), \
+         related AS ( \
+             SELECT e.event_key FROM this \
+             JOIN articles other ON (other.thread_uuid = this.thread_uuid) \
+                  OR (other.normalized_title = this.normalized_title \
+                      AND other.published BETWEEN this.published - make_interval(secs => $3) \
+                                              AND this.published + make_interval(secs => $3)) \
+             JOIN watchlist_events e ON e.entry_id = $1 AND e.article_uuid = other.uuid \
+             ORDER BY other.seq LIMIT 1 \
+         ) \
+         INSERT INTO watchlist_events (entry_id, article_uuid, event_key) \
+         SELECT $1, $2, COALESCE((SELECT event_key FROM related), $2) \
+         ON CONFLICT (entry_id, article_uuid) DO UPDATE SET event_key = watchlist_events.event_key \
+         RETURNING event_key",
     )
+    .bind(entry_id)
     .bind(uuid)
     .bind(window_secs)
-    .fetch_optional(db)
+    .fetch_one(conn)
     .await?;
-    Ok(key.unwrap_or_else(|| uuid.to_owned()))
+    Ok(key)
+}
+
+/// Takes an entry's evaluation lock for the transaction and returns its watermark:
+/// deciders evaluate one entry one at a time, so a page of articles, its alerts and the
+/// watermark move together.
+pub async fn lock_entry(conn: &mut sqlx::PgConnection, entry_id: Uuid) -> Result<i64, StoreError> {
+    let watermark = sqlx::query_scalar::<_, i64>(
+        "SELECT evaluated_through FROM watchlist_entries WHERE id = $1 FOR UPDATE",
+    )
+    .bind(entry_id)
+    .fetch_one(conn)
+    .await?;
+    Ok(watermark)
 }
 
 /// Where the poller resumes for `query` at `source`.
