@@ -42,8 +42,7 @@ async fn crash_after_acceptance(db: &TestDb, sink: &Sink, tenant_id: uuid::Uuid)
 async fn crash_after_acceptance_at_an_idempotent_destination_delivers_once() {
     let db = TestDb::new().await;
     let sink = Sink::start(&["--retention", "1h"]).await;
-    add_tenant(&db, "acme", &[]).await;
-    let tenant_id = tenant_of(&db).await;
+    let tenant_id = add_tenant(&db, "acme", &[]).await.id;
     add_destination(&db, tenant_id, "ops", &sink.hook_url(), |d| {
         d.idempotency_retention = Some(Duration::from_secs(3600));
     })
@@ -57,7 +56,7 @@ async fn crash_after_acceptance_at_an_idempotent_destination_delivers_once() {
     let stats = sink.stats().await;
     assert_eq!(stats["applied"], 1);
     assert_eq!(stats["effective_duplicates"], 0);
-    assert_eq!(alert_state(&db, id).await, "accepted");
+    assert_eq!(state_of(&db, id).await, "accepted");
     let reference: Option<String> =
         sqlx::query_scalar("SELECT destination_reference FROM alerts WHERE id = $1")
             .bind(id)
@@ -82,8 +81,7 @@ async fn crash_after_acceptance_at_an_idempotent_destination_delivers_once() {
 async fn crash_after_acceptance_at_a_lookup_destination_is_confirmed_without_resending() {
     let db = TestDb::new().await;
     let sink = Sink::start(&["--lookup"]).await;
-    add_tenant(&db, "acme", &[]).await;
-    let tenant_id = tenant_of(&db).await;
+    let tenant_id = add_tenant(&db, "acme", &[]).await.id;
     let template = sink.lookup_template();
     add_destination(&db, tenant_id, "ops", &sink.hook_url(), |d| {
         d.lookup_url_template = Some(template);
@@ -96,7 +94,7 @@ async fn crash_after_acceptance_at_a_lookup_destination_is_confirmed_without_res
         1,
         "no second POST"
     );
-    assert_eq!(alert_state(&db, id).await, "accepted");
+    assert_eq!(state_of(&db, id).await, "accepted");
     let lookups: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM delivery_attempts WHERE alert_id = $1 AND kind = 'lookup' AND outcome = 'found'",
     )
@@ -116,8 +114,7 @@ async fn crash_after_acceptance_at_a_lookup_destination_is_confirmed_without_res
 async fn crash_after_acceptance_at_a_plain_destination_is_held_not_resent() {
     let db = TestDb::new().await;
     let sink = Sink::start(&[]).await;
-    add_tenant(&db, "acme", &[]).await;
-    let tenant_id = tenant_of(&db).await;
+    let tenant_id = add_tenant(&db, "acme", &[]).await.id;
     add_destination(&db, tenant_id, "ops", &sink.hook_url(), |_| {}).await;
     let id = crash_after_acceptance(&db, &sink, tenant_id).await;
 
@@ -126,7 +123,7 @@ async fn crash_after_acceptance_at_a_plain_destination_is_held_not_resent() {
         1,
         "no second POST"
     );
-    assert_eq!(alert_state(&db, id).await, "held");
+    assert_eq!(state_of(&db, id).await, "held");
     let lines = evidence(&db, id).await;
     assert!(
         lines
@@ -137,26 +134,10 @@ async fn crash_after_acceptance_at_a_plain_destination_is_held_not_resent() {
     );
 }
 
-async fn tenant_of(db: &TestDb) -> uuid::Uuid {
-    sqlx::query_scalar("SELECT id FROM tenants")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
-async fn alert_state(db: &TestDb, id: uuid::Uuid) -> String {
-    sqlx::query_scalar("SELECT state FROM alert_states WHERE alert_id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
 async fn racing_dispatchers(count: usize) {
     let db = TestDb::new().await;
     let sink = Sink::start(&[]).await;
-    add_tenant(&db, "acme", &[]).await;
-    let tenant_id = tenant_of(&db).await;
+    let tenant_id = add_tenant(&db, "acme", &[]).await.id;
     add_destination(&db, tenant_id, "ops", &sink.hook_url(), |_| {}).await;
     approve_many(&db, tenant_id, "ops", 2000).await;
 

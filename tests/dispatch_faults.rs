@@ -22,14 +22,6 @@ async fn setup(
     (db, tenant.id)
 }
 
-async fn state_of(db: &TestDb, id: uuid::Uuid) -> String {
-    sqlx::query_scalar("SELECT state FROM alert_states WHERE alert_id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
 async fn sigkill_mid_batch(
     sink_args: &[&str],
     configure: impl FnOnce(&mut outbox_store::destinations::NewDestination),

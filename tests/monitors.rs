@@ -605,8 +605,12 @@ async fn a_chain_of_related_articles_stays_one_event() {
         {"uuid": "C", "url": "https://x/c", "title": "Widget recall widens", "text": "Acme again.",
          "published": "2027-02-01T10:00:00Z", "thread": {"uuid": "T2"}}
     ]});
-    outbox_decider::news::ingest(&db.pool, &page.to_string()).await.unwrap();
-    outbox_decider::run_once(&db.pool, Timestamp::now(), None).await.unwrap();
+    outbox_decider::news::ingest(&db.pool, &page.to_string())
+        .await
+        .unwrap();
+    outbox_decider::run_once(&db.pool, Timestamp::now(), None)
+        .await
+        .unwrap();
     assert_eq!(occurrences(&db).await, ["event:A"]);
 }
 
@@ -616,12 +620,21 @@ async fn a_news_feed_that_is_down_does_not_stop_renewal_alerts() {
     let t = tenant(&db, "acme", "UTC").await;
     watchlist(&db, t, "acme", "acme", false).await;
     import(&db, t, &contract("C-1", "2027-03-31", 0)).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let down = outbox_decider::news::NewsSource {
         url: format!("http://127.0.0.1:{port}/newsApiLite"),
         token: None,
     };
-    let result = outbox_decider::run_once(&db.pool, noon_before("2027-03-31", 30), Some(&down)).await;
+    let result =
+        outbox_decider::run_once(&db.pool, noon_before("2027-03-31", 30), Some(&down)).await;
     assert!(result.is_err(), "the failure is reported");
-    assert_eq!(occurrences(&db).await, ["2027-03-31/30d"], "and renewals still ran");
+    assert_eq!(
+        occurrences(&db).await,
+        ["2027-03-31/30d"],
+        "and renewals still ran"
+    );
 }

@@ -284,3 +284,12 @@ pub async fn evidence(db: &TestDb, alert_id: uuid::Uuid) -> Vec<String> {
         .await
         .unwrap()
 }
+
+/// One alert's state.
+pub async fn state_of(db: &TestDb, id: uuid::Uuid) -> String {
+    sqlx::query_scalar("SELECT state FROM alert_states WHERE alert_id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}

@@ -28,10 +28,7 @@ pub(crate) async fn create_tenant(
     time_zone: &str,
     tiers: Option<&str>,
 ) -> anyhow::Result<()> {
-    let name = name.trim();
-    if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
-        bail!("a tenant name must be 1 to 200 printable characters");
-    }
+    let name = checked_name("tenant", name)?;
     outbox_core::renewal::time_zone(time_zone)?;
     let tiers = tiers.map(outbox_core::renewal::parse_tiers).transpose()?;
     let id = tenants::create(pool, name, time_zone, tiers.as_deref()).await?;
@@ -92,10 +89,7 @@ pub struct DestinationArgs {
 }
 
 pub(crate) async fn add_destination(pool: &PgPool, args: DestinationArgs) -> anyhow::Result<()> {
-    let name = args.name.trim().to_owned();
-    if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
-        bail!("a destination name must be 1 to 200 printable characters");
-    }
+    let name = checked_name("destination", &args.name)?.to_owned();
     check_http_url("--url", &args.url)?;
     if let Some(template) = &args.lookup_url {
         if !template.contains("{key}") {
@@ -142,6 +136,15 @@ pub(crate) async fn add_destination(pool: &PgPool, args: DestinationArgs) -> any
     println!("{id}");
     eprintln!("added destination `{name}` for tenant `{}`", tenant.name);
     Ok(())
+}
+
+/// A name as operators type it: trimmed, 1 to 200 bytes, no control characters.
+pub(crate) fn checked_name<'a>(what: &str, name: &'a str) -> anyhow::Result<&'a str> {
+    let name = name.trim();
+    if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
+        bail!("a {what} name must be 1 to 200 printable characters");
+    }
+    Ok(name)
 }
 
 fn check_http_url(flag: &str, text: &str) -> anyhow::Result<()> {

@@ -72,10 +72,7 @@ pub struct WatchlistArgs {
 }
 
 pub(crate) async fn add_watchlist_entry(pool: &PgPool, args: WatchlistArgs) -> anyhow::Result<()> {
-    let name = args.name.trim().to_owned();
-    if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
-        bail!("a watchlist name must be 1 to 200 printable characters");
-    }
+    let name = crate::setup::checked_name("watchlist", &args.name)?.to_owned();
     Query::parse(&args.query)?;
     let tenant = tenants::find(pool, &args.tenant).await?;
     let known: Vec<String> = monitors::destination_index(pool, tenant.id)
