@@ -87,26 +87,18 @@ pub(crate) fn payload(value: &Option<Box<RawValue>>) -> Result<&str, Problem> {
         .as_deref()
         .map(RawValue::get)
         .ok_or_else(|| invalid_field(IdentityError::Empty { field: "payload" }))?;
-    if text.len() > MAX_PAYLOAD_BYTES {
-        return Err(too_large(format!(
-            "the payload is {} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes",
-            text.len()
-        )));
-    }
-    // Members are only counted, not converted: numbers of any size or precision pass
-    // through untouched to PostgreSQL's `numeric`.
-    let members: std::collections::HashMap<String, serde::de::IgnoredAny> =
-        serde_json::from_str(text).map_err(|_| {
-            Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid-field",
-                "Invalid field",
-                "field `payload` must be a JSON object",
-            )
-        })?;
-    if members.is_empty() {
-        return Err(invalid_field(IdentityError::Empty { field: "payload" }));
-    }
+    outbox_core::identity::check_payload(text).map_err(|err| match err {
+        outbox_core::PayloadError::TooLarge(_) => too_large(err.to_string()),
+        outbox_core::PayloadError::NotAnObject => Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-field",
+            "Invalid field",
+            "field `payload` must be a JSON object",
+        ),
+        outbox_core::PayloadError::Empty => {
+            invalid_field(IdentityError::Empty { field: "payload" })
+        }
+    })?;
     Ok(text)
 }
 

@@ -37,6 +37,35 @@ pub enum IdentityError {
     },
 }
 
+/// Why a payload is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    /// Over [`MAX_PAYLOAD_BYTES`].
+    #[error("the payload is {0} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes")]
+    TooLarge(usize),
+    /// Not a JSON object.
+    #[error("the payload must be a JSON object")]
+    NotAnObject,
+    /// `{}`.
+    #[error("field `payload` is required and must not be empty")]
+    Empty,
+}
+
+/// Checks a payload's JSON text: an object with at least one member, at most
+/// [`MAX_PAYLOAD_BYTES`]. Members are only counted, not converted, so numbers of any size
+/// or precision pass through untouched.
+pub fn check_payload(text: &str) -> Result<(), PayloadError> {
+    if text.len() > MAX_PAYLOAD_BYTES {
+        return Err(PayloadError::TooLarge(text.len()));
+    }
+    let members: std::collections::HashMap<String, serde::de::IgnoredAny> =
+        serde_json::from_str(text).map_err(|_| PayloadError::NotAnObject)?;
+    if members.is_empty() {
+        return Err(PayloadError::Empty);
+    }
+    Ok(())
+}
+
 /// Checks one identity field: present, not blank, within [`MAX_IDENTITY_FIELD_BYTES`],
 /// free of control characters. Identity fields are compared byte for byte, so no
 /// trimming or case folding happens here: what the caller sent is the identity.

@@ -20,7 +20,9 @@ pub mod retry;
 pub mod state;
 pub mod token;
 
-pub use identity::{IdentityError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES};
+pub use identity::{
+    IdentityError, PayloadError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES,
+};
 pub use state::{AlertState, OnUncertain, UnknownValue};
 pub use token::{ApiToken, TokenHash};
 pub mod signing;

@@ -2,7 +2,6 @@
 
 use anyhow::{anyhow, Context};
 use chrono::{DateTime, Utc};
-use outbox_core::AlertState;
 use outbox_store::PgPool;
 use std::fmt::Write as _;
 use uuid::Uuid;
@@ -106,11 +105,10 @@ pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::R
 
 pub(crate) async fn list_outbox(
     pool: &PgPool,
-    status: Option<AlertState>,
-    limit: i64,
+    filter: &outbox_store::outbox::Filter,
     json: bool,
 ) -> anyhow::Result<()> {
-    let entries = outbox_store::outbox::list(pool, status, limit).await?;
+    let entries = outbox_store::outbox::list(pool, filter).await?;
     if json {
         for entry in &entries {
             println!("{}", serde_json::to_string(entry)?);

@@ -5,6 +5,7 @@
 //! - [`run`]: dispatches a parsed command.
 //! - `setup`: `migrate`, `tenant create`, `token create`, `destination add|list`.
 //! - `inspect`: `alert show`, `outbox list`.
+//! - `operate`: `replay`, `resolve`, `revise`, `stats`, `destination enable|disable`.
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
 //!   `article ingest`, `tenant configure`.
 //! - `table`: plain-text tables for people (`--json` gives one JSON object per line).
@@ -14,6 +15,7 @@
 //! a one-line reason and writes nothing.
 
 mod inspect;
+mod operate;
 mod setup;
 mod sources;
 mod table;
@@ -60,6 +62,30 @@ pub enum Command {
     /// Inspect the outbox.
     #[command(subcommand)]
     Outbox(OutboxCommand),
+    /// Put held or failed alerts back in the queue (same id, key and payload).
+    Replay(operate::ReplayArgs),
+    /// Settle an uncertain or held alert by what you established at the destination.
+    Resolve(operate::ResolveArgs),
+    /// Correct an alert's payload: a new revision, as through the API.
+    Revise {
+        /// The alert (its latest revision).
+        id: String,
+        /// File with the corrected payload (a JSON object).
+        #[arg(long)]
+        payload: String,
+        /// Why: kept with the revision.
+        #[arg(long)]
+        reason: String,
+        /// Who: the operator's name in the evidence.
+        #[arg(long, env = "USER", default_value = "operator")]
+        actor: String,
+    },
+    /// Counts by state, destination and tenant; what is stuck; the last hour.
+    Stats {
+        /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Contracts for the renewal monitor.
     #[command(subcommand)]
     Contract(ContractCommand),
@@ -152,6 +178,28 @@ pub enum TokenCommand {
 pub enum DestinationCommand {
     /// Add a webhook destination; prints its id.
     Add(setup::DestinationArgs),
+    /// Stop delivering to a destination; its alerts wait, pending.
+    Disable {
+        /// Destination name.
+        name: String,
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// Who: recorded as the reason.
+        #[arg(long, env = "USER", default_value = "operator")]
+        actor: String,
+    },
+    /// Deliver to a destination again.
+    Enable {
+        /// Destination name.
+        name: String,
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// Who.
+        #[arg(long, env = "USER", default_value = "operator")]
+        actor: String,
+    },
     /// List destinations.
     List {
         /// Only this tenant's (name or id).
@@ -184,6 +232,15 @@ pub enum OutboxCommand {
         /// pending, sending, uncertain, held, failed, accepted or superseded.
         #[arg(long)]
         status: Option<AlertState>,
+        /// Only this tenant's (name).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only this destination's (name).
+        #[arg(long)]
+        destination: Option<String>,
+        /// Only alerts approved within this long (e.g. 2h).
+        #[arg(long, value_parser = outbox_core::duration::parse_positive)]
+        since: Option<std::time::Duration>,
         /// At most this many rows.
         #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=100_000))]
         limit: i64,
@@ -236,9 +293,40 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Outbox(OutboxCommand::List {
             status,
+            tenant,
+            destination,
+            since,
             limit,
             json,
-        }) => inspect::list_outbox(&pool, status, limit, json).await,
+        }) => {
+            let filter = outbox_store::outbox::Filter {
+                state: status,
+                tenant,
+                destination,
+                since,
+                limit,
+            };
+            inspect::list_outbox(&pool, &filter, json).await
+        }
+        Command::Replay(args) => operate::replay(&pool, args).await,
+        Command::Resolve(args) => operate::resolve(&pool, args).await,
+        Command::Revise {
+            id,
+            payload,
+            reason,
+            actor,
+        } => operate::revise(&pool, &id, &payload, &reason, &actor).await,
+        Command::Stats { json } => operate::stats(&pool, json).await,
+        Command::Destination(DestinationCommand::Disable {
+            name,
+            tenant,
+            actor,
+        }) => operate::set_destination(&pool, &name, &tenant, false, &actor).await,
+        Command::Destination(DestinationCommand::Enable {
+            name,
+            tenant,
+            actor,
+        }) => operate::set_destination(&pool, &name, &tenant, true, &actor).await,
     };
     pool.close().await;
     result

@@ -239,6 +239,9 @@ pub async fn run(
         if full || short {
             if claimed_count == 0 && tasks.is_empty() {
                 if let Some(horizon) = config.drain {
+                    // Work due within the next second counts as due now: a row requeued
+                    // "now" by a completion a moment ago must not end the drain.
+                    let horizon = horizon.max(Duration::from_secs(1));
                     match dispatch::work_due_within(&pool, horizon).await {
                         Ok(false) => break,
                         Ok(true) => {}

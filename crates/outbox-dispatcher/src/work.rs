@@ -209,9 +209,10 @@ fn retry_or_exhaust(
     let window_end = row.approved_at
         + chrono::Duration::from_std(Duration::from_secs_f64(row.max_retry_window_secs))
             .unwrap_or_default();
-    if attempt >= row.max_attempts || at > window_end {
-        let why = if attempt >= row.max_attempts {
-            format!("exhausted: {attempt} of {} attempts used", row.max_attempts)
+    let used = attempt - row.budget_base_attempts;
+    if used >= row.max_attempts || at > window_end {
+        let why = if used >= row.max_attempts {
+            format!("exhausted: {used} of {} attempts used", row.max_attempts)
         } else {
             "exhausted: the retry window has closed".to_owned()
         };
@@ -221,7 +222,9 @@ fn retry_or_exhaust(
                     outcome: "held",
                     reference: None,
                 },
-                format!("{why}, and an earlier attempt's outcome is unknown; held for reconciliation by an operator"),
+                format!(
+                    "held for reconciliation: {why}, and an earlier attempt's outcome is unknown"
+                ),
             );
         }
         return (
@@ -352,7 +355,7 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
             claim,
             None,
             Next::Settle { outcome: "held", reference: None },
-            format!("attempt {attempt}: destination acceptance unknown, and there is no lookup and no de-duplication window; retry held for reconciliation by an operator"),
+            format!("retry held for reconciliation: attempt {attempt}'s acceptance is unknown, and the destination offers no lookup and no de-duplication window"),
         ),
     }
 }
@@ -422,14 +425,14 @@ async fn resend(
     let window_end = row.approved_at
         + chrono::Duration::from_std(Duration::from_secs_f64(row.max_retry_window_secs))
             .unwrap_or_default();
-    if row.attempts >= row.max_attempts || claim.db_now() > window_end {
+    if row.attempts - row.budget_base_attempts >= row.max_attempts || claim.db_now() > window_end {
         return done(
             shared,
             claim,
             lookup,
             Next::Settle { outcome: "held", reference: None },
             format!(
-                "attempt {}'s outcome is unknown and the attempts or the retry window are used up; retry held for reconciliation by an operator",
+                "retry held for reconciliation: attempt {}'s outcome is unknown and the attempts or the retry window are used up",
                 row.attempts
             ),
         );

@@ -413,6 +413,19 @@ async fn settle(db: impl PgExecutor<'_>, alert_id: Uuid, outcome: &str) -> Resul
     Ok(())
 }
 
+/// An alert's state, or `None` when there is no such alert.
+pub async fn state_of(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+) -> Result<Option<String>, StoreError> {
+    let state =
+        sqlx::query_scalar::<_, String>("SELECT state FROM alert_states WHERE alert_id = $1")
+            .bind(alert_id)
+            .fetch_optional(db)
+            .await?;
+    Ok(state)
+}
+
 /// An alert's current state: its outbox row's status while live, else its outcome.
 pub async fn current_state(db: impl PgExecutor<'_>, alert_id: Uuid) -> Result<String, StoreError> {
     let state =

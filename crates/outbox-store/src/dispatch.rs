@@ -37,8 +37,10 @@ pub struct ClaimedAlert {
     pub db_now: DateTime<Utc>,
     /// The payload's exact bytes.
     pub payload: String,
-    /// When the alert was approved (for the retry window).
+    /// When the retry budget started: the approval, or the latest replay.
     pub approved_at: DateTime<Utc>,
+    /// Attempts made before the budget started (a replay keeps counting attempt numbers).
+    pub budget_base_attempts: i32,
     /// Start of the first send attempt that used this key (uncertain rows only).
     pub first_send_started_at: Option<DateTime<Utc>>,
     /// Start of the latest send attempt (uncertain rows only).
@@ -115,7 +117,8 @@ pub async fn claim(
          ) \
          SELECT c.alert_id, c.fencing_token, c.attempts, c.claimed_from, c.lease_expires_at, \
                 now() AS db_now, \
-                a.payload::text AS payload, a.created_at AS approved_at, \
+                a.payload::text AS payload, o.budget_since AS approved_at, \
+                o.budget_base_attempts, \
                 CASE WHEN c.claimed_from = 'uncertain' THEN \
                     (SELECT min(da.started_at) FROM delivery_attempts da \
                      WHERE da.alert_id = c.alert_id AND da.kind = 'send') END AS first_send_started_at, \
@@ -129,6 +132,7 @@ pub async fn claim(
                 d.max_in_flight, d.max_attempts, \
                 extract(epoch FROM d.max_retry_window)::float8 AS max_retry_window_secs \
          FROM claimed c \
+         JOIN outbox o ON o.alert_id = c.alert_id \
          JOIN alerts a ON a.id = c.alert_id \
          JOIN destinations d ON d.id = a.destination_id",
     )

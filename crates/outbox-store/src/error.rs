@@ -23,6 +23,12 @@ pub enum StoreError {
     /// A referenced destination does not exist for this tenant.
     #[error("no destination named `{0}` for this tenant")]
     UnknownDestination(String),
+    /// No alert has this id.
+    #[error("no alert {0}")]
+    UnknownAlert(uuid::Uuid),
+    /// An operator action that the alert's state does not allow; nothing was changed.
+    #[error("{0}")]
+    Refused(String),
     /// PostgreSQL cannot store this JSON (for example a `\u0000` escape in a string).
     #[error("the payload cannot be stored: {0}")]
     UnstorablePayload(String),

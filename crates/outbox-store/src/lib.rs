@@ -8,6 +8,7 @@
 //!   the read model of an alert with its attempts and evidence trail.
 //! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and wake-ups.
 //! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval.
+//! - [`operator`]: operators' actions (replay, resolve, destinations) and statistics.
 //! - [`outbox`]: listings of the live queue and of alerts by state.
 //! - [`error`]: the store's error type, [`StoreError`].
 //!
@@ -20,6 +21,7 @@ pub mod destinations;
 pub mod dispatch;
 pub mod error;
 pub mod monitors;
+pub mod operator;
 pub mod outbox;
 pub mod tenants;
 pub mod tokens;

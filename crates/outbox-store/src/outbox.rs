@@ -34,14 +34,28 @@ pub struct OutboxEntry {
     pub last_evidence: Option<String>,
 }
 
-/// Lists alerts, oldest first: the live queue (pending, sending, uncertain) when `state`
-/// is `None`, else the alerts in that state. Live states are read from the small outbox
-/// table; settled ones from the alerts' outcome.
+/// What to list.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// One state; `None`: the live queue (pending, sending, uncertain).
+    pub state: Option<AlertState>,
+    /// Only this tenant's (name).
+    pub tenant: Option<String>,
+    /// Only this destination's (name).
+    pub destination: Option<String>,
+    /// Only alerts approved within this long.
+    pub since: Option<std::time::Duration>,
+    /// At most this many.
+    pub limit: i64,
+}
+
+/// Lists alerts, oldest first. Live states are read from the small outbox table; settled
+/// ones from the alerts' outcome.
 pub async fn list(
     db: impl PgExecutor<'_>,
-    state: Option<AlertState>,
-    limit: i64,
+    filter: &Filter,
 ) -> Result<Vec<OutboxEntry>, StoreError> {
+    let state = filter.state;
     let live = state.is_none_or(AlertState::is_live);
     let sql = if live {
         "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
@@ -52,7 +66,9 @@ pub async fn list(
          JOIN alerts a ON a.id = o.alert_id \
          JOIN tenants t ON t.id = a.tenant_id \
          JOIN destinations d ON d.id = a.destination_id \
-         WHERE $1::text IS NULL OR o.status = $1 \
+         WHERE ($1::text IS NULL OR o.status = $1) \
+           AND ($3::text IS NULL OR t.name = $3) AND ($4::text IS NULL OR d.name = $4) \
+           AND ($5::float8 IS NULL OR a.created_at >= now() - make_interval(secs => $5)) \
          ORDER BY a.created_at, a.id LIMIT $2"
     } else {
         "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
@@ -66,11 +82,16 @@ pub async fn list(
          JOIN tenants t ON t.id = a.tenant_id \
          JOIN destinations d ON d.id = a.destination_id \
          WHERE a.outcome = $1 \
+           AND ($3::text IS NULL OR t.name = $3) AND ($4::text IS NULL OR d.name = $4) \
+           AND ($5::float8 IS NULL OR a.created_at >= now() - make_interval(secs => $5)) \
          ORDER BY a.created_at, a.id LIMIT $2"
     };
     let rows = sqlx::query_as::<_, OutboxEntry>(sql)
         .bind(state.map(AlertState::as_str))
-        .bind(limit)
+        .bind(filter.limit)
+        .bind(&filter.tenant)
+        .bind(&filter.destination)
+        .bind(filter.since.map(|d| d.as_secs_f64()))
         .fetch_all(db)
         .await?;
     Ok(rows)

@@ -1,0 +1,311 @@
+//! Acting on alerts: replay, resolve, revise; destinations on and off; the figures.
+//! Every action records the operator's name and note as evidence; refusals change nothing.
+
+use anyhow::{anyhow, bail, Context};
+use outbox_store::operator::{self, Resolution};
+use outbox_store::{tenants, PgPool};
+use std::time::Duration;
+use uuid::Uuid;
+
+use crate::table::Table;
+
+/// Who is acting, and why.
+#[derive(Debug, clap::Args)]
+pub struct Accountable {
+    /// Why: stored with the action in the alert's evidence.
+    #[arg(long)]
+    note: Option<String>,
+    /// Who: the operator's name in the evidence.
+    #[arg(long, env = "USER", default_value = "operator")]
+    actor: String,
+}
+
+/// The operator's name: `--actor`, `$USER`, or "operator" when both are empty.
+pub(crate) fn actor_name(actor: &str) -> &str {
+    let actor = actor.trim();
+    if actor.is_empty() {
+        "operator"
+    } else {
+        actor
+    }
+}
+
+impl Accountable {
+    fn actor(&self) -> &str {
+        actor_name(&self.actor)
+    }
+
+    fn note(&self) -> anyhow::Result<&str> {
+        let note = self.note.as_deref().unwrap_or("").trim();
+        if note.is_empty() {
+            bail!("--note is required: say why, it is kept with the alert's evidence");
+        }
+        if note.len() > 1000 {
+            bail!("--note is longer than 1000 bytes");
+        }
+        Ok(note)
+    }
+}
+
+fn parse_ids(ids: &[String]) -> anyhow::Result<Vec<Uuid>> {
+    ids.iter()
+        .map(|id| Uuid::parse_str(id).map_err(|_| anyhow!("`{id}` is not an alert id")))
+        .collect()
+}
+
+/// `replay` flags.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// Alerts to replay (held or failed).
+    ids: Vec<String>,
+    /// Replay every alert in this state instead: held or failed.
+    #[arg(long, conflicts_with = "ids")]
+    status: Option<String>,
+    /// With --status: only this tenant's.
+    #[arg(long, requires = "status")]
+    tenant: Option<String>,
+    /// With --status: only this destination's.
+    #[arg(long, requires = "status")]
+    destination: Option<String>,
+    /// Print how many would be replayed, change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    who: Accountable,
+}
+
+pub(crate) async fn replay(pool: &PgPool, args: ReplayArgs) -> anyhow::Result<()> {
+    let note = args.who.note()?;
+    let ids = match &args.status {
+        Some(status) => {
+            if status != "held" && status != "failed" {
+                bail!("--status must be held or failed (only those can be replayed)");
+            }
+            operator::settled_ids(
+                pool,
+                status,
+                args.tenant.as_deref(),
+                args.destination.as_deref(),
+            )
+            .await?
+        }
+        None => {
+            if args.ids.is_empty() {
+                bail!("name the alerts to replay, or select them with --status held");
+            }
+            let ids = parse_ids(&args.ids)?;
+            // All or nothing: every named alert must be replayable before any is touched.
+            for id in &ids {
+                let state = outbox_store::alerts::state_of(pool, *id)
+                    .await?
+                    .ok_or(outbox_store::StoreError::UnknownAlert(*id))?;
+                if state == "accepted" {
+                    bail!("alert {id} was accepted by the destination; replaying it would deliver it twice, so it is refused");
+                }
+                if state != "held" && state != "failed" {
+                    bail!("alert {id} is {state}; only held or failed alerts can be replayed");
+                }
+            }
+            ids
+        }
+    };
+    if args.dry_run {
+        println!("{}", ids.len());
+        eprintln!(
+            "{} alert(s) would be replayed; nothing changed (--dry-run)",
+            ids.len()
+        );
+        return Ok(());
+    }
+    // One transaction per alert: an interrupted bulk replay leaves every alert either
+    // replayed (with its evidence) or untouched, and a rerun picks up the rest.
+    let progress = indicatif::ProgressBar::new(ids.len() as u64);
+    progress.set_style(
+        indicatif::ProgressStyle::with_template("replaying {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut replayed = 0u64;
+    for id in &ids {
+        match operator::replay(pool, *id, args.who.actor(), note).await {
+            Ok(()) => replayed += 1,
+            // In a bulk replay another operator (or a rerun) may have got there first.
+            Err(outbox_store::StoreError::Refused(why)) if args.status.is_some() => {
+                progress.println(format!("skipped: {why}"));
+            }
+            Err(err) => {
+                progress.abandon();
+                return Err(err).with_context(|| format!("after replaying {replayed}"));
+            }
+        }
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+    println!("{replayed}");
+    eprintln!("replayed {replayed} alert(s); dispatchers will send them with their original keys");
+    Ok(())
+}
+
+/// `resolve` flags.
+#[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("finding").required(true).args(["accepted", "not_delivered", "abandon"]))]
+pub struct ResolveArgs {
+    /// The alert.
+    id: String,
+    /// The destination has it: record it as accepted with --reference.
+    #[arg(long, requires = "reference")]
+    accepted: bool,
+    /// The destination's reference for it.
+    #[arg(long, requires = "accepted")]
+    reference: Option<String>,
+    /// The destination does not have it: deliver it again (same key).
+    #[arg(long)]
+    not_delivered: bool,
+    /// Give up on it, visibly (failed).
+    #[arg(long)]
+    abandon: bool,
+    #[command(flatten)]
+    who: Accountable,
+}
+
+pub(crate) async fn resolve(pool: &PgPool, args: ResolveArgs) -> anyhow::Result<()> {
+    let note = args.who.note()?;
+    let id = parse_ids(std::slice::from_ref(&args.id))?[0];
+    let resolution = if args.accepted {
+        let reference = args.reference.as_deref().unwrap_or("").trim();
+        if reference.is_empty() {
+            bail!("--reference must name the destination's reference for the alert");
+        }
+        Resolution::Accepted {
+            reference: reference.to_owned(),
+        }
+    } else if args.not_delivered {
+        Resolution::NotDelivered
+    } else {
+        Resolution::Abandon
+    };
+    operator::resolve(pool, id, &resolution, args.who.actor(), note).await?;
+    let state = outbox_store::alerts::state_of(pool, id)
+        .await?
+        .unwrap_or_default();
+    println!("{state}");
+    eprintln!("alert {id} is now {state}");
+    Ok(())
+}
+
+pub(crate) async fn revise(
+    pool: &PgPool,
+    id: &str,
+    payload_file: &str,
+    reason: &str,
+    actor: &str,
+) -> anyhow::Result<()> {
+    let id = parse_ids(&[id.to_owned()])?[0];
+    outbox_core::identity::check_reason(reason)?;
+    let payload =
+        std::fs::read_to_string(payload_file).with_context(|| format!("reading {payload_file}"))?;
+    let payload = payload.trim();
+    outbox_core::identity::check_payload(payload)?;
+    let outcome = outbox_store::alerts::revise(
+        pool,
+        outbox_store::alerts::Revision {
+            tenant_id: None,
+            alert_id: id,
+            payload_json: payload,
+            reason,
+            actor: &format!("operator:{}", actor_name(actor)),
+        },
+    )
+    .await?;
+    use outbox_store::alerts::ReviseOutcome;
+    match outcome {
+        ReviseOutcome::Created {
+            id: new,
+            revision,
+            superseded_previous,
+        } => {
+            println!("{new}");
+            eprintln!(
+                "revision {revision} created{}",
+                if superseded_previous {
+                    "; the unsent previous revision is superseded"
+                } else {
+                    "; the previous revision may have been delivered and stays as it is"
+                }
+            );
+            Ok(())
+        }
+        ReviseOutcome::Existing(existing) => {
+            println!("{existing}");
+            eprintln!("this correction was already made");
+            Ok(())
+        }
+        ReviseOutcome::Unchanged(_) => {
+            bail!("the payload equals the current revision's; a revision must correct something")
+        }
+        ReviseOutcome::NotLatest { latest } => {
+            bail!("alert {id} has been revised since; revise the latest revision, {latest}")
+        }
+        ReviseOutcome::NotFound => bail!("no alert {id}"),
+    }
+}
+
+pub(crate) async fn set_destination(
+    pool: &PgPool,
+    name: &str,
+    tenant: &str,
+    enabled: bool,
+    actor: &str,
+) -> anyhow::Result<()> {
+    let tenant = tenants::find(pool, tenant).await?;
+    if !operator::set_destination_enabled(pool, tenant.id, name, enabled, actor_name(actor)).await?
+    {
+        bail!("tenant `{}` has no destination named `{name}`", tenant.name);
+    }
+    eprintln!(
+        "destination `{name}` {}",
+        if enabled {
+            "enabled: its alerts go out again"
+        } else {
+            "disabled: its alerts wait, pending"
+        }
+    );
+    Ok(())
+}
+
+pub(crate) async fn stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
+    let stats = operator::stats(pool).await?;
+    if json {
+        println!("{}", serde_json::to_string(&stats)?);
+        return Ok(());
+    }
+    let mut table = Table::new(["TENANT", "DESTINATION", "STATE", "ALERTS"]);
+    for row in &stats.by_state {
+        table.row([
+            row.tenant.clone(),
+            row.destination.clone(),
+            row.state.clone(),
+            row.count.to_string(),
+        ]);
+    }
+    print!("{table}");
+    let rate = if stats.attempts_last_hour > 0 {
+        format!(
+            "{:.1}%",
+            100.0 * stats.accepted_last_hour as f64 / stats.attempts_last_hour as f64
+        )
+    } else {
+        "n/a".to_owned()
+    };
+    println!();
+    println!("uncertain now          {}", stats.uncertain);
+    println!("held now               {}", stats.held);
+    println!(
+        "oldest due             {}",
+        outbox_core::duration::format(Duration::from_secs(stats.oldest_due_age_secs as u64))
+    );
+    println!(
+        "last hour              {} attempt(s), {} accepted ({rate})",
+        stats.attempts_last_hour, stats.accepted_last_hour
+    );
+    Ok(())
+}

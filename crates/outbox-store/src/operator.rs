@@ -1,0 +1,363 @@
+//! What operators do to alerts: replay, resolve, enable and disable destinations, and the
+//! figures they look at. Every action takes the alert's row lock first, checks the state
+//! under it, and appends the operator's name and note to the evidence in the same
+//! transaction: an action either happens with its evidence, or not at all.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgExecutor, PgPool};
+use uuid::Uuid;
+
+use crate::alerts::{append_event, Event};
+use crate::StoreError;
+
+#[derive(Debug)]
+struct Locked {
+    outcome: Option<String>,
+    destination_id: Uuid,
+    destination_reference: Option<String>,
+    live_status: Option<String>,
+    last_attempt: i32,
+}
+
+/// Locks an alert (and its outbox row, if any) and reads what the actions need.
+async fn lock(tx: &mut PgConnection, alert_id: Uuid) -> Result<Locked, StoreError> {
+    // NO KEY UPDATE: a dispatcher's claim takes KEY SHARE on the alert while holding its
+    // outbox row, so a stronger lock here could deadlock with it.
+    let found =
+        sqlx::query_scalar::<_, Uuid>("SELECT id FROM alerts WHERE id = $1 FOR NO KEY UPDATE")
+            .bind(alert_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    if found.is_none() {
+        return Err(StoreError::UnknownAlert(alert_id));
+    }
+    let live_status =
+        sqlx::query_scalar::<_, String>("SELECT status FROM outbox WHERE alert_id = $1 FOR UPDATE")
+            .bind(alert_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let (outcome, destination_id, destination_reference, last_attempt) =
+        sqlx::query_as::<_, (Option<String>, Uuid, Option<String>, i32)>(
+            "SELECT a.outcome, a.destination_id, a.destination_reference, \
+                    COALESCE((SELECT max(d.attempt) FROM delivery_attempts d \
+                              WHERE d.alert_id = a.id AND d.kind = 'send'), 0) \
+             FROM alerts a WHERE a.id = $1",
+        )
+        .bind(alert_id)
+        .fetch_one(&mut *tx)
+        .await?;
+    let locked = Locked {
+        outcome,
+        destination_id,
+        destination_reference,
+        live_status,
+        last_attempt,
+    };
+    Ok(locked)
+}
+
+impl Locked {
+    fn state(&self) -> &str {
+        self.live_status
+            .as_deref()
+            .or(self.outcome.as_deref())
+            .unwrap_or("unknown")
+    }
+}
+
+/// Puts a held or failed alert back in the queue: same notification id, key and payload,
+/// a fresh retry budget, and the operator's note in the evidence.
+pub async fn replay(
+    pool: &PgPool,
+    alert_id: Uuid,
+    actor: &str,
+    note: &str,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    let alert = lock(&mut tx, alert_id).await?;
+    match alert.outcome.as_deref() {
+        Some("held" | "failed") => {}
+        Some("accepted") => {
+            return Err(StoreError::Refused(format!(
+                "alert {alert_id} was accepted by the destination{}; replaying it would deliver it twice, so it is refused",
+                alert
+                    .destination_reference
+                    .as_deref()
+                    .map(|r| format!(" (reference {r})"))
+                    .unwrap_or_default()
+            )))
+        }
+        Some("superseded") => {
+            return Err(StoreError::Refused(format!(
+                "alert {alert_id} was superseded by a revision and is never sent; replay the revision instead"
+            )))
+        }
+        _ => {
+            return Err(StoreError::Refused(format!(
+                "alert {alert_id} is {}; only held or failed alerts can be replayed",
+                alert.state()
+            )))
+        }
+    }
+    let from = alert.outcome.clone().unwrap_or_default();
+    requeue(&mut tx, alert_id, &alert).await?;
+    append_event(
+        &mut *tx,
+        Event {
+            alert_id,
+            from: Some(&from),
+            to: "pending",
+            attempt: None,
+            actor: &format!("operator:{actor}"),
+            line: &format!(
+                "replayed by {actor} (was {from}): {note}; same notification id, key and payload"
+            ),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Back in the queue as pending, due now, with a fresh budget; attempt numbers go on.
+async fn requeue(tx: &mut PgConnection, alert_id: Uuid, alert: &Locked) -> Result<(), StoreError> {
+    sqlx::query("UPDATE alerts SET outcome = NULL, settled_at = NULL WHERE id = $1")
+        .bind(alert_id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO outbox (alert_id, destination_id, attempts, budget_base_attempts) \
+         VALUES ($1, $2, $3, $3) \
+         ON CONFLICT (alert_id) DO UPDATE SET status = 'pending', next_attempt_at = now(), \
+             lease_owner = NULL, lease_expires_at = NULL, fencing_token = NULL, \
+             send_started_at = NULL, budget_since = now(), \
+             budget_base_attempts = outbox.attempts",
+    )
+    .bind(alert_id)
+    .bind(alert.destination_id)
+    .bind(alert.last_attempt)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// What an operator found out about an uncertain or held alert.
+#[derive(Debug, Clone)]
+pub enum Resolution {
+    /// The destination has it (with its reference).
+    Accepted {
+        /// The destination's reference, as the operator found it.
+        reference: String,
+    },
+    /// The destination does not have it: deliver it again.
+    NotDelivered,
+    /// Give up, visibly.
+    Abandon,
+}
+
+/// Resolves an uncertain or held alert by what the operator established.
+pub async fn resolve(
+    pool: &PgPool,
+    alert_id: Uuid,
+    resolution: &Resolution,
+    actor: &str,
+    note: &str,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    let alert = lock(&mut tx, alert_id).await?;
+    let state = alert.state().to_owned();
+    if state == "sending" {
+        return Err(StoreError::Refused(format!(
+            "a dispatcher is working on alert {alert_id} right now; resolve it once it is no longer sending"
+        )));
+    }
+    if state != "uncertain" && state != "held" {
+        return Err(StoreError::Refused(format!(
+            "alert {alert_id} is {state}; only uncertain or held alerts can be resolved"
+        )));
+    }
+    let operator = format!("operator:{actor}");
+    let (to, line) = match resolution {
+        Resolution::Accepted { reference } => {
+            settle(&mut tx, alert_id, "accepted", Some(reference)).await?;
+            (
+                "accepted",
+                format!("resolved by {actor}: delivery confirmed at the destination (reference {reference}): {note}"),
+            )
+        }
+        Resolution::NotDelivered => {
+            requeue(&mut tx, alert_id, &alert).await?;
+            (
+                "pending",
+                format!("resolved by {actor}: confirmed not delivered, so it goes out again with the same key: {note}"),
+            )
+        }
+        Resolution::Abandon => {
+            settle(&mut tx, alert_id, "failed", None).await?;
+            ("failed", format!("abandoned by {actor}: {note}"))
+        }
+    };
+    append_event(
+        &mut *tx,
+        Event {
+            alert_id,
+            from: Some(&state),
+            to,
+            attempt: None,
+            actor: &operator,
+            line: &line,
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn settle(
+    tx: &mut PgConnection,
+    alert_id: Uuid,
+    outcome: &str,
+    reference: Option<&str>,
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM outbox WHERE alert_id = $1")
+        .bind(alert_id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "UPDATE alerts SET outcome = $2, settled_at = now(), \
+             destination_reference = COALESCE($3, destination_reference) WHERE id = $1",
+    )
+    .bind(alert_id)
+    .bind(outcome)
+    .bind(reference)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Ids of settled alerts in `state` (held or failed), optionally of one tenant and
+/// destination (names), oldest first: the selection of a bulk replay.
+pub async fn settled_ids(
+    db: impl PgExecutor<'_>,
+    state: &str,
+    tenant: Option<&str>,
+    destination: Option<&str>,
+) -> Result<Vec<Uuid>, StoreError> {
+    let ids = sqlx::query_scalar::<_, Uuid>(
+        "SELECT a.id FROM alerts a \
+         JOIN tenants t ON t.id = a.tenant_id JOIN destinations d ON d.id = a.destination_id \
+         WHERE a.outcome = $1 AND ($2::text IS NULL OR t.name = $2) \
+           AND ($3::text IS NULL OR d.name = $3) \
+         ORDER BY a.settled_at, a.id",
+    )
+    .bind(state)
+    .bind(tenant)
+    .bind(destination)
+    .fetch_all(db)
+    .await?;
+    Ok(ids)
+}
+
+/// Enables or disables a tenant's destination. A disabled destination's alerts wait,
+/// pending; nothing fails. Returns `false` when there is no such destination.
+pub async fn set_destination_enabled(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    name: &str,
+    enabled: bool,
+    actor: &str,
+) -> Result<bool, StoreError> {
+    let updated = sqlx::query(
+        "UPDATE destinations SET enabled = $3, updated_at = now(), \
+             disabled_reason = CASE WHEN $3 THEN NULL ELSE 'disabled by ' || $4 END \
+         WHERE tenant_id = $1 AND name = $2",
+    )
+    .bind(tenant_id)
+    .bind(name)
+    .bind(enabled)
+    .bind(actor)
+    .execute(db)
+    .await?;
+    Ok(updated.rows_affected() == 1)
+}
+
+/// Counts by tenant, destination and state.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct StateCount {
+    /// Tenant name.
+    pub tenant: String,
+    /// Destination name.
+    pub destination: String,
+    /// State.
+    pub state: String,
+    /// Alerts.
+    pub count: i64,
+}
+
+/// The figures `outboxctl stats` shows.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Stats {
+    /// Alerts by tenant, destination and state.
+    pub by_state: Vec<StateCount>,
+    /// Age in seconds of the oldest due row nobody works on.
+    pub oldest_due_age_secs: f64,
+    /// Alerts uncertain now.
+    pub uncertain: i64,
+    /// Alerts held now.
+    pub held: i64,
+    /// Send attempts finished in the last hour.
+    pub attempts_last_hour: i64,
+    /// Of those, accepted.
+    pub accepted_last_hour: i64,
+    /// When the figures were read.
+    pub at: DateTime<Utc>,
+}
+
+/// Reads the figures, from one snapshot.
+pub async fn stats(pool: &PgPool) -> Result<Stats, StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    let by_state = sqlx::query_as::<_, StateCount>(
+        "SELECT t.name AS tenant, d.name AS destination, COALESCE(o.status, a.outcome) AS state, \
+                count(*) AS count \
+         FROM alerts a JOIN tenants t ON t.id = a.tenant_id \
+         JOIN destinations d ON d.id = a.destination_id \
+         LEFT JOIN outbox o ON o.alert_id = a.id \
+         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let (oldest, uncertain, held, attempts, accepted, at): (
+        Option<f64>,
+        i64,
+        i64,
+        i64,
+        i64,
+        DateTime<Utc>,
+    ) = sqlx::query_as(
+        "SELECT (SELECT extract(epoch FROM now() - min(next_attempt_at))::float8 FROM outbox \
+                     WHERE status IN ('pending', 'uncertain') AND next_attempt_at <= now()), \
+                    (SELECT count(*) FROM outbox WHERE status = 'uncertain'), \
+                    (SELECT count(*) FROM alerts WHERE outcome = 'held'), \
+                    (SELECT count(*) FROM delivery_attempts \
+                     WHERE kind = 'send' AND finished_at > now() - interval '1 hour'), \
+                    (SELECT count(*) FROM delivery_attempts \
+                     WHERE kind = 'send' AND outcome = 'accepted' \
+                       AND finished_at > now() - interval '1 hour'), \
+                    now()",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Stats {
+        by_state,
+        oldest_due_age_secs: oldest.unwrap_or(0.0),
+        uncertain,
+        held,
+        attempts_last_hour: attempts,
+        accepted_last_hour: accepted,
+        at,
+    })
+}
