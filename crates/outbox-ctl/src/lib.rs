@@ -4,6 +4,7 @@
 //! - [`Cli`]: the command line (clap); every flag also reads an environment variable.
 //! - [`run`]: dispatches a parsed command.
 //! - `setup`: `migrate`, `tenant create`, `token create`, `destination add|list`.
+//! - `demo`: the whole system on the sample data, in a database of its own.
 //! - `inspect`: `alert show`, `outbox list`.
 //! - `operate`: `replay`, `resolve`, `revise`, `stats`, `destination enable|disable`.
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
@@ -14,6 +15,7 @@
 //! stdout, and guidance on stderr, so scripts can capture it. Bad input exits non-zero with
 //! a one-line reason and writes nothing.
 
+mod demo;
 mod inspect;
 mod operate;
 mod setup;
@@ -47,6 +49,9 @@ pub struct Cli {
 pub enum Command {
     /// Apply the schema's migrations (safe to run again).
     Migrate,
+    /// Run the whole system on the sample data in a database of its own, with faults,
+    /// and check that every alert was delivered once or is held with its reason.
+    Demo(demo::DemoArgs),
     /// Manage tenants.
     #[command(subcommand)]
     Tenant(TenantCommand),
@@ -252,12 +257,20 @@ pub enum OutboxCommand {
 
 /// Runs one command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    if let Command::Migrate = cli.command {
-        return setup::migrate(&cli.database_url).await;
+    match cli.command {
+        Command::Migrate => return setup::migrate(&cli.database_url).await,
+        Command::Demo(args) => {
+            return if demo::run(&cli.database_url, args).await? {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("the demo's invariants did not hold"))
+            };
+        }
+        _ => {}
     }
     let pool = outbox_store::connect(&cli.database_url, "outboxctl", 4).await?;
     let result = match cli.command {
-        Command::Migrate => unreachable!("handled above"),
+        Command::Migrate | Command::Demo(_) => unreachable!("handled above"),
         Command::Tenant(TenantCommand::Create {
             name,
             time_zone,

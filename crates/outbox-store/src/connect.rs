@@ -66,3 +66,36 @@ pub async fn ping(db: impl sqlx::PgExecutor<'_>) -> Result<(), StoreError> {
     sqlx::query("SELECT 1").execute(db).await?;
     Ok(())
 }
+
+/// Creates a database of its own, named `<prefix>_<uuid>`, on the server `server_url`
+/// points at; returns a URL for it and its name.
+pub async fn create_database(
+    server_url: &str,
+    prefix: &str,
+) -> Result<(String, String), StoreError> {
+    use sqlx::{ConnectOptions, Connection};
+    let admin = PgConnectOptions::from_str(server_url)?;
+    let name = format!("{prefix}_{}", uuid::Uuid::now_v7().simple());
+    let mut conn = admin.connect().await?;
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await?;
+    conn.close().await?;
+    let url = admin.database(&name).to_url_lossy().to_string();
+    Ok((url, name))
+}
+
+/// Drops a database made by [`create_database`], forcing out its sessions.
+pub async fn drop_database(server_url: &str, name: &str) -> Result<(), StoreError> {
+    use sqlx::{ConnectOptions, Connection};
+    let admin = PgConnectOptions::from_str(server_url)?;
+    let mut conn = admin.connect().await?;
+    sqlx::query(&format!(
+        "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+        name.replace('"', "")
+    ))
+    .execute(&mut conn)
+    .await?;
+    conn.close().await?;
+    Ok(())
+}

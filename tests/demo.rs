@@ -1,0 +1,32 @@
+//! `outboxctl demo` end to end: the real binaries on the sample data, with faults; it must
+//! exit 0 (its invariants held) and show its final table.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+#[tokio::test]
+async fn the_demo_runs_and_its_invariants_hold() {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
+        .args([
+            "demo",
+            "--drop",
+            "--examples",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/examples"),
+        ])
+        .env("DATABASE_URL", outbox_testkit::server_url())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("invariants hold"), "{stdout}");
+    assert!(stdout.contains("effective duplicates   0"), "{stdout}");
+    assert!(
+        stdout.contains("still in flight                                     0"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("the two runs never decided one twice"),
+        "{stderr}"
+    );
+}
