@@ -54,6 +54,51 @@ pub async fn spawn_listening(
     (child, format!("http://{addr}"))
 }
 
+/// Like [`spawn_listening`], but keeps every log line the process writes, for tests about
+/// what logs contain.
+pub async fn spawn_capturing(
+    binary: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    listening_message: &str,
+) -> (Child, String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let mut command = Command::new(binary);
+    command
+        .args(args)
+        .env("LOG_FORMAT", "json")
+        .env_remove("FAILPOINTS")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("spawn");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let captured: std::sync::Arc<std::sync::Mutex<Vec<String>>> = std::sync::Arc::default();
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let keep = captured.clone();
+    let message = listening_message.to_owned();
+    tokio::spawn(async move {
+        let mut addr_tx = Some(addr_tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(event) = serde_json::from_str::<Value>(&line) {
+                if event["fields"]["message"] == message.as_str() {
+                    if let Some(tx) = addr_tx.take() {
+                        let _ = tx.send(event["fields"]["addr"].as_str().unwrap_or("").to_owned());
+                    }
+                }
+            }
+            keep.lock().unwrap().push(line);
+        }
+    });
+    let addr = tokio::time::timeout(DEADLINE, addr_rx)
+        .await
+        .expect("process did not start listening in time")
+        .expect("process exited before listening");
+    (child, format!("http://{addr}"), captured)
+}
+
 /// A running `sink`.
 pub struct Sink {
     pub child: Child,

@@ -11,6 +11,7 @@ use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use crate::auth::Caller;
+use crate::health::ApprovalCounts;
 use crate::{body, AppState, Problem};
 
 /// `POST /v1/alerts`. Fields are optional here only so that a missing one gets its own
@@ -60,19 +61,25 @@ pub(crate) async fn approve(
     .await?;
     match outcome {
         ApproveOutcome::Created(id) => created(&state, &caller, id).await,
-        ApproveOutcome::Existing(id) => ok(&state, &caller, id).await,
-        ApproveOutcome::Conflict { original, latest } => Err(Problem::new(
-            StatusCode::CONFLICT,
-            "identity-conflict",
-            "Alert exists with a different payload",
-            format!(
-                "alert {original} already has this identity (tenant, subject, occurrence, \
+        ApproveOutcome::Existing(id) => {
+            ApprovalCounts::count(&state.approvals.existing);
+            ok(&state, &caller, id).await
+        }
+        ApproveOutcome::Conflict { original, latest } => {
+            ApprovalCounts::count(&state.approvals.conflicts);
+            Err(Problem::new(
+                StatusCode::CONFLICT,
+                "identity-conflict",
+                "Alert exists with a different payload",
+                format!(
+                    "alert {original} already has this identity (tenant, subject, occurrence, \
                  destination) with a different payload; it was not changed. A correction must \
                  be a revision: POST /v1/alerts/{latest}/revisions with the payload and a reason"
-            ),
-        )
-        .with("existing_alert_id", original.to_string())
-        .with("latest_alert_id", latest.to_string())),
+                ),
+            )
+            .with("existing_alert_id", original.to_string())
+            .with("latest_alert_id", latest.to_string()))
+        }
     }
 }
 
@@ -143,6 +150,7 @@ pub(crate) async fn revise(
 
 async fn created(state: &AppState, caller: &Caller, id: Uuid) -> Result<Response, Problem> {
     state.wake_ups.poke();
+    ApprovalCounts::count(&state.approvals.created);
     let detail = load(state, caller, id).await?;
     let location =
         HeaderValue::from_str(&format!("/v1/alerts/{id}")).map_err(|_| Problem::internal())?;

@@ -1,4 +1,4 @@
-//! Liveness and readiness.
+//! Liveness, readiness and metrics.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -24,5 +24,65 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Result<Json<Value>,
             "Not ready",
             "the database did not answer within 2s",
         )),
+    }
+}
+
+/// Approvals and revisions answered, by result.
+#[derive(Debug, Default)]
+pub struct ApprovalCounts {
+    /// New alerts (approvals and revisions).
+    pub created: std::sync::atomic::AtomicU64,
+    /// Repeats that found their alert.
+    pub existing: std::sync::atomic::AtomicU64,
+    /// Same identity, different payload.
+    pub conflicts: std::sync::atomic::AtomicU64,
+}
+
+impl ApprovalCounts {
+    pub(crate) fn count(counter: &std::sync::atomic::AtomicU64) {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Prometheus text: approvals by result, and the outbox's queue figures.
+pub(crate) async fn metrics(State(state): State<AppState>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    use std::fmt::Write as _;
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP outbox_approvals_total Approvals and revisions answered, by result."
+    );
+    let _ = writeln!(out, "# TYPE outbox_approvals_total counter");
+    for (result, counter) in [
+        ("created", &state.approvals.created),
+        ("existing", &state.approvals.existing),
+        ("conflict", &state.approvals.conflicts),
+    ] {
+        let _ = writeln!(
+            out,
+            "outbox_approvals_total{{result=\"{result}\"}} {}",
+            counter.load(Relaxed)
+        );
+    }
+    match outbox_store::dispatch::queue_figures(&state.pool).await {
+        Ok(queue) => {
+            outbox_runtime::prometheus::render_queue(
+                &mut out,
+                &queue.live,
+                queue.held,
+                queue.oldest_due_age_secs,
+            );
+            (
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4",
+                )],
+                out,
+            )
+                .into_response()
+        }
+        Err(err) => Problem::from(err).into_response(),
     }
 }

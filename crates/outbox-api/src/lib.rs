@@ -6,7 +6,8 @@
 //! - `auth`: the bearer-token extractor; a token acts for exactly one tenant.
 //! - `body`: reads request bodies within the size limit and checks their fields.
 //! - `problem`: every error is `application/problem+json` with a specific `type`.
-//! - `health`: `GET /healthz` (the process runs) and `GET /readyz` (the database answers).
+//! - `health`: `GET /healthz` (the process runs), `GET /readyz` (the database answers),
+//!   `GET /metrics` (Prometheus: approvals by result, and the outbox's queue figures).
 //!
 //! Handlers hold no business rules: validation is in `outbox-core`, writes and reads in
 //! `outbox-store`, so monitors and operators approve through exactly the same path.
@@ -23,6 +24,7 @@ use outbox_store::PgPool;
 use std::future::Future;
 use tokio::net::TcpListener;
 
+pub use health::ApprovalCounts;
 pub use problem::Problem;
 
 /// Shared state of the handlers.
@@ -32,6 +34,8 @@ pub struct AppState {
     pub pool: PgPool,
     /// Wakes dispatchers when an approval or revision created work.
     pub wake_ups: outbox_store::dispatch::WakeUpNotifier,
+    /// Approvals answered, by result, for `/metrics`.
+    pub approvals: std::sync::Arc<health::ApprovalCounts>,
 }
 
 /// All routes of the approval API.
@@ -42,6 +46,7 @@ pub fn router(pool: PgPool) -> Router {
         .route("/v1/alerts/{id}/revisions", post(alerts::revise))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
         .fallback(problem::no_route)
         .method_not_allowed_fallback(problem::method_not_allowed)
         // Bodies are read by `body::read_json`, which enforces its own limit with a
@@ -50,6 +55,7 @@ pub fn router(pool: PgPool) -> Router {
         .layer(axum::middleware::from_fn(log_request))
         .with_state(AppState {
             wake_ups: outbox_store::dispatch::WakeUpNotifier::new(pool.clone()),
+            approvals: std::sync::Arc::default(),
             pool,
         })
 }

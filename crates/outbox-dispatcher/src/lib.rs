@@ -388,6 +388,19 @@ async fn work_one(
                 if completion.disable_destination.is_some() {
                     shared.mark_disabled(claim.row.destination_id);
                 }
+                if matches!(
+                    completion.next,
+                    dispatch::Next::Settle {
+                        outcome: "accepted",
+                        ..
+                    }
+                ) {
+                    let waited = chrono::Utc::now() - claim.row.alert_created_at;
+                    shared.metrics.delivered_after(
+                        &claim.row.destination,
+                        waited.num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6,
+                    );
+                }
                 tracing::debug!(line = %completion.line, "recorded");
                 Outcome::Recorded
             }

@@ -2,7 +2,10 @@
 //!
 //! Layout: [`init_tracing`] / [`init_tracing_quiet`] (human or JSON logs), [`shutdown_signal`] (SIGTERM/SIGINT),
 //! [`failpoints`] (crash points for tests, compiled in only with the `failpoints` feature),
+//! [`prometheus`] (histograms and queue figures in the Prometheus text format),
 //! [`DEFAULT_DATABASE_URL`].
+
+pub mod prometheus;
 
 /// The database every binary uses unless told otherwise: the local server, no password.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";

@@ -41,6 +41,8 @@ pub struct ClaimedAlert {
     pub approved_at: DateTime<Utc>,
     /// Attempts made before the budget started (a replay keeps counting attempt numbers).
     pub budget_base_attempts: i32,
+    /// When the alert was approved.
+    pub alert_created_at: DateTime<Utc>,
     /// Start of the first send attempt that used this key (uncertain rows only).
     pub first_send_started_at: Option<DateTime<Utc>>,
     /// Start of the latest send attempt (uncertain rows only).
@@ -118,7 +120,7 @@ pub async fn claim(
          SELECT c.alert_id, c.fencing_token, c.attempts, c.claimed_from, c.lease_expires_at, \
                 now() AS db_now, \
                 a.payload::text AS payload, o.budget_since AS approved_at, \
-                o.budget_base_attempts, \
+                o.budget_base_attempts, a.created_at AS alert_created_at, \
                 CASE WHEN c.claimed_from = 'uncertain' THEN \
                     (SELECT min(da.started_at) FROM delivery_attempts da \
                      WHERE da.alert_id = c.alert_id AND da.kind = 'send') END AS first_send_started_at, \

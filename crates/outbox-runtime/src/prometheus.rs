@@ -1,0 +1,122 @@
+//! The Prometheus text format, for the few figures the binaries expose: counters are
+//! written by their owners; histograms and the outbox's queue figures are shared here.
+
+use std::fmt::Write as _;
+
+/// Buckets for request latencies, in seconds.
+pub const REQUEST_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+/// Buckets for approval-to-acceptance latencies, in seconds (retries can take hours).
+pub const DELIVERY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0, 3600.0, 21_600.0,
+];
+
+/// A cumulative histogram.
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    /// An empty histogram over `bounds`.
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            count: 0,
+            sum: 0.0,
+        }
+    }
+
+    /// Records one value.
+    pub fn observe(&mut self, value: f64) {
+        for (bound, count) in self.bounds.iter().zip(self.counts.iter_mut()) {
+            if value <= *bound {
+                *count += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += value;
+    }
+
+    /// Writes the `_bucket`, `_sum` and `_count` lines of `name` with `labels`
+    /// (`key="value"` pairs, already escaped, may be empty).
+    pub fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (bound, count) in self.bounds.iter().zip(&self.counts) {
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {:.6}", self.sum);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+    }
+}
+
+/// Escapes a label value.
+pub fn escape(label: &str) -> String {
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Writes the outbox's queue figures: depth by state (live states and held), and the age
+/// of the oldest due row nobody works on.
+pub fn render_queue(out: &mut String, live: &[(String, i64)], held: i64, oldest_due_age_secs: f64) {
+    let _ = writeln!(
+        out,
+        "# HELP outbox_depth Alerts by state: live ones, and held ones waiting for an operator."
+    );
+    let _ = writeln!(out, "# TYPE outbox_depth gauge");
+    for state in ["pending", "sending", "uncertain"] {
+        let n = live.iter().find(|(s, _)| s == state).map_or(0, |(_, n)| *n);
+        let _ = writeln!(out, "outbox_depth{{state=\"{state}\"}} {n}");
+    }
+    let _ = writeln!(out, "outbox_depth{{state=\"held\"}} {held}");
+    let _ = writeln!(
+        out,
+        "# HELP outbox_oldest_due_age_seconds Age of the oldest due row nobody works on."
+    );
+    let _ = writeln!(out, "# TYPE outbox_oldest_due_age_seconds gauge");
+    let _ = writeln!(
+        out,
+        "outbox_oldest_due_age_seconds {oldest_due_age_secs:.3}"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative() {
+        let mut h = Histogram::new(&[0.1, 1.0]);
+        h.observe(0.05);
+        h.observe(0.5);
+        h.observe(5.0);
+        let mut out = String::new();
+        h.render(&mut out, "x", "d=\"a\"");
+        assert!(out.contains("x_bucket{d=\"a\",le=\"0.1\"} 1"));
+        assert!(out.contains("x_bucket{d=\"a\",le=\"1\"} 2"));
+        assert!(out.contains("x_bucket{d=\"a\",le=\"+Inf\"} 3"));
+        assert!(out.contains("x_count{d=\"a\"} 3"));
+    }
+
+    #[test]
+    fn queue_figures_name_every_state() {
+        let mut out = String::new();
+        render_queue(&mut out, &[("pending".into(), 4)], 2, 1.5);
+        assert!(out.contains("outbox_depth{state=\"pending\"} 4"));
+        assert!(out.contains("outbox_depth{state=\"uncertain\"} 0"));
+        assert!(out.contains("outbox_depth{state=\"held\"} 2"));
+        assert!(out.contains("outbox_oldest_due_age_seconds 1.500"));
+    }
+}
