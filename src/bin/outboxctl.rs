@@ -4,7 +4,22 @@ use clap::Parser;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
-    let cli = outbox_ctl::Cli::parse();
+    let cli = match outbox_ctl::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if !err.use_stderr() => err.exit(), // --help, --version
+        Err(err) => {
+            // One line, like every other refusal: the reason without the usage block.
+            let text = err.render().to_string();
+            let reason: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("tip:") && !l.starts_with("For more"))
+                .collect();
+            eprintln!("{}", reason.join(" "));
+            return std::process::ExitCode::from(2);
+        }
+    };
     outbox_runtime::init_tracing_quiet();
     match outbox_ctl::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -159,6 +159,20 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
     eprintln!("decider B: {}", decided[1]);
     eprintln!("{approved} alerts approved in all: the two runs never decided one twice");
 
+    // Make sure there is one alert to reconcile by hand afterwards: the first one for
+    // `legal` (no lookup, no de-duplication) has its answer lost, so it ends held.
+    if let Some(held) = outbox_store::operator::first_alert_for(&pool, "legal").await? {
+        let faults = serde_json::json!({"drop_response_for_keys": [held.to_string()]});
+        let answer = reqwest::Client::new()
+            .post(format!("{sink_url}/_sink/faults"))
+            .json(&faults)
+            .send()
+            .await?;
+        if !answer.status().is_success() {
+            bail!("the sink refused its fault settings: {}", answer.status());
+        }
+    }
+
     let dispatchers: Vec<Child> = (1..=2)
         .map(|n| {
             Command::new(binaries.join("dispatcher"))

@@ -128,8 +128,15 @@ async fn read_limited(mut response: reqwest::Response) -> Vec<u8> {
 }
 
 fn transport_failure(err: &reqwest::Error) -> Exchange {
-    // The source chain says what failed ("connection refused", "dns error", ...).
-    let mut why = err.to_string();
+    // The source chain says what failed ("connection refused", "dns error", ...). The
+    // URL is left out: it is known from the destination, and may carry credentials.
+    let mut why = if err.is_timeout() {
+        "timed out".to_owned()
+    } else if err.is_connect() {
+        "could not connect".to_owned()
+    } else {
+        "request failed".to_owned()
+    };
     let mut source = std::error::Error::source(err);
     while let Some(cause) = source {
         why.push_str(": ");

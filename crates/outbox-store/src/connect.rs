@@ -81,7 +81,14 @@ pub async fn create_database(
         .execute(&mut conn)
         .await?;
     conn.close().await?;
-    let url = admin.database(&name).to_url_lossy().to_string();
+    // The caller's URL with only the database changed: same host, user and options.
+    let url = match url::Url::parse(server_url) {
+        Ok(mut parsed) => {
+            parsed.set_path(&format!("/{name}"));
+            parsed.to_string()
+        }
+        Err(_) => admin.database(&name).to_url_lossy().to_string(),
+    };
     Ok((url, name))
 }
 

@@ -362,6 +362,21 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, StoreError> {
     })
 }
 
+/// The oldest alert for the destination called `destination` (any tenant), if any.
+pub async fn first_alert_for(
+    db: impl PgExecutor<'_>,
+    destination: &str,
+) -> Result<Option<Uuid>, StoreError> {
+    let id = sqlx::query_scalar::<_, Uuid>(
+        "SELECT a.id FROM alerts a JOIN destinations d ON d.id = a.destination_id \
+         WHERE d.name = $1 ORDER BY a.created_at, a.id LIMIT 1",
+    )
+    .bind(destination)
+    .fetch_optional(db)
+    .await?;
+    Ok(id)
+}
+
 /// How far a demo run has come.
 #[derive(Debug, Clone, Copy)]
 pub struct DemoProgress {
