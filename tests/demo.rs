@@ -26,7 +26,7 @@ async fn the_demo_runs_and_its_invariants_hold() {
         "{stdout}"
     );
     assert!(
-        stderr.contains("the two runs never decided one twice"),
+        stderr.contains("one per identity, whichever run decided it"),
         "{stderr}"
     );
 }

@@ -182,6 +182,14 @@ async fn held_alerts_are_listed_replayed_with_a_note_and_delivered_with_their_ke
             .await
             .unwrap();
     assert_eq!(replays, 3, "each alert replayed exactly once");
+    let flagged: bool = sqlx::query_scalar("SELECT bool_and(possible_duplicate) FROM alerts")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        flagged,
+        "a held attempt may have arrived: replayed alerts are possible duplicates"
+    );
 
     drain(&db, "w2", &[]).await;
     assert_eq!(states(&db).await, [("accepted".to_owned(), 3)].into());
@@ -276,9 +284,33 @@ async fn resolving_records_what_the_operator_found() {
     );
     assert_eq!(counts(&db).await, before);
 
-    // A failed alert can be replayed.
-    let replay = outboxctl(&db, &["replay", &c, "--note", "contract reinstated"]).await;
-    assert!(replay.ok, "{}", replay.stderr);
+    // A failed alert can be replayed, unless a revision corrected it since.
+    let dir = std::env::temp_dir().join(format!("resolve-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let corrected = dir.join("payload.json");
+    std::fs::write(&corrected, r#"{"alert": 2, "text": "corrected"}"#).unwrap();
+    let revised = outboxctl(
+        &db,
+        &[
+            "revise",
+            &c,
+            "--payload",
+            corrected.to_str().unwrap(),
+            "--reason",
+            "new text",
+        ],
+    )
+    .await;
+    assert!(revised.ok, "{}", revised.stderr);
+    refused(
+        &outboxctl(&db, &["replay", &c, "--note", "again"]).await,
+        "corrected by a later revision",
+    );
+    let replay = outboxctl(&db, &["replay", revised.stdout.trim(), "--note", "x"]).await;
+    refused(
+        &replay,
+        "is pending; only held or failed alerts can be replayed",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,7 +35,15 @@ impl Accountable {
         actor_name(&self.actor)
     }
 
+    fn check(&self) -> anyhow::Result<()> {
+        if self.actor().len() > 100 {
+            bail!("--actor is longer than 100 bytes");
+        }
+        Ok(())
+    }
+
     fn note(&self) -> anyhow::Result<&str> {
+        self.check()?;
         let note = self.note.as_deref().unwrap_or("").trim();
         if note.is_empty() {
             bail!("--note is required: say why, it is kept with the alert's evidence");
@@ -47,10 +55,16 @@ impl Accountable {
     }
 }
 
+/// Parses alert ids, each once, in the order given.
 fn parse_ids(ids: &[String]) -> anyhow::Result<Vec<Uuid>> {
-    ids.iter()
-        .map(|id| Uuid::parse_str(id).map_err(|_| anyhow!("`{id}` is not an alert id")))
-        .collect()
+    let mut parsed: Vec<Uuid> = Vec::with_capacity(ids.len());
+    for id in ids {
+        let id = Uuid::parse_str(id).map_err(|_| anyhow!("`{id}` is not an alert id"))?;
+        if !parsed.contains(&id) {
+            parsed.push(id);
+        }
+    }
+    Ok(parsed)
 }
 
 /// `replay` flags.
@@ -172,8 +186,8 @@ pub(crate) async fn resolve(pool: &PgPool, args: ResolveArgs) -> anyhow::Result<
     let id = parse_ids(std::slice::from_ref(&args.id))?[0];
     let resolution = if args.accepted {
         let reference = args.reference.as_deref().unwrap_or("").trim();
-        if reference.is_empty() {
-            bail!("--reference must name the destination's reference for the alert");
+        if reference.is_empty() || reference.len() > 500 {
+            bail!("--reference must name the destination's reference for the alert (at most 500 bytes)");
         }
         Resolution::Accepted {
             reference: reference.to_owned(),

@@ -17,43 +17,49 @@ struct Locked {
     destination_reference: Option<String>,
     live_status: Option<String>,
     last_attempt: i32,
+    /// The identity's latest revision, when it is not this alert.
+    latest_revision: Option<Uuid>,
 }
 
 /// Locks an alert (and its outbox row, if any) and reads what the actions need.
+///
+/// Lock order is outbox row first, then the alert, as in a dispatcher's completion (which
+/// holds the outbox row and then settles the alert): the same order everywhere means an
+/// operator and a dispatcher wait for each other instead of deadlocking.
 async fn lock(tx: &mut PgConnection, alert_id: Uuid) -> Result<Locked, StoreError> {
-    // NO KEY UPDATE: a dispatcher's claim takes KEY SHARE on the alert while holding its
-    // outbox row, so a stronger lock here could deadlock with it.
-    let found =
-        sqlx::query_scalar::<_, Uuid>("SELECT id FROM alerts WHERE id = $1 FOR NO KEY UPDATE")
-            .bind(alert_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-    if found.is_none() {
-        return Err(StoreError::UnknownAlert(alert_id));
-    }
     let live_status =
         sqlx::query_scalar::<_, String>("SELECT status FROM outbox WHERE alert_id = $1 FOR UPDATE")
             .bind(alert_id)
             .fetch_optional(&mut *tx)
             .await?;
-    let (outcome, destination_id, destination_reference, last_attempt) =
-        sqlx::query_as::<_, (Option<String>, Uuid, Option<String>, i32)>(
-            "SELECT a.outcome, a.destination_id, a.destination_reference, \
-                    COALESCE((SELECT max(d.attempt) FROM delivery_attempts d \
-                              WHERE d.alert_id = a.id AND d.kind = 'send'), 0) \
-             FROM alerts a WHERE a.id = $1",
-        )
-        .bind(alert_id)
-        .fetch_one(&mut *tx)
-        .await?;
-    let locked = Locked {
+    // NO KEY UPDATE: a dispatcher's claim takes KEY SHARE on the alert (its evidence row's
+    // foreign key) while holding outbox rows; this lock does not conflict with that.
+    let row = sqlx::query_as::<_, (Option<String>, Uuid, Option<String>, i32, Option<Uuid>)>(
+        "SELECT a.outcome, a.destination_id, a.destination_reference, \
+                COALESCE((SELECT max(d.attempt) FROM delivery_attempts d \
+                          WHERE d.alert_id = a.id AND d.kind = 'send'), 0), \
+                (SELECT later.id FROM alerts later \
+                 WHERE later.tenant_id = a.tenant_id AND later.subject = a.subject \
+                   AND later.occurrence = a.occurrence \
+                   AND later.destination_id = a.destination_id AND later.revision > a.revision \
+                 ORDER BY later.revision DESC LIMIT 1) \
+         FROM alerts a WHERE a.id = $1 FOR NO KEY UPDATE OF a",
+    )
+    .bind(alert_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((outcome, destination_id, destination_reference, last_attempt, latest_revision)) = row
+    else {
+        return Err(StoreError::UnknownAlert(alert_id));
+    };
+    Ok(Locked {
         outcome,
         destination_id,
         destination_reference,
         live_status,
         last_attempt,
-    };
-    Ok(locked)
+        latest_revision,
+    })
 }
 
 impl Locked {
@@ -66,7 +72,8 @@ impl Locked {
 }
 
 /// Puts a held or failed alert back in the queue: same notification id, key and payload,
-/// a fresh retry budget, and the operator's note in the evidence.
+/// a fresh retry budget, and the operator's note in the evidence. Refused for a revision
+/// that has been corrected since: its payload is outdated.
 pub async fn replay(
     pool: &PgPool,
     alert_id: Uuid,
@@ -99,8 +106,24 @@ pub async fn replay(
             )))
         }
     }
+    if let Some(latest) = alert.latest_revision {
+        return Err(StoreError::Refused(format!(
+            "alert {alert_id} has been corrected by a later revision ({latest}); replaying it would send the outdated payload"
+        )));
+    }
     let from = alert.outcome.clone().unwrap_or_default();
     requeue(&mut tx, alert_id, &alert).await?;
+    // A held alert's last attempt may have arrived: resending it is the operator's call,
+    // and the alert says so from now on.
+    let warning = if from == "held" {
+        sqlx::query("UPDATE alerts SET possible_duplicate = true WHERE id = $1")
+            .bind(alert_id)
+            .execute(&mut *tx)
+            .await?;
+        "; flagged as a possible duplicate, since the held attempt may have arrived"
+    } else {
+        ""
+    };
     append_event(
         &mut *tx,
         Event {
@@ -110,7 +133,7 @@ pub async fn replay(
             attempt: None,
             actor: &format!("operator:{actor}"),
             line: &format!(
-                "replayed by {actor} (was {from}): {note}; same notification id, key and payload"
+                "replayed by {actor} (was {from}): {note}; same notification id, key and payload{warning}"
             ),
         },
     )
@@ -474,4 +497,20 @@ pub async fn demo_report(pool: &PgPool) -> Result<DemoReport, StoreError> {
         live,
         held_lines,
     })
+}
+
+/// Every alert with its destination's name, its state and its identity's count of alerts
+/// (always 1 unless the identity guarantee broke): the demo's invariants are checked
+/// against these.
+pub async fn demo_alerts(pool: &PgPool) -> Result<Vec<(Uuid, String, String, i64)>, StoreError> {
+    let rows = sqlx::query_as::<_, (Uuid, String, String, i64)>(
+        "SELECT a.id, d.name, COALESCE(o.status, a.outcome), \
+                count(*) OVER (PARTITION BY a.tenant_id, a.subject, a.occurrence, \
+                                            a.destination_id, a.revision) \
+         FROM alerts a JOIN destinations d ON d.id = a.destination_id \
+         LEFT JOIN outbox o ON o.alert_id = a.id",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows)
 }
