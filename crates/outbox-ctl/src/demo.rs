@@ -294,48 +294,36 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
     if sink_stats["bad_signatures"] != 0 {
         broken.push("the sink saw a bad signature".to_owned());
     }
-    // Key by key, from the sink's own records: every accepted alert applied exactly once;
-    // nothing applied twice; wire duplicates only where the destination de-duplicates
-    // (ops), since elsewhere a resend is exactly what must not happen unannounced; no key
-    // that is not an alert; one alert per identity.
+    // Key by key, from the sink's own records, by the same referee as the fault suite:
+    // every accepted alert applied, nothing applied twice, wire duplicates only where the
+    // destination de-duplicates or answers lookups, no stray keys, one alert per identity.
     let records: Vec<serde_json::Value> = reqwest::get(format!("{sink_url}/_sink/records"))
         .await?
         .json()
         .await?;
-    let mut per_key: std::collections::HashMap<String, (u32, u32)> = Default::default();
-    for record in &records {
-        let Some(key) = record["key"].as_str() else {
-            continue;
-        };
-        let entry = per_key.entry(key.to_owned()).or_default();
-        match record["outcome"].as_str() {
-            Some("applied") => entry.0 += 1,
-            Some("wire_duplicate") => entry.1 += 1,
-            _ => {}
-        }
-    }
-    let alerts = outbox_store::operator::demo_alerts(&pool).await?;
-    for (id, destination, state, per_identity) in &alerts {
-        let (applied, wire) = per_key.remove(&id.to_string()).unwrap_or_default();
-        if *per_identity != 1 {
-            broken.push(format!("alert {id} shares its identity with another"));
-        }
-        if state == "accepted" && applied != 1 {
-            broken.push(format!(
-                "accepted alert {id} was applied {applied} times by the sink"
-            ));
-        }
-        if applied > 1 {
-            broken.push(format!("alert {id} was applied {applied} times"));
-        }
-        if wire > 0 && destination != "ops" {
-            broken.push(format!(
-                "alert {id} was resent to `{destination}`, which does not de-duplicate"
-            ));
-        }
-    }
-    if let Some(stray) = per_key.keys().next() {
-        broken.push(format!("the sink received key {stray}, which is no alert"));
+    let sinks: Vec<outbox_checker::Sink> = [
+        ("ops", outbox_checker::Capability::Idempotent),
+        ("finance", outbox_checker::Capability::Lookup),
+        ("legal", outbox_checker::Capability::PlainHold),
+    ]
+    .into_iter()
+    .map(|(name, capability)| outbox_checker::Sink {
+        destination: name.to_owned(),
+        capability,
+        records: records
+            .iter()
+            .filter(|r| r["path"].as_str() == Some(&format!("/{name}")))
+            .map(|r| outbox_checker::SinkRecord {
+                key: r["key"].as_str().map(str::to_owned),
+                payload_sha256: r["payload_sha256"].as_str().map(str::to_owned),
+                outcome: r["outcome"].as_str().unwrap_or("").to_owned(),
+            })
+            .collect(),
+    })
+    .collect();
+    let verdict = outbox_checker::check(&pool, 7, &sinks).await?;
+    for offence in &verdict.offences {
+        broken.push(format!("{}: {}", offence.kind, offence.detail));
     }
     let _ = sink.kill().await;
     println!();

@@ -2,6 +2,7 @@
 //! small documented functions, plus the migrator.
 //!
 //! Layout:
+//! - [`checker`]: the fault suite's referee reads, straight from the tables.
 //! - [`connect`]: pools (with a bounded wait for the database at start-up) and [`MIGRATOR`].
 //! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts, and where alerts go.
 //! - [`alerts`]: the decider's write path (approve, revise, in one transaction each) and
@@ -16,6 +17,7 @@
 //! a transaction; functions that must be atomic open their own transaction on a pool.
 
 pub mod alerts;
+pub mod checker;
 pub mod connect;
 pub mod destinations;
 pub mod dispatch;

@@ -498,19 +498,3 @@ pub async fn demo_report(pool: &PgPool) -> Result<DemoReport, StoreError> {
         held_lines,
     })
 }
-
-/// Every alert with its destination's name, its state and its identity's count of alerts
-/// (always 1 unless the identity guarantee broke): the demo's invariants are checked
-/// against these.
-pub async fn demo_alerts(pool: &PgPool) -> Result<Vec<(Uuid, String, String, i64)>, StoreError> {
-    let rows = sqlx::query_as::<_, (Uuid, String, String, i64)>(
-        "SELECT a.id, d.name, COALESCE(o.status, a.outcome), \
-                count(*) OVER (PARTITION BY a.tenant_id, a.subject, a.occurrence, \
-                                            a.destination_id, a.revision) \
-         FROM alerts a JOIN destinations d ON d.id = a.destination_id \
-         LEFT JOIN outbox o ON o.alert_id = a.id",
-    )
-    .fetch_all(pool)
-    .await?;
-    Ok(rows)
-}

@@ -1,0 +1,255 @@
+//! The checker can fail: broken histories, built by hand in a real database, are each
+//! reported; a clean one passes.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+use outbox_checker::{check, explain, Capability, Sink, SinkRecord};
+use outbox_store::dispatch::{self, Completion, Next};
+use outbox_testkit::TestDb;
+use std::time::Duration;
+
+/// Two alerts, both delivered and recorded as accepted; returns their ids and hashes.
+async fn clean_history(db: &TestDb) -> Vec<(String, String)> {
+    let tenant = outbox_store::tenants::create(&db.pool, "acme", "UTC", None)
+        .await
+        .unwrap();
+    outbox_store::destinations::create(
+        &db.pool,
+        &outbox_store::destinations::NewDestination {
+            tenant_id: tenant,
+            name: "ops".into(),
+            url: "http://127.0.0.1:9/hook".into(),
+            signing_secrets: vec![],
+            idempotency_header: "Idempotency-Key".into(),
+            idempotency_retention: Some(Duration::from_secs(3600)),
+            lookup_url_template: None,
+            on_uncertain: outbox_core::OnUncertain::Hold,
+            timeout: Duration::from_secs(1),
+            max_in_flight: 4,
+        },
+    )
+    .await
+    .unwrap();
+    for n in 0..2 {
+        outbox_store::alerts::approve(
+            &db.pool,
+            outbox_store::alerts::Approval {
+                tenant_id: tenant,
+                destination: "ops",
+                subject: &format!("s{n}"),
+                occurrence: "o",
+                payload_json: &format!("{{\"n\": {n}}}"),
+                actor: "test",
+            },
+        )
+        .await
+        .unwrap();
+    }
+    for row in dispatch::claim(&db.pool, "w", 10, Duration::from_secs(30), &[])
+        .await
+        .unwrap()
+    {
+        let done = Completion {
+            alert_id: row.alert_id,
+            fencing_token: row.fencing_token,
+            worker: "w".into(),
+            attempt: None,
+            next: Next::Settle {
+                outcome: "accepted",
+                reference: Some("r".into()),
+            },
+            line: "accepted".into(),
+            disable_destination: None,
+        };
+        assert!(dispatch::complete(&db.pool, &done).await.unwrap());
+    }
+    sqlx::query_as("SELECT id::text, encode(payload_sha256, 'hex') FROM alerts ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+}
+
+fn applied(key: &str, hash: &str) -> SinkRecord {
+    SinkRecord {
+        key: Some(key.into()),
+        payload_sha256: Some(hash.into()),
+        outcome: "applied".into(),
+    }
+}
+
+fn sink(capability: Capability, records: Vec<SinkRecord>) -> Vec<Sink> {
+    vec![Sink {
+        destination: "ops".into(),
+        capability,
+        records,
+    }]
+}
+
+#[tokio::test]
+async fn a_clean_history_passes() {
+    let db = TestDb::new().await;
+    let alerts = clean_history(&db).await;
+    let records = alerts.iter().map(|(k, h)| applied(k, h)).collect();
+    let report = check(&db.pool, 7, &sink(Capability::Idempotent, records))
+        .await
+        .unwrap();
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.alerts, 2);
+    assert!(report.to_string().contains("seed 7: 2 committed alerts"));
+}
+
+#[tokio::test]
+async fn a_duplicate_row_inserted_by_hand_is_reported() {
+    let db = TestDb::new().await;
+    let alerts = clean_history(&db).await;
+    sqlx::query("ALTER TABLE alerts DROP CONSTRAINT alerts_identity_key")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, payload, \
+             payload_sha256, outcome, settled_at, created_by) \
+         SELECT gen_random_uuid(), tenant_id, subject, occurrence, destination_id, revision, payload, \
+                payload_sha256, outcome, settled_at, created_by FROM alerts WHERE subject = 's0'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let records = alerts.iter().map(|(k, h)| applied(k, h)).collect();
+    let report = check(&db.pool, 1, &sink(Capability::Idempotent, records))
+        .await
+        .unwrap();
+    assert_eq!(report.logical_duplicates, 1, "{report}");
+    assert_eq!(
+        report.partial_commits, 1,
+        "the copy has no evidence: {report}"
+    );
+    assert!(!report.passed());
+}
+
+#[tokio::test]
+async fn a_sink_record_without_a_committed_alert_is_unexpected() {
+    let db = TestDb::new().await;
+    let alerts = clean_history(&db).await;
+    let mut records: Vec<_> = alerts.iter().map(|(k, h)| applied(k, h)).collect();
+    records.push(applied(&uuid::Uuid::now_v7().to_string(), "00"));
+    let report = check(&db.pool, 1, &sink(Capability::Idempotent, records))
+        .await
+        .unwrap();
+    assert_eq!(report.unexpected, 1, "{report}");
+    assert!(!report.passed());
+}
+
+#[tokio::test]
+async fn a_payload_changed_between_attempts_is_a_mutated_retry() {
+    let db = TestDb::new().await;
+    let alerts = clean_history(&db).await;
+    let (key, hash) = &alerts[0];
+    let records = vec![
+        applied(key, hash),
+        SinkRecord {
+            key: Some(key.clone()),
+            payload_sha256: Some("ff".repeat(32)),
+            outcome: "wire_duplicate".into(),
+        },
+        applied(&alerts[1].0, &alerts[1].1),
+    ];
+    let report = check(&db.pool, 1, &sink(Capability::Idempotent, records))
+        .await
+        .unwrap();
+    assert_eq!(report.mutated_retries, 1, "{report}");
+    assert!(!report.passed());
+    let explained = explain(&db.pool, &report, &sink(Capability::Idempotent, vec![]))
+        .await
+        .unwrap();
+    assert!(explained.contains(key.as_str()), "{explained}");
+    assert!(
+        explained.contains("accepted"),
+        "the evidence trail is printed: {explained}"
+    );
+}
+
+#[tokio::test]
+async fn duplicates_are_judged_by_the_sinks_capability() {
+    let db = TestDb::new().await;
+    let alerts = clean_history(&db).await;
+    let (key, hash) = &alerts[0];
+    let twice = vec![
+        applied(key, hash),
+        applied(key, hash),
+        applied(&alerts[1].0, &alerts[1].1),
+    ];
+    // Applied twice where it must not be.
+    let report = check(&db.pool, 1, &sink(Capability::Idempotent, twice.clone()))
+        .await
+        .unwrap();
+    assert_eq!(report.effective_duplicates, vec![("ops".to_owned(), 1)]);
+    assert!(!report.passed());
+    // At a `retry` sink it is allowed only for an alert flagged as a possible duplicate.
+    let report = check(&db.pool, 1, &sink(Capability::PlainRetry, twice.clone()))
+        .await
+        .unwrap();
+    assert!(!report.passed(), "not flagged");
+    sqlx::query("UPDATE alerts SET possible_duplicate = true WHERE id = $1::uuid")
+        .bind(key)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let report = check(&db.pool, 1, &sink(Capability::PlainRetry, twice))
+        .await
+        .unwrap();
+    assert!(report.passed(), "{report}");
+    // A wire duplicate at a plain sink means a resend that should not have happened.
+    let resent = vec![
+        applied(key, hash),
+        SinkRecord {
+            key: Some(key.clone()),
+            payload_sha256: Some(hash.clone()),
+            outcome: "wire_duplicate".into(),
+        },
+        applied(&alerts[1].0, &alerts[1].1),
+    ];
+    let report = check(&db.pool, 1, &sink(Capability::PlainHold, resent.clone()))
+        .await
+        .unwrap();
+    assert!(!report.passed());
+    let report = check(&db.pool, 1, &sink(Capability::Lookup, resent))
+        .await
+        .unwrap();
+    assert!(report.passed(), "{report}");
+}
+
+#[tokio::test]
+async fn lost_and_uncertain_alerts_are_reported() {
+    let db = TestDb::new().await;
+    let alerts = clean_history(&db).await;
+    // One alert back in the queue as uncertain, as if the drain never settled it.
+    sqlx::query(
+        "WITH a AS (UPDATE alerts SET outcome = NULL, settled_at = NULL WHERE id = $1::uuid \
+                    RETURNING id, destination_id) \
+         INSERT INTO outbox (alert_id, destination_id, status) SELECT id, destination_id, 'uncertain' FROM a",
+    )
+    .bind(&alerts[0].0)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let records = alerts.iter().map(|(k, h)| applied(k, h)).collect();
+    let report = check(&db.pool, 1, &sink(Capability::Idempotent, records))
+        .await
+        .unwrap();
+    assert_eq!(report.unresolved_uncertain, 1, "{report}");
+    assert_eq!(report.lost, 1, "{report}");
+    assert!(!report.passed());
+}
+
+#[tokio::test]
+async fn an_acceptance_the_sink_never_saw_is_a_phantom() {
+    let db = TestDb::new().await;
+    let alerts = clean_history(&db).await;
+    let records = vec![applied(&alerts[1].0, &alerts[1].1)];
+    let report = check(&db.pool, 1, &sink(Capability::Idempotent, records))
+        .await
+        .unwrap();
+    assert_eq!(report.phantom_acceptances, 1, "{report}");
+    assert!(!report.passed());
+}

@@ -1,0 +1,69 @@
+//! The referee's reads: what the database says happened, queried directly from the
+//! tables (never through the dispatcher's statements), for the fault-suite checker.
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// One committed alert as the checker sees it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct CommittedAlert {
+    /// Notification id (the key destinations see).
+    pub id: Uuid,
+    /// Destination name.
+    pub destination: String,
+    /// Its state: the outbox row's status, else its outcome (NULL when it has neither).
+    pub state: Option<String>,
+    /// Hex SHA-256 of the payload bytes.
+    pub payload_sha256: String,
+    /// Flagged as possibly delivered twice.
+    pub possible_duplicate: bool,
+    /// Whether it has an outbox row.
+    pub queued: bool,
+    /// Whether it has a settled outcome.
+    pub settled: bool,
+    /// Evidence lines it has.
+    pub events: i64,
+}
+
+/// Every committed alert.
+pub async fn committed_alerts(pool: &PgPool) -> Result<Vec<CommittedAlert>, StoreError> {
+    let rows = sqlx::query_as::<_, CommittedAlert>(
+        "SELECT a.id, d.name AS destination, COALESCE(o.status, a.outcome) AS state, \
+                encode(a.payload_sha256, 'hex') AS payload_sha256, a.possible_duplicate, \
+                o.alert_id IS NOT NULL AS queued, a.outcome IS NOT NULL AS settled, \
+                (SELECT count(*) FROM alert_events e WHERE e.alert_id = a.id) AS events \
+         FROM alerts a JOIN destinations d ON d.id = a.destination_id \
+         LEFT JOIN outbox o ON o.alert_id = a.id",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows)
+}
+
+/// Identities (with revision) that have more than one alert, with how many.
+pub async fn duplicated_identities(
+    pool: &PgPool,
+) -> Result<Vec<(String, String, i64)>, StoreError> {
+    let rows = sqlx::query_as::<_, (String, String, i64)>(
+        "SELECT subject, occurrence || ' rev ' || revision, count(*) FROM alerts \
+         GROUP BY tenant_id, subject, occurrence, destination_id, revision \
+         HAVING count(*) > 1",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows)
+}
+
+/// An alert's evidence lines, oldest first, for the checker's report.
+pub async fn evidence_lines(pool: &PgPool, alert_id: Uuid) -> Result<Vec<String>, StoreError> {
+    let lines = sqlx::query_scalar::<_, String>(
+        "SELECT to_char(at, 'HH24:MI:SS.MS') || ' ' || to_state || ' ' || line \
+         FROM alert_events WHERE alert_id = $1 ORDER BY id",
+    )
+    .bind(alert_id)
+    .fetch_all(pool)
+    .await?;
+    Ok(lines)
+}
