@@ -72,8 +72,8 @@ pub async fn serve(
         .await
 }
 
-/// Logs method, route template, status and latency of every request. Never headers or
-/// bodies: they carry tokens and payloads.
+/// Logs method, route template, status and latency of every request (at debug level:
+/// `RUST_LOG=outbox_api=debug`). Never headers or bodies: they carry tokens and payloads.
 async fn log_request(
     request: axum::extract::Request,
     next: axum::middleware::Next,
@@ -85,7 +85,7 @@ async fn log_request(
         .map_or_else(|| "<unmatched>".to_owned(), |p| p.as_str().to_owned());
     let started = std::time::Instant::now();
     let response = next.run(request).await;
-    tracing::info!(
+    tracing::debug!(
         %method,
         route,
         status = response.status().as_u16(),

@@ -322,21 +322,21 @@ impl fmt::Display for Report {
             ("phantom acceptances", self.phantom_acceptances),
         ];
         for (name, n) in rows {
-            writeln!(f, "  {name:<32} {n}")?;
+            writeln!(f, "  {name:<36} {n}")?;
         }
         for ((sink, effective), (_, wire)) in
             self.effective_duplicates.iter().zip(&self.wire_duplicates)
         {
             writeln!(
                 f,
-                "  {:<32} {effective}",
+                "  {:<36} {effective}",
                 format!("effective duplicates at {sink}")
             )?;
-            writeln!(f, "  {:<32} {wire}", format!("wire duplicates at {sink}"))?;
+            writeln!(f, "  {:<36} {wire}", format!("wire duplicates at {sink}"))?;
         }
         writeln!(
             f,
-            "  {:<32} {}",
+            "  {:<36} {}",
             "verdict",
             if self.passed() { "pass" } else { "FAIL" }
         )

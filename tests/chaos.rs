@@ -1,0 +1,342 @@
+//! A seeded chaos run, judged by the independent checker.
+//!
+//! Real processes: two deciders serving approvals (identical approvals race between
+//! them, corrections are issued while the originals are in flight), three dispatchers,
+//! and one sink per destination capability: idempotent with a short retention window,
+//! lookup, plain with `hold`, plain with `retry`. A seeded schedule attacks them: SIGKILL
+//! and restart of dispatchers and deciders, SIGSTOP past a lease, PostgreSQL backends
+//! terminated, answers lost after acceptance, 503s and 429s, answers slower than the
+//! timeout; one dispatcher also crashes at the named crash points.
+//! Then the faults stop, a dispatcher drains, and the checker counts from the database
+//! and the sinks' own records.
+//!
+//! `CHAOS_SEEDS` (default `1,2`) and `CHAOS_DURATION` (per seed, default `15s`) make it
+//! a soak test: `CHAOS_SEEDS=11 CHAOS_DURATION=10m cargo test --features failpoints
+//! --test chaos -- --nocapture`.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+mod common;
+
+use common::add_tenant;
+use common::procs::*;
+use outbox_checker::{Capability, SinkRecord};
+use outbox_testkit::TestDb;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::process::Child;
+
+fn seeds() -> Vec<u64> {
+    std::env::var("CHAOS_SEEDS")
+        .unwrap_or_else(|_| "1,2".to_owned())
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .expect("CHAOS_SEEDS: numbers separated by commas")
+        })
+        .collect()
+}
+
+fn duration() -> Duration {
+    std::env::var("CHAOS_DURATION")
+        .ok()
+        .map(|d| {
+            outbox_core::duration::parse_positive(&d).expect("CHAOS_DURATION: e.g. 15s or 10m")
+        })
+        .unwrap_or(Duration::from_secs(15))
+}
+
+const DESTINATIONS: [(&str, Capability); 4] = [
+    ("idempotent", Capability::Idempotent),
+    ("lookup", Capability::Lookup),
+    ("hold", Capability::PlainHold),
+    ("retry", Capability::PlainRetry),
+];
+
+/// Dispatcher `n`. The third one also crashes at the named crash points now and then: a
+/// panic after a claim, after a send before its outcome is recorded, or inside the
+/// completion's transaction abandons that claim as a dead process would.
+fn dispatcher(db: &TestDb, n: usize) -> Child {
+    let args = dispatcher_args(
+        db,
+        &format!("chaos-{n}"),
+        &[
+            "--lease",
+            "1s",
+            "--retry-delays",
+            "100ms,200ms,400ms",
+            "--batch-size",
+            "16",
+            "--max-in-flight",
+            "32",
+        ],
+    );
+    let crash_points = (n == 2).then_some(
+        "dispatch-after-claim=2%panic;dispatch-after-send=2%panic;complete-before-commit=2%panic",
+    );
+    spawn_dispatcher(&args, crash_points)
+}
+
+async fn decider(db: &TestDb) -> (Child, String) {
+    spawn_listening(
+        env!("CARGO_BIN_EXE_decider"),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--interval",
+            "1h",
+            "--database-url",
+            &db.url,
+        ],
+        &[("RUST_LOG", "info")],
+        "approval API listening",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seeded_chaos_loses_and_duplicates_nothing() {
+    for seed in seeds() {
+        chaos(seed, duration()).await;
+    }
+}
+
+async fn chaos(seed: u64, run_for: Duration) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &[]).await;
+    let seed_text = seed.to_string();
+    let mut sinks = Vec::new();
+    for (name, capability) in DESTINATIONS {
+        let mut args = vec![
+            "--seed",
+            &seed_text,
+            "--drop-response-rate",
+            "0.1",
+            "--fail-rate",
+            "0.05",
+        ];
+        match capability {
+            Capability::Idempotent => args.extend(["--retention", "3s"]),
+            Capability::Lookup => args.push("--lookup"),
+            _ => {}
+        }
+        let sink = Sink::start(&args).await;
+        let lookup = sink.lookup_template();
+        add_destination(&db, tenant.id, name, &sink.hook_url(), |d| {
+            d.timeout = Duration::from_millis(800);
+            match capability {
+                Capability::Idempotent => d.idempotency_retention = Some(Duration::from_secs(3)),
+                Capability::Lookup => d.lookup_url_template = Some(lookup),
+                Capability::PlainRetry => d.on_uncertain = outbox_core::OnUncertain::Retry,
+                Capability::PlainHold => {}
+            }
+        })
+        .await;
+        sinks.push((name, capability, sink));
+    }
+
+    let mut dispatchers: Vec<Child> = (0..3).map(|n| dispatcher(&db, n)).collect();
+    let mut deciders = Vec::new();
+    for _ in 0..2 {
+        deciders.push(decider(&db).await);
+    }
+    let bases: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(
+        deciders.iter().map(|(_, b)| b.clone()).collect(),
+    ));
+
+    // Load: approvals through both deciders, identical ones racing, and corrections.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (bases, stop, token) = (bases.clone(), stop.clone(), tenant.token.clone());
+        tokio::spawn(async move {
+            let http = reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()
+                .unwrap();
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let destination = DESTINATIONS[(n % 4) as usize].0;
+                let body = json!({"destination": destination, "subject": format!("chaos:{n}"),
+                                  "occurrence": "o", "payload": {"n": n, "text": "renewal due"}});
+                let targets: Vec<String> = bases.lock().unwrap().clone();
+                // The same approval sent to every decider at once.
+                let sends: Vec<_> = targets
+                    .iter()
+                    .map(|base| {
+                        let request = http
+                            .post(format!("{base}/v1/alerts"))
+                            .bearer_auth(&token)
+                            .json(&body);
+                        tokio::spawn(async move { alert_id(request.send().await).await })
+                    })
+                    .collect();
+                let mut answers = Vec::new();
+                for send in sends {
+                    answers.push(send.await.unwrap());
+                }
+                if n % 7 == 0 {
+                    if let Some(id) = answers.into_iter().flatten().next() {
+                        let base = &targets[0];
+                        let _ = http
+                            .post(format!("{base}/v1/alerts/{id}/revisions"))
+                            .bearer_auth(&token)
+                            .json(&json!({"payload": {"n": n, "text": "corrected"}, "reason": "chaos correction"}))
+                            .send()
+                            .await;
+                    }
+                }
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+            n
+        })
+    };
+
+    // Faults, from the seed.
+    let started = Instant::now();
+    let mut faults = Vec::new();
+    while started.elapsed() < run_for {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(200..600))).await;
+        match rng.random_range(0..6) {
+            0 => {
+                let i = rng.random_range(0..dispatchers.len());
+                dispatchers[i].kill().await.unwrap();
+                dispatchers[i] = dispatcher(&db, i);
+                faults.push("SIGKILL dispatcher");
+            }
+            1 => {
+                let i = rng.random_range(0..dispatchers.len());
+                signal(&dispatchers[i], "STOP");
+                tokio::time::sleep(Duration::from_millis(3500)).await;
+                signal(&dispatchers[i], "CONT");
+                faults.push("SIGSTOP dispatcher past its lease");
+            }
+            2 => {
+                sqlx::query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND application_name IN ('dispatcher', 'decider') \
+                       AND pid <> pg_backend_pid() ORDER BY random() LIMIT 2",
+                )
+                .execute(&db.pool)
+                .await
+                .unwrap();
+                faults.push("backends terminated");
+            }
+            3 => {
+                let (_, _, sink) = &sinks[rng.random_range(0..sinks.len())];
+                sink.faults(json!({"latency_ms": 1200})).await;
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                sink.faults(json!({"latency_ms": 0})).await;
+                faults.push("answers slower than the timeout");
+            }
+            4 => {
+                let (_, _, sink) = &sinks[rng.random_range(0..sinks.len())];
+                sink.faults(json!({"script": [{"status": 503}, {"status": 429, "headers": {"Retry-After": "1"}}]})).await;
+                faults.push("503 and 429");
+            }
+            _ => {
+                let i = rng.random_range(0..deciders.len());
+                deciders[i].0.kill().await.unwrap();
+                let fresh = decider(&db).await;
+                bases.lock().unwrap()[i] = fresh.1.clone();
+                deciders[i] = fresh;
+                faults.push("SIGKILL decider");
+            }
+        }
+    }
+
+    // Heal: no more faults or load; one dispatcher drains what is left.
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let approvals_sent = load.await.unwrap();
+    for (_, _, sink) in &sinks {
+        let http = reqwest::Client::new();
+        http.delete(format!("{}/_sink/faults", sink.base))
+            .send()
+            .await
+            .unwrap();
+        sink.faults(json!({"drop_response_rate": 0.0, "fail_rate": 0.0}))
+            .await;
+    }
+    for mut d in dispatchers {
+        let _ = d.kill().await;
+    }
+    drain(
+        &db,
+        "healer",
+        &[
+            "--drain-horizon",
+            "10s",
+            "--lease",
+            "1s",
+            "--retry-delays",
+            "100ms,200ms,400ms",
+        ],
+    )
+    .await;
+
+    let mut judged = Vec::new();
+    for (name, capability, sink) in &sinks {
+        let records = sink
+            .all_records()
+            .await
+            .iter()
+            .map(|r| SinkRecord {
+                key: r["key"].as_str().map(str::to_owned),
+                payload_sha256: r["payload_sha256"].as_str().map(str::to_owned),
+                outcome: r["outcome"].as_str().unwrap_or("").to_owned(),
+            })
+            .collect();
+        judged.push(outbox_checker::Sink {
+            destination: (*name).to_owned(),
+            capability: *capability,
+            records,
+        });
+    }
+    let report = outbox_checker::check(&db.pool, seed, &judged)
+        .await
+        .unwrap();
+    eprintln!(
+        "{report}  ({approvals_sent} approvals sent, {} faults: {})",
+        faults.len(),
+        summarize(&faults)
+    );
+    if !report.passed() {
+        let explained = outbox_checker::explain(&db.pool, &report, &judged)
+            .await
+            .unwrap();
+        panic!("seed {seed} broke an invariant:\n{report}\n{explained}");
+    }
+    assert!(
+        report.alerts > 50,
+        "the run approved too little to mean anything: {report}"
+    );
+}
+
+/// The alert id an approval answered with, if it did.
+async fn alert_id(answer: reqwest::Result<reqwest::Response>) -> Option<String> {
+    match answer {
+        Ok(r) if r.status().is_success() => r
+            .json::<serde_json::Value>()
+            .await
+            .ok()
+            .and_then(|v| v["id"].as_str().map(str::to_owned)),
+        _ => None,
+    }
+}
+
+fn summarize(faults: &[&str]) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for f in faults {
+        *counts.entry(f).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(f, n)| format!("{n}x {f}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
