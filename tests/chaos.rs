@@ -1,7 +1,8 @@
 //! A seeded chaos run, judged by the independent checker.
 //!
 //! Real processes: two deciders serving approvals (identical approvals race between
-//! them, corrections are issued while the originals are in flight), three dispatchers,
+//! them, corrections are issued while the originals are in flight) and running the
+//! renewal monitor every second over the same contracts, three dispatchers,
 //! and one sink per destination capability: idempotent with a short retention window,
 //! lookup, plain with `hold`, plain with `retry`. A seeded schedule attacks them: SIGKILL
 //! and restart of dispatchers and deciders, SIGSTOP past a lease, PostgreSQL backends
@@ -56,9 +57,9 @@ const DESTINATIONS: [(&str, Capability); 4] = [
     ("retry", Capability::PlainRetry),
 ];
 
-/// Dispatcher `n`. The third one also crashes at the named crash points now and then: a
-/// panic after a claim, after a send before its outcome is recorded, or inside the
-/// completion's transaction abandons that claim as a dead process would.
+/// Dispatcher `n`. The third one also crashes at the named crash points now and then: the
+/// process aborts after a claim, after a send before its outcome is recorded, or inside
+/// the completion's transaction (the fault loop restarts it).
 fn dispatcher(db: &TestDb, n: usize) -> Child {
     let args = dispatcher_args(
         db,
@@ -75,7 +76,7 @@ fn dispatcher(db: &TestDb, n: usize) -> Child {
         ],
     );
     let crash_points = (n == 2).then_some(
-        "dispatch-after-claim=2%panic;dispatch-after-send=2%panic;complete-before-commit=2%panic",
+        "dispatch-after-claim=1%return;dispatch-after-send=1%return;complete-before-commit=1%return",
     );
     spawn_dispatcher(&args, crash_points)
 }
@@ -121,7 +122,7 @@ async fn chaos(seed: u64, run_for: Duration) {
             "0.05",
         ];
         match capability {
-            Capability::Idempotent => args.extend(["--retention", "3s"]),
+            Capability::Idempotent => args.extend(["--retention", "10s"]),
             Capability::Lookup => args.push("--lookup"),
             _ => {}
         }
@@ -130,7 +131,7 @@ async fn chaos(seed: u64, run_for: Duration) {
         add_destination(&db, tenant.id, name, &sink.hook_url(), |d| {
             d.timeout = Duration::from_millis(800);
             match capability {
-                Capability::Idempotent => d.idempotency_retention = Some(Duration::from_secs(3)),
+                Capability::Idempotent => d.idempotency_retention = Some(Duration::from_secs(10)),
                 Capability::Lookup => d.lookup_url_template = Some(lookup),
                 Capability::PlainRetry => d.on_uncertain = outbox_core::OnUncertain::Retry,
                 Capability::PlainHold => {}
@@ -139,6 +140,26 @@ async fn chaos(seed: u64, run_for: Duration) {
         .await;
         sinks.push((name, capability, sink));
     }
+
+    // Contracts due for an alert now: the deciders' monitors approve them (to every
+    // destination) while the API approvals run, every second, in both deciders.
+    let soon = jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date()
+        .checked_add(jiff::Span::new().days(10))
+        .unwrap();
+    let mut csv = String::from("external_id,vendor,amount,currency,renewal_date\n");
+    for n in 0..20 {
+        csv.push_str(&format!("K-{n},Vendor {n},100.00,EUR,{soon}\n"));
+    }
+    outbox_decider::contracts::import(
+        &db.pool,
+        tenant.id,
+        &csv,
+        outbox_decider::contracts::Format::Csv,
+    )
+    .await
+    .unwrap();
 
     let mut dispatchers: Vec<Child> = (0..3).map(|n| dispatcher(&db, n)).collect();
     let mut deciders = Vec::new();
@@ -200,8 +221,25 @@ async fn chaos(seed: u64, run_for: Duration) {
     // Faults, from the seed.
     let started = Instant::now();
     let mut faults = Vec::new();
+    let mut last_progress = Instant::now();
     while started.elapsed() < run_for {
         tokio::time::sleep(Duration::from_millis(rng.random_range(200..600))).await;
+        // Dispatchers that crashed at a crash point come back, as a supervisor would.
+        for (i, d) in dispatchers.iter_mut().enumerate() {
+            if d.try_wait().unwrap().is_some() {
+                *d = dispatcher(&db, i);
+                faults.push("crash at a named crash point");
+            }
+        }
+        if last_progress.elapsed() >= Duration::from_secs(30) {
+            last_progress = Instant::now();
+            eprintln!(
+                "seed {seed}: {}s of {}s, {} faults so far",
+                started.elapsed().as_secs(),
+                run_for.as_secs(),
+                faults.len()
+            );
+        }
         match rng.random_range(0..6) {
             0 => {
                 let i = rng.random_range(0..dispatchers.len());

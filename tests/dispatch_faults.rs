@@ -469,3 +469,43 @@ async fn a_failed_resend_stays_uncertain_instead_of_becoming_an_ordinary_retry()
     assert_eq!(stats["applied"], 1, "{stats}");
     assert_eq!(stats["effective_duplicates"], 0, "{stats}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_is_not_sent_after_its_deduplication_window_closed_during_a_stall() {
+    // Found by the chaos run: a dispatcher that decided to resend inside the window, then
+    // stalled, sent after the window had closed, and the destination applied it twice.
+    let sink = Sink::start(&["--retention", "2s"]).await;
+    let (db, tenant) = setup(&sink, |d| {
+        d.idempotency_retention = Some(Duration::from_secs(2));
+    })
+    .await;
+    let id = approve_many(&db, tenant, "ops", 1).await[0];
+    sink.faults(json!({"drop_response_for_keys": [id.to_string()]}))
+        .await;
+    // The first send goes straight out; every later one stalls for 3 s before sending.
+    let args = dispatcher_args(
+        &db,
+        "staller",
+        &["--lease", "30s", "--drain", "--drain-horizon", "5s"],
+    );
+    let mut staller = spawn_dispatcher(&args, Some("dispatch-after-claim=1*off->sleep(3000)"));
+    let status = tokio::time::timeout(DEADLINE, staller.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+
+    assert_eq!(
+        sink.records(&id.to_string()).await.len(),
+        1,
+        "the late resend never went out"
+    );
+    assert_eq!(state_of(&db, id).await, "held");
+    let lines = evidence(&db, id).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("the de-duplication window closed before the resend could go out")),
+        "{lines:?}"
+    );
+}

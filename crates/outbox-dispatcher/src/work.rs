@@ -62,15 +62,32 @@ pub(crate) async fn work(shared: &Shared, claim: &Claim) -> Finished {
     if !claim.lease_allows_request() {
         return Finished::Release(LEASE_TOO_SHORT.to_owned());
     }
-    send_and_judge(shared, claim, claim.row.attempts, false).await
+    send_and_judge(shared, claim, claim.row.attempts, false, None).await
 }
 
 /// Sends attempt `attempt` and turns the answer into a completion. `resending` is set when
 /// an earlier attempt's outcome is still unknown: then a failed resend does not make the
 /// row an ordinary pending retry, it stays uncertain so that the next try goes through the
 /// settling order again (lookup, window, policy) and can never slip past the window.
-async fn send_and_judge(shared: &Shared, claim: &Claim, attempt: i32, resending: bool) -> Finished {
+async fn send_and_judge(
+    shared: &Shared,
+    claim: &Claim,
+    attempt: i32,
+    resending: bool,
+    window_closes: Option<Instant>,
+) -> Finished {
     fail_point_after_claim();
+    // Checked again at the last moment: a process paused between deciding and sending
+    // (a stall, SIGSTOP) must not send once its lease, or the de-duplication window that
+    // made a resend safe, has run out.
+    if !claim.lease_allows_request() {
+        return Finished::Release(LEASE_TOO_SHORT.to_owned());
+    }
+    if window_closes.is_some_and(|closes| Instant::now() >= closes) {
+        return Finished::Release(
+            "the de-duplication window closed before the resend could go out".to_owned(),
+        );
+    }
     let row = &claim.row;
     let started_at = Utc::now();
     let started = Instant::now();
@@ -302,7 +319,7 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
                 shared.metrics.attempt(&row.destination, "not_found");
                 return resend(shared, claim, Some(lookup("not_found", Some(404), None, None)),
                     "the destination's lookup does not have it after the grace period; resending with the same key",
-                    false).await;
+                    false, None).await;
             }
             Exchange::Answered { status: 404, .. } => {
                 shared.metrics.attempt(&row.destination, "not_found");
@@ -347,8 +364,13 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
         }
     }
     match settlement(row, row.first_send_started_at.unwrap_or(now), now) {
-        Settlement::Resend { why, possible_duplicate } => {
-            resend(shared, claim, None, &why, possible_duplicate).await
+        Settlement::Resend {
+            why,
+            possible_duplicate,
+            window_left,
+        } => {
+            let closes = window_left.map(|left| Instant::now() + left);
+            resend(shared, claim, None, &why, possible_duplicate, closes).await
         }
         Settlement::Lookup | Settlement::Hold => done(
             shared,
@@ -369,6 +391,8 @@ enum Settlement {
         why: String,
         /// Nothing rules a duplicate out (policy `retry`).
         possible_duplicate: bool,
+        /// How long the de-duplication window that makes the resend safe stays open.
+        window_left: Option<Duration>,
     },
     /// Wait for an operator.
     Hold,
@@ -387,6 +411,7 @@ fn settlement(row: &ClaimedAlert, first_send: DateTime<Utc>, now: DateTime<Utc>)
             first_send + chrono::Duration::from_std(retention - margin).unwrap_or_default();
         if now < safe_until {
             return Settlement::Resend {
+                window_left: (safe_until - now).to_std().ok(),
                 why: format!(
                     "the destination de-duplicates by key for {} and the first attempt is inside that window; resending with the same key",
                     outbox_core::duration::format(retention)
@@ -397,6 +422,7 @@ fn settlement(row: &ClaimedAlert, first_send: DateTime<Utc>, now: DateTime<Utc>)
     }
     if row.on_uncertain == "retry" {
         return Settlement::Resend {
+            window_left: None,
             why: "no lookup and no de-duplication window to rule out a duplicate; resending (on_uncertain = retry), possible duplicate".to_owned(),
             possible_duplicate: true,
         };
@@ -412,6 +438,7 @@ async fn resend(
     lookup: Option<AttemptRecord>,
     why: &str,
     possible_duplicate: bool,
+    window_closes: Option<Instant>,
 ) -> Finished {
     let row = &claim.row;
     if shared.stopping() {
@@ -468,7 +495,7 @@ async fn resend(
         )
         .await;
     }
-    send_and_judge(shared, claim, attempt, true).await
+    send_and_judge(shared, claim, attempt, true, window_closes).await
 }
 
 fn done(
@@ -553,10 +580,11 @@ fn describe(
 
 /// Crash point: the claim is committed, nothing is sent yet.
 fn fail_point_after_claim() {
-    fail::fail_point!("dispatch-after-claim");
+    // `return` ends the process on the spot, as a crash would; `panic` only this claim.
+    fail::fail_point!("dispatch-after-claim", |_| std::process::abort());
 }
 
 /// Crash point: the destination has the request; nothing is recorded yet.
 fn fail_point_after_send() {
-    fail::fail_point!("dispatch-after-send");
+    fail::fail_point!("dispatch-after-send", |_| std::process::abort());
 }

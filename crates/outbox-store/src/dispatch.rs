@@ -357,7 +357,8 @@ pub async fn complete(pool: &PgPool, done: &Completion) -> Result<bool, StoreErr
     if applied == 0 {
         return Ok(false);
     }
-    fail::fail_point!("complete-before-commit");
+    // `return` ends the process inside the open transaction, as a crash would.
+    fail::fail_point!("complete-before-commit", |_| std::process::abort());
     if let Some(reason) = &done.disable_destination {
         sqlx::query(
             "UPDATE destinations SET enabled = false, disabled_reason = $2, updated_at = now() \
