@@ -6,8 +6,9 @@
 //! and one sink per destination capability: idempotent with a short retention window,
 //! lookup, plain with `hold`, plain with `retry`. A seeded schedule attacks them: SIGKILL
 //! and restart of dispatchers and deciders, SIGSTOP past a lease, PostgreSQL backends
-//! terminated, answers lost after acceptance, 503s and 429s, answers slower than the
-//! timeout; one dispatcher also crashes at the named crash points.
+//! terminated, a statement timeout too low to work with for a while, answers lost after
+//! acceptance, 500s, 503s and 429s, answers slower than the timeout; one dispatcher also
+//! crashes at the named crash points.
 //! Then the faults stop, a dispatcher drains, and the checker counts from the database
 //! and the sinks' own records.
 //!
@@ -25,6 +26,7 @@ use outbox_checker::{Capability, SinkRecord};
 use outbox_testkit::TestDb;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
+use sqlx::Connection;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::process::Child;
@@ -218,7 +220,9 @@ async fn chaos(seed: u64, run_for: Duration) {
         })
     };
 
-    // Faults, from the seed.
+    // Faults, from the seed. They use a connection of their own, opened before any
+    // statement timeout is lowered, so the referee's pool is never affected.
+    let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
     let started = Instant::now();
     let mut faults = Vec::new();
     let mut last_progress = Instant::now();
@@ -240,7 +244,7 @@ async fn chaos(seed: u64, run_for: Duration) {
                 faults.len()
             );
         }
-        match rng.random_range(0..6) {
+        match rng.random_range(0..7) {
             0 => {
                 let i = rng.random_range(0..dispatchers.len());
                 dispatchers[i].kill().await.unwrap();
@@ -260,7 +264,7 @@ async fn chaos(seed: u64, run_for: Duration) {
                      WHERE datname = current_database() AND application_name IN ('dispatcher', 'decider') \
                        AND pid <> pg_backend_pid() ORDER BY random() LIMIT 2",
                 )
-                .execute(&db.pool)
+                .execute(&mut admin)
                 .await
                 .unwrap();
                 faults.push("backends terminated");
@@ -274,8 +278,24 @@ async fn chaos(seed: u64, run_for: Duration) {
             }
             4 => {
                 let (_, _, sink) = &sinks[rng.random_range(0..sinks.len())];
-                sink.faults(json!({"script": [{"status": 503}, {"status": 429, "headers": {"Retry-After": "1"}}]})).await;
-                faults.push("503 and 429");
+                sink.faults(json!({"script": [
+                    {"status": 500}, {"status": 503}, {"status": 429, "headers": {"Retry-After": "1"}}
+                ]}))
+                .await;
+                faults.push("500, 503 and 429");
+            }
+            5 => {
+                // New sessions get a statement timeout too low for anything but the
+                // simplest statement; the components' sessions are cut so they reconnect
+                // under it. Then it is lifted, and they reconnect again.
+                let set = format!("ALTER DATABASE {} SET statement_timeout = '5ms'", db.name);
+                sqlx::query(&set).execute(&mut admin).await.unwrap();
+                terminate_components(&mut admin).await;
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                let reset = format!("ALTER DATABASE {} RESET statement_timeout", db.name);
+                sqlx::query(&reset).execute(&mut admin).await.unwrap();
+                terminate_components(&mut admin).await;
+                faults.push("statement_timeout 5ms for 1.5s");
             }
             _ => {
                 let i = rng.random_range(0..deciders.len());
@@ -365,6 +385,17 @@ async fn alert_id(answer: reqwest::Result<reqwest::Response>) -> Option<String> 
             .and_then(|v| v["id"].as_str().map(str::to_owned)),
         _ => None,
     }
+}
+
+/// Cuts every session of the components (they reconnect).
+async fn terminate_components(admin: &mut sqlx::PgConnection) {
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND application_name IN ('dispatcher', 'decider')",
+    )
+    .execute(admin)
+    .await
+    .unwrap();
 }
 
 fn summarize(faults: &[&str]) -> String {
