@@ -453,16 +453,8 @@ async fn the_poller_follows_next_and_resumes_from_its_cursor() {
 }
 
 async fn outboxctl(db: &TestDb, args: &[&str]) -> (bool, String) {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
-        .args(args)
-        .env("DATABASE_URL", &db.url)
-        .output()
-        .await
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8(output.stderr).unwrap(),
-    )
+    let run = common::outboxctl(db, args).await;
+    (run.ok, run.stderr)
 }
 
 #[tokio::test]

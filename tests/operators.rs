@@ -9,29 +9,9 @@ mod common;
 
 use common::add_tenant;
 use common::procs::*;
+use common::{outboxctl, CliRun as Run};
 use outbox_testkit::TestDb;
 use serde_json::{json, Value};
-
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-async fn outboxctl(db: &TestDb, args: &[&str]) -> Run {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
-        .args(args)
-        .env("DATABASE_URL", &db.url)
-        .env("USER", "alice")
-        .output()
-        .await
-        .unwrap();
-    Run {
-        ok: output.status.success(),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
-}
 
 fn refused(run: &Run, needle: &str) {
     assert!(!run.ok, "should have been refused: {}", run.stdout);

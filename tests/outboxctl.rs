@@ -6,30 +6,10 @@
 
 mod common;
 
+use common::{outboxctl, CliRun as Run};
 use common::{renewal, Api};
 use outbox_testkit::TestDb;
 use serde_json::Value;
-
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-async fn outboxctl(db: &TestDb, args: &[&str]) -> Run {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
-        .args(args)
-        .env("DATABASE_URL", &db.url)
-        .env_remove("OUTBOX_TENANT")
-        .output()
-        .await
-        .expect("run outboxctl");
-    Run {
-        ok: output.status.success(),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
-}
 
 /// Asserts a refusal: non-zero exit, one line on stderr starting with `error:` and
 /// mentioning `needle`, nothing on stdout.

@@ -179,3 +179,27 @@ pub async fn counts(db: &TestDb) -> (i64, i64, i64) {
         db.count("alert_events").await,
     )
 }
+
+/// What one `outboxctl` run printed, and whether it succeeded.
+pub struct CliRun {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the real `outboxctl` against `db`, as operator `alice`.
+pub async fn outboxctl(db: &TestDb, args: &[&str]) -> CliRun {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env("USER", "alice")
+        .env_remove("OUTBOX_TENANT")
+        .output()
+        .await
+        .expect("run outboxctl");
+    CliRun {
+        ok: output.status.success(),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}

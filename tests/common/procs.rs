@@ -10,48 +10,16 @@ use tokio::process::{Child, Command};
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Spawns a binary with JSON logs and returns it with the address from its first log line
-/// whose message is `listening_message`. Keeps draining its log afterwards; lines go to
-/// the test's stderr so a failing test shows them.
+/// whose message is `listening_message`. Its log lines go to the test's stderr, so a
+/// failing test shows them.
 pub async fn spawn_listening(
     binary: &str,
     args: &[&str],
     envs: &[(&str, &str)],
     listening_message: &str,
 ) -> (Child, String) {
-    let mut command = Command::new(binary);
-    command
-        .args(args)
-        .env("LOG_FORMAT", "json")
-        .env_remove("FAILPOINTS")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for (k, v) in envs {
-        command.env(k, v);
-    }
-    let mut child = command.spawn().expect("spawn");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let name = binary.rsplit('/').next().unwrap().to_owned();
-    let addr = tokio::time::timeout(DEADLINE, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            eprintln!("[{name}] {line}");
-            let Ok(event) = serde_json::from_str::<Value>(&line) else {
-                continue;
-            };
-            if event["fields"]["message"] == listening_message {
-                return event["fields"]["addr"].as_str().unwrap().to_owned();
-            }
-        }
-        panic!("{name} exited before `{listening_message}`");
-    })
-    .await
-    .expect("process did not start listening in time");
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            eprintln!("[{name}] {line}");
-        }
-    });
-    (child, format!("http://{addr}"))
+    let (child, base, _) = spawn_logging(binary, args, envs, listening_message, false).await;
+    (child, base)
 }
 
 /// Like [`spawn_listening`], but keeps every log line the process writes, for tests about
@@ -61,6 +29,18 @@ pub async fn spawn_capturing(
     args: &[&str],
     envs: &[(&str, &str)],
     listening_message: &str,
+) -> (Child, String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    spawn_logging(binary, args, envs, listening_message, true).await
+}
+
+/// Spawns with JSON logs, waits for `listening_message`, echoes every line to the test's
+/// stderr and, with `keep`, also keeps them.
+async fn spawn_logging(
+    binary: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    listening_message: &str,
+    keep: bool,
 ) -> (Child, String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     let mut command = Command::new(binary);
     command
@@ -77,8 +57,9 @@ pub async fn spawn_capturing(
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let captured: std::sync::Arc<std::sync::Mutex<Vec<String>>> = std::sync::Arc::default();
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-    let keep = captured.clone();
+    let kept = captured.clone();
     let message = listening_message.to_owned();
+    let name = binary.rsplit('/').next().unwrap_or(binary).to_owned();
     tokio::spawn(async move {
         let mut addr_tx = Some(addr_tx);
         while let Ok(Some(line)) = lines.next_line().await {
@@ -89,7 +70,10 @@ pub async fn spawn_capturing(
                     }
                 }
             }
-            keep.lock().unwrap().push(line);
+            eprintln!("[{name}] {line}");
+            if keep {
+                kept.lock().unwrap().push(line);
+            }
         }
     });
     let addr = tokio::time::timeout(DEADLINE, addr_rx)
