@@ -1,5 +1,10 @@
 //! `dispatcher`: delivers approved alerts. See `outbox_dispatcher` for how.
 
+/// Many small allocations per delivery (requests, rows, evidence lines) on several
+/// threads: mimalloc keeps them off the C allocator's contended arenas.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::Context;
 use clap::Parser;
 use outbox_core::duration::parse_positive;
@@ -78,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
         shutdown_deadline: cli.shutdown_deadline,
         metrics_listen: cli.metrics_listen,
         connect_timeout: cli.connect_timeout,
+        transport: outbox_dispatcher::Transport::Http,
     };
     outbox_dispatcher::run(pool, config, outbox_runtime::shutdown_signal()).await?;
     Ok(())

@@ -8,15 +8,24 @@
 //! - `classify`: what an HTTP exchange means (accepted, rejected, not processed, not sent,
 //!   uncertain).
 //! - `http`: the request every attempt sends, and lookups.
+//! - `recorder`: outcomes written in batches (one statement and one commit for many).
 //! - `metrics`, `server`: `/metrics`, `/healthz`, `/readyz`.
 //!
 //! Bounds: a dispatcher holds at most `max_in_flight` rows in `sending` at once (claimed
 //! and not yet recorded), so the rows a crash can leave uncertain are at most
 //! `max_in_flight` per dispatcher process: the crash blast radius.
+//!
+//! Throughput: claims are taken in batches into local tasks (one statement commits the
+//! leases and the "attempt started" lines of a whole batch before anything is sent), sends
+//! run concurrently within each destination's limit, and outcomes are written in batches
+//! by the recorder. A new batch is claimed once half a batch of capacity is free, so the
+//! database sees few, large statements under load and an idle dispatcher still claims a
+//! single new row at once.
 
 mod classify;
 mod http;
 mod metrics;
+mod recorder;
 mod server;
 mod work;
 
@@ -59,6 +68,20 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// Connect timeout for every destination.
     pub connect_timeout: Duration,
+    /// How sends reach destinations.
+    pub transport: Transport,
+}
+
+/// How sends reach destinations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// HTTP, the real thing.
+    #[default]
+    Http,
+    /// No request at all: every send is taken as accepted at once. For benchmarks only,
+    /// to measure the pipeline's own ceiling (claims, evidence, recording) without the
+    /// network; it records evidence of deliveries that never happened.
+    Discard,
 }
 
 /// The dispatcher's default name: host and process id.
@@ -107,6 +130,7 @@ pub(crate) struct Shared {
     pub http: reqwest::Client,
     pub config: Config,
     pub metrics: Arc<Metrics>,
+    recorder: recorder::Recorder,
     /// Destinations this process disabled (410 Gone): rows of theirs it already claimed
     /// are given back unsent instead of being sent to a destination known to be gone.
     disabled: Mutex<std::collections::HashSet<Uuid>>,
@@ -162,6 +186,7 @@ pub async fn run(
         http: http::client(config.connect_timeout),
         config: config.clone(),
         metrics,
+        recorder: recorder::Recorder::start(pool.clone()),
         disabled: Mutex::default(),
         stop: stop_rx.clone(),
     });
@@ -190,7 +215,7 @@ pub async fn run(
 
         let free = capacity.available_permits().min(config.batch_size as usize);
         let mut claimed = Vec::new();
-        if free > 0 {
+        if free >= claim_threshold(&config) || tasks.is_empty() {
             let claimed_at = Instant::now();
             let saturated = saturated_destinations(&destination_limits);
             match dispatch::claim(
@@ -234,7 +259,7 @@ pub async fn run(
 
         // Claim again at once only after a full batch with capacity left; otherwise wait
         // for a wake-up, a finished task, the poll interval or the stop signal.
-        let full = capacity.available_permits() == 0;
+        let full = capacity.available_permits() < claim_threshold(&config);
         let short = claimed_count < free;
         if full || short {
             if claimed_count == 0 && tasks.is_empty() {
@@ -287,6 +312,12 @@ pub async fn run(
     }
     tracing::info!(?summary, "dispatcher stopped");
     Ok(summary)
+}
+
+/// Free capacity worth a claim: half a batch (or half the in-flight bound, if smaller),
+/// so that a busy dispatcher claims in large batches rather than one row per finished send.
+fn claim_threshold(config: &Config) -> usize {
+    (config.batch_size.min(config.max_in_flight) as usize / 2).max(1)
 }
 
 /// Destinations whose every slot in this process is busy: claiming more of their rows
@@ -356,20 +387,23 @@ async fn work_one(
         _ = stop.wait_for(|stopping| *stopping) => None,
         permit = limit.acquire_owned() => permit.ok(),
     };
-    // The destination slot is held until the outcome is recorded, so the next claim of
-    // this destination sees what this one learnt (a 410 disables it).
-    let (finished, _slot) = match permit {
-        None => (
-            work::Finished::Release(format!("{} is shutting down", shared.config.worker_id)),
-            None,
+    let finished = match permit {
+        None => work::Finished::Release(format!("{} is shutting down", shared.config.worker_id)),
+        Some(_slot) if shared.is_disabled(claim.row.destination_id) => work::Finished::Release(
+            "the destination was disabled while this claim waited".to_owned(),
         ),
-        Some(slot) if shared.is_disabled(claim.row.destination_id) => (
-            work::Finished::Release(
-                "the destination was disabled while this claim waited".to_owned(),
-            ),
-            Some(slot),
-        ),
-        Some(slot) => (work::work(&shared, &claim).await, Some(slot)),
+        // The slot is freed once the exchange is over; what the exchange taught (a 410
+        // disables the destination) is marked before, so the next claim waiting for this
+        // destination's slot sees it.
+        Some(_slot) => {
+            let finished = work::work(&shared, &claim).await;
+            if let work::Finished::Done(completion) = &finished {
+                if completion.disable_destination.is_some() {
+                    shared.mark_disabled(claim.row.destination_id);
+                }
+            }
+            finished
+        }
     };
     match finished {
         work::Finished::Release(why) => {
@@ -385,9 +419,6 @@ async fn work_one(
         }
         work::Finished::Done(completion) => match record(&shared, &claim, &completion).await {
             Ok(true) => {
-                if completion.disable_destination.is_some() {
-                    shared.mark_disabled(claim.row.destination_id);
-                }
                 if matches!(
                     completion.next,
                     dispatch::Next::Settle {
@@ -423,10 +454,10 @@ async fn record(
     shared: &Shared,
     claim: &work::Claim,
     completion: &outbox_store::dispatch::Completion,
-) -> Result<bool, outbox_store::StoreError> {
+) -> Result<bool, String> {
     let mut pause = Duration::from_millis(100);
     loop {
-        match dispatch::complete(&shared.pool, completion).await {
+        match shared.recorder.record(completion.clone()).await {
             Err(err) if Instant::now() + pause < claim.local_lease_deadline => {
                 tracing::warn!(error = %err, retry_in = ?pause, "recording the outcome failed; trying again");
                 tokio::time::sleep(pause).await;

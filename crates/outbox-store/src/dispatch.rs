@@ -76,8 +76,13 @@ pub struct ClaimedAlert {
 }
 
 /// Claims up to `limit` due rows (pending, or uncertain and due for resolution) of enabled
-/// destinations, oldest due first, skipping rows other dispatchers hold. One statement:
-/// the claim, the lease and the "attempt N started" evidence commit together. The lease is
+/// destinations, oldest due first, skipping rows other dispatchers hold. One statement
+/// commits the claim, the lease and "attempt N started": the row's attempt count, start
+/// time and lease owner, which is what the lease sweep turns into an uncertain attempt
+/// with its evidence line if the dispatcher never reports back. The finished attempt's
+/// row (`delivery_attempts`) carries the start time and worker; so a routine delivery
+/// writes one evidence line (its outcome), not two. Claims that settle an uncertain
+/// attempt do write a line, since they may lead to a resend. The lease is
 /// at least `lease`, and always longer than two request timeouts of the destination (plus a second).
 ///
 /// `saturated` lists destinations this dispatcher cannot send to right now (all of its
@@ -91,7 +96,7 @@ pub async fn claim(
 ) -> Result<Vec<ClaimedAlert>, StoreError> {
     let rows = sqlx::query_as::<_, ClaimedAlert>(
         "WITH due AS ( \
-             SELECT o.alert_id, o.status AS claimed_from, d.timeout_ms \
+             SELECT o.alert_id \
              FROM outbox o JOIN destinations d ON d.id = o.destination_id \
              WHERE o.status IN ('pending', 'uncertain') AND o.next_attempt_at <= now() \
                AND d.enabled AND o.destination_id <> ALL($4::uuid[]) \
@@ -103,24 +108,26 @@ pub async fn claim(
                  status = 'sending', \
                  lease_owner = $2, \
                  lease_expires_at = now() + greatest($3 * interval '1 millisecond', \
-                                                     (2 * due.timeout_ms + 1000) * interval '1 millisecond'), \
+                     (2 * (SELECT d.timeout_ms FROM destinations d WHERE d.id = o.destination_id) \
+                      + 1000) * interval '1 millisecond'), \
                  fencing_token = nextval('outbox_fencing_token_seq'), \
-                 send_started_at = CASE WHEN due.claimed_from = 'pending' THEN now() END, \
-                 attempts = o.attempts + CASE WHEN due.claimed_from = 'pending' THEN 1 ELSE 0 END \
-             FROM due WHERE o.alert_id = due.alert_id \
-             RETURNING o.alert_id, o.fencing_token, o.attempts, o.lease_expires_at, due.claimed_from \
+                 send_started_at = CASE WHEN o.status = 'pending' THEN now() END, \
+                 attempts = o.attempts + CASE WHEN o.status = 'pending' THEN 1 ELSE 0 END \
+             WHERE o.alert_id = ANY(ARRAY(SELECT alert_id FROM due)) \
+             RETURNING o.alert_id, o.fencing_token, o.attempts, o.lease_expires_at, \
+                 o.budget_since, o.budget_base_attempts, \
+                 CASE WHEN o.send_started_at IS NOT NULL THEN 'pending' ELSE 'uncertain' END \
+                     AS claimed_from \
          ), started AS ( \
              INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
              SELECT c.alert_id, c.claimed_from, 'sending', c.attempts, 'dispatcher:' || $2, \
-                    CASE WHEN c.claimed_from = 'pending' \
-                         THEN format('attempt %s started by %s', c.attempts, $2) \
-                         ELSE format('claimed by %s to settle uncertain attempt %s', $2, c.attempts) END \
-             FROM claimed c \
+                    format('claimed by %s to settle uncertain attempt %s', $2, c.attempts) \
+             FROM claimed c WHERE c.claimed_from = 'uncertain' \
          ) \
          SELECT c.alert_id, c.fencing_token, c.attempts, c.claimed_from, c.lease_expires_at, \
                 now() AS db_now, \
-                a.payload::text AS payload, o.budget_since AS approved_at, \
-                o.budget_base_attempts, a.created_at AS alert_created_at, \
+                a.payload::text AS payload, c.budget_since AS approved_at, \
+                c.budget_base_attempts, a.created_at AS alert_created_at, \
                 CASE WHEN c.claimed_from = 'uncertain' THEN \
                     (SELECT min(da.started_at) FROM delivery_attempts da \
                      WHERE da.alert_id = c.alert_id AND da.kind = 'send') END AS first_send_started_at, \
@@ -134,7 +141,6 @@ pub async fn claim(
                 d.max_in_flight, d.max_attempts, \
                 extract(epoch FROM d.max_retry_window)::float8 AS max_retry_window_secs \
          FROM claimed c \
-         JOIN outbox o ON o.alert_id = c.alert_id \
          JOIN alerts a ON a.id = c.alert_id \
          JOIN destinations d ON d.id = a.destination_id",
     )
@@ -298,79 +304,188 @@ pub struct Completion {
 /// Records a completion, fenced: returns `false` (and writes nothing) when the claim is no
 /// longer the row's current one.
 pub async fn complete(pool: &PgPool, done: &Completion) -> Result<bool, StoreError> {
+    let applied = complete_batch(pool, std::slice::from_ref(done)).await?;
+    Ok(applied.first().copied().unwrap_or(false))
+}
+
+/// Records many completions in one transaction (one statement over `unnest` arrays, then
+/// one commit), fenced row by row: the answer says, in input order, which were applied;
+/// a completion whose claim was taken over writes nothing. This is what keeps the cost
+/// of full evidence (an attempt row and an evidence line per delivery) affordable: one
+/// commit, one round trip and one plan per batch instead of per alert.
+///
+/// Locking: the fenced outbox rows are locked in `alert_id` order, the same order for
+/// every batch, so that concurrent recorders never deadlock; each alert row is updated
+/// after its outbox row (the order operators' commands take too). The lock is taken in a
+/// `LATERAL` probe per input row, which pins the plan to one primary-key lookup each
+/// whatever the statistics say about how many rows are `sending`. (A fencing token is set
+/// only while a row is `sending`, a CHECK constraint holds that, so the token match is the
+/// fence; naming the status as well would invite the planner onto the lease index.)
+pub async fn complete_batch(pool: &PgPool, batch: &[Completion]) -> Result<Vec<bool>, StoreError> {
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Rows are locked in input order, one index probe each: sorted by alert, so that
+    // concurrent recorders lock in the same order and never deadlock.
+    let mut sorted: Vec<&Completion> = batch.iter().collect();
+    sorted.sort_by_key(|done| done.alert_id);
+    let columns = CompletionColumns::of(&sorted);
     let mut tx = pool.begin().await?;
-    let (settle, reference, requeue_status, requeue_at) = match &done.next {
-        Next::Settle { outcome, reference } => (Some(*outcome), reference.clone(), None, None),
-        Next::Requeue { status, at } => (None, None, Some(*status), Some(*at)),
-    };
-    let attempt = done.attempt.as_ref();
-    let applied: i64 = sqlx::query_scalar(
-        "WITH fenced AS ( \
-             SELECT alert_id FROM outbox \
-             WHERE alert_id = $1 AND fencing_token = $2 AND status = 'sending' \
-             FOR UPDATE \
+    let applied: Vec<(Uuid, i64)> = sqlx::query_as(
+        "WITH input AS ( \
+             SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::int4[], $5::text[], \
+                 $6::timestamptz[], $7::text[], $8::int2[], $9::text[], $10::text[], $11::text[], \
+                 $12::text[], $13::timestamptz[], $14::text[], $15::text[], $16::text[], $17::text[]) \
+             AS i(alert_id, fencing_token, worker, attempt, kind, started_at, outcome, http_status, \
+                  destination_reference, error_class, response_excerpt, requeue_status, requeue_at, \
+                  settle, settle_reference, to_state, line) \
+         ), fenced AS ( \
+             SELECT i.* FROM input i CROSS JOIN LATERAL ( \
+                 SELECT 1 FROM outbox o \
+                 WHERE o.alert_id = i.alert_id AND o.fencing_token = i.fencing_token \
+                 FOR UPDATE \
+             ) AS current_claim \
          ), recorded AS ( \
              INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
                  started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
                  destination_reference, error_class, response_excerpt) \
-             SELECT f.alert_id, $4, $5, $3, $2, $6, now(), f.alert_id::text, a.payload_sha256, \
-                    $7, $8, $9, $10, left($11, 1000) \
+             SELECT f.alert_id, f.attempt, f.kind, f.worker, f.fencing_token, f.started_at, now(), \
+                    f.alert_id::text, a.payload_sha256, f.outcome, f.http_status, \
+                    f.destination_reference, f.error_class, left(f.response_excerpt, 1000) \
              FROM fenced f JOIN alerts a ON a.id = f.alert_id \
-             WHERE $5::text IS NOT NULL \
+             WHERE f.kind IS NOT NULL \
          ), requeued AS ( \
-             UPDATE outbox o SET status = $12, next_attempt_at = $13, lease_owner = NULL, \
-                 lease_expires_at = NULL, fencing_token = NULL, send_started_at = NULL \
-             FROM fenced f WHERE o.alert_id = f.alert_id AND $12::text IS NOT NULL \
+             UPDATE outbox o SET status = f.requeue_status, next_attempt_at = f.requeue_at, \
+                 lease_owner = NULL, lease_expires_at = NULL, fencing_token = NULL, \
+                 send_started_at = NULL \
+             FROM fenced f WHERE o.alert_id = f.alert_id AND f.requeue_status IS NOT NULL \
          ), removed AS ( \
              DELETE FROM outbox o USING fenced f \
-             WHERE o.alert_id = f.alert_id AND $14::text IS NOT NULL \
-             RETURNING o.alert_id \
+             WHERE o.alert_id = f.alert_id AND f.settle IS NOT NULL \
          ), settled AS ( \
-             UPDATE alerts a SET outcome = $14, settled_at = now(), \
-                 destination_reference = COALESCE($15, a.destination_reference) \
-             FROM removed r WHERE a.id = r.alert_id \
+             UPDATE alerts a SET outcome = f.settle, settled_at = now(), \
+                 destination_reference = COALESCE(f.settle_reference, a.destination_reference) \
+             FROM fenced f WHERE a.id = f.alert_id AND f.settle IS NOT NULL \
          ), explained AS ( \
              INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
-             SELECT f.alert_id, 'sending', $16, $4, 'dispatcher:' || $3, $17 FROM fenced f \
+             SELECT f.alert_id, 'sending', f.to_state, f.attempt, 'dispatcher:' || f.worker, f.line \
+             FROM fenced f \
          ) \
-         SELECT count(*) FROM fenced",
+         SELECT alert_id, fencing_token FROM fenced",
     )
-    .bind(done.alert_id)
-    .bind(done.fencing_token)
-    .bind(&done.worker)
-    .bind(attempt.map(|a| a.attempt))
-    .bind(attempt.map(|a| a.kind))
-    .bind(attempt.map(|a| a.started_at))
-    .bind(attempt.map(|a| a.outcome))
-    .bind(attempt.and_then(|a| a.http_status).map(|s| s as i16))
-    .bind(attempt.and_then(|a| a.destination_reference.clone()))
-    .bind(attempt.and_then(|a| a.error_class.clone()))
-    .bind(attempt.and_then(|a| a.response_excerpt.clone()))
-    .bind(requeue_status)
-    .bind(requeue_at)
-    .bind(settle)
-    .bind(reference)
-    .bind(done.next.state())
-    .bind(&done.line)
-    .fetch_one(&mut *tx)
+    .bind(&columns.alert_id)
+    .bind(&columns.fencing_token)
+    .bind(&columns.worker)
+    .bind(&columns.attempt)
+    .bind(&columns.kind)
+    .bind(&columns.started_at)
+    .bind(&columns.outcome)
+    .bind(&columns.http_status)
+    .bind(&columns.destination_reference)
+    .bind(&columns.error_class)
+    .bind(&columns.response_excerpt)
+    .bind(&columns.requeue_status)
+    .bind(&columns.requeue_at)
+    .bind(&columns.settle)
+    .bind(&columns.settle_reference)
+    .bind(&columns.to_state)
+    .bind(&columns.line)
+    .fetch_all(&mut *tx)
     .await?;
-    if applied == 0 {
-        return Ok(false);
+    if applied.is_empty() {
+        return Ok(vec![false; batch.len()]);
     }
     // `return` ends the process inside the open transaction, as a crash would.
     fail::fail_point!("complete-before-commit", |_| std::process::abort());
-    if let Some(reason) = &done.disable_destination {
+    // Keyed by claim, not alert: a stale completion and the current one of the same
+    // alert can meet in one batch.
+    let applied: std::collections::HashSet<(Uuid, i64)> = applied.into_iter().collect();
+    let (gone_alerts, gone_reasons): (Vec<Uuid>, Vec<String>) = batch
+        .iter()
+        .filter(|done| applied.contains(&(done.alert_id, done.fencing_token)))
+        .filter_map(|done| Some((done.alert_id, done.disable_destination.clone()?)))
+        .unzip();
+    if !gone_alerts.is_empty() {
         sqlx::query(
-            "UPDATE destinations SET enabled = false, disabled_reason = $2, updated_at = now() \
-             WHERE id = (SELECT destination_id FROM alerts WHERE id = $1)",
+            "UPDATE destinations d SET enabled = false, disabled_reason = g.reason, updated_at = now() \
+             FROM (SELECT DISTINCT ON (a.destination_id) a.destination_id, i.reason \
+                   FROM unnest($1::uuid[], $2::text[]) AS i(alert_id, reason) \
+                   JOIN alerts a ON a.id = i.alert_id) g \
+             WHERE d.id = g.destination_id",
         )
-        .bind(done.alert_id)
-        .bind(reason)
+        .bind(&gone_alerts)
+        .bind(&gone_reasons)
         .execute(&mut *tx)
         .await?;
     }
     tx.commit().await?;
-    Ok(true)
+    Ok(batch
+        .iter()
+        .map(|done| applied.contains(&(done.alert_id, done.fencing_token)))
+        .collect())
+}
+
+/// [`Completion`]s turned into one array per column, for `unnest`.
+#[derive(Default)]
+struct CompletionColumns {
+    alert_id: Vec<Uuid>,
+    fencing_token: Vec<i64>,
+    worker: Vec<String>,
+    attempt: Vec<Option<i32>>,
+    kind: Vec<Option<&'static str>>,
+    started_at: Vec<Option<DateTime<Utc>>>,
+    outcome: Vec<Option<&'static str>>,
+    http_status: Vec<Option<i16>>,
+    destination_reference: Vec<Option<String>>,
+    error_class: Vec<Option<String>>,
+    response_excerpt: Vec<Option<String>>,
+    requeue_status: Vec<Option<&'static str>>,
+    requeue_at: Vec<Option<DateTime<Utc>>>,
+    settle: Vec<Option<&'static str>>,
+    settle_reference: Vec<Option<String>>,
+    to_state: Vec<&'static str>,
+    line: Vec<String>,
+}
+
+impl CompletionColumns {
+    fn of(batch: &[&Completion]) -> Self {
+        let mut c = CompletionColumns::default();
+        for done in batch {
+            let attempt = done.attempt.as_ref();
+            c.alert_id.push(done.alert_id);
+            c.fencing_token.push(done.fencing_token);
+            c.worker.push(done.worker.clone());
+            c.attempt.push(attempt.map(|a| a.attempt));
+            c.kind.push(attempt.map(|a| a.kind));
+            c.started_at.push(attempt.map(|a| a.started_at));
+            c.outcome.push(attempt.map(|a| a.outcome));
+            c.http_status
+                .push(attempt.and_then(|a| a.http_status).map(|s| s as i16));
+            c.destination_reference
+                .push(attempt.and_then(|a| a.destination_reference.clone()));
+            c.error_class
+                .push(attempt.and_then(|a| a.error_class.clone()));
+            c.response_excerpt
+                .push(attempt.and_then(|a| a.response_excerpt.clone()));
+            match &done.next {
+                Next::Settle { outcome, reference } => {
+                    c.requeue_status.push(None);
+                    c.requeue_at.push(None);
+                    c.settle.push(Some(*outcome));
+                    c.settle_reference.push(reference.clone());
+                }
+                Next::Requeue { status, at } => {
+                    c.requeue_status.push(Some(*status));
+                    c.requeue_at.push(Some(*at));
+                    c.settle.push(None);
+                    c.settle_reference.push(None);
+                }
+            }
+            c.to_state.push(done.next.state());
+            c.line.push(done.line.clone());
+        }
+        c
+    }
 }
 
 /// Records one finished attempt or lookup on its own, fenced (a lookup whose finding led

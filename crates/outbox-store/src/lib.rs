@@ -2,6 +2,7 @@
 //! small documented functions, plus the migrator.
 //!
 //! Layout:
+//! - [`bench`]: counters, samples and synthetic history for the benchmark.
 //! - [`checker`]: the fault suite's referee reads, straight from the tables.
 //! - [`connect`]: pools (with a bounded wait for the database at start-up) and [`MIGRATOR`].
 //! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts, and where alerts go.
@@ -17,6 +18,7 @@
 //! a transaction; functions that must be atomic open their own transaction on a pool.
 
 pub mod alerts;
+pub mod bench;
 pub mod checker;
 pub mod connect;
 pub mod destinations;

@@ -1,0 +1,336 @@
+//! One timed drain: a backlog of approved alerts delivered by dispatchers (in this
+//! process, or as separate `dispatcher` processes), with the server's own counters read
+//! around it and the live queue sampled during it.
+//!
+//! The clock starts just before the dispatchers start (their start-up is included) and
+//! stops when the sink has seen every key and the outbox is empty: every outcome recorded.
+
+use anyhow::Context;
+use outbox_dispatcher::Transport;
+use outbox_store::bench::{self, DrainEvidence};
+use outbox_store::PgPool;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::measure::{process_cpu_secs, HostCpu};
+
+/// Who delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dispatchers {
+    /// One dispatcher inside this process, with this transport.
+    InProcess(#[serde(skip)] Transport),
+    /// This many `dispatcher` processes side by side, each with `--drain`.
+    Processes(u32),
+}
+
+/// Dispatcher settings for a drain.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DrainSettings {
+    /// Who delivers.
+    pub dispatchers: Dispatchers,
+    /// Rows per claim statement.
+    pub batch_size: u32,
+    /// Rows a dispatcher holds in `sending` at once (its crash blast radius).
+    pub max_in_flight: u32,
+}
+
+/// Counters of a sink, read over HTTP (`GET <stats_url>`): the peers' sink and ours
+/// both answer `distinct_keys` and `requests`; duplicates are named differently.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub struct SinkCounters {
+    /// Requests to the delivery path.
+    #[serde(default)]
+    pub requests: u64,
+    /// Distinct idempotency keys seen (applied).
+    #[serde(default)]
+    pub distinct_keys: u64,
+    /// The peers' sink: requests with a key seen before.
+    #[serde(default)]
+    pub duplicates: u64,
+    /// Our sink: applied deliveries of a key applied before.
+    #[serde(default)]
+    pub effective_duplicates: u64,
+    /// Our sink: deliveries answered with an earlier receipt.
+    #[serde(default)]
+    pub wire_duplicates: u64,
+}
+
+impl SinkCounters {
+    /// Reads the counters.
+    pub async fn read(http: &reqwest::Client, stats_url: &str) -> anyhow::Result<Self> {
+        Ok(http
+            .get(stats_url)
+            .send()
+            .await
+            .with_context(|| format!("reading {stats_url}"))?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    fn duplicates(&self) -> u64 {
+        self.duplicates + self.effective_duplicates + self.wire_duplicates
+    }
+}
+
+/// What a drain measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct DrainReport {
+    /// Alerts in the backlog.
+    pub n: u64,
+    /// Settings used.
+    pub settings: DrainSettings,
+    /// Wall-clock seconds, dispatcher start-up included.
+    pub seconds: f64,
+    /// Deliveries per second.
+    pub deliveries_per_sec: f64,
+    /// Requests the sink received during the drain (0 without HTTP).
+    pub sink_requests: u64,
+    /// Requests for a key the sink had seen before.
+    pub sink_duplicates: u64,
+    /// Committed transactions per delivery (the benchmark's own reads subtracted).
+    pub commits_per_delivery: f64,
+    /// WAL bytes per delivery (cluster-wide).
+    pub wal_bytes_per_delivery: f64,
+    /// Busy share of all cores during the drain, percent.
+    pub host_cpu_busy_pct: f64,
+    /// CPU seconds of this process and the dispatcher processes during the drain.
+    pub driver_cpu_s: f64,
+    /// Most rows seen in `sending` at once (sampled every 20 ms).
+    pub max_sending: i64,
+    /// The configured bound on rows in `sending`: max in flight × processes.
+    pub sending_bound: i64,
+    /// Dead tuples in `outbox` over the drain: (seconds since start, `n_dead_tup`).
+    pub outbox_dead_tuples: Vec<(f64, i64)>,
+    /// What the tables show afterwards.
+    pub evidence: DrainEvidence,
+}
+
+/// Drains the backlog of `n` alerts already approved in `pool`'s database. With
+/// `sink_stats`, waits for the sink to have seen `n` new keys as well.
+pub async fn drain(
+    pool: &PgPool,
+    database_url: &str,
+    n: u64,
+    settings: DrainSettings,
+    sink_stats: Option<&str>,
+) -> anyhow::Result<DrainReport> {
+    let http = reqwest::Client::new();
+    let sink_before = match sink_stats {
+        Some(url) => SinkCounters::read(&http, url).await?,
+        None => SinkCounters::default(),
+    };
+    let own_queries = Arc::new(AtomicU64::new(0));
+    let counters_before = bench::server_counters(pool).await?;
+    let host_before = HostCpu::now();
+    let cpu_before = process_cpu_secs();
+    let started = Instant::now();
+
+    let sampler = Sampler::start(pool.clone(), own_queries.clone(), started);
+    let running = Running::start(database_url, settings).await?;
+
+    // Phase 1: the sink has every key. Phase 2: every outcome is recorded.
+    let deadline = started + Duration::from_secs(1800);
+    let mut sink_after = sink_before;
+    if let Some(url) = sink_stats {
+        loop {
+            sink_after = SinkCounters::read(&http, url).await?;
+            if sink_after.distinct_keys - sink_before.distinct_keys >= n {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the drain did not finish in 30 minutes"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    loop {
+        own_queries.fetch_add(1, Ordering::Relaxed);
+        if bench::queue_empty(pool).await? {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the drain did not finish in 30 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let host_cpu_busy_pct = host_before.busy_pct_since();
+    running.stop().await?;
+    let driver_cpu_s = process_cpu_secs() - cpu_before;
+    let (max_sending, outbox_dead_tuples) = sampler.stop().await;
+    if let Some(url) = sink_stats {
+        sink_after = SinkCounters::read(&http, url).await?;
+    }
+    let counters_after = bench::server_counters(pool).await?;
+    // The counters' own read counts as one commit.
+    let own = own_queries.load(Ordering::Relaxed) as i64 + 1;
+    let commits = (counters_after.commits - counters_before.commits - own).max(0);
+    let evidence = bench::drain_evidence(pool).await?;
+    let processes = match settings.dispatchers {
+        Dispatchers::InProcess(_) => 1,
+        Dispatchers::Processes(k) => i64::from(k),
+    };
+    Ok(DrainReport {
+        n,
+        settings,
+        seconds,
+        deliveries_per_sec: n as f64 / seconds,
+        sink_requests: sink_after.requests - sink_before.requests,
+        sink_duplicates: sink_after.duplicates() - sink_before.duplicates(),
+        commits_per_delivery: commits as f64 / n as f64,
+        wal_bytes_per_delivery: (counters_after.wal_lsn - counters_before.wal_lsn) as f64
+            / n as f64,
+        host_cpu_busy_pct,
+        driver_cpu_s,
+        max_sending,
+        sending_bound: i64::from(settings.max_in_flight) * processes,
+        outbox_dead_tuples,
+        evidence,
+    })
+}
+
+/// Samples the live queue every 20 ms until stopped.
+struct Sampler {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Vec<(f64, i64)>>,
+    max_sending: Arc<AtomicI64>,
+}
+
+impl Sampler {
+    fn start(pool: PgPool, own_queries: Arc<AtomicU64>, started: Instant) -> Sampler {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let max_sending = Arc::new(AtomicI64::new(0));
+        let max = max_sending.clone();
+        let task = tokio::spawn(async move {
+            let mut dead = Vec::new();
+            let mut last_dead_at = None::<Instant>;
+            while !*stopped.borrow() {
+                own_queries.fetch_add(1, Ordering::Relaxed);
+                if let Ok(sample) = bench::queue_sample(&pool).await {
+                    max.fetch_max(sample.sending, Ordering::Relaxed);
+                    if last_dead_at.is_none_or(|at| at.elapsed() >= Duration::from_millis(500)) {
+                        last_dead_at = Some(Instant::now());
+                        dead.push((started.elapsed().as_secs_f64(), sample.outbox_dead_tuples));
+                    }
+                }
+                tokio::select! {
+                    _ = stopped.changed() => {}
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+            }
+            dead
+        });
+        Sampler {
+            stop,
+            task,
+            max_sending,
+        }
+    }
+
+    async fn stop(self) -> (i64, Vec<(f64, i64)>) {
+        let _ = self.stop.send(true);
+        let dead = self.task.await.unwrap_or_default();
+        (self.max_sending.load(Ordering::Relaxed), dead)
+    }
+}
+
+/// Dispatchers at work.
+enum Running {
+    InProcess {
+        stop: tokio::sync::oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<
+            Result<outbox_dispatcher::RunSummary, outbox_dispatcher::DispatchError>,
+        >,
+    },
+    Processes(Vec<tokio::process::Child>),
+}
+
+impl Running {
+    async fn start(database_url: &str, settings: DrainSettings) -> anyhow::Result<Running> {
+        match settings.dispatchers {
+            Dispatchers::InProcess(transport) => {
+                let dispatcher_pool = outbox_store::connect(database_url, "dispatcher", 16).await?;
+                let config = outbox_dispatcher::Config {
+                    worker_id: outbox_dispatcher::default_worker_id(),
+                    batch_size: settings.batch_size,
+                    max_in_flight: settings.max_in_flight,
+                    lease: Duration::from_secs(30),
+                    poll_interval: Duration::from_secs(1),
+                    retry_schedule: outbox_core::retry::RetrySchedule::parse("5s,30s,2m")
+                        .map_err(anyhow::Error::msg)?,
+                    drain: None,
+                    shutdown_deadline: Duration::from_secs(20),
+                    metrics_listen: None,
+                    connect_timeout: Duration::from_secs(5),
+                    transport,
+                };
+                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let task = tokio::spawn(outbox_dispatcher::run(dispatcher_pool, config, async {
+                    let _ = stopped.await;
+                }));
+                Ok(Running::InProcess { stop, task })
+            }
+            Dispatchers::Processes(k) => {
+                let program = sibling_binary("dispatcher")?;
+                let mut children = Vec::new();
+                for i in 0..k {
+                    let child = tokio::process::Command::new(&program)
+                        .arg("--database-url")
+                        .arg(database_url)
+                        .arg("--worker-id")
+                        .arg(format!("bench-{i}"))
+                        .arg("--batch-size")
+                        .arg(settings.batch_size.to_string())
+                        .arg("--max-in-flight")
+                        .arg(settings.max_in_flight.to_string())
+                        .arg("--drain")
+                        .env("RUST_LOG", "warn")
+                        .kill_on_drop(true)
+                        .spawn()
+                        .with_context(|| format!("starting {}", program.display()))?;
+                    children.push(child);
+                }
+                Ok(Running::Processes(children))
+            }
+        }
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        match self {
+            Running::InProcess { stop, task } => {
+                let _ = stop.send(());
+                task.await??;
+            }
+            Running::Processes(children) => {
+                for mut child in children {
+                    let status = child.wait().await?;
+                    anyhow::ensure!(status.success(), "a dispatcher process ended with {status}");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A binary built beside the running one (`target/<profile>/<name>`).
+pub fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating this program")?;
+    let dir = exe.parent().context("this program has no directory")?;
+    // Test binaries live one level down, in `deps/`.
+    for candidate in [dir.join(name), dir.join("..").join(name)] {
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    anyhow::bail!(
+        "`{name}` is not built beside {}; build the workspace's binaries first",
+        exe.display()
+    )
+}

@@ -1,0 +1,17 @@
+//! The benchmark: how fast the outbox approves and delivers with every guarantee on, and
+//! what that costs the database, measured on real parts (PostgreSQL, HTTP, processes).
+//!
+//! Layout:
+//! - `workload`: the tenant, the destination and the alerts every measurement uses.
+//! - `drain`: one timed drain by dispatchers (in this process or as processes), with the
+//!   server's counters read around it and the live queue sampled during it.
+//! - `peer`: the external driver of the queue peers' harness (`RESULT {json}`).
+//! - `suite`: every figure in one run (`bench run`), on its own database and sink.
+//! - `measure`: CPU readings and percentiles.
+//!
+//! The SQL it needs lives in `outbox_store::bench`.
+
+pub mod drain;
+pub mod measure;
+pub mod peer;
+pub mod workload;

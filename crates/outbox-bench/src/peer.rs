@@ -1,0 +1,124 @@
+//! The external driver of the PostgreSQL queue peers' harness: given the harness's
+//! database and sink, it resets its schema, approves N alerts in bulk, drains them with a
+//! dispatcher, checks what the tables and the sink show, and prints one `RESULT {json}`
+//! line with the fields the harness reads (plus our own, such as the most rows ever in
+//! `sending`).
+//!
+//! Variants: `default` (one dispatcher in this process, HTTP), `noop` (the HTTP step
+//! replaced by a no-op: the pipeline's ceiling), `p1`, `p2`, `p4` (that many `dispatcher`
+//! processes side by side).
+
+use anyhow::Context;
+use outbox_dispatcher::Transport;
+use serde_json::json;
+
+use crate::drain::{drain, Dispatchers, DrainSettings};
+use crate::workload::{DestinationSettings, Workload};
+
+/// The harness's arguments.
+#[derive(Debug, Clone)]
+pub struct PeerRun {
+    /// Backlog size.
+    pub n: u64,
+    /// Variant name.
+    pub variant: String,
+    /// The harness's database (ours to reset).
+    pub db: String,
+    /// The harness's sink, e.g. `http://127.0.0.1:18080`.
+    pub sink: String,
+}
+
+/// Default dispatcher settings of the benchmark: claims of 500, at most 1,000 rows in
+/// `sending`, 64 requests in flight to the destination.
+pub const BATCH_SIZE: u32 = 500;
+/// See [`BATCH_SIZE`].
+pub const MAX_IN_FLIGHT: u32 = 1_000;
+/// See [`BATCH_SIZE`].
+pub const DESTINATION_IN_FLIGHT: u32 = 64;
+
+/// Runs one drain for the harness and returns its `RESULT` object.
+pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
+    let dispatchers = match args.variant.as_str() {
+        "default" => Dispatchers::InProcess(Transport::Http),
+        "noop" => Dispatchers::InProcess(Transport::Discard),
+        "p1" => Dispatchers::Processes(1),
+        "p2" => Dispatchers::Processes(2),
+        "p4" => Dispatchers::Processes(4),
+        other => anyhow::bail!("unknown variant `{other}`: use default, noop, p1, p2 or p4"),
+    };
+    let sink = args.sink.trim_end_matches('/');
+    let pool = outbox_store::connect(&args.db, "benchmark", 4)
+        .await
+        .with_context(|| "connecting to the harness's database".to_owned())?;
+    outbox_store::bench::reset_public_schema(&pool).await?;
+    let workload = Workload::prepare(
+        pool.clone(),
+        &DestinationSettings {
+            url: format!("{sink}/hook"),
+            max_in_flight: DESTINATION_IN_FLIGHT,
+        },
+    )
+    .await?;
+    let http = reqwest::Client::new();
+    http.post(format!("{sink}/reset"))
+        .send()
+        .await
+        .context("resetting the sink")?
+        .error_for_status()?;
+    let enqueue = workload.approve_bulk(0, args.n).await?;
+    outbox_store::bench::vacuum_analyze(&pool).await?;
+
+    let discard = dispatchers == Dispatchers::InProcess(Transport::Discard);
+    let stats_url = format!("{sink}/stats");
+    let report = drain(
+        &pool,
+        &args.db,
+        args.n,
+        DrainSettings {
+            dispatchers,
+            batch_size: BATCH_SIZE,
+            max_in_flight: MAX_IN_FLIGHT,
+        },
+        (!discard).then_some(stats_url.as_str()),
+    )
+    .await?;
+    let evidence = report.evidence;
+    anyhow::ensure!(
+        evidence.accepted == args.n as i64 && evidence.not_accepted == 0,
+        "{} of {} alerts accepted",
+        evidence.accepted,
+        args.n
+    );
+    anyhow::ensure!(
+        evidence.attempt_rows == args.n as i64,
+        "{} attempt rows for {} deliveries",
+        evidence.attempt_rows,
+        args.n
+    );
+    anyhow::ensure!(
+        discard || (report.sink_requests == args.n && report.sink_duplicates == 0),
+        "the sink saw {} requests and {} duplicates for {} alerts",
+        report.sink_requests,
+        report.sink_duplicates,
+        args.n
+    );
+    Ok(json!({
+        "peer": "alert-outbox",
+        "variant": args.variant,
+        "n": args.n,
+        "seconds": report.seconds,
+        "jobs_per_sec": report.deliveries_per_sec,
+        "sink_requests": report.sink_requests,
+        "sink_duplicates": report.sink_duplicates,
+        "commits_per_job": report.commits_per_delivery,
+        "wal_bytes_per_job": report.wal_bytes_per_delivery,
+        "enqueue_s": enqueue.as_secs_f64(),
+        "host_cpu_busy_pct": report.host_cpu_busy_pct,
+        "driver_cpu_s": report.driver_cpu_s,
+        "batch_size": BATCH_SIZE,
+        "max_in_flight": report.sending_bound,
+        "max_sending_seen": report.max_sending,
+        "attempt_rows": evidence.attempt_rows,
+        "evidence_lines": evidence.evidence_lines,
+    }))
+}

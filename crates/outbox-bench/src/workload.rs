@@ -1,0 +1,157 @@
+//! The work every measurement uses: one tenant, one destination (signed, so every send
+//! pays for its signature), and ~500-byte alerts with unique identities, approved in bulk
+//! through the monitors' path (one statement per chunk, one alert per identity).
+
+use anyhow::Context;
+use base64::Engine;
+use outbox_store::destinations::NewDestination;
+use outbox_store::monitors::{self, MonitorAlert};
+use outbox_store::PgPool;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// Alerts per bulk approval statement (the peers' harness enqueues in chunks of 5,000).
+pub const APPROVAL_CHUNK: usize = 5_000;
+
+/// A migrated database with the benchmark's tenant and destination.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// The database.
+    pub pool: PgPool,
+    /// The tenant.
+    pub tenant_id: Uuid,
+    /// The tenant's name (for the API).
+    pub tenant_name: String,
+    /// The destination.
+    pub destination_id: Uuid,
+    /// The destination's name.
+    pub destination_name: String,
+    /// Distinguishes this run's identities from earlier ones.
+    run: String,
+}
+
+/// How the destination is set up.
+#[derive(Debug, Clone)]
+pub struct DestinationSettings {
+    /// Where alerts are POSTed.
+    pub url: String,
+    /// Requests in flight to it at once, per dispatcher process.
+    pub max_in_flight: u32,
+}
+
+impl Workload {
+    /// Migrates `pool`'s database and creates the tenant and destination.
+    pub async fn prepare(pool: PgPool, destination: &DestinationSettings) -> anyhow::Result<Self> {
+        outbox_store::MIGRATOR
+            .run(&pool)
+            .await
+            .context("migrating the benchmark database")?;
+        let run = Uuid::now_v7().simple().to_string();
+        let tenant_name = format!("bench-{}", &run[..12]);
+        let tenant_id = outbox_store::tenants::create(&pool, &tenant_name, "UTC", None).await?;
+        let secret: [u8; 32] = rand::random();
+        let destination_name = "bench-sink".to_owned();
+        let destination_id = outbox_store::destinations::create(
+            &pool,
+            &NewDestination {
+                tenant_id,
+                name: destination_name.clone(),
+                url: destination.url.clone(),
+                signing_secrets: vec![format!(
+                    "whsec_{}",
+                    base64::engine::general_purpose::STANDARD.encode(secret)
+                )],
+                idempotency_header: "Idempotency-Key".to_owned(),
+                idempotency_retention: None,
+                lookup_url_template: None,
+                on_uncertain: outbox_core::state::OnUncertain::Hold,
+                timeout: Duration::from_secs(10),
+                max_in_flight: destination.max_in_flight,
+            },
+        )
+        .await?;
+        Ok(Workload {
+            pool,
+            tenant_id,
+            tenant_name,
+            destination_id,
+            destination_name,
+            run,
+        })
+    }
+
+    /// The payload of alert `i`: about 500 bytes of JSON, like the peers' jobs.
+    pub fn payload(&self, i: u64) -> String {
+        alert_payload(&self.run, i)
+    }
+
+    /// The identity subject of alert `i`.
+    pub fn subject(&self, i: u64) -> String {
+        format!("bench:{}:{i}", self.run)
+    }
+
+    /// Approves alerts `from..from + count` in bulk, [`APPROVAL_CHUNK`] per statement.
+    /// Returns the time it took.
+    pub async fn approve_bulk(&self, from: u64, count: u64) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let mut i = from;
+        while i < from + count {
+            let end = (i + APPROVAL_CHUNK as u64).min(from + count);
+            let chunk: Vec<MonitorAlert> = (i..end).map(|i| self.alert(i)).collect();
+            let created =
+                monitors::approve_batch(&self.pool, self.tenant_id, &chunk, "benchmark").await?;
+            anyhow::ensure!(
+                created.len() == chunk.len(),
+                "approved {} of {} new identities",
+                created.len(),
+                chunk.len()
+            );
+            i = end;
+        }
+        Ok(started.elapsed())
+    }
+
+    /// Alert `i` as a monitor decides it.
+    pub fn alert(&self, i: u64) -> MonitorAlert {
+        MonitorAlert {
+            destination_id: self.destination_id,
+            subject: self.subject(i),
+            occurrence: "firing".to_owned(),
+            payload_json: self.payload(i),
+        }
+    }
+}
+
+/// Alert `i` of run `run`: the peers' job payload (~500 bytes, a unique `alert_id`).
+pub fn alert_payload(run: &str, i: u64) -> String {
+    let mut payload = serde_json::json!({
+        "alert_id": format!("{run}-{i}"),
+        "tenant": format!("tenant-{}", i % 97),
+        "rule": format!("rule-{}", i % 13),
+        "severity": if i % 10 == 0 { "critical" } else { "warning" },
+        "status": "firing",
+        "starts_at": "2024-01-01T00:00:00.000Z",
+        "title": format!("CPU usage above threshold on host-{}", i % 1000),
+        "labels": {"host": format!("host-{}", i % 1000), "region": "eu-west-1", "service": "api"},
+        "value": (i % 1000) as f64 / 10.0,
+        "note": "",
+    });
+    let base = payload.to_string().len();
+    payload["note"] = serde_json::Value::String("x".repeat(500usize.saturating_sub(base)));
+    payload.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::alert_payload;
+
+    #[test]
+    fn payloads_are_500_bytes_of_json_with_a_unique_id() {
+        for i in [0, 7, 123_456] {
+            let payload = alert_payload("0190c0ffee", i);
+            assert_eq!(payload.len(), 500, "{payload}");
+            let parsed: serde_json::Value = serde_json::from_str(&payload).unwrap();
+            assert_eq!(parsed["alert_id"], format!("0190c0ffee-{i}"));
+        }
+    }
+}
