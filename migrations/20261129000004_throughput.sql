@@ -15,3 +15,9 @@ ALTER TABLE outbox SET (
 -- evidence explicitly with its alert (`outboxctl prune`).
 ALTER TABLE delivery_attempts DROP CONSTRAINT delivery_attempts_alert_id_fkey;
 ALTER TABLE alert_events DROP CONSTRAINT alert_events_alert_id_fkey;
+
+-- Retention (`outboxctl prune`): a finished alert past the retention period keeps its
+-- identity, fingerprint, outcome, reference and times, so that one alert per identity
+-- still holds and a repeated approval is still recognised; its payload, attempt rows and
+-- evidence lines are removed, and this says when.
+ALTER TABLE alerts ADD COLUMN pruned_at timestamptz;

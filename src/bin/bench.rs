@@ -17,6 +17,24 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Every figure in one run, on a database and a sink of its own.
+    Run {
+        /// A tiny run (a few thousand alerts) that checks every phase works.
+        #[arg(long)]
+        quick: bool,
+        /// Alerts per drain.
+        #[arg(long)]
+        n: Option<u64>,
+        /// Settled alerts of history for the claim-cost comparison.
+        #[arg(long)]
+        history: Option<u64>,
+        /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// The PostgreSQL server (the run creates and drops its own database there).
+        #[arg(long, env = "DATABASE_URL", default_value = outbox_runtime::DEFAULT_DATABASE_URL, hide_env_values = true)]
+        server_url: String,
+    },
     /// One drain for the queue peers' harness: prints `RESULT {json}`.
     PeerDriver {
         /// Alerts in the backlog.
@@ -37,8 +55,33 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    outbox_runtime::init_tracing();
+    outbox_runtime::init_tracing_quiet();
     match cli.command {
+        Command::Run {
+            quick,
+            n,
+            history,
+            json,
+            server_url,
+        } => {
+            let mut settings = if quick {
+                outbox_bench::suite::SuiteSettings::quick(server_url)
+            } else {
+                outbox_bench::suite::SuiteSettings::full(server_url)
+            };
+            if let Some(n) = n {
+                settings.n = n;
+            }
+            if let Some(history) = history {
+                settings.history = history;
+            }
+            let report = outbox_bench::suite::run(settings).await?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+        }
         Command::PeerDriver {
             n,
             variant,

@@ -242,7 +242,7 @@ impl Sampler {
 }
 
 /// Dispatchers at work.
-enum Running {
+pub(crate) enum Running {
     InProcess {
         stop: tokio::sync::oneshot::Sender<()>,
         task: tokio::task::JoinHandle<
@@ -253,7 +253,10 @@ enum Running {
 }
 
 impl Running {
-    async fn start(database_url: &str, settings: DrainSettings) -> anyhow::Result<Running> {
+    pub(crate) async fn start(
+        database_url: &str,
+        settings: DrainSettings,
+    ) -> anyhow::Result<Running> {
         match settings.dispatchers {
             Dispatchers::InProcess(transport) => {
                 let dispatcher_pool = outbox_store::connect(database_url, "dispatcher", 16).await?;
@@ -302,7 +305,7 @@ impl Running {
         }
     }
 
-    async fn stop(self) -> anyhow::Result<()> {
+    pub(crate) async fn stop(self) -> anyhow::Result<()> {
         match self {
             Running::InProcess { stop, task } => {
                 let _ = stop.send(());

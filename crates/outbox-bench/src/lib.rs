@@ -14,4 +14,5 @@
 pub mod drain;
 pub mod measure;
 pub mod peer;
+pub mod suite;
 pub mod workload;

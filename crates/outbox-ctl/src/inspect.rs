@@ -44,6 +44,13 @@ pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::R
     if let Some(reference) = &alert.destination_reference {
         writeln!(out, "  reference    {reference}")?;
     }
+    if let Some(pruned) = alert.pruned_at {
+        writeln!(
+            out,
+            "  pruned       {} (payload, attempts and evidence removed by retention)",
+            stamp(pruned)
+        )?;
+    }
     if alert.revisions.len() > 1 {
         writeln!(out, "revisions")?;
         for r in &alert.revisions {

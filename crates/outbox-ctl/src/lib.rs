@@ -6,7 +6,7 @@
 //! - `setup`: `migrate`, `tenant create`, `token create`, `destination add|list`.
 //! - `demo`: the whole system on the sample data, in a database of its own.
 //! - `inspect`: `alert show`, `outbox list`.
-//! - `operate`: `replay`, `resolve`, `revise`, `stats`, `destination enable|disable`.
+//! - `operate`: `replay`, `resolve`, `revise`, `stats`, `prune`, `destination enable|disable`.
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
 //!   `article ingest`, `tenant configure`.
 //! - `table`: plain-text tables for people (`--json` gives one JSON object per line).
@@ -88,6 +88,27 @@ pub enum Command {
     /// Counts by state, destination and tenant; what is stuck; the last hour.
     Stats {
         /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Retention: removes the payload, attempt rows and evidence lines of alerts that
+    /// finished (accepted or superseded; failed with --include-failed) before the cutoff.
+    /// Identity, fingerprint, outcome, reference and times stay, so a repeated approval
+    /// is still recognised. Live, held and uncertain alerts are never touched.
+    Prune {
+        /// Prune alerts settled longer ago than this, e.g. 30d.
+        #[arg(long, value_parser = outbox_core::duration::parse_positive)]
+        older_than: std::time::Duration,
+        /// Prune failed alerts too (they can no longer be replayed with their payload).
+        #[arg(long)]
+        include_failed: bool,
+        /// Count what would be pruned; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Alerts per transaction.
+        #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+        batch: i64,
+        /// One JSON object instead of a sentence.
         #[arg(long)]
         json: bool,
     },
@@ -330,6 +351,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             actor,
         } => operate::revise(&pool, &id, &payload, &reason, &actor).await,
         Command::Stats { json } => operate::stats(&pool, json).await,
+        Command::Prune {
+            older_than,
+            include_failed,
+            dry_run,
+            batch,
+            json,
+        } => operate::prune(&pool, older_than, include_failed, dry_run, batch, json).await,
         Command::Destination(DestinationCommand::Disable {
             name,
             tenant,

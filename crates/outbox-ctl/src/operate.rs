@@ -323,3 +323,59 @@ pub(crate) async fn stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// `outboxctl prune`: retention in steps of `batch` alerts, each its own transaction, so
+/// that it can be interrupted and run again, and never holds many locks for long.
+pub(crate) async fn prune(
+    pool: &PgPool,
+    older_than: Duration,
+    include_failed: bool,
+    dry_run: bool,
+    batch: i64,
+    json: bool,
+) -> anyhow::Result<()> {
+    let cutoff = chrono::Utc::now()
+        - chrono::Duration::from_std(older_than).context("--older-than is too long")?;
+    let outcomes = operator::prunable_outcomes(include_failed);
+    let total = if dry_run {
+        operator::prune_preview(pool, cutoff, &outcomes).await?
+    } else {
+        let mut total = operator::Pruned::default();
+        let mut cursor = Uuid::nil();
+        loop {
+            let (step, next) = operator::prune_step(pool, cutoff, &outcomes, cursor, batch).await?;
+            total.alerts += step.alerts;
+            total.attempts += step.attempts;
+            total.evidence += step.evidence;
+            match next {
+                Some(next) => cursor = next,
+                None => break,
+            }
+        }
+        total
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "dry_run": dry_run,
+                "settled_before": cutoff.to_rfc3339(),
+                "outcomes": outcomes,
+                "alerts": total.alerts,
+                "attempts": total.attempts,
+                "evidence": total.evidence,
+            })
+        );
+    } else {
+        let verb = if dry_run { "would prune" } else { "pruned" };
+        println!(
+            "{verb} {} alerts ({}) settled before {}: {} attempt rows, {} evidence lines",
+            total.alerts,
+            outcomes.join(", "),
+            cutoff.format("%Y-%m-%d %H:%M:%S UTC"),
+            total.attempts,
+            total.evidence
+        );
+    }
+    Ok(())
+}

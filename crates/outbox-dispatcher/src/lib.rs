@@ -179,7 +179,11 @@ pub async fn run(
         tokio::spawn(server::serve(listener, pool.clone(), metrics.clone()));
     }
     let wake = Arc::new(Notify::new());
-    tokio::spawn(listen_for_wake_ups(pool.clone(), wake.clone()));
+    tokio::spawn(listen_for_wake_ups(
+        pool.clone(),
+        wake.clone(),
+        stop_rx.clone(),
+    ));
 
     let shared = Arc::new(Shared {
         pool: pool.clone(),
@@ -468,9 +472,16 @@ async fn record(
     }
 }
 
-/// Forwards `NOTIFY outbox_due` to the claim loop. Reconnects on failure; the loop's
-/// polling covers any wake-up missed meanwhile.
-async fn listen_for_wake_ups(pool: PgPool, wake: Arc<Notify>) {
+/// Forwards `NOTIFY outbox_due` to the claim loop until the dispatcher stops. Reconnects
+/// on failure; the loop's polling covers any wake-up missed meanwhile.
+async fn listen_for_wake_ups(pool: PgPool, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+    tokio::select! {
+        _ = stop.wait_for(|stopping| *stopping) => {}
+        () = forward_wake_ups(pool, wake) => {}
+    }
+}
+
+async fn forward_wake_ups(pool: PgPool, wake: Arc<Notify>) {
     loop {
         match dispatch::listen(&pool).await {
             Ok(mut listener) => loop {

@@ -399,7 +399,7 @@ fn draw(rng: &mut StdRng, rate: f64) -> bool {
 }
 
 fn now_rfc3339() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+    humantime::format_rfc3339_micros(SystemTime::now()).to_string()
 }
 
 fn sha256_hex(body: &[u8]) -> String {

@@ -469,6 +469,8 @@ pub struct AlertDetail {
     pub created_by: String,
     /// When it left the outbox for good or for an operator.
     pub settled_at: Option<DateTime<Utc>>,
+    /// When retention removed its payload, attempts and evidence (`outboxctl prune`).
+    pub pruned_at: Option<DateTime<Utc>>,
     /// When a dispatcher will next work on it (live alerts only).
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// Every revision of the identity, this one included, oldest first.
@@ -555,6 +557,7 @@ struct AlertRow {
     created_at: DateTime<Utc>,
     created_by: String,
     settled_at: Option<DateTime<Utc>>,
+    pruned_at: Option<DateTime<Utc>>,
     next_attempt_at: Option<DateTime<Utc>>,
 }
 
@@ -575,7 +578,7 @@ pub async fn detail(
                 a.possible_duplicate, a.payload::text AS payload, \
                 encode(a.payload_sha256, 'hex') AS payload_sha256, a.reason, \
                 a.destination_reference, a.created_at, a.created_by, a.settled_at, \
-                o.next_attempt_at \
+                a.pruned_at, o.next_attempt_at \
          FROM alerts a \
          JOIN tenants t ON t.id = a.tenant_id \
          JOIN destinations d ON d.id = a.destination_id \
@@ -637,6 +640,7 @@ pub async fn detail(
         created_at: row.created_at,
         created_by: row.created_by,
         settled_at: row.settled_at,
+        pruned_at: row.pruned_at,
         next_attempt_at: row.next_attempt_at,
         revisions,
         attempts,

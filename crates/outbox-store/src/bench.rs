@@ -39,6 +39,18 @@ pub async fn server_counters(db: impl PgExecutor<'_>) -> Result<ServerCounters, 
     Ok(ServerCounters { commits, wal_lsn })
 }
 
+/// The server settings a benchmark report names: version, `synchronous_commit`,
+/// `shared_buffers`.
+pub async fn server_settings(db: impl PgExecutor<'_>) -> Result<Vec<(String, String)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT name, setting FROM pg_settings \
+         WHERE name IN ('server_version', 'synchronous_commit', 'shared_buffers', 'max_connections') \
+         ORDER BY name",
+    )
+    .fetch_all(db)
+    .await?)
+}
+
 /// `VACUUM ANALYZE` of the queue and history tables, as after a bulk load.
 pub async fn vacuum_analyze(pool: &PgPool) -> Result<(), StoreError> {
     sqlx::query("VACUUM ANALYZE outbox, alerts, alert_events, delivery_attempts")

@@ -498,3 +498,149 @@ pub async fn demo_report(pool: &PgPool) -> Result<DemoReport, StoreError> {
         held_lines,
     })
 }
+
+/// What retention removed (or, on a dry run, would remove).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Pruned {
+    /// Alerts whose payload, attempts and evidence were removed.
+    pub alerts: u64,
+    /// Attempt rows removed.
+    pub attempts: u64,
+    /// Evidence lines removed.
+    pub evidence: u64,
+}
+
+/// Outcomes retention may prune: finished for good. `held` never (it waits for an
+/// operator), and live alerts have no outcome; `failed` only when asked.
+pub fn prunable_outcomes(include_failed: bool) -> Vec<&'static str> {
+    let mut outcomes = vec!["accepted", "superseded"];
+    if include_failed {
+        outcomes.push("failed");
+    }
+    outcomes
+}
+
+/// The smallest UUIDv7 of the millisecond `at`: alert ids are UUIDv7 taken at approval,
+/// so every alert approved before `at` has a smaller id, and a walk along the primary key
+/// finds them without an index of its own.
+fn first_id_at(at: DateTime<Utc>) -> Uuid {
+    let ms = u64::try_from(at.timestamp_millis())
+        .unwrap_or(0)
+        .min((1 << 48) - 1);
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+    bytes[6] = 0x70;
+    bytes[8] = 0x80;
+    Uuid::from_bytes(bytes)
+}
+
+/// One step of retention: up to `limit` alerts with a prunable outcome settled before
+/// `settled_before` and after the cursor `after` (in id order) lose their payload (kept:
+/// its fingerprint), attempt rows and evidence lines, in one transaction; their identity,
+/// outcome, reference and times stay, so one alert per identity still holds. Returns what
+/// was removed and the cursor for the next step (`None` when nothing is left).
+pub async fn prune_step(
+    pool: &PgPool,
+    settled_before: DateTime<Utc>,
+    outcomes: &[&str],
+    after: Uuid,
+    limit: i64,
+) -> Result<(Pruned, Option<Uuid>), StoreError> {
+    // Approval clocks are the writers' and settlement is the database's: a day's margin
+    // on the id bound covers any skew between them.
+    let id_bound = first_id_at(settled_before + chrono::Duration::days(1));
+    let (alerts, attempts, evidence, last): (i64, i64, i64, Option<Uuid>) = sqlx::query_as(
+        "WITH candidates AS ( \
+             SELECT id FROM alerts \
+             WHERE id > $1 AND id < $2 AND outcome = ANY($3::text[]) AND settled_at < $4 \
+               AND pruned_at IS NULL \
+             ORDER BY id \
+             LIMIT $5 \
+             FOR UPDATE SKIP LOCKED \
+         ), attempts AS ( \
+             DELETE FROM delivery_attempts WHERE alert_id IN (SELECT id FROM candidates) \
+             RETURNING 1 \
+         ), evidence AS ( \
+             DELETE FROM alert_events WHERE alert_id IN (SELECT id FROM candidates) \
+             RETURNING 1 \
+         ), pruned AS ( \
+             UPDATE alerts a SET payload = '{}', pruned_at = now() \
+             FROM candidates c WHERE a.id = c.id \
+             RETURNING a.id \
+         ) \
+         SELECT (SELECT count(*) FROM pruned), (SELECT count(*) FROM attempts), \
+                (SELECT count(*) FROM evidence), \
+                (SELECT id FROM candidates ORDER BY id DESC LIMIT 1)",
+    )
+    .bind(after)
+    .bind(id_bound)
+    .bind(outcomes)
+    .bind(settled_before)
+    .bind(limit)
+    .fetch_one(pool)
+    .await?;
+    let pruned = Pruned {
+        alerts: alerts.unsigned_abs(),
+        attempts: attempts.unsigned_abs(),
+        evidence: evidence.unsigned_abs(),
+    };
+    Ok((pruned, last.filter(|_| alerts >= limit)))
+}
+
+/// What [`prune_step`] would remove, counted without changing anything.
+pub async fn prune_preview(
+    pool: &PgPool,
+    settled_before: DateTime<Utc>,
+    outcomes: &[&str],
+) -> Result<Pruned, StoreError> {
+    let id_bound = first_id_at(settled_before + chrono::Duration::days(1));
+    let (alerts, attempts, evidence): (i64, i64, i64) = sqlx::query_as(
+        "WITH candidates AS ( \
+             SELECT id FROM alerts \
+             WHERE id < $1 AND outcome = ANY($2::text[]) AND settled_at < $3 \
+               AND pruned_at IS NULL \
+         ) \
+         SELECT (SELECT count(*) FROM candidates), \
+                (SELECT count(*) FROM delivery_attempts WHERE alert_id IN (SELECT id FROM candidates)), \
+                (SELECT count(*) FROM alert_events WHERE alert_id IN (SELECT id FROM candidates))",
+    )
+    .bind(id_bound)
+    .bind(outcomes)
+    .bind(settled_before)
+    .fetch_one(pool)
+    .await?;
+    Ok(Pruned {
+        alerts: alerts.unsigned_abs(),
+        attempts: attempts.unsigned_abs(),
+        evidence: evidence.unsigned_abs(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_id_at;
+
+    #[test]
+    fn the_id_bound_is_the_smallest_uuid_v7_of_its_millisecond() {
+        let at = chrono::DateTime::from_timestamp_millis(1_764_460_800_123).unwrap();
+        let bound = first_id_at(at);
+        assert_eq!(bound.get_version_num(), 7);
+        let (secs, nanos) = bound.get_timestamp().unwrap().to_unix();
+        assert_eq!(
+            secs * 1000 + u64::from(nanos) / 1_000_000,
+            1_764_460_800_123
+        );
+        let later = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            1_764_460_800,
+            123_000_000,
+        ));
+        assert!(later >= bound);
+        let earlier = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            1_764_460_800,
+            122_999_999,
+        ));
+        assert!(earlier < bound);
+    }
+}

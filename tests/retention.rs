@@ -1,0 +1,204 @@
+//! Retention (`outboxctl prune`) on a real database: finished alerts past the cutoff lose
+//! their payload, attempt rows and evidence lines; their identity, fingerprint, outcome and
+//! reference stay, so a repeated approval is still recognised; live, held, recent and
+//! (unless asked) failed alerts are untouched.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+mod common;
+
+use common::{add_tenant, outboxctl};
+use outbox_store::monitors::{approve_batch, MonitorAlert};
+use outbox_testkit::TestDb;
+use serde_json::Value;
+use uuid::Uuid;
+
+/// An alert approved `days_ago` days ago (its id taken then, as approvals do), settled
+/// with `outcome` (or live when `None`), with one attempt row and two evidence lines.
+async fn old_alert(
+    db: &TestDb,
+    tenant: Uuid,
+    destination: Uuid,
+    subject: &str,
+    days_ago: u64,
+    outcome: Option<&str>,
+) -> Uuid {
+    let approved = std::time::SystemTime::now() - std::time::Duration::from_secs(days_ago * 86_400);
+    let since_epoch = approved.duration_since(std::time::UNIX_EPOCH).unwrap();
+    let id = Uuid::new_v7(uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        since_epoch.as_secs(),
+        since_epoch.subsec_nanos(),
+    ));
+    sqlx::query(
+        "INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, payload, \
+             payload_sha256, outcome, destination_reference, created_at, created_by, settled_at) \
+         VALUES ($1, $2, $3, 'due', $4, 0, '{\"amount\": 1}', sha256(convert_to('{\"amount\": 1}', 'UTF8')), \
+             $5, CASE WHEN $5 = 'accepted' THEN 'r-1' END, now() - $6 * interval '1 day', 'test', \
+             CASE WHEN $5 IS NOT NULL THEN now() - $6 * interval '1 day' + interval '1 second' END)",
+    )
+    .bind(id)
+    .bind(tenant)
+    .bind(subject)
+    .bind(destination)
+    .bind(outcome)
+    .bind(days_ago as i64)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    if outcome.is_none() {
+        sqlx::query("INSERT INTO outbox (alert_id, destination_id) VALUES ($1, $2)")
+            .bind(id)
+            .bind(destination)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO delivery_attempts (alert_id, attempt, worker, fencing_token, started_at, \
+             finished_at, idempotency_key, payload_sha256, outcome, http_status) \
+         SELECT id, 1, 'w', 1, created_at, created_at, id::text, payload_sha256, 'accepted', 200 \
+         FROM alerts WHERE id = $1",
+    )
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO alert_events (alert_id, from_state, to_state, actor, line) \
+         VALUES ($1, NULL, 'pending', 'test', 'approved'), ($1, 'sending', 'accepted', 'test', 'accepted')",
+    )
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    id
+}
+
+/// (payload text, pruned, attempt rows, evidence lines) of one alert.
+async fn kept(db: &TestDb, id: Uuid) -> (String, bool, i64, i64) {
+    sqlx::query_as(
+        "SELECT payload::text, pruned_at IS NOT NULL, \
+                (SELECT count(*) FROM delivery_attempts WHERE alert_id = a.id), \
+                (SELECT count(*) FROM alert_events WHERE alert_id = a.id) \
+         FROM alerts a WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identities() {
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &["ops"]).await;
+    let ops: Uuid = sqlx::query_scalar("SELECT id FROM destinations WHERE name = 'ops'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let accepted = old_alert(&db, tenant.id, ops, "accepted", 40, Some("accepted")).await;
+    let superseded = old_alert(&db, tenant.id, ops, "superseded", 45, Some("superseded")).await;
+    let failed = old_alert(&db, tenant.id, ops, "failed", 40, Some("failed")).await;
+    let held = old_alert(&db, tenant.id, ops, "held", 40, Some("held")).await;
+    let live = old_alert(&db, tenant.id, ops, "live", 40, None).await;
+    let recent = old_alert(&db, tenant.id, ops, "recent", 10, Some("accepted")).await;
+    let untouched = |payload: &str| (payload.to_owned(), false, 1, 2);
+    let original = "{\"amount\": 1}";
+
+    // A dry run counts and changes nothing.
+    let dry = outboxctl(
+        &db,
+        &["prune", "--older-than", "30d", "--dry-run", "--json"],
+    )
+    .await;
+    assert!(dry.ok, "{}", dry.stderr);
+    let dry: Value = serde_json::from_str(&dry.stdout).unwrap();
+    assert_eq!(
+        (
+            dry["alerts"].as_u64(),
+            dry["attempts"].as_u64(),
+            dry["evidence"].as_u64()
+        ),
+        (Some(2), Some(2), Some(4))
+    );
+    for id in [accepted, superseded, failed, held, live, recent] {
+        assert_eq!(kept(&db, id).await, untouched(original));
+    }
+
+    // One alert per transaction, to walk the cursor.
+    let run = outboxctl(&db, &["prune", "--older-than", "30d", "--batch", "1"]).await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(run.stdout.starts_with("pruned 2 alerts"), "{}", run.stdout);
+    assert_eq!(kept(&db, accepted).await, ("{}".to_owned(), true, 0, 0));
+    assert_eq!(kept(&db, superseded).await, ("{}".to_owned(), true, 0, 0));
+    for id in [failed, held, live, recent] {
+        assert_eq!(kept(&db, id).await, untouched(original));
+    }
+    // Outcome and reference stay; `alert show` says what happened.
+    let (outcome, reference): (String, Option<String>) =
+        sqlx::query_as("SELECT outcome, destination_reference FROM alerts WHERE id = $1")
+            .bind(accepted)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (outcome.as_str(), reference.as_deref()),
+        ("accepted", Some("r-1"))
+    );
+    let show = outboxctl(&db, &["alert", "show", &accepted.to_string()]).await;
+    assert!(
+        show.stdout.contains("removed by retention"),
+        "{}",
+        show.stdout
+    );
+
+    // The identity still holds: approving it again creates nothing.
+    let again = approve_batch(
+        &db.pool,
+        tenant.id,
+        &[MonitorAlert {
+            destination_id: ops,
+            subject: "accepted".to_owned(),
+            occurrence: "due".to_owned(),
+            payload_json: original.to_owned(),
+        }],
+        "monitor",
+    )
+    .await
+    .unwrap();
+    assert!(again.is_empty());
+
+    // Running again finds nothing new; failed alerts only when asked.
+    let rerun = outboxctl(&db, &["prune", "--older-than", "30d"]).await;
+    assert!(
+        rerun.stdout.starts_with("pruned 0 alerts"),
+        "{}",
+        rerun.stdout
+    );
+    let with_failed = outboxctl(&db, &["prune", "--older-than", "30d", "--include-failed"]).await;
+    assert!(
+        with_failed.stdout.starts_with("pruned 1 alerts"),
+        "{}",
+        with_failed.stdout
+    );
+    assert_eq!(kept(&db, failed).await, ("{}".to_owned(), true, 0, 0));
+    for id in [held, live, recent] {
+        assert_eq!(kept(&db, id).await, untouched(original));
+    }
+}
+
+#[tokio::test]
+async fn prune_refuses_a_bad_cutoff_with_one_line() {
+    let db = TestDb::new().await;
+    for args in [
+        &["prune", "--older-than", "soon"][..],
+        &["prune", "--older-than", "0s"][..],
+        &["prune"][..],
+    ] {
+        let run = outboxctl(&db, args).await;
+        assert!(!run.ok, "{args:?} should fail");
+        assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
+        assert!(run.stderr.contains("older-than"), "{}", run.stderr);
+    }
+}
