@@ -264,7 +264,9 @@ async fn run_on(
         "approving {} alerts through the API with {} clients",
         settings.api_n, settings.api_clients
     ));
-    let api = Api::start(pool.clone(), &workload).await?;
+    // As `decider serve --max-connections 32` would: a connection per client.
+    let api_pool = outbox_store::connect(url, "decider", settings.api_clients as u32).await?;
+    let api = Api::start(api_pool, &workload).await?;
     let approvals_api = api
         .approve_concurrently(&workload, next, settings.api_n, settings.api_clients)
         .await?;

@@ -217,6 +217,11 @@ pub async fn run(
             }
         }
 
+        // Checked again after the sweep's round trip: a claim that starts after shutdown
+        // began could pick up rows the stopping tasks have just given back.
+        if *stop_rx.borrow() {
+            break;
+        }
         let free = capacity.available_permits().min(config.batch_size as usize);
         let mut claimed = Vec::new();
         if free >= claim_threshold(&config) || tasks.is_empty() {

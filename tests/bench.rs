@@ -1,0 +1,53 @@
+//! The benchmark keeps working: `bench run --quick` goes through every phase (bulk and
+//! API approvals, drains over HTTP and without it, 1 and 2 dispatcher processes, latency,
+//! claim cost with history, retention) on its own database and sink. The run checks each
+//! drain itself (every alert accepted once, one attempt row each, no duplicate at the sink,
+//! never more rows in `sending` than the bound) and fails if one does not hold; this test
+//! reads the figures back and checks them again. It never asserts a time.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+use serde_json::Value;
+
+#[tokio::test]
+async fn the_quick_benchmark_delivers_everything_once() {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["run", "--quick", "--json"])
+        .env("DATABASE_URL", outbox_testkit::server_url())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let n = report["settings"]["n"].as_u64().unwrap();
+    let mut drains = vec![&report["deliveries_http"], &report["deliveries_noop"]];
+    drains.extend(report["horizontal"].as_array().unwrap());
+    assert_eq!(drains.len(), 4, "HTTP, no-op, 1 and 2 processes");
+    for drain in drains {
+        assert_eq!(drain["n"].as_u64(), Some(n));
+        assert_eq!(drain["sink_duplicates"].as_u64(), Some(0), "{drain}");
+        assert!(
+            drain["max_sending"].as_i64() <= drain["sending_bound"].as_i64(),
+            "{drain}"
+        );
+        assert_eq!(
+            drain["evidence"]["not_accepted"].as_i64(),
+            Some(0),
+            "{drain}"
+        );
+        assert_eq!(
+            drain["evidence"]["accepted"].as_i64(),
+            drain["evidence"]["attempt_rows"].as_i64(),
+            "one attempt row per accepted alert: {drain}"
+        );
+    }
+    assert_eq!(report["deliveries_http"]["sink_requests"].as_u64(), Some(n));
+    for latency in [&report["latency_idle"], &report["latency_half_capacity"]] {
+        assert!(latency["samples"].as_u64().unwrap() > 0, "{latency}");
+        assert!(latency["p50_ms"].as_f64().unwrap() > 0.0, "{latency}");
+    }
+    let claim = &report["claim_cost"];
+    assert_eq!(claim["pruned_alerts"], claim["history"], "{claim}");
+    assert!(stderr.contains("bench: claim cost"), "{stderr}");
+}
