@@ -49,6 +49,15 @@ enum Command {
         /// The harness's sink, e.g. http://127.0.0.1:18080.
         #[arg(long)]
         sink: String,
+        /// Rows per claim statement.
+        #[arg(long, default_value_t = outbox_bench::peer::BATCH_SIZE)]
+        batch_size: u32,
+        /// Rows in `sending` per dispatcher (its crash blast radius).
+        #[arg(long, default_value_t = outbox_bench::peer::MAX_IN_FLIGHT)]
+        max_in_flight: u32,
+        /// Requests in flight to the sink per dispatcher.
+        #[arg(long, default_value_t = outbox_bench::peer::DESTINATION_IN_FLIGHT)]
+        destination_in_flight: u32,
     },
 }
 
@@ -87,12 +96,18 @@ async fn main() -> anyhow::Result<()> {
             variant,
             db,
             sink,
+            batch_size,
+            max_in_flight,
+            destination_in_flight,
         } => {
             let result = outbox_bench::peer::run(&outbox_bench::peer::PeerRun {
                 n,
                 variant,
                 db,
                 sink,
+                batch_size,
+                max_in_flight,
+                destination_in_flight,
             })
             .await?;
             println!("RESULT {result}");

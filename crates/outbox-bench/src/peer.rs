@@ -26,6 +26,12 @@ pub struct PeerRun {
     pub db: String,
     /// The harness's sink, e.g. `http://127.0.0.1:18080`.
     pub sink: String,
+    /// Rows per claim statement.
+    pub batch_size: u32,
+    /// Rows in `sending` per dispatcher.
+    pub max_in_flight: u32,
+    /// Requests in flight to the sink per dispatcher.
+    pub destination_in_flight: u32,
 }
 
 /// Default dispatcher settings of the benchmark: claims of 500, at most 1,000 rows in
@@ -55,7 +61,7 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
         pool.clone(),
         &DestinationSettings {
             url: format!("{sink}/hook"),
-            max_in_flight: DESTINATION_IN_FLIGHT,
+            max_in_flight: args.destination_in_flight,
         },
     )
     .await?;
@@ -76,8 +82,8 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
         args.n,
         DrainSettings {
             dispatchers,
-            batch_size: BATCH_SIZE,
-            max_in_flight: MAX_IN_FLIGHT,
+            batch_size: args.batch_size,
+            max_in_flight: args.max_in_flight,
         },
         (!discard).then_some(stats_url.as_str()),
     )
@@ -115,7 +121,8 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
         "enqueue_s": enqueue.as_secs_f64(),
         "host_cpu_busy_pct": report.host_cpu_busy_pct,
         "driver_cpu_s": report.driver_cpu_s,
-        "batch_size": BATCH_SIZE,
+        "batch_size": args.batch_size,
+        "destination_in_flight": args.destination_in_flight,
         "max_in_flight": report.sending_bound,
         "max_sending_seen": report.max_sending,
         "attempt_rows": evidence.attempt_rows,
