@@ -186,6 +186,20 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
     for id in [held, live, recent] {
         assert_eq!(kept(&db, id).await, untouched(original));
     }
+
+    // A pruned failed alert has no payload left to send: replay refuses it, by id and in bulk.
+    let by_id = outboxctl(&db, &["replay", &failed.to_string(), "--note", "retry"]).await;
+    assert!(!by_id.ok, "{}", by_id.stdout);
+    assert_eq!(by_id.stderr.trim().lines().count(), 1, "{}", by_id.stderr);
+    assert!(by_id.stderr.contains("pruned"), "{}", by_id.stderr);
+    let bulk = outboxctl(&db, &["replay", "--status", "failed", "--note", "retry"]).await;
+    assert!(bulk.ok, "{}", bulk.stderr);
+    let queued: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE alert_id = $1")
+        .bind(failed)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(queued, 0, "a pruned alert went back in the queue");
 }
 
 #[tokio::test]

@@ -146,7 +146,7 @@ pub async fn check(
                 ));
             }
         }
-        if alert.queued == alert.settled || alert.events == 0 {
+        if alert.queued == alert.settled || (alert.events == 0 && !alert.pruned) {
             report.partial_commits += 1;
             report.offences.push(offence(
                 "partial commit",

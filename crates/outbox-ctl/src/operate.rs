@@ -119,6 +119,9 @@ pub(crate) async fn replay(pool: &PgPool, args: ReplayArgs) -> anyhow::Result<()
                 if state != "held" && state != "failed" {
                     bail!("alert {id} is {state}; only held or failed alerts can be replayed");
                 }
+                if operator::is_pruned(pool, *id).await? {
+                    bail!("{}", operator::pruned_refusal(*id));
+                }
             }
             ids
         }

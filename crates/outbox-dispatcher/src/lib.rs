@@ -131,9 +131,12 @@ pub(crate) struct Shared {
     pub config: Config,
     pub metrics: Arc<Metrics>,
     recorder: recorder::Recorder,
-    /// Destinations this process disabled (410 Gone): rows of theirs it already claimed
-    /// are given back unsent instead of being sent to a destination known to be gone.
-    disabled: Mutex<std::collections::HashSet<Uuid>>,
+    /// Destinations this process saw answer 410 Gone, and when: rows of theirs it claimed
+    /// are given back unsent instead of being sent to a destination known to be gone, and
+    /// it claims none of theirs for a while. The mark expires, after which the database's
+    /// `enabled` decides again (the 410 may not have been recorded, or an operator may
+    /// have enabled the destination since).
+    disabled: Mutex<HashMap<Uuid, Instant>>,
     /// Set once shutdown begins: nothing new is sent after it.
     stop: watch::Receiver<bool>,
 }
@@ -144,19 +147,26 @@ impl Shared {
     }
 
     fn is_disabled(&self, destination: Uuid) -> bool {
-        self.disabled
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&destination)
+        self.disabled_now().contains(&destination)
+    }
+
+    /// Destinations marked gone within the last [`GONE_MARK`].
+    fn disabled_now(&self) -> Vec<Uuid> {
+        let mut marks = self.disabled.lock().unwrap_or_else(|e| e.into_inner());
+        marks.retain(|_, at| at.elapsed() < GONE_MARK);
+        marks.keys().copied().collect()
     }
 
     fn mark_disabled(&self, destination: Uuid) {
         self.disabled
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(destination);
+            .insert(destination, Instant::now());
     }
 }
+
+/// How long a 410 Gone keeps this process off a destination without asking the database.
+const GONE_MARK: Duration = Duration::from_secs(30);
 
 /// Runs a dispatcher until `shutdown` resolves (or, with `drain`, until nothing is due).
 /// On shutdown it stops claiming, lets sends in flight finish within the deadline, and
@@ -168,9 +178,11 @@ pub async fn run(
 ) -> Result<RunSummary, DispatchError> {
     let metrics = Arc::new(Metrics::default());
     let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let stop_on_signal = stop_tx.clone();
     tokio::spawn(async move {
         shutdown.await;
-        let _ = stop_tx.send(true);
+        let _ = stop_on_signal.send(true);
     });
     if let Some(addr) = config.metrics_listen {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -226,7 +238,8 @@ pub async fn run(
         let mut claimed = Vec::new();
         if free >= claim_threshold(&config) || tasks.is_empty() {
             let claimed_at = Instant::now();
-            let saturated = saturated_destinations(&destination_limits);
+            let mut saturated = saturated_destinations(&destination_limits);
+            saturated.extend(shared.disabled_now());
             match dispatch::claim(
                 &pool,
                 &config.worker_id,
@@ -319,6 +332,9 @@ pub async fn run(
             }
         }
     }
+    // A drain ends without the shutdown signal: tell the helpers (the wake-up listener)
+    // to stop too.
+    let _ = stop_tx.send(true);
     tracing::info!(?summary, "dispatcher stopped");
     Ok(summary)
 }

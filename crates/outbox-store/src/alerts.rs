@@ -250,9 +250,9 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
     let mut tx = pool.begin().await?;
     // Lock the revised row: every reviser of the latest revision serialises here, and
     // the next statement (a fresh snapshot under READ COMMITTED) then sees any revision
-    // committed while we waited. NO KEY UPDATE, because a dispatcher's claim takes KEY
-    // SHARE on the alert (the evidence row's foreign key) while holding its outbox row:
-    // a full UPDATE lock here could deadlock with it.
+    // committed while we waited. NO KEY UPDATE, the weakest lock that serialises revisers:
+    // it does not conflict with key-share locks that foreign keys to the alert (the
+    // outbox row's) take while other work holds an outbox row.
     let target = sqlx::query_as::<_, RevisedAlert>(&format!(
         "SELECT tenant_id, subject, occurrence, destination_id, revision, \
                 payload_sha256 = {FINGERPRINT_OF_PARAM} AS same_payload \

@@ -25,6 +25,8 @@ pub struct CommittedAlert {
     pub settled: bool,
     /// Evidence lines it has.
     pub events: i64,
+    /// Retention removed its payload and evidence (so no evidence line is expected).
+    pub pruned: bool,
 }
 
 /// Every committed alert.
@@ -33,7 +35,8 @@ pub async fn committed_alerts(pool: &PgPool) -> Result<Vec<CommittedAlert>, Stor
         "SELECT a.id, d.name AS destination, COALESCE(o.status, a.outcome) AS state, \
                 encode(a.payload_sha256, 'hex') AS payload_sha256, a.possible_duplicate, \
                 o.alert_id IS NOT NULL AS queued, a.outcome IS NOT NULL AS settled, \
-                (SELECT count(*) FROM alert_events e WHERE e.alert_id = a.id) AS events \
+                (SELECT count(*) FROM alert_events e WHERE e.alert_id = a.id) AS events, \
+                a.pruned_at IS NOT NULL AS pruned \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \
          LEFT JOIN outbox o ON o.alert_id = a.id",
     )

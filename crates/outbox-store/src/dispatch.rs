@@ -406,11 +406,20 @@ pub async fn complete_batch(pool: &PgPool, batch: &[Completion]) -> Result<Vec<b
         .filter_map(|done| Some((done.alert_id, done.disable_destination.clone()?)))
         .unzip();
     if !gone_alerts.is_empty() {
+        // Destination rows are locked in id order first, so two recorders disabling the
+        // same destinations cannot deadlock.
         sqlx::query(
-            "UPDATE destinations d SET enabled = false, disabled_reason = g.reason, updated_at = now() \
-             FROM (SELECT DISTINCT ON (a.destination_id) a.destination_id, i.reason \
-                   FROM unnest($1::uuid[], $2::text[]) AS i(alert_id, reason) \
-                   JOIN alerts a ON a.id = i.alert_id) g \
+            "WITH gone AS ( \
+                 SELECT DISTINCT ON (a.destination_id) a.destination_id, i.reason \
+                 FROM unnest($1::uuid[], $2::text[]) AS i(alert_id, reason) \
+                 JOIN alerts a ON a.id = i.alert_id \
+                 ORDER BY a.destination_id \
+             ), locked AS ( \
+                 SELECT d.id FROM destinations d WHERE d.id IN (SELECT destination_id FROM gone) \
+                 ORDER BY d.id FOR UPDATE \
+             ) \
+             UPDATE destinations d SET enabled = false, disabled_reason = g.reason, updated_at = now() \
+             FROM gone g JOIN locked l ON l.id = g.destination_id \
              WHERE d.id = g.destination_id",
         )
         .bind(&gone_alerts)

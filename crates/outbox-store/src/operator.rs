@@ -19,6 +19,8 @@ struct Locked {
     last_attempt: i32,
     /// The identity's latest revision, when it is not this alert.
     latest_revision: Option<Uuid>,
+    /// Retention removed its payload (`outboxctl prune`).
+    pruned: bool,
 }
 
 /// Locks an alert (and its outbox row, if any) and reads what the actions need.
@@ -32,9 +34,19 @@ async fn lock(tx: &mut PgConnection, alert_id: Uuid) -> Result<Locked, StoreErro
             .bind(alert_id)
             .fetch_optional(&mut *tx)
             .await?;
-    // NO KEY UPDATE: a dispatcher's claim takes KEY SHARE on the alert (its evidence row's
-    // foreign key) while holding outbox rows; this lock does not conflict with that.
-    let row = sqlx::query_as::<_, (Option<String>, Uuid, Option<String>, i32, Option<Uuid>)>(
+    // NO KEY UPDATE: the weakest lock that still serialises operators on the alert; it
+    // does not conflict with key-share locks anything may take on the alert row.
+    let row = sqlx::query_as::<
+        _,
+        (
+            Option<String>,
+            Uuid,
+            Option<String>,
+            i32,
+            Option<Uuid>,
+            bool,
+        ),
+    >(
         "SELECT a.outcome, a.destination_id, a.destination_reference, \
                 COALESCE((SELECT max(d.attempt) FROM delivery_attempts d \
                           WHERE d.alert_id = a.id AND d.kind = 'send'), 0), \
@@ -42,13 +54,21 @@ async fn lock(tx: &mut PgConnection, alert_id: Uuid) -> Result<Locked, StoreErro
                  WHERE later.tenant_id = a.tenant_id AND later.subject = a.subject \
                    AND later.occurrence = a.occurrence \
                    AND later.destination_id = a.destination_id AND later.revision > a.revision \
-                 ORDER BY later.revision DESC LIMIT 1) \
+                 ORDER BY later.revision DESC LIMIT 1), \
+                a.pruned_at IS NOT NULL \
          FROM alerts a WHERE a.id = $1 FOR NO KEY UPDATE OF a",
     )
     .bind(alert_id)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some((outcome, destination_id, destination_reference, last_attempt, latest_revision)) = row
+    let Some((
+        outcome,
+        destination_id,
+        destination_reference,
+        last_attempt,
+        latest_revision,
+        pruned,
+    )) = row
     else {
         return Err(StoreError::UnknownAlert(alert_id));
     };
@@ -59,6 +79,7 @@ async fn lock(tx: &mut PgConnection, alert_id: Uuid) -> Result<Locked, StoreErro
         live_status,
         last_attempt,
         latest_revision,
+        pruned,
     })
 }
 
@@ -110,6 +131,9 @@ pub async fn replay(
         return Err(StoreError::Refused(format!(
             "alert {alert_id} has been corrected by a later revision ({latest}); replaying it would send the outdated payload"
         )));
+    }
+    if alert.pruned {
+        return Err(StoreError::Refused(pruned_refusal(alert_id)));
     }
     let from = alert.outcome.clone().unwrap_or_default();
     requeue(&mut tx, alert_id, &alert).await?;
@@ -269,7 +293,7 @@ pub async fn settled_ids(
     let ids = sqlx::query_scalar::<_, Uuid>(
         "SELECT a.id FROM alerts a \
          JOIN tenants t ON t.id = a.tenant_id JOIN destinations d ON d.id = a.destination_id \
-         WHERE a.outcome = $1 AND ($2::text IS NULL OR t.name = $2) \
+         WHERE a.outcome = $1 AND a.pruned_at IS NULL AND ($2::text IS NULL OR t.name = $2) \
            AND ($3::text IS NULL OR d.name = $3) \
          ORDER BY a.settled_at, a.id",
     )
@@ -497,6 +521,24 @@ pub async fn demo_report(pool: &PgPool) -> Result<DemoReport, StoreError> {
         live,
         held_lines,
     })
+}
+
+/// Why a pruned alert cannot be replayed.
+pub fn pruned_refusal(alert_id: Uuid) -> String {
+    format!(
+        "alert {alert_id} was pruned by retention: its payload is gone, so it cannot be sent again"
+    )
+}
+
+/// Whether retention removed this alert's payload and evidence.
+pub async fn is_pruned(db: impl PgExecutor<'_>, alert_id: Uuid) -> Result<bool, StoreError> {
+    Ok(
+        sqlx::query_scalar::<_, bool>("SELECT pruned_at IS NOT NULL FROM alerts WHERE id = $1")
+            .bind(alert_id)
+            .fetch_optional(db)
+            .await?
+            .unwrap_or(false),
+    )
 }
 
 /// What retention removed (or, on a dry run, would remove).
