@@ -36,29 +36,7 @@ enum Command {
         server_url: String,
     },
     /// One drain for the queue peers' harness: prints `RESULT {json}`.
-    PeerDriver {
-        /// Alerts in the backlog.
-        #[arg(long)]
-        n: u64,
-        /// default, noop, p1, p2 or p4.
-        #[arg(long, default_value = "default")]
-        variant: String,
-        /// The harness's database URL (its `public` schema is reset).
-        #[arg(long)]
-        db: String,
-        /// The harness's sink, e.g. http://127.0.0.1:18080.
-        #[arg(long)]
-        sink: String,
-        /// Rows per claim statement.
-        #[arg(long, default_value_t = outbox_bench::peer::BATCH_SIZE)]
-        batch_size: u32,
-        /// Rows in `sending` per dispatcher (its crash blast radius).
-        #[arg(long, default_value_t = outbox_bench::peer::MAX_IN_FLIGHT)]
-        max_in_flight: u32,
-        /// Requests in flight to the sink per dispatcher.
-        #[arg(long, default_value_t = outbox_bench::peer::DESTINATION_IN_FLIGHT)]
-        destination_in_flight: u32,
-    },
+    PeerDriver(outbox_bench::peer::PeerRun),
 }
 
 #[tokio::main]
@@ -91,25 +69,8 @@ async fn main() -> anyhow::Result<()> {
                 print!("{}", report.render());
             }
         }
-        Command::PeerDriver {
-            n,
-            variant,
-            db,
-            sink,
-            batch_size,
-            max_in_flight,
-            destination_in_flight,
-        } => {
-            let result = outbox_bench::peer::run(&outbox_bench::peer::PeerRun {
-                n,
-                variant,
-                db,
-                sink,
-                batch_size,
-                max_in_flight,
-                destination_in_flight,
-            })
-            .await?;
+        Command::PeerDriver(run) => {
+            let result = outbox_bench::peer::run(&run).await?;
             println!("RESULT {result}");
         }
     }

@@ -196,6 +196,44 @@ pub async fn drain(
     })
 }
 
+/// What every drain must show: each alert accepted once (counting `delivered_so_far`
+/// alerts in the database so far), one attempt row each, no duplicate at the sink (over
+/// HTTP), and never more rows in `sending` than the bound.
+pub(crate) fn check(
+    report: &DrainReport,
+    delivered_so_far: u64,
+    over_http: bool,
+) -> anyhow::Result<()> {
+    let evidence = report.evidence;
+    anyhow::ensure!(
+        evidence.accepted == delivered_so_far as i64 && evidence.not_accepted == 0,
+        "{} alerts accepted and {} not, expected {delivered_so_far} accepted",
+        evidence.accepted,
+        evidence.not_accepted
+    );
+    anyhow::ensure!(
+        evidence.attempt_rows == delivered_so_far as i64,
+        "{} attempt rows for {delivered_so_far} deliveries",
+        evidence.attempt_rows
+    );
+    if over_http {
+        anyhow::ensure!(
+            report.sink_requests == report.n && report.sink_duplicates == 0,
+            "the sink saw {} requests ({} duplicates) for {} alerts",
+            report.sink_requests,
+            report.sink_duplicates,
+            report.n
+        );
+    }
+    anyhow::ensure!(
+        report.max_sending <= report.sending_bound,
+        "{} rows in sending, above the bound {}",
+        report.max_sending,
+        report.sending_bound
+    );
+    Ok(())
+}
+
 /// Samples the live queue every 20 ms until stopped.
 struct Sampler {
     stop: tokio::sync::watch::Sender<bool>,

@@ -92,14 +92,13 @@ mod tests {
 
     #[test]
     fn cpu_readings_move_forward() {
-        let before = process_cpu_secs();
         let mut x = 0u64;
         for i in 0..20_000_000u64 {
             x = x.wrapping_mul(31).wrapping_add(i);
         }
         assert!(x != 1);
         // Parsing that silently failed would read zero here.
-        assert!(process_cpu_secs() > before.max(0.0) || process_cpu_secs() > 0.0);
+        assert!(process_cpu_secs() > 0.0);
         let pct = HostCpu::now().busy_pct_since();
         assert!((0.0..=100.0).contains(&pct));
     }

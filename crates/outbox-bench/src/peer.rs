@@ -15,22 +15,29 @@ use serde_json::json;
 use crate::drain::{drain, Dispatchers, DrainSettings};
 use crate::workload::{DestinationSettings, Workload};
 
-/// The harness's arguments.
-#[derive(Debug, Clone)]
+/// The harness's arguments (`--n --variant --db --sink`), and the dispatcher's settings.
+#[derive(Debug, Clone, clap::Args)]
 pub struct PeerRun {
-    /// Backlog size.
+    /// Alerts in the backlog.
+    #[arg(long)]
     pub n: u64,
-    /// Variant name.
+    /// default, noop, p1, p2 or p4.
+    #[arg(long, default_value = "default")]
     pub variant: String,
-    /// The harness's database (ours to reset).
+    /// The harness's database URL (its `public` schema is reset).
+    #[arg(long)]
     pub db: String,
-    /// The harness's sink, e.g. `http://127.0.0.1:18080`.
+    /// The harness's sink, e.g. http://127.0.0.1:18080.
+    #[arg(long)]
     pub sink: String,
     /// Rows per claim statement.
+    #[arg(long, default_value_t = BATCH_SIZE)]
     pub batch_size: u32,
-    /// Rows in `sending` per dispatcher.
+    /// Rows in `sending` per dispatcher (its crash blast radius).
+    #[arg(long, default_value_t = MAX_IN_FLIGHT)]
     pub max_in_flight: u32,
     /// Requests in flight to the sink per dispatcher.
+    #[arg(long, default_value_t = DESTINATION_IN_FLIGHT)]
     pub destination_in_flight: u32,
 }
 
@@ -88,26 +95,8 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
         (!discard).then_some(stats_url.as_str()),
     )
     .await?;
+    crate::drain::check(&report, args.n, !discard)?;
     let evidence = report.evidence;
-    anyhow::ensure!(
-        evidence.accepted == args.n as i64 && evidence.not_accepted == 0,
-        "{} of {} alerts accepted",
-        evidence.accepted,
-        args.n
-    );
-    anyhow::ensure!(
-        evidence.attempt_rows == args.n as i64,
-        "{} attempt rows for {} deliveries",
-        evidence.attempt_rows,
-        args.n
-    );
-    anyhow::ensure!(
-        discard || (report.sink_requests == args.n && report.sink_duplicates == 0),
-        "the sink saw {} requests and {} duplicates for {} alerts",
-        report.sink_requests,
-        report.sink_duplicates,
-        args.n
-    );
     Ok(json!({
         "peer": "alert-outbox",
         "variant": args.variant,

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-use crate::drain::{drain, Dispatchers, DrainReport, DrainSettings, Running};
+use crate::drain::{self, drain, Dispatchers, DrainReport, DrainSettings, Running};
 use crate::measure::{ms, quantile};
 use crate::peer::{BATCH_SIZE, DESTINATION_IN_FLIGHT, MAX_IN_FLIGHT};
 use crate::workload::{DestinationSettings, Workload};
@@ -224,7 +224,7 @@ async fn run_on(
     )
     .await?;
     delivered += n;
-    check(&deliveries_http, delivered, true)?;
+    drain::check(&deliveries_http, delivered, true)?;
 
     workload.approve_bulk(next, n).await?;
     next += n;
@@ -239,7 +239,7 @@ async fn run_on(
     )
     .await?;
     delivered += n;
-    check(&deliveries_noop, delivered, false)?;
+    drain::check(&deliveries_noop, delivered, false)?;
 
     let mut horizontal = Vec::new();
     for &k in &settings.processes {
@@ -256,7 +256,7 @@ async fn run_on(
         )
         .await?;
         delivered += n;
-        check(&report, delivered, true)?;
+        drain::check(&report, delivered, true)?;
         horizontal.push(report);
     }
 
@@ -280,7 +280,7 @@ async fn run_on(
     )
     .await?;
     delivered += settings.api_n;
-    check(&report, delivered, true)?;
+    drain::check(&report, delivered, true)?;
 
     progress("latency: one alert at a time");
     let running =
@@ -331,38 +331,6 @@ async fn run_on(
         latency_half_capacity,
         claim_cost: None,
     })
-}
-
-/// Each alert accepted once, one attempt row each, no duplicate at the sink.
-fn check(report: &DrainReport, delivered_so_far: u64, over_http: bool) -> anyhow::Result<()> {
-    let evidence = report.evidence;
-    anyhow::ensure!(
-        evidence.accepted == delivered_so_far as i64 && evidence.not_accepted == 0,
-        "{} alerts accepted and {} not, expected {delivered_so_far} accepted",
-        evidence.accepted,
-        evidence.not_accepted
-    );
-    anyhow::ensure!(
-        evidence.attempt_rows == delivered_so_far as i64,
-        "{} attempt rows for {delivered_so_far} deliveries",
-        evidence.attempt_rows
-    );
-    if over_http {
-        anyhow::ensure!(
-            report.sink_requests == report.n && report.sink_duplicates == 0,
-            "the sink saw {} requests ({} duplicates) for {} alerts",
-            report.sink_requests,
-            report.sink_duplicates,
-            report.n
-        );
-    }
-    anyhow::ensure!(
-        report.max_sending <= report.sending_bound,
-        "{} rows in sending, above the bound {}",
-        report.max_sending,
-        report.sending_bound
-    );
-    Ok(())
 }
 
 async fn host_facts(pool: &PgPool) -> anyhow::Result<HashMap<String, String>> {
