@@ -53,7 +53,8 @@ pub struct ClaimedAlert {
     pub destination: String,
     /// Where to POST.
     pub url: String,
-    /// `whsec_` secrets.
+    /// The secrets that sign now, as stored (`whsec_...` or sealed `enc:v1:...`): the
+    /// current ones, and those a rotation replaced while its overlap runs.
     pub signing_secrets: Vec<String>,
     /// Header for the notification id.
     pub idempotency_header: String,
@@ -134,7 +135,9 @@ pub async fn claim(
                 CASE WHEN c.claimed_from = 'uncertain' THEN \
                     (SELECT max(da.started_at) FROM delivery_attempts da \
                      WHERE da.alert_id = c.alert_id AND da.kind = 'send') END AS last_send_started_at, \
-                d.id AS destination_id, d.name AS destination, d.url, d.signing_secrets, \
+                d.id AS destination_id, d.name AS destination, d.url, \
+                d.signing_secrets || CASE WHEN d.retiring_until > now() \
+                    THEN d.retiring_signing_secrets ELSE '{}'::text[] END AS signing_secrets, \
                 d.idempotency_header, \
                 extract(epoch FROM d.idempotency_retention)::float8 AS idempotency_retention_secs, \
                 d.lookup_url_template, d.reference_header, d.on_uncertain, d.timeout_ms, \
