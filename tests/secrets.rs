@@ -733,3 +733,49 @@ async fn revoked_and_expired_tokens_are_refused_with_401() {
         "no token",
     );
 }
+
+#[tokio::test]
+async fn rewrapping_never_overwrites_a_rotation_that_happened_meanwhile() {
+    let db = TestDb::new().await;
+    let tenant_id = tenant(&db).await;
+    let add = ctl(
+        &db,
+        &[
+            "destination",
+            "add",
+            "--tenant",
+            "acme",
+            "--name",
+            "ops",
+            "--url",
+            "https://hooks.example.com/x",
+            "--secret-stdin",
+        ],
+        &[],
+        Some(SECRET),
+    )
+    .await;
+    assert!(add.ok, "{}", add.stderr);
+    let id = outbox_store::destinations::id_by_name(&db.pool, tenant_id, "ops")
+        .await
+        .unwrap();
+    // What a rewrap read, then a rotation lands before it writes.
+    let read = outbox_store::destinations::stored_secrets_page(&db.pool, None, 10)
+        .await
+        .unwrap()
+        .remove(0);
+    let rotated = outbox_core::signing::generate_secret();
+    outbox_store::destinations::rotate_secret(&db.pool, id, &rotated, std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    let resealed = outbox_store::destinations::StoredSecrets {
+        id,
+        signing_secrets: vec!["enc:v1:k1:stale".to_owned()],
+        retiring_signing_secrets: vec![],
+    };
+    let written = outbox_store::destinations::replace_stored_secrets(&db.pool, &read, &resealed)
+        .await
+        .unwrap();
+    assert!(!written, "the stale rewrap must not land");
+    assert_eq!(stored_secrets(&db, "ops").await.0, vec![rotated]);
+}
