@@ -20,8 +20,9 @@ use crate::StoreError;
 pub const WAKE_UP_CHANNEL: &str = "outbox_due";
 
 /// A row a dispatcher now holds, with everything needed to act on it without another
-/// query: the stored payload and the destination's capabilities.
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// query: the stored payload and the destination's capabilities. Its `Debug` leaves out
+/// the secrets, the payload and the URL's credentials.
+#[derive(Clone, sqlx::FromRow)]
 pub struct ClaimedAlert {
     /// The alert (notification id, idempotency key).
     pub alert_id: Uuid,
@@ -74,6 +75,20 @@ pub struct ClaimedAlert {
     pub max_attempts: i32,
     /// Longest time from approval to the last retry, in seconds.
     pub max_retry_window_secs: f64,
+}
+
+impl std::fmt::Debug for ClaimedAlert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimedAlert")
+            .field("alert_id", &self.alert_id)
+            .field("fencing_token", &self.fencing_token)
+            .field("attempts", &self.attempts)
+            .field("claimed_from", &self.claimed_from)
+            .field("destination", &self.destination)
+            .field("url", &outbox_core::redact::url(&self.url))
+            .field("signing_secrets", &self.signing_secrets.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Claims up to `limit` due rows (pending, or uncertain and due for resolution) of enabled
