@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Parser;
 use outbox_core::duration::parse_positive;
 use outbox_core::retry::RetrySchedule;
+use outbox_core::sealing::SealingKeys;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -52,6 +53,10 @@ struct Cli {
     /// Connect timeout for every destination.
     #[arg(long, env = "DISPATCHER_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_positive)]
     connect_timeout: Duration,
+    /// Keys that open sealed signing secrets: `id:base64,...` (32-byte keys, the first is
+    /// current). Needed when `outboxctl` sealed the secrets with them.
+    #[arg(long, env = "OUTBOX_SECRET_KEYS", default_value = "", hide_env_values = true, hide_default_value = true, value_parser = parse_secret_keys)]
+    secret_keys: SealingKeys,
     /// Most database connections this process opens.
     #[arg(long, env = "DISPATCHER_MAX_CONNECTIONS", default_value_t = 16)]
     max_connections: u32,
@@ -84,7 +89,12 @@ async fn main() -> anyhow::Result<()> {
         metrics_listen: cli.metrics_listen,
         connect_timeout: cli.connect_timeout,
         transport: outbox_dispatcher::Transport::Http,
+        secret_keys: cli.secret_keys,
     };
     outbox_dispatcher::run(pool, config, outbox_runtime::shutdown_signal()).await?;
     Ok(())
+}
+
+fn parse_secret_keys(spec: &str) -> Result<SealingKeys, String> {
+    SealingKeys::parse(spec).map_err(|err| err.to_string())
 }

@@ -1,6 +1,9 @@
 //! Bearer tokens. Each token belongs to one tenant, and everything a request reads or
 //! writes is scoped to that tenant: another tenant's alert is "not found", never
 //! "forbidden", so ids do not leak across tenants.
+//!
+//! Every request looks its token up in the database (no cache), so a revoked or expired
+//! token is refused with 401 from the next request on.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;

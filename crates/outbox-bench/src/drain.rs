@@ -311,6 +311,8 @@ impl Running {
                     metrics_listen: None,
                     connect_timeout: Duration::from_secs(5),
                     transport,
+                    // The workload stores its secrets in plain text.
+                    secret_keys: Default::default(),
                 };
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
                 let task = tokio::spawn(outbox_dispatcher::run(dispatcher_pool, config, async {

@@ -7,6 +7,8 @@
 //!   ([`MAX_IDENTITY_FIELD_BYTES`], [`MAX_PAYLOAD_BYTES`]).
 //! - [`token`]: API tokens (generated here, only their hash is ever stored).
 //! - [`signing`]: Standard Webhooks signing secrets (`whsec_...`).
+//! - [`sealing`]: signing secrets encrypted at rest under named keys (`OUTBOX_SECRET_KEYS`).
+//! - [`redact`]: credentials in URLs hidden before they are shown.
 //! - [`query`]: watchlist queries (terms, phrases, exclusions) and matching.
 //! - [`renewal`]: contract renewal tiers, counted in the tenant's time zone.
 //! - [`retry`]: backoff schedule with full jitter, `Retry-After`.
@@ -15,8 +17,10 @@
 pub mod duration;
 pub mod identity;
 pub mod query;
+pub mod redact;
 pub mod renewal;
 pub mod retry;
+pub mod sealing;
 pub mod state;
 pub mod token;
 

@@ -33,6 +33,16 @@ pub fn decode_secret(secret: &str) -> Result<Vec<u8>, SecretError> {
     Ok(key)
 }
 
+/// A fresh `whsec_` secret with a 32-byte random key.
+pub fn generate_secret() -> String {
+    let mut key = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::rng(), &mut key);
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(key)
+    )
+}
+
 /// One `v1,<base64>` signature of a request.
 pub fn sign(key: &[u8], msg_id: &str, timestamp: i64, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");
@@ -117,6 +127,13 @@ mod tests {
             &header
         ));
         assert!(!verify(&[old], "msg_1", 1_700_000_000, b"{ }", &header));
+    }
+
+    #[test]
+    fn generated_secrets_decode_and_differ() {
+        let a = generate_secret();
+        assert_eq!(decode_secret(&a).unwrap().len(), 32);
+        assert_ne!(a, generate_secret());
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! Layout:
 //! - [`Cli`]: the command line (clap); every flag also reads an environment variable.
 //! - [`run`]: dispatches a parsed command.
-//! - `setup`: `migrate`, `tenant create`, `token create`, `destination add|list`.
+//! - `setup`: `migrate`, `tenant create`, `destination add|list`.
+//! - `credentials`: signing secrets from files or standard input, sealed with
+//!   `OUTBOX_SECRET_KEYS`; `destination rotate-secret`, `secrets rewrap`,
+//!   `token create|list|revoke`.
 //! - `demo`: the whole system on the sample data, in a database of its own.
 //! - `inspect`: `alert show`, `outbox list`.
 //! - `operate`: `replay`, `resolve`, `revise`, `stats`, `prune`, `destination enable|disable`.
@@ -15,6 +18,7 @@
 //! stdout, and guidance on stderr, so scripts can capture it. Bad input exits non-zero with
 //! a one-line reason and writes nothing.
 
+mod credentials;
 mod demo;
 mod inspect;
 mod operate;
@@ -23,6 +27,7 @@ mod sources;
 mod table;
 
 use clap::{Parser, Subcommand};
+use outbox_core::sealing::SealingKeys;
 use outbox_core::AlertState;
 
 /// The operator's tool for the alert outbox.
@@ -38,6 +43,19 @@ pub struct Cli {
         hide_env_values = true
     )]
     pub database_url: String,
+
+    /// Keys that encrypt signing secrets at rest: `id:base64,...` (32-byte keys; the first
+    /// encrypts, all decrypt). Without it secrets are stored in plain text.
+    #[arg(
+        long,
+        env = "OUTBOX_SECRET_KEYS",
+        global = true,
+        default_value = "",
+        hide_default_value = true,
+        hide_env_values = true,
+        value_parser = parse_secret_keys
+    )]
+    pub secret_keys: SealingKeys,
 
     /// What to do.
     #[command(subcommand)]
@@ -61,6 +79,9 @@ pub enum Command {
     /// Manage destinations.
     #[command(subcommand)]
     Destination(DestinationCommand),
+    /// Signing secrets at rest.
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
     /// Inspect alerts.
     #[command(subcommand)]
     Alert(AlertCommand),
@@ -196,6 +217,35 @@ pub enum TokenCommand {
         /// A note on what the token is for.
         #[arg(long)]
         label: Option<String>,
+        /// Refuse the token once this long has passed (e.g. 90d); default: never.
+        #[arg(long, value_parser = outbox_core::duration::parse_positive)]
+        expires_in: Option<std::time::Duration>,
+    },
+    /// List tokens (never the token itself): id, label, created, last used, expiry, state.
+    List {
+        /// Only this tenant's (name or id).
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: Option<String>,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token by id: the API refuses it from the next request on.
+    Revoke {
+        /// The token's id (from `token list`).
+        id: String,
+    },
+}
+
+/// `secrets ...`
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Encrypt every stored signing secret with the current key of OUTBOX_SECRET_KEYS
+    /// (plain-text ones, and those under older keys). Safe to interrupt and run again.
+    Rewrap {
+        /// Destinations read per query.
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..=10_000))]
+        batch: i64,
     },
 }
 
@@ -204,6 +254,9 @@ pub enum TokenCommand {
 pub enum DestinationCommand {
     /// Add a webhook destination; prints its id.
     Add(setup::DestinationArgs),
+    /// Replace a destination's signing secret; the old one keeps signing beside the new
+    /// one for --overlap, then stops.
+    RotateSecret(credentials::RotateArgs),
     /// Stop delivering to a destination; its alerts wait, pending.
     Disable {
         /// Destination name.
@@ -313,11 +366,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Article(ArticleCommand::Ingest { file }) => {
             sources::ingest_articles(&pool, &file).await
         }
-        Command::Token(TokenCommand::Create { tenant, label }) => {
-            setup::create_token(&pool, &tenant, label.as_deref()).await
+        Command::Token(TokenCommand::Create {
+            tenant,
+            label,
+            expires_in,
+        }) => credentials::create_token(&pool, &tenant, label.as_deref(), expires_in).await,
+        Command::Token(TokenCommand::List { tenant, json }) => {
+            credentials::list_tokens(&pool, tenant.as_deref(), json).await
         }
+        Command::Token(TokenCommand::Revoke { id }) => credentials::revoke_token(&pool, &id).await,
         Command::Destination(DestinationCommand::Add(args)) => {
-            setup::add_destination(&pool, args).await
+            setup::add_destination(&pool, &cli.secret_keys, args).await
+        }
+        Command::Destination(DestinationCommand::RotateSecret(args)) => {
+            credentials::rotate_secret(&pool, &cli.secret_keys, args).await
+        }
+        Command::Secrets(SecretsCommand::Rewrap { batch }) => {
+            credentials::rewrap(&pool, &cli.secret_keys, batch).await
         }
         Command::Destination(DestinationCommand::List { tenant, json }) => {
             setup::list_destinations(&pool, tenant.as_deref(), json).await
@@ -371,4 +436,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     pool.close().await;
     result
+}
+
+fn parse_secret_keys(spec: &str) -> Result<SealingKeys, String> {
+    SealingKeys::parse(spec).map_err(|err| err.to_string())
 }

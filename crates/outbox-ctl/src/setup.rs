@@ -1,11 +1,13 @@
 //! Setting the system up: schema, tenants, tokens, destinations.
 
 use anyhow::{bail, Context};
-use outbox_core::{duration, signing, OnUncertain};
+use outbox_core::sealing::SealingKeys;
+use outbox_core::{duration, redact, signing, OnUncertain};
 use outbox_store::destinations::NewDestination;
-use outbox_store::{tenants, tokens, PgPool};
+use outbox_store::{tenants, PgPool};
 use std::time::Duration;
 
+use crate::credentials::{self, SecretSources};
 use crate::table::Table;
 
 /// Longest request timeout a destination may have.
@@ -37,21 +39,6 @@ pub(crate) async fn create_tenant(
     Ok(())
 }
 
-pub(crate) async fn create_token(
-    pool: &PgPool,
-    tenant: &str,
-    label: Option<&str>,
-) -> anyhow::Result<()> {
-    let tenant = tenants::find(pool, tenant).await?;
-    let token = tokens::create(pool, tenant.id, label).await?;
-    println!("{}", token.expose());
-    eprintln!(
-        "API token for tenant `{}`: shown only now, store it somewhere safe",
-        tenant.name
-    );
-    Ok(())
-}
-
 /// `destination add` flags.
 #[derive(Debug, clap::Args)]
 pub struct DestinationArgs {
@@ -64,9 +51,12 @@ pub struct DestinationArgs {
     /// Where alerts are POSTed (http or https).
     #[arg(long)]
     url: String,
-    /// Standard Webhooks signing secret (`whsec_...`); repeat while rotating.
+    /// Standard Webhooks signing secret (`whsec_...`); repeat while rotating. Visible to
+    /// other users in `ps`: prefer --secret-file or --secret-stdin.
     #[arg(long = "secret", value_name = "WHSEC")]
     secrets: Vec<String>,
+    #[command(flatten)]
+    secret_sources: SecretSources,
     /// Header carrying the notification id on every request.
     #[arg(long, default_value = "Idempotency-Key")]
     idempotency_header: String,
@@ -88,7 +78,11 @@ pub struct DestinationArgs {
     max_in_flight: u32,
 }
 
-pub(crate) async fn add_destination(pool: &PgPool, args: DestinationArgs) -> anyhow::Result<()> {
+pub(crate) async fn add_destination(
+    pool: &PgPool,
+    keys: &SealingKeys,
+    mut args: DestinationArgs,
+) -> anyhow::Result<()> {
     let name = checked_name("destination", &args.name)?.to_owned();
     check_http_url("--url", &args.url)?;
     if let Some(template) = &args.lookup_url {
@@ -100,6 +94,7 @@ pub(crate) async fn add_destination(pool: &PgPool, args: DestinationArgs) -> any
     for secret in &args.secrets {
         signing::decode_secret(secret).context("--secret")?;
     }
+    args.secrets.extend(args.secret_sources.read()?);
     if args.secrets.len() > 4 {
         bail!("at most 4 signing secrets at once (one per rotation step)");
     }
@@ -117,13 +112,17 @@ pub(crate) async fn add_destination(pool: &PgPool, args: DestinationArgs) -> any
     }
 
     let tenant = tenants::find(pool, &args.tenant).await?;
-    let id = outbox_store::destinations::create(
+    // Sealed secrets are bound to the destination's id, so the id is drawn first.
+    let id = outbox_store::destinations::new_id();
+    let signing_secrets = credentials::stored_form(keys, id, &args.secrets);
+    outbox_store::destinations::create_with_id(
         pool,
+        id,
         &NewDestination {
             tenant_id: tenant.id,
             name: name.clone(),
             url: args.url,
-            signing_secrets: args.secrets,
+            signing_secrets,
             idempotency_header: args.idempotency_header,
             idempotency_retention: args.idempotency_retention,
             lookup_url_template: args.lookup_url,
@@ -164,7 +163,11 @@ pub(crate) async fn list_destinations(
         Some(tenant) => Some(tenants::find(pool, tenant).await?.id),
         None => None,
     };
-    let destinations = outbox_store::destinations::list(pool, tenant_id).await?;
+    let mut destinations = outbox_store::destinations::list(pool, tenant_id).await?;
+    for d in &mut destinations {
+        d.url = redact::url(&d.url);
+        d.lookup_url_template = d.lookup_url_template.as_deref().map(redact::url);
+    }
     if json {
         for destination in &destinations {
             println!("{}", serde_json::to_string(destination)?);
@@ -192,6 +195,7 @@ pub(crate) async fn list_destinations(
             ),
             None => "no".to_owned(),
         };
+        let secrets = secrets_cell(&d);
         table.row([
             d.tenant,
             d.name,
@@ -206,10 +210,30 @@ pub(crate) async fn list_destinations(
             d.on_uncertain,
             duration::format(Duration::from_millis(d.timeout_ms.unsigned_abs().into())),
             d.max_in_flight.to_string(),
-            d.signing_secret_count.to_string(),
+            secrets,
             if d.enabled { "yes" } else { "no" }.to_owned(),
         ]);
     }
     print!("{table}");
     Ok(())
+}
+
+/// `1`, `1 sealed`, `1 + 1 until 2026-12-01 10:00`: current secrets, how many are
+/// encrypted at rest, and the replaced ones still signing during a rotation's overlap.
+fn secrets_cell(d: &outbox_store::destinations::DestinationSummary) -> String {
+    let total = d.signing_secret_count + d.retiring_secret_count;
+    let mut cell = d.signing_secret_count.to_string();
+    if let Some(until) = d.retiring_until {
+        cell.push_str(&format!(
+            " + {} until {}",
+            d.retiring_secret_count,
+            until.format("%Y-%m-%d %H:%M")
+        ));
+    }
+    if total > 0 && d.sealed_secret_count == total {
+        cell.push_str(" sealed");
+    } else if d.sealed_secret_count > 0 {
+        cell.push_str(&format!(" ({} sealed)", d.sealed_secret_count));
+    }
+    cell
 }

@@ -3,6 +3,7 @@
 //! lookups by key.
 
 use outbox_core::retry::parse_retry_after;
+use outbox_core::sealing::SealingKeys;
 use outbox_core::signing;
 use outbox_store::dispatch::ClaimedAlert;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
@@ -26,8 +27,8 @@ pub fn client(connect_timeout: Duration) -> reqwest::Client {
         .expect("a client with these settings always builds")
 }
 
-/// Sends one attempt of `alert`.
-pub async fn send(http: &reqwest::Client, alert: &ClaimedAlert) -> Exchange {
+/// Sends one attempt of `alert`, signed with its destination's secrets opened by `keys`.
+pub async fn send(http: &reqwest::Client, alert: &ClaimedAlert, keys: &SealingKeys) -> Exchange {
     let id = alert.alert_id.to_string();
     let timestamp = chrono::Utc::now().timestamp();
     let mut headers = HeaderMap::new();
@@ -43,13 +44,22 @@ pub async fn send(http: &reqwest::Client, alert: &ClaimedAlert) -> Exchange {
     headers.insert("webhook-id", id_value);
     headers.insert("webhook-timestamp", HeaderValue::from(timestamp));
     if !alert.signing_secrets.is_empty() {
-        let keys: Result<Vec<_>, _> = alert
+        // A secret that does not open (key missing or wrong, value altered or copied from
+        // another destination) is a configuration error: nothing is sent unsigned.
+        let keys: Result<Vec<_>, String> = alert
             .signing_secrets
             .iter()
-            .map(|s| signing::decode_secret(s))
+            .map(|stored| {
+                let secret = keys
+                    .open(alert.destination_id, stored)
+                    .map_err(|err| format!("a signing secret of the destination: {err}"))?;
+                signing::decode_secret(&secret)
+                    .map_err(|_| "a signing secret of the destination is malformed".to_owned())
+            })
             .collect();
-        let Ok(keys) = keys else {
-            return Exchange::Unsendable("a signing secret of the destination is malformed".into());
+        let keys = match keys {
+            Ok(keys) => keys,
+            Err(why) => return Exchange::Unsendable(why),
         };
         let signature = signing::signature_header(&keys, &id, timestamp, alert.payload.as_bytes());
         headers.insert(

@@ -70,6 +70,9 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// How sends reach destinations.
     pub transport: Transport,
+    /// Keys that open sealed signing secrets (`OUTBOX_SECRET_KEYS`); empty when secrets
+    /// are stored in plain text.
+    pub secret_keys: outbox_core::sealing::SealingKeys,
 }
 
 /// How sends reach destinations.

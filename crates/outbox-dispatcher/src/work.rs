@@ -92,7 +92,7 @@ async fn send_and_judge(
     let started_at = Utc::now();
     let started = Instant::now();
     let exchange = match shared.config.transport {
-        crate::Transport::Http => http::send(&shared.http, row).await,
+        crate::Transport::Http => http::send(&shared.http, row, &shared.config.secret_keys).await,
         crate::Transport::Discard => Exchange::Answered {
             status: 200,
             retry_after: None,

@@ -1,6 +1,7 @@
 //! Destinations: where a tenant's alerts are delivered, and what each one can do to help
 //! settle an uncertain send (de-duplicate by key, answer a lookup by key).
 
+use chrono::{DateTime, Utc};
 use outbox_core::OnUncertain;
 use sqlx::PgExecutor;
 use std::time::Duration;
@@ -17,7 +18,8 @@ pub struct NewDestination {
     pub name: String,
     /// Where alerts are POSTed.
     pub url: String,
-    /// `whsec_...` secrets; one signature per secret on every request.
+    /// Secrets as stored: `whsec_...`, or sealed (`enc:v1:...`, bound to the destination's
+    /// id, so sealed ones need [`create_with_id`]). One signature per secret on every request.
     pub signing_secrets: Vec<String>,
     /// Header that carries the notification id.
     pub idempotency_header: String,
@@ -58,13 +60,32 @@ pub struct DestinationSummary {
     pub max_in_flight: i32,
     /// Number of signing secrets configured.
     pub signing_secret_count: i32,
+    /// Secrets replaced by a rotation that still sign until `retiring_until`.
+    pub retiring_secret_count: i32,
+    /// End of the rotation overlap, while it runs.
+    pub retiring_until: Option<DateTime<Utc>>,
+    /// How many of the secrets (current and retiring) are sealed with a key.
+    pub sealed_secret_count: i32,
     /// Whether alerts are being delivered to it.
     pub enabled: bool,
 }
 
 /// Creates a destination and returns its id.
 pub async fn create(db: impl PgExecutor<'_>, new: &NewDestination) -> Result<Uuid, StoreError> {
-    let id = Uuid::now_v7();
+    create_with_id(db, Uuid::now_v7(), new).await
+}
+
+/// A fresh destination id, for callers that seal secrets before [`create_with_id`].
+pub fn new_id() -> Uuid {
+    Uuid::now_v7()
+}
+
+/// Creates a destination under an id chosen by the caller (from [`new_id`]).
+pub async fn create_with_id(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    new: &NewDestination,
+) -> Result<Uuid, StoreError> {
     let timeout_ms = i32::try_from(new.timeout.as_millis()).unwrap_or(i32::MAX);
     let retention_secs = new.idempotency_retention.map(|d| d.as_secs_f64());
     sqlx::query(
@@ -122,7 +143,13 @@ pub async fn list(
         "SELECT d.id, t.name AS tenant, d.name, d.url, d.idempotency_header, \
                 extract(epoch FROM d.idempotency_retention)::int8 AS idempotency_retention_secs, \
                 d.lookup_url_template, d.on_uncertain, d.timeout_ms, d.max_in_flight, \
-                cardinality(d.signing_secrets) AS signing_secret_count, d.enabled \
+                cardinality(d.signing_secrets) AS signing_secret_count, \
+                CASE WHEN d.retiring_until > now() THEN cardinality(d.retiring_signing_secrets) \
+                     ELSE 0 END AS retiring_secret_count, \
+                CASE WHEN d.retiring_until > now() THEN d.retiring_until END AS retiring_until, \
+                (SELECT count(*)::int4 FROM unnest(d.signing_secrets || d.retiring_signing_secrets) s \
+                 WHERE s LIKE 'enc:%') AS sealed_secret_count, \
+                d.enabled \
          FROM destinations d JOIN tenants t ON t.id = d.tenant_id \
          WHERE $1::uuid IS NULL OR d.tenant_id = $1 \
          ORDER BY t.name, d.name",
@@ -131,4 +158,94 @@ pub async fn list(
     .fetch_all(db)
     .await?;
     Ok(rows)
+}
+
+/// A destination's secrets as stored, for re-sealing under another key.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredSecrets {
+    /// The destination (the sealed secrets are bound to it).
+    pub id: Uuid,
+    /// Current secrets.
+    pub signing_secrets: Vec<String>,
+    /// Secrets a rotation replaced (signing until the overlap ends).
+    pub retiring_signing_secrets: Vec<String>,
+}
+
+/// Up to `limit` destinations with any secret, after `after` in id order (keyset paging,
+/// so a long run needs no transaction and can be resumed).
+pub async fn stored_secrets_page(
+    db: impl PgExecutor<'_>,
+    after: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<StoredSecrets>, StoreError> {
+    Ok(sqlx::query_as::<_, StoredSecrets>(
+        "SELECT id, signing_secrets, retiring_signing_secrets FROM destinations \
+         WHERE ($1::uuid IS NULL OR id > $1) \
+           AND cardinality(signing_secrets || retiring_signing_secrets) > 0 \
+         ORDER BY id LIMIT $2",
+    )
+    .bind(after)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Replaces a destination's stored secrets with `new`, only if they are still exactly
+/// `old` (compare and set: a rotation that happened meanwhile is not overwritten).
+/// Returns whether the row was updated.
+pub async fn replace_stored_secrets(
+    db: impl PgExecutor<'_>,
+    old: &StoredSecrets,
+    new: &StoredSecrets,
+) -> Result<bool, StoreError> {
+    let updated = sqlx::query(
+        "UPDATE destinations SET signing_secrets = $4, retiring_signing_secrets = $5 \
+         WHERE id = $1 AND signing_secrets = $2 AND retiring_signing_secrets = $3",
+    )
+    .bind(old.id)
+    .bind(&old.signing_secrets)
+    .bind(&old.retiring_signing_secrets)
+    .bind(&new.signing_secrets)
+    .bind(&new.retiring_signing_secrets)
+    .execute(db)
+    .await?
+    .rows_affected();
+    Ok(updated == 1)
+}
+
+/// What a secret rotation did.
+#[derive(Debug, Clone, Copy, sqlx::FromRow)]
+pub struct Rotation {
+    /// Secrets that keep signing beside the new one during the overlap.
+    pub retiring: i32,
+    /// When they stop, if any keep signing.
+    pub retiring_until: Option<DateTime<Utc>>,
+}
+
+/// Makes `new_secret` (as stored) the destination's only current secret. The secrets it
+/// replaces keep signing beside it for `overlap` (none when zero); secrets a previous
+/// rotation was still retiring are dropped now.
+pub async fn rotate_secret(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    new_secret: &str,
+    overlap: Duration,
+) -> Result<Rotation, StoreError> {
+    let overlap_secs = overlap.as_secs_f64();
+    let rotation = sqlx::query_as::<_, Rotation>(
+        "UPDATE destinations SET \
+             retiring_signing_secrets = CASE WHEN $3 > 0 THEN signing_secrets ELSE '{}' END, \
+             retiring_until = CASE WHEN $3 > 0 AND cardinality(signing_secrets) > 0 \
+                                   THEN now() + make_interval(secs => $3) END, \
+             signing_secrets = ARRAY[$2] \
+         WHERE id = $1 \
+         RETURNING cardinality(retiring_signing_secrets) AS retiring, retiring_until",
+    )
+    .bind(id)
+    .bind(new_secret)
+    .bind(overlap_secs)
+    .fetch_optional(db)
+    .await?
+    .ok_or_else(|| StoreError::UnknownDestination(id.to_string()))?;
+    Ok(rotation)
 }

@@ -20,8 +20,9 @@ use crate::StoreError;
 pub const WAKE_UP_CHANNEL: &str = "outbox_due";
 
 /// A row a dispatcher now holds, with everything needed to act on it without another
-/// query: the stored payload and the destination's capabilities.
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// query: the stored payload and the destination's capabilities. Its `Debug` leaves out
+/// the secrets, the payload and the URL's credentials.
+#[derive(Clone, sqlx::FromRow)]
 pub struct ClaimedAlert {
     /// The alert (notification id, idempotency key).
     pub alert_id: Uuid,
@@ -53,7 +54,8 @@ pub struct ClaimedAlert {
     pub destination: String,
     /// Where to POST.
     pub url: String,
-    /// `whsec_` secrets.
+    /// The secrets that sign now, as stored (`whsec_...` or sealed `enc:v1:...`): the
+    /// current ones, and those a rotation replaced while its overlap runs.
     pub signing_secrets: Vec<String>,
     /// Header for the notification id.
     pub idempotency_header: String,
@@ -73,6 +75,20 @@ pub struct ClaimedAlert {
     pub max_attempts: i32,
     /// Longest time from approval to the last retry, in seconds.
     pub max_retry_window_secs: f64,
+}
+
+impl std::fmt::Debug for ClaimedAlert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimedAlert")
+            .field("alert_id", &self.alert_id)
+            .field("fencing_token", &self.fencing_token)
+            .field("attempts", &self.attempts)
+            .field("claimed_from", &self.claimed_from)
+            .field("destination", &self.destination)
+            .field("url", &outbox_core::redact::url(&self.url))
+            .field("signing_secrets", &self.signing_secrets.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Claims up to `limit` due rows (pending, or uncertain and due for resolution) of enabled
@@ -134,7 +150,9 @@ pub async fn claim(
                 CASE WHEN c.claimed_from = 'uncertain' THEN \
                     (SELECT max(da.started_at) FROM delivery_attempts da \
                      WHERE da.alert_id = c.alert_id AND da.kind = 'send') END AS last_send_started_at, \
-                d.id AS destination_id, d.name AS destination, d.url, d.signing_secrets, \
+                d.id AS destination_id, d.name AS destination, d.url, \
+                d.signing_secrets || CASE WHEN d.retiring_until > now() \
+                    THEN d.retiring_signing_secrets ELSE '{}'::text[] END AS signing_secrets, \
                 d.idempotency_header, \
                 extract(epoch FROM d.idempotency_retention)::float8 AS idempotency_retention_secs, \
                 d.lookup_url_template, d.reference_header, d.on_uncertain, d.timeout_ms, \

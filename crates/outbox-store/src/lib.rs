@@ -5,7 +5,9 @@
 //! - [`bench`]: counters, samples and synthetic history for the benchmark.
 //! - [`checker`]: the fault suite's referee reads, straight from the tables.
 //! - [`connect`]: pools (with a bounded wait for the database at start-up) and [`MIGRATOR`].
-//! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts, and where alerts go.
+//! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts (tokens with expiry
+//!   and revocation), and where alerts go (with signing secrets as stored, their rotation,
+//!   and re-sealing under a new key).
 //! - [`alerts`]: the decider's write path (approve, revise, in one transaction each) and
 //!   the read model of an alert with its attempts and evidence trail.
 //! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and wake-ups.

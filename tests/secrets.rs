@@ -1,0 +1,781 @@
+//! Secrets and tokens end to end, with the real `outboxctl`, `dispatcher` and `sink` over a
+//! real database: signing secrets encrypted at rest and still signing, keys rotated,
+//! secrets rotated with an overlap, secrets kept off argv, credentials in URLs redacted,
+//! tokens listed, revoked and expired.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+mod common;
+
+use base64::Engine;
+use common::procs::*;
+use common::{Api, CliRun};
+use outbox_testkit::TestDb;
+use reqwest::StatusCode;
+use std::sync::{Arc, Mutex};
+use tokio::io::AsyncWriteExt;
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// The base64 part of [`SECRET`]: what must never be readable in the database.
+const SECRET_KEY_TEXT: &str = "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+fn key(byte: u8) -> String {
+    base64::engine::general_purpose::STANDARD.encode([byte; 32])
+}
+
+fn keys_k1() -> String {
+    format!("k1:{}", key(1))
+}
+
+/// Runs the real `outboxctl` with extra environment and, optionally, standard input.
+async fn ctl(db: &TestDb, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> CliRun {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"));
+    command
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env("USER", "alice")
+        .env_remove("OUTBOX_TENANT")
+        .env_remove("OUTBOX_SECRET_KEYS")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("run outboxctl");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).await.unwrap();
+    }
+    drop(input);
+    let output = child.wait_with_output().await.unwrap();
+    CliRun {
+        ok: output.status.success(),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+fn assert_refused(run: &CliRun, reason: &str) {
+    assert!(!run.ok, "expected a refusal, got: {}", run.stdout);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {}", run.stderr);
+    assert!(lines[0].starts_with("error: "), "{}", run.stderr);
+    assert!(lines[0].contains(reason), "{}", run.stderr);
+}
+
+async fn stored_secrets(db: &TestDb, name: &str) -> (Vec<String>, Vec<String>) {
+    sqlx::query_as(
+        "SELECT signing_secrets, retiring_signing_secrets FROM destinations WHERE name = $1",
+    )
+    .bind(name)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// A tenant `acme` made with `outboxctl` (no destination yet).
+async fn tenant(db: &TestDb) -> uuid::Uuid {
+    let run = ctl(db, &["tenant", "create", "acme"], &[], None).await;
+    assert!(run.ok, "{}", run.stderr);
+    run.stdout.trim().parse().unwrap()
+}
+
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("{name}-{}", uuid::Uuid::new_v4()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Approves one new alert for `destination` (a fresh subject each time).
+async fn approve_one(db: &TestDb, tenant_id: uuid::Uuid, destination: &str) -> uuid::Uuid {
+    let subject = format!("contract:{}", uuid::Uuid::new_v4());
+    let outcome = outbox_store::alerts::approve(
+        &db.pool,
+        outbox_store::alerts::Approval {
+            tenant_id,
+            destination,
+            subject: &subject,
+            occurrence: "2027-01-31/30d",
+            payload_json: r#"{"text":"renewal due"}"#,
+            actor: "test",
+        },
+    )
+    .await
+    .unwrap();
+    match outcome {
+        outbox_store::alerts::ApproveOutcome::Created(id) => id,
+        other => panic!("expected a new alert, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn secrets_are_encrypted_at_rest_and_the_dispatcher_signs_with_the_decrypted_secret() {
+    let db = TestDb::new().await;
+    let tenant_id = tenant(&db).await;
+    let sink = Sink::start(&["--secret", SECRET]).await;
+    let file = temp_file("secret", &format!("{SECRET}\n"));
+    let add = ctl(
+        &db,
+        &[
+            "destination",
+            "add",
+            "--tenant",
+            "acme",
+            "--name",
+            "ops",
+            "--url",
+            &sink.hook_url(),
+            "--secret-file",
+            file.to_str().unwrap(),
+        ],
+        &[("OUTBOX_SECRET_KEYS", &keys_k1())],
+        None,
+    )
+    .await;
+    std::fs::remove_file(&file).unwrap();
+    assert!(add.ok, "{}", add.stderr);
+    assert!(!add.stderr.contains("warning"), "{}", add.stderr);
+
+    // Read back from the database: sealed under k1, the secret nowhere in the row.
+    let (current, _) = stored_secrets(&db, "ops").await;
+    assert_eq!(current.len(), 1);
+    assert!(current[0].starts_with("enc:v1:k1:"), "{}", current[0]);
+    let row: String = sqlx::query_scalar("SELECT d::text FROM destinations d")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(!row.contains(SECRET_KEY_TEXT), "{row}");
+
+    // The dispatcher, given the same keys, signs with the decrypted secret: the sink's own
+    // signature check says so.
+    let id = approve_one(&db, tenant_id, "ops").await;
+    drain(&db, "d1", &["--secret-keys", &keys_k1()]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+    let records = sink.records(&id.to_string()).await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["signature"], "valid", "{records:?}");
+
+    let list = ctl(&db, &["destination", "list"], &[], None).await;
+    assert!(list.stdout.contains("1 sealed"), "{}", list.stdout);
+}
+
+#[tokio::test]
+async fn a_secret_that_cannot_be_decrypted_fails_the_alert_with_evidence_and_sends_nothing() {
+    let db = TestDb::new().await;
+    let tenant_id = tenant(&db).await;
+    let sink = Sink::start(&["--secret", SECRET]).await;
+    for name in ["ops", "other"] {
+        let add = ctl(
+            &db,
+            &[
+                "destination",
+                "add",
+                "--tenant",
+                "acme",
+                "--name",
+                name,
+                "--url",
+                &sink.hook_url(),
+                "--secret-stdin",
+            ],
+            &[("OUTBOX_SECRET_KEYS", &keys_k1())],
+            Some(SECRET),
+        )
+        .await;
+        assert!(add.ok, "{}", add.stderr);
+    }
+    // Attack: move `ops`'s sealed secret onto `other`. The associated data binds it to
+    // `ops`, so it does not open for `other`.
+    sqlx::query(
+        "UPDATE destinations SET signing_secrets = \
+             (SELECT signing_secrets FROM destinations WHERE name = 'ops') \
+         WHERE name = 'other'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let moved = approve_one(&db, tenant_id, "other").await;
+    drain(&db, "d1", &["--secret-keys", &keys_k1()]).await;
+    assert_eq!(state_of(&db, moved).await, "failed");
+    let lines = evidence(&db, moved).await.join("\n");
+    assert!(lines.contains("does not decrypt"), "{lines}");
+
+    // A dispatcher without the key: the same, with the reason, and no retries.
+    let unkeyed = approve_one(&db, tenant_id, "ops").await;
+    drain(&db, "d2", &[]).await;
+    assert_eq!(state_of(&db, unkeyed).await, "failed");
+    let lines = evidence(&db, unkeyed).await.join("\n");
+    assert!(lines.contains("no key is configured"), "{lines}");
+    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery_attempts")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 2, "one attempt each, no retry storm");
+    assert_eq!(sink.stats().await["requests"], 0, "nothing sent unsigned");
+}
+
+#[tokio::test]
+async fn rewrap_encrypts_plain_secrets_moves_them_to_the_new_key_and_can_run_again() {
+    let db = TestDb::new().await;
+    let tenant_id = tenant(&db).await;
+    let sink = Sink::start(&["--secret", SECRET]).await;
+    // No key yet: stored as given, with a warning saying so.
+    let add = ctl(
+        &db,
+        &[
+            "destination",
+            "add",
+            "--tenant",
+            "acme",
+            "--name",
+            "ops",
+            "--url",
+            &sink.hook_url(),
+            "--secret-stdin",
+        ],
+        &[],
+        Some(SECRET),
+    )
+    .await;
+    assert!(add.ok, "{}", add.stderr);
+    assert!(
+        add.stderr
+            .contains("warning: OUTBOX_SECRET_KEYS is not set"),
+        "{}",
+        add.stderr
+    );
+    assert_eq!(stored_secrets(&db, "ops").await.0, vec![SECRET.to_owned()]);
+
+    assert_refused(
+        &ctl(&db, &["secrets", "rewrap"], &[], None).await,
+        "OUTBOX_SECRET_KEYS is not set",
+    );
+
+    let rewrap = ctl(
+        &db,
+        &["secrets", "rewrap"],
+        &[("OUTBOX_SECRET_KEYS", &keys_k1())],
+        None,
+    )
+    .await;
+    assert!(rewrap.ok, "{}", rewrap.stderr);
+    let (current, _) = stored_secrets(&db, "ops").await;
+    assert!(current[0].starts_with("enc:v1:k1:"), "{current:?}");
+
+    // Key rotation: k2 first, k1 still there to open what it sealed.
+    let both = format!("k2:{},k1:{}", key(2), key(1));
+    let rewrap = ctl(
+        &db,
+        &["secrets", "rewrap"],
+        &[("OUTBOX_SECRET_KEYS", &both)],
+        None,
+    )
+    .await;
+    assert!(rewrap.ok, "{}", rewrap.stderr);
+    let (current, _) = stored_secrets(&db, "ops").await;
+    assert!(current[0].starts_with("enc:v1:k2:"), "{current:?}");
+    // Running it again changes nothing.
+    let again = ctl(
+        &db,
+        &["secrets", "rewrap"],
+        &[("OUTBOX_SECRET_KEYS", &both)],
+        None,
+    )
+    .await;
+    assert!(again.ok, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("0 destination(s)"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(stored_secrets(&db, "ops").await.0, current);
+
+    // k1 can now be dropped: the dispatcher with k2 alone signs correctly.
+    let id = approve_one(&db, tenant_id, "ops").await;
+    drain(&db, "d1", &["--secret-keys", &format!("k2:{}", key(2))]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+    assert_eq!(sink.records(&id.to_string()).await[0]["signature"], "valid");
+
+    // A key that is gone makes rewrap refuse, naming the problem, and change nothing.
+    let only_k3 = format!("k3:{}", key(3));
+    let lost = ctl(
+        &db,
+        &["secrets", "rewrap"],
+        &[("OUTBOX_SECRET_KEYS", &only_k3)],
+        None,
+    )
+    .await;
+    assert!(!lost.ok);
+    assert!(
+        lost.stderr.contains("cannot be decrypted"),
+        "{}",
+        lost.stderr
+    );
+    assert_eq!(stored_secrets(&db, "ops").await.0, current);
+}
+
+#[tokio::test]
+async fn secrets_are_read_from_files_and_stdin_and_bad_ones_are_refused_without_writing() {
+    let db = TestDb::new().await;
+    tenant(&db).await;
+    let add = |extra: &'static [&'static str]| {
+        let mut args = vec![
+            "destination",
+            "add",
+            "--tenant",
+            "acme",
+            "--name",
+            "ops",
+            "--url",
+            "https://hooks.example.com/x",
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    assert_refused(
+        &ctl(&db, &add(&["--secret-stdin"]), &[], Some("not-a-secret\n")).await,
+        "--secret-stdin",
+    );
+    assert_refused(
+        &ctl(&db, &add(&["--secret-stdin"]), &[], Some("\n")).await,
+        "holds no signing secret",
+    );
+    assert_refused(
+        &ctl(
+            &db,
+            &add(&["--secret-file", "/nonexistent/secret"]),
+            &[],
+            None,
+        )
+        .await,
+        "cannot be read",
+    );
+    assert_eq!(db.count("destinations").await, 0);
+    let bad = format!("k1:{}", "c2hvcnQ=");
+    assert_refused(
+        &ctl(
+            &db,
+            &add(&["--secret-stdin"]),
+            &[("OUTBOX_SECRET_KEYS", &bad)],
+            Some(SECRET),
+        )
+        .await,
+        "32 bytes",
+    );
+    assert_eq!(db.count("destinations").await, 0);
+    // The error text never contains the secret.
+    let wrong = ctl(
+        &db,
+        &add(&["--secret-stdin"]),
+        &[],
+        Some("whsec_c2hvcnRzZWNyZXQ="),
+    )
+    .await;
+    assert!(
+        !wrong.stderr.contains("c2hvcnRzZWNyZXQ"),
+        "{}",
+        wrong.stderr
+    );
+}
+
+/// What a receiver saw: the id, timestamp, body and `webhook-signature` of each request.
+type Seen = Arc<Mutex<Vec<(String, i64, Vec<u8>, String)>>>;
+
+/// A receiver that keeps each request's signature header, to check every signature in it
+/// separately (the sink only says whether any of them is valid).
+async fn signature_recorder() -> (String, Seen) {
+    let seen: Seen = Arc::default();
+    let kept = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let kept = kept.clone();
+                async move {
+                    let header = |name: &str| headers[name].to_str().unwrap().to_owned();
+                    kept.lock().unwrap().push((
+                        header("webhook-id"),
+                        header("webhook-timestamp").parse().unwrap(),
+                        body.to_vec(),
+                        header("webhook-signature"),
+                    ));
+                    StatusCode::OK
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, seen)
+}
+
+/// Which of `secrets` each signature in the last request verifies with, one set per
+/// signature.
+fn signers(seen: &Seen, secrets: &[&str]) -> Vec<Vec<usize>> {
+    let seen = seen.lock().unwrap();
+    let (id, timestamp, body, header) = seen.last().unwrap();
+    header
+        .split(' ')
+        .map(|signature| {
+            secrets
+                .iter()
+                .enumerate()
+                .filter(|(_, secret)| {
+                    let key = outbox_core::signing::decode_secret(secret).unwrap();
+                    outbox_core::signing::verify(&[key], id, *timestamp, body, signature)
+                })
+                .map(|(i, _)| i)
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_rotated_secret_signs_beside_the_old_one_during_the_overlap_then_alone() {
+    let db = TestDb::new().await;
+    let tenant_id = tenant(&db).await;
+    let (url, seen) = signature_recorder().await;
+    let keys = keys_k1();
+    let env = [("OUTBOX_SECRET_KEYS", keys.as_str())];
+    let add = ctl(
+        &db,
+        &[
+            "destination",
+            "add",
+            "--tenant",
+            "acme",
+            "--name",
+            "ops",
+            "--url",
+            &url,
+            "--secret-stdin",
+        ],
+        &env,
+        Some(SECRET),
+    )
+    .await;
+    assert!(add.ok, "{}", add.stderr);
+
+    let rotate = ctl(
+        &db,
+        &[
+            "destination",
+            "rotate-secret",
+            "ops",
+            "--tenant",
+            "acme",
+            "--generate",
+            "--overlap",
+            "24h",
+        ],
+        &env,
+        None,
+    )
+    .await;
+    assert!(rotate.ok, "{}", rotate.stderr);
+    let new_secret = rotate.stdout.trim().to_owned();
+    assert!(new_secret.starts_with("whsec_"), "{new_secret}");
+    assert_ne!(new_secret, SECRET);
+    let (current, retiring) = stored_secrets(&db, "ops").await;
+    assert!(current[0].starts_with("enc:v1:k1:") && retiring[0].starts_with("enc:v1:k1:"));
+    assert!(!current[0].contains(&new_secret[6..]));
+    let list = ctl(&db, &["destination", "list"], &[], None).await;
+    assert!(list.stdout.contains("1 + 1 until"), "{}", list.stdout);
+
+    // During the overlap: two signatures, one by each secret.
+    approve_one(&db, tenant_id, "ops").await;
+    drain(&db, "d1", &["--secret-keys", &keys]).await;
+    assert_eq!(
+        signers(&seen, &[SECRET, &new_secret]),
+        vec![vec![1], vec![0]],
+        "the new secret's signature and the old one's"
+    );
+
+    // The overlap ends (as if 24 hours had passed): only the new secret signs.
+    sqlx::query("UPDATE destinations SET retiring_until = now() - interval '1 second'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let second = approve_one(&db, tenant_id, "ops").await;
+    drain(&db, "d2", &["--secret-keys", &keys]).await;
+    assert_eq!(state_of(&db, second).await, "accepted");
+    assert_eq!(signers(&seen, &[SECRET, &new_secret]), vec![vec![1]]);
+
+    // A rotation from a file with no overlap: the replaced secret stops at once.
+    let file = temp_file("rotated", &format!("{SECRET}\n"));
+    let rotate = ctl(
+        &db,
+        &[
+            "destination",
+            "rotate-secret",
+            "ops",
+            "--tenant",
+            "acme",
+            "--secret-file",
+            file.to_str().unwrap(),
+            "--overlap",
+            "0s",
+        ],
+        &env,
+        None,
+    )
+    .await;
+    std::fs::remove_file(&file).unwrap();
+    assert!(rotate.ok, "{}", rotate.stderr);
+    assert!(rotate.stdout.is_empty(), "a given secret is not echoed");
+    assert_eq!(stored_secrets(&db, "ops").await.1, Vec::<String>::new());
+
+    // One source is required, and unknown destinations are refused.
+    assert_refused(
+        &ctl(
+            &db,
+            &["destination", "rotate-secret", "ops", "--tenant", "acme"],
+            &env,
+            None,
+        )
+        .await,
+        "required",
+    );
+    assert_refused(
+        &ctl(
+            &db,
+            &[
+                "destination",
+                "rotate-secret",
+                "nope",
+                "--tenant",
+                "acme",
+                "--generate",
+            ],
+            &env,
+            None,
+        )
+        .await,
+        "no destination named `nope`",
+    );
+}
+
+#[tokio::test]
+async fn credentials_in_urls_are_redacted_in_every_view() {
+    let db = TestDb::new().await;
+    let tenant_id = tenant(&db).await;
+    let password = "s3cr3tpass";
+    let url = format!("http://hooker:{password}@127.0.0.1:9/hook");
+    let lookup = format!("http://hooker:{password}@127.0.0.1:9/lookup/{{key}}");
+    let add = ctl(
+        &db,
+        &[
+            "destination",
+            "add",
+            "--tenant",
+            "acme",
+            "--name",
+            "ops",
+            "--url",
+            &url,
+            "--lookup-url",
+            &lookup,
+        ],
+        &[],
+        None,
+    )
+    .await;
+    assert!(add.ok, "{}", add.stderr);
+    let id = approve_one(&db, tenant_id, "ops").await;
+    drain(&db, "d1", &[]).await;
+
+    let list = ctl(&db, &["destination", "list"], &[], None).await;
+    assert!(
+        list.stdout.contains("http://***@127.0.0.1:9/hook"),
+        "{}",
+        list.stdout
+    );
+    let json = ctl(&db, &["destination", "list", "--json"], &[], None).await;
+    assert!(
+        json.stdout.contains("http://***@127.0.0.1:9/lookup/{key}"),
+        "{}",
+        json.stdout
+    );
+
+    let id = id.to_string();
+    for view in [
+        vec!["destination", "list"],
+        vec!["destination", "list", "--json"],
+        vec!["alert", "show", &id],
+        vec!["alert", "show", &id, "--json"],
+        vec!["outbox", "list", "--status", "pending"],
+        vec!["outbox", "list", "--json"],
+        vec!["stats"],
+        vec!["stats", "--json"],
+    ] {
+        let run = ctl(&db, &view, &[], None).await;
+        assert!(run.ok, "{view:?}: {}", run.stderr);
+        assert!(
+            !run.stdout.contains(password) && !run.stderr.contains(password),
+            "{view:?} shows the password: {}",
+            run.stdout
+        );
+    }
+    let lines = evidence(&db, id.parse().unwrap()).await.join("\n");
+    assert!(!lines.is_empty());
+    assert!(!lines.contains(password), "{lines}");
+}
+
+#[tokio::test]
+async fn revoked_and_expired_tokens_are_refused_with_401() {
+    let api = Api::start().await;
+    let db = &api.db;
+    let probe = format!("/v1/alerts/{}", uuid::Uuid::now_v7());
+    // The fixture's token works: an unknown alert is 404, not 401.
+    assert_eq!(
+        api.get(&probe, &api.acme.token).await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    let created = ctl(
+        db,
+        &[
+            "token",
+            "create",
+            "--tenant",
+            "acme",
+            "--label",
+            "ci",
+            "--expires-in",
+            "90d",
+        ],
+        &[],
+        None,
+    )
+    .await;
+    assert!(created.ok, "{}", created.stderr);
+    let expiring = created.stdout.trim().to_owned();
+    assert_eq!(api.get(&probe, &expiring).await.0, StatusCode::NOT_FOUND);
+
+    let list = ctl(
+        db,
+        &["token", "list", "--tenant", "acme", "--json"],
+        &[],
+        None,
+    )
+    .await;
+    assert!(list.ok, "{}", list.stderr);
+    let tokens: Vec<serde_json::Value> = list
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 2);
+    let ci = tokens.iter().find(|t| t["label"] == "ci").unwrap();
+    assert!(
+        ci["expires_at"].is_string() && ci["last_used_at"].is_string(),
+        "{ci}"
+    );
+    let ci_id = ci["id"].as_str().unwrap().to_owned();
+    let fixture = tokens.iter().find(|t| t["label"] == "tests").unwrap();
+    let fixture_id = fixture["id"].as_str().unwrap().to_owned();
+    // Never the token, nor its hash.
+    let hash_hex: String =
+        sqlx::query_scalar("SELECT encode(token_hash, 'hex') FROM api_tokens WHERE label = 'ci'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let table = ctl(db, &["token", "list"], &[], None).await;
+    for shown in [&list.stdout, &table.stdout] {
+        assert!(!shown.contains(&expiring[4..]) && !shown.contains(&api.acme.token[4..]));
+        assert!(!shown.contains(&hash_hex));
+    }
+    assert!(table.stdout.contains(&ci_id) && table.stdout.contains("active"));
+
+    // Expiry: once past (as if 90 days had gone by), 401.
+    sqlx::query(
+        "UPDATE api_tokens SET expires_at = now() - interval '1 second' WHERE label = 'ci'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let (status, body) = api.get(&probe, &expiring).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(ctl(db, &["token", "list"], &[], None)
+        .await
+        .stdout
+        .contains("expired"));
+
+    // Revocation takes effect on the very next request: nothing is cached.
+    let revoke = ctl(db, &["token", "revoke", &fixture_id], &[], None).await;
+    assert!(revoke.ok, "{}", revoke.stderr);
+    let (status, body) = api.get(&probe, &api.acme.token).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    let (status, _) = api.approve(&api.acme.token, &common::renewal(1)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(db.count("alerts").await, 0);
+    let again = ctl(db, &["token", "revoke", &fixture_id], &[], None).await;
+    assert!(
+        again.ok && again.stderr.contains("already revoked"),
+        "{}",
+        again.stderr
+    );
+    assert_refused(
+        &ctl(db, &["token", "revoke", "17"], &[], None).await,
+        "not a token id",
+    );
+    assert_refused(
+        &ctl(
+            db,
+            &["token", "revoke", &uuid::Uuid::now_v7().to_string()],
+            &[],
+            None,
+        )
+        .await,
+        "no token",
+    );
+}
+
+#[tokio::test]
+async fn rewrapping_never_overwrites_a_rotation_that_happened_meanwhile() {
+    let db = TestDb::new().await;
+    let tenant_id = tenant(&db).await;
+    let add = ctl(
+        &db,
+        &[
+            "destination",
+            "add",
+            "--tenant",
+            "acme",
+            "--name",
+            "ops",
+            "--url",
+            "https://hooks.example.com/x",
+            "--secret-stdin",
+        ],
+        &[],
+        Some(SECRET),
+    )
+    .await;
+    assert!(add.ok, "{}", add.stderr);
+    let id = outbox_store::destinations::id_by_name(&db.pool, tenant_id, "ops")
+        .await
+        .unwrap();
+    // What a rewrap read, then a rotation lands before it writes.
+    let read = outbox_store::destinations::stored_secrets_page(&db.pool, None, 10)
+        .await
+        .unwrap()
+        .remove(0);
+    let rotated = outbox_core::signing::generate_secret();
+    outbox_store::destinations::rotate_secret(&db.pool, id, &rotated, std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    let resealed = outbox_store::destinations::StoredSecrets {
+        id,
+        signing_secrets: vec!["enc:v1:k1:stale".to_owned()],
+        retiring_signing_secrets: vec![],
+    };
+    let written = outbox_store::destinations::replace_stored_secrets(&db.pool, &read, &resealed)
+        .await
+        .unwrap();
+    assert!(!written, "the stale rewrap must not land");
+    assert_eq!(stored_secrets(&db, "ops").await.0, vec![rotated]);
+}
