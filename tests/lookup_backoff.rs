@@ -167,7 +167,7 @@ async fn a_failing_lookup_backs_off_and_the_alert_is_held_when_the_budget_is_spe
     for (i, pair) in rows.windows(2).enumerate() {
         let gap = (pair[1].0 - pair[0].0).to_std().unwrap();
         assert!(
-            gap <= DELAYS[i] + Duration::from_millis(1500),
+            gap <= DELAYS[i] + Duration::from_secs(2),
             "lookup {} came {gap:?} after the one before; ceiling {:?}",
             i + 2,
             DELAYS[i]
