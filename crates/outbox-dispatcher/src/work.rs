@@ -459,7 +459,12 @@ fn after_failed_lookup(
                 reference: None,
             },
             format!(
-                "lookup failed {failures} times since {}: {why}; {spent}; held for an operator",
+                "lookup failed {} since {}: {why}; {spent}; held for an operator",
+                if failures == 1 {
+                    "once".to_owned()
+                } else {
+                    format!("{failures} times")
+                },
                 budget
                     .first_failed_at
                     .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
@@ -788,6 +793,7 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("retry window closes"), "{line}");
+        assert!(line.starts_with("lookup failed once since "), "{line}");
         assert!(line.contains(": connection refused;"), "{line}");
     }
 
