@@ -337,23 +337,32 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
                     format!("lookup does not have attempt {attempt} yet; asking again after the grace period"));
             }
             other => {
-                let why = match &other {
-                    Exchange::Answered { status, .. } => format!("HTTP {status}"),
+                let (why, status, retry_after) = match &other {
+                    Exchange::Answered {
+                        status,
+                        retry_after,
+                        ..
+                    } => (format!("HTTP {status}"), Some(*status), *retry_after),
                     Exchange::NotConnected(w)
                     | Exchange::TimedOut(w)
                     | Exchange::Broken(w)
-                    | Exchange::Unsendable(w) => w.clone(),
+                    | Exchange::Unsendable(w) => (w.clone(), None, None),
                 };
                 shared.metrics.attempt(&row.destination, "lookup_failed");
-                let delay = shared.config.retry_schedule.delay(
-                    attempt.unsigned_abs(),
-                    rand::random(),
-                    None,
-                );
-                let status = match other {
-                    Exchange::Answered { status, .. } => Some(status),
-                    _ => None,
+                let budget = LookupBudget {
+                    failed_before: row.failed_lookups,
+                    first_failed_at: row.first_failed_lookup_at.unwrap_or(started_at),
+                    max_failures: row.max_attempts,
+                    window_end: retry_window_end(row),
                 };
+                let (next, line) = after_failed_lookup(
+                    &shared.config.retry_schedule,
+                    &budget,
+                    now,
+                    &why,
+                    retry_after,
+                    rand::random(),
+                );
                 return done(
                     shared,
                     claim,
@@ -363,11 +372,8 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
                         None,
                         Some("lookup_failed".into()),
                     )),
-                    Next::Requeue {
-                        status: "uncertain",
-                        at: now + chrono::Duration::from_std(delay).unwrap_or_default(),
-                    },
-                    format!("lookup failed ({why}); still uncertain, will ask again"),
+                    next,
+                    line,
                 );
             }
         }
@@ -389,6 +395,99 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
             format!("retry held for reconciliation: attempt {attempt}'s acceptance is unknown, and the destination offers no lookup and no de-duplication window"),
         ),
     }
+}
+
+/// What a failing lookup may still spend. Failed lookups are counted per attempt (a
+/// resend starts a new count) against the destination's own limits: at most
+/// `max_attempts` failed lookups, and none planned past the end of the retry window.
+/// Reusing the destination's limits keeps one knob for "how long may this alert stay
+/// unresolved" instead of a second one that operators would have to keep in step.
+#[derive(Debug, Clone)]
+struct LookupBudget {
+    /// Failed lookups for this attempt before the one just made.
+    failed_before: i64,
+    /// When the first of them (or, for the first failure, this one) started.
+    first_failed_at: DateTime<Utc>,
+    /// The destination's most attempts, which is also its most failed lookups.
+    max_failures: i32,
+    /// The end of the destination's retry window for this alert.
+    window_end: DateTime<Utc>,
+}
+
+/// The end of the alert's retry window: the budget's start plus the destination's window.
+fn retry_window_end(row: &ClaimedAlert) -> DateTime<Utc> {
+    row.approved_at
+        + chrono::Duration::from_std(Duration::from_secs_f64(row.max_retry_window_secs))
+            .unwrap_or_default()
+}
+
+/// What follows a failed lookup: the next one after the retry schedule's delay for the
+/// number of failures so far (full jitter, `unit` in `[0, 1)` picks the point; a
+/// `Retry-After` on the lookup's answer is honoured, capped), so that a broken lookup is
+/// asked less and less often; or, once the budget is spent, `held` for an operator, since
+/// the attempt's outcome is still unknown and neither "failed" nor a resend would be safe.
+fn after_failed_lookup(
+    schedule: &RetrySchedule,
+    budget: &LookupBudget,
+    now: DateTime<Utc>,
+    why: &str,
+    retry_after: Option<Duration>,
+    unit: f64,
+) -> (Next, String) {
+    let failures = budget.failed_before.saturating_add(1);
+    let step = u32::try_from(failures).unwrap_or(u32::MAX);
+    let ceiling = retry_after.map_or_else(
+        || schedule.ceiling(step),
+        |wish| wish.min(schedule.retry_after_cap()),
+    );
+    let delay = schedule.delay(step, unit, retry_after);
+    let at = now + chrono::Duration::from_std(delay).unwrap_or_default();
+    let spent = if failures >= i64::from(budget.max_failures) {
+        Some(format!(
+            "the destination allows {} failed lookups per attempt",
+            budget.max_failures
+        ))
+    } else if at > budget.window_end {
+        Some("the retry window closes before the next lookup".to_owned())
+    } else {
+        None
+    };
+    if let Some(spent) = spent {
+        return (
+            Next::Settle {
+                outcome: "held",
+                reference: None,
+            },
+            format!(
+                "lookup failed {} since {}: {why}; {spent}; held for an operator",
+                if failures == 1 {
+                    "once".to_owned()
+                } else {
+                    format!("{failures} times")
+                },
+                budget
+                    .first_failed_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        );
+    }
+    let short = |d: Duration| {
+        outbox_core::duration::format(Duration::from_millis(
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+        ))
+    };
+    (
+        Next::Requeue {
+            status: "uncertain",
+            at,
+        },
+        format!(
+            "lookup failed ({why}), {failures} of {} failed lookups allowed; still uncertain, asking again in {} (at most {})",
+            budget.max_failures,
+            short(delay),
+            short(ceiling)
+        ),
+    )
 }
 
 /// How an uncertain attempt can be settled, by the destination's capabilities.
@@ -596,4 +695,122 @@ fn fail_point_after_claim() {
 /// Crash point: the destination has the request; nothing is recorded yet.
 fn fail_point_after_send() {
     fail::fail_point!("dispatch-after-send", |_| std::process::abort());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(failed_before: i64, max_failures: i32) -> (LookupBudget, DateTime<Utc>) {
+        let now = DateTime::parse_from_rfc3339("2027-01-31T10:00:00Z")
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_default();
+        let budget = LookupBudget {
+            failed_before,
+            first_failed_at: now - chrono::Duration::minutes(5),
+            max_failures,
+            window_end: now + chrono::Duration::days(3),
+        };
+        (budget, now)
+    }
+
+    fn schedule() -> RetrySchedule {
+        RetrySchedule::new(vec![
+            Duration::from_millis(100),
+            Duration::from_millis(200),
+            Duration::from_millis(400),
+            Duration::from_millis(800),
+        ])
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_failing_lookup_is_asked_again_later_each_time() {
+        let mut planned = Vec::new();
+        for failed_before in 0..5 {
+            let (budget, now) = budget(failed_before, 12);
+            // `unit` 1.0 is the top of the jitter range: the ceiling itself.
+            let (next, line) =
+                after_failed_lookup(&schedule(), &budget, now, "HTTP 500", None, 1.0);
+            let Next::Requeue { status, at } = next else {
+                panic!("requeued while the budget lasts: {line}");
+            };
+            assert_eq!(status, "uncertain");
+            planned.push((at - now).num_milliseconds());
+            assert!(
+                line.contains(&format!("{} of 12", failed_before + 1)),
+                "{line}"
+            );
+        }
+        assert_eq!(planned, [100, 200, 400, 800, 800]);
+    }
+
+    #[test]
+    fn full_jitter_stays_under_the_ceiling_for_the_failures_so_far() {
+        let (budget, now) = budget(2, 12);
+        let (next, line) = after_failed_lookup(&schedule(), &budget, now, "HTTP 500", None, 0.5);
+        let Next::Requeue { at, .. } = next else {
+            panic!("requeued: {line}");
+        };
+        assert_eq!((at - now).num_milliseconds(), 200);
+        assert!(line.contains("at most 400ms"), "{line}");
+    }
+
+    #[test]
+    fn a_spent_budget_holds_the_alert_with_the_reason() {
+        let (budget, now) = budget(5, 6);
+        let (next, line) = after_failed_lookup(&schedule(), &budget, now, "HTTP 500", None, 0.3);
+        assert!(
+            matches!(
+                next,
+                Next::Settle {
+                    outcome: "held",
+                    ..
+                }
+            ),
+            "{line}"
+        );
+        assert_eq!(
+            line,
+            "lookup failed 6 times since 2027-01-31T09:55:00Z: HTTP 500; the destination allows 6 failed lookups per attempt; held for an operator"
+        );
+    }
+
+    #[test]
+    fn a_lookup_planned_past_the_retry_window_holds_the_alert() {
+        let (mut budget, now) = budget(0, 12);
+        budget.window_end = now + chrono::Duration::milliseconds(50);
+        let (next, line) =
+            after_failed_lookup(&schedule(), &budget, now, "connection refused", None, 1.0);
+        assert!(
+            matches!(
+                next,
+                Next::Settle {
+                    outcome: "held",
+                    ..
+                }
+            ),
+            "{line}"
+        );
+        assert!(line.contains("retry window closes"), "{line}");
+        assert!(line.starts_with("lookup failed once since "), "{line}");
+        assert!(line.contains(": connection refused;"), "{line}");
+    }
+
+    #[test]
+    fn a_lookup_answer_asking_for_a_pause_is_honoured() {
+        let (budget, now) = budget(0, 12);
+        let (next, _) = after_failed_lookup(
+            &schedule(),
+            &budget,
+            now,
+            "HTTP 429",
+            Some(Duration::from_secs(2)),
+            0.1,
+        );
+        let Next::Requeue { at, .. } = next else {
+            panic!("requeued");
+        };
+        assert_eq!((at - now).num_milliseconds(), 2000);
+    }
 }

@@ -48,6 +48,11 @@ pub struct ClaimedAlert {
     pub first_send_started_at: Option<DateTime<Utc>>,
     /// Start of the latest send attempt (uncertain rows only).
     pub last_send_started_at: Option<DateTime<Utc>>,
+    /// Lookups that failed (no answer, or an answer other than found / not found) while
+    /// settling the current attempt since the budget started (uncertain rows only, else 0).
+    pub failed_lookups: i64,
+    /// When the first of those failed lookups started.
+    pub first_failed_lookup_at: Option<DateTime<Utc>>,
     /// The destination.
     pub destination_id: Uuid,
     /// Its name.
@@ -150,6 +155,16 @@ pub async fn claim(
                 CASE WHEN c.claimed_from = 'uncertain' THEN \
                     (SELECT max(da.started_at) FROM delivery_attempts da \
                      WHERE da.alert_id = c.alert_id AND da.kind = 'send') END AS last_send_started_at, \
+                CASE WHEN c.claimed_from = 'uncertain' THEN \
+                    (SELECT count(*) FROM delivery_attempts da \
+                     WHERE da.alert_id = c.alert_id AND da.kind = 'lookup' AND da.attempt = c.attempts \
+                       AND da.error_class = 'lookup_failed' AND da.started_at >= c.budget_since) \
+                     ELSE 0 END AS failed_lookups, \
+                CASE WHEN c.claimed_from = 'uncertain' THEN \
+                    (SELECT min(da.started_at) FROM delivery_attempts da \
+                     WHERE da.alert_id = c.alert_id AND da.kind = 'lookup' AND da.attempt = c.attempts \
+                       AND da.error_class = 'lookup_failed' AND da.started_at >= c.budget_since) \
+                     END AS first_failed_lookup_at, \
                 d.id AS destination_id, d.name AS destination, d.url, \
                 d.signing_secrets || CASE WHEN d.retiring_until > now() \
                     THEN d.retiring_signing_secrets ELSE '{}'::text[] END AS signing_secrets, \
