@@ -7,7 +7,9 @@
 //! - `work`: one claimed row to its next state (send, or settle an uncertain attempt).
 //! - `classify`: what an HTTP exchange means (accepted, rejected, not processed, not sent,
 //!   uncertain).
-//! - `http`: the request every attempt sends, and lookups.
+//! - `http`: the request every attempt sends, and lookups, through the egress guard
+//!   (`outbox_egress`): a destination whose address is not allowed is never connected
+//!   to; its alert fails and the destination is disabled, as after a 410.
 //! - `recorder`: outcomes written in batches (one statement and one commit for many).
 //! - `metrics`, `server`: `/metrics`, `/healthz`, `/readyz`.
 //!
@@ -70,6 +72,8 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// How sends reach destinations.
     pub transport: Transport,
+    /// Which addresses sends and lookups may connect to.
+    pub egress: outbox_egress::Guard,
 }
 
 /// How sends reach destinations.
@@ -199,7 +203,7 @@ pub async fn run(
 
     let shared = Arc::new(Shared {
         pool: pool.clone(),
-        http: http::client(config.connect_timeout),
+        http: http::client(&config.egress, config.connect_timeout),
         config: config.clone(),
         metrics,
         recorder: recorder::Recorder::start(pool.clone()),
