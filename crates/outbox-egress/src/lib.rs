@@ -173,14 +173,13 @@ impl Guard {
     pub async fn vet_url(&self, url: &url::Url) -> Result<(), UrlError> {
         self.check_url(url)?;
         if let Some(url::Host::Domain(name)) = url.host() {
-            let addrs = self.resolve(name).await.map_err(|err| match err {
+            self.resolve(name).await.map_err(|err| match err {
                 ResolveError::Refused(refused) => UrlError::Refused(refused),
                 ResolveError::Lookup(source) => UrlError::Unresolved {
                     host: name.to_owned(),
                     source,
                 },
             })?;
-            drop(addrs);
         }
         Ok(())
     }

@@ -1,6 +1,8 @@
 //! The guarded client against a real local server: what reaches it and what is refused
 //! before any connection is made.
 
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
 use outbox_egress::{refusal_of, AllowList, Guard, Lookup};
 use std::collections::HashMap;
 use std::future::Future;
