@@ -216,6 +216,9 @@ pub async fn run(
     let mut summary = RunSummary::default();
     let mut last_sweep: Option<Instant> = None;
     tracing::info!(worker = %config.worker_id, "dispatcher started");
+    if !config.egress.allowed().is_empty() {
+        tracing::info!(ranges = %config.egress.allowed().describe(), "egress guard: these ranges are opened although private or reserved");
+    }
 
     loop {
         while let Some(joined) = tasks.try_join_next() {
