@@ -431,6 +431,41 @@ async fn the_news_poller_follows_no_redirect_and_sends_the_token_to_no_other_ori
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_news_poller_refuses_a_feed_on_a_blocked_address() {
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &["ops"]).await;
+    watchlist(&db, tenant.id).await;
+    let (port, connections) = counting_listener().await;
+    for host in ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"] {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_decider"))
+            .args([
+                "run-once",
+                "--database-url",
+                &db.url,
+                "--news-url",
+                &format!("http://{host}:{port}/newsApiLite"),
+            ])
+            .env("WEBZ_TOKEN", "feed-secret-token")
+            .env("RUST_LOG", "error")
+            .env_remove("OUTBOX_ALLOW_PRIVATE")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{host}");
+        assert!(
+            stderr.contains("is not allowed: loopback"),
+            "{host}: {stderr}"
+        );
+    }
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        0,
+        "the feed was never asked"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endless_feed_page_is_cut_off_at_the_cap() {
     let db = TestDb::new().await;
     let tenant = add_tenant(&db, "acme", &["ops"]).await;
