@@ -21,6 +21,12 @@ async fn the_demo_runs_and_its_invariants_hold() {
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("invariants hold"), "{stdout}");
     assert!(stdout.contains("effective duplicates   0"), "{stdout}");
+    // The demo's sink is on loopback: a demo that forgot to open it in the egress guard
+    // would fail every alert and still settle them all.
+    assert!(
+        stdout.contains("failed                                              0"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("still in flight                                     0"),
         "{stdout}"

@@ -417,7 +417,15 @@ async fn the_poller_follows_next_and_resumes_from_its_cursor() {
 
     let poll = || async {
         let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_decider"))
-            .args(["run-once", "--database-url", &db.url, "--news-url", &url])
+            .args([
+                "run-once",
+                "--database-url",
+                &db.url,
+                "--news-url",
+                &url,
+                "--allow-private",
+                common::procs::TEST_ALLOW_PRIVATE,
+            ])
             .env("WEBZ_TOKEN", "secret-token")
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
@@ -620,6 +628,9 @@ async fn a_news_feed_that_is_down_does_not_stop_renewal_alerts() {
     let down = outbox_decider::news::NewsSource {
         url: format!("http://127.0.0.1:{port}/newsApiLite"),
         token: None,
+        egress: outbox_egress::Guard::new(
+            outbox_egress::AllowList::parse(common::procs::TEST_ALLOW_PRIVATE).unwrap(),
+        ),
     };
     let result =
         outbox_decider::run_once(&db.pool, noon_before("2027-03-31", 30), Some(&down)).await;

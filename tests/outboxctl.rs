@@ -90,6 +90,9 @@ async fn setting_up_a_tenant_prints_only_what_scripts_capture() {
             "5s",
             "--max-in-flight",
             "8",
+            // The URLs are on loopback, which only an explicit allow-list opens.
+            "--allow-private",
+            common::procs::TEST_ALLOW_PRIVATE,
         ],
     )
     .await;

@@ -36,6 +36,8 @@ async fn ctl(db: &TestDb, args: &[&str], env: &[(&str, &str)], stdin: Option<&st
         .env("USER", "alice")
         .env_remove("OUTBOX_TENANT")
         .env_remove("OUTBOX_SECRET_KEYS")
+        // The sinks and receivers of these tests listen on loopback.
+        .env("OUTBOX_ALLOW_PRIVATE", common::procs::TEST_ALLOW_PRIVATE)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());

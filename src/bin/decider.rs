@@ -21,6 +21,10 @@ struct Cli {
         global = true
     )]
     max_connections: u32,
+    /// Address ranges (CIDR, comma-separated) the news poller may reach although they are
+    /// loopback, private, link-local, ...: for development, tests and demos only.
+    #[arg(long, env = "OUTBOX_ALLOW_PRIVATE", default_value = "", value_name = "CIDR,...", value_parser = outbox_egress::AllowList::parse, global = true)]
+    allow_private: outbox_egress::AllowList,
     #[command(subcommand)]
     command: Command,
 }
@@ -60,10 +64,11 @@ struct NewsArgs {
 }
 
 impl NewsArgs {
-    fn source(self) -> Option<outbox_decider::news::NewsSource> {
+    fn source(self, allow: &outbox_egress::AllowList) -> Option<outbox_decider::news::NewsSource> {
         self.news_url.map(|url| outbox_decider::news::NewsSource {
             url,
             token: self.webz_token,
+            egress: outbox_egress::Guard::new(allow.clone()),
         })
     }
 }
@@ -95,7 +100,7 @@ async fn main() -> anyhow::Result<()> {
             let monitors = tokio::spawn(outbox_decider::run_every(
                 pool.clone(),
                 interval,
-                news.source(),
+                news.source(&cli.allow_private),
                 async move {
                     let _ = monitors_stopped.wait_for(|s| *s).await;
                 },
@@ -109,7 +114,9 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::RunOnce { now, news } => {
             let now = now.unwrap_or_else(jiff::Timestamp::now);
-            let summary = outbox_decider::run_once(&pool, now, news.source().as_ref()).await?;
+            let summary =
+                outbox_decider::run_once(&pool, now, news.source(&cli.allow_private).as_ref())
+                    .await?;
             println!(
                 "{} renewal alert(s), {} news alert(s), {} article(s) ingested",
                 summary.renewal_alerts, summary.news_alerts, summary.articles_ingested

@@ -60,6 +60,10 @@ struct Cli {
     /// Most database connections this process opens.
     #[arg(long, env = "DISPATCHER_MAX_CONNECTIONS", default_value_t = 16)]
     max_connections: u32,
+    /// Address ranges (CIDR, comma-separated) that sends and lookups may reach although
+    /// they are loopback, private, link-local, ...: for development, tests and demos only.
+    #[arg(long, env = "OUTBOX_ALLOW_PRIVATE", default_value = "", value_name = "CIDR,...", value_parser = outbox_egress::AllowList::parse)]
+    allow_private: outbox_egress::AllowList,
 }
 
 #[tokio::main]
@@ -90,6 +94,7 @@ async fn main() -> anyhow::Result<()> {
         connect_timeout: cli.connect_timeout,
         transport: outbox_dispatcher::Transport::Http,
         secret_keys: cli.secret_keys,
+        egress: outbox_egress::Guard::new(cli.allow_private),
     };
     outbox_dispatcher::run(pool, config, outbox_runtime::shutdown_signal()).await?;
     Ok(())

@@ -194,6 +194,7 @@ pub async fn outboxctl(db: &TestDb, args: &[&str]) -> CliRun {
         .env("DATABASE_URL", &db.url)
         .env("USER", "alice")
         .env_remove("OUTBOX_TENANT")
+        .env_remove("OUTBOX_ALLOW_PRIVATE")
         .output()
         .await
         .expect("run outboxctl");

@@ -9,6 +9,10 @@ use tokio::process::{Child, Command};
 
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
+/// The range the tests open in the egress guard: their sinks and fake feeds listen on
+/// 127.0.0.1, which the dispatcher, the decider and outboxctl otherwise refuse.
+pub const TEST_ALLOW_PRIVATE: &str = "127.0.0.0/8";
+
 /// Spawns a binary with JSON logs and returns it with the address from its first log line
 /// whose message is `listening_message`. Its log lines go to the test's stderr, so a
 /// failing test shows them.
@@ -47,6 +51,7 @@ async fn spawn_logging(
         .args(args)
         .env("LOG_FORMAT", "json")
         .env_remove("FAILPOINTS")
+        .env_remove("OUTBOX_ALLOW_PRIVATE")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -169,7 +174,8 @@ impl Sink {
     }
 }
 
-/// Dispatcher arguments for tests: quick retries and polls, unless `extra` sets them.
+/// Dispatcher arguments for tests: quick retries and polls, and loopback opened in the
+/// egress guard ([`TEST_ALLOW_PRIVATE`]), unless `extra` sets them.
 pub fn dispatcher_args<'a>(db: &'a TestDb, worker: &'a str, extra: &[&'a str]) -> Vec<String> {
     let defaults = [
         ("--database-url", db.url.as_str()),
@@ -177,6 +183,7 @@ pub fn dispatcher_args<'a>(db: &'a TestDb, worker: &'a str, extra: &[&'a str]) -
         ("--retry-delays", "50ms,100ms"),
         ("--poll-interval", "100ms"),
         ("--lease", "1s"),
+        ("--allow-private", TEST_ALLOW_PRIVATE),
     ];
     let mut args = Vec::new();
     for (flag, value) in defaults {
@@ -194,6 +201,7 @@ pub fn spawn_dispatcher(args: &[String], failpoints: Option<&str>) -> Child {
     command
         .args(args)
         .env_remove("FAILPOINTS")
+        .env_remove("OUTBOX_ALLOW_PRIVATE")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .kill_on_drop(true);

@@ -36,6 +36,27 @@ pub struct DrainSettings {
     pub batch_size: u32,
     /// Rows a dispatcher holds in `sending` at once (its crash blast radius).
     pub max_in_flight: u32,
+    /// The sink's address: the one address the dispatchers' egress guard opens (the
+    /// bench's sinks listen on loopback, which is otherwise refused).
+    #[serde(skip)]
+    pub sink_ip: Option<std::net::IpAddr>,
+}
+
+/// The address of a sink's URL when its host is an IP literal (as the bench's are).
+pub fn sink_ip(url: &str) -> Option<std::net::IpAddr> {
+    let url = reqwest::Url::parse(url).ok()?;
+    let host = url.host_str()?;
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()
+}
+
+impl DrainSettings {
+    /// The allow-list opening exactly the sink's address.
+    fn allow_private(&self) -> String {
+        self.sink_ip.map(|ip| ip.to_string()).unwrap_or_default()
+    }
 }
 
 /// Counters of a sink, read over HTTP (`GET <stats_url>`): the peers' sink and ours
@@ -313,6 +334,10 @@ impl Running {
                     transport,
                     // The workload stores its secrets in plain text.
                     secret_keys: Default::default(),
+                    egress: outbox_egress::Guard::new(
+                        outbox_egress::AllowList::parse(&settings.allow_private())
+                            .map_err(anyhow::Error::msg)?,
+                    ),
                 };
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
                 let task = tokio::spawn(outbox_dispatcher::run(dispatcher_pool, config, async {
@@ -334,6 +359,8 @@ impl Running {
                         .arg("--max-in-flight")
                         .arg(settings.max_in_flight.to_string())
                         .arg("--drain")
+                        .arg("--allow-private")
+                        .arg(settings.allow_private())
                         .env("RUST_LOG", "warn")
                         .kill_on_drop(true)
                         .spawn()

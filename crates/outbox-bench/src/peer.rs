@@ -91,6 +91,7 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
             dispatchers,
             batch_size: args.batch_size,
             max_in_flight: args.max_in_flight,
+            sink_ip: crate::drain::sink_ip(sink),
         },
         (!discard).then_some(stats_url.as_str()),
     )

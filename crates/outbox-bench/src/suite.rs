@@ -202,6 +202,7 @@ async fn run_on(
         dispatchers,
         batch_size: settings.batch_size,
         max_in_flight: settings.max_in_flight,
+        sink_ip: drain::sink_ip(&sink.base),
     };
 
     progress(&format!("approving {n} alerts in bulk"));

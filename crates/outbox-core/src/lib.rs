@@ -13,8 +13,10 @@
 //! - [`renewal`]: contract renewal tiers, counted in the tenant's time zone.
 //! - [`retry`]: backoff schedule with full jitter, `Retry-After`.
 //! - [`duration`]: human durations (`10s`, `24h`, `30d`) as used on the command line.
+//! - [`headers`]: which header may carry the notification id (no framing or hop-by-hop).
 
 pub mod duration;
+pub mod headers;
 pub mod identity;
 pub mod query;
 pub mod redact;

@@ -173,6 +173,10 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
         }
     }
 
+    let sink_ip = url::Url::parse(&sink_url)?
+        .host_str()
+        .context("the sink's address")?
+        .to_owned();
     let dispatchers: Vec<Child> = (1..=2)
         .map(|n| {
             Command::new(binaries.join("dispatcher"))
@@ -190,6 +194,10 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
                     "200ms,500ms,1s",
                     "--poll-interval",
                     "100ms",
+                    // The demo's sink listens on loopback, which the egress guard refuses
+                    // unless opened: exactly that address is.
+                    "--allow-private",
+                    &sink_ip,
                 ])
                 .env("RUST_LOG", "error")
                 .kill_on_drop(true)

@@ -76,6 +76,11 @@ pub struct DestinationArgs {
     /// Most requests in flight to this destination at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     max_in_flight: u32,
+    /// Address ranges (CIDR, comma-separated) the URLs may point into although they are
+    /// loopback, private, link-local, ...: for development, tests and demos only. The
+    /// dispatcher needs the same ranges opened to deliver there.
+    #[arg(long, env = "OUTBOX_ALLOW_PRIVATE", default_value = "", value_name = "CIDR,...", value_parser = outbox_egress::AllowList::parse)]
+    allow_private: outbox_egress::AllowList,
 }
 
 pub(crate) async fn add_destination(
@@ -84,12 +89,16 @@ pub(crate) async fn add_destination(
     mut args: DestinationArgs,
 ) -> anyhow::Result<()> {
     let name = checked_name("destination", &args.name)?.to_owned();
-    check_http_url("--url", &args.url)?;
+    let guard = outbox_egress::Guard::new(args.allow_private.clone());
+    let mut notes = Vec::new();
+    notes.extend(check_http_url(&guard, "--url", &args.url).await?);
     if let Some(template) = &args.lookup_url {
         if !template.contains("{key}") {
             bail!("--lookup-url must contain `{{key}}` where the notification id goes");
         }
-        check_http_url("--lookup-url", &template.replace("{key}", "key"))?;
+        notes.extend(
+            check_http_url(&guard, "--lookup-url", &template.replace("{key}", "key")).await?,
+        );
     }
     for secret in &args.secrets {
         signing::decode_secret(secret).context("--secret")?;
@@ -98,15 +107,8 @@ pub(crate) async fn add_destination(
     if args.secrets.len() > 4 {
         bail!("at most 4 signing secrets at once (one per rotation step)");
     }
-    let header_ok = !args.idempotency_header.is_empty()
-        && args.idempotency_header.len() <= 100
-        && args
-            .idempotency_header
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
-    if !header_ok {
-        bail!("--idempotency-header must be a header name (letters, digits and `-`)");
-    }
+    outbox_core::headers::check_idempotency_header(&args.idempotency_header)
+        .context("--idempotency-header")?;
     if args.timeout > MAX_TIMEOUT {
         bail!("--timeout must be at most 300s");
     }
@@ -134,6 +136,9 @@ pub(crate) async fn add_destination(
     .await?;
     println!("{id}");
     eprintln!("added destination `{name}` for tenant `{}`", tenant.name);
+    for note in notes {
+        eprintln!("note: {note}");
+    }
     Ok(())
 }
 
@@ -146,12 +151,27 @@ pub(crate) fn checked_name<'a>(what: &str, name: &'a str) -> anyhow::Result<&'a 
     Ok(name)
 }
 
-fn check_http_url(flag: &str, text: &str) -> anyhow::Result<()> {
+/// An http(s) URL whose host the egress guard accepts, checked the way the dispatcher
+/// checks it before every send: the literal address in any spelling, or every address the
+/// name resolves to now. A name that does not resolve from here is accepted, with a note
+/// to show once the destination is added (the dispatcher may see other DNS); it is checked
+/// again on every send.
+async fn check_http_url(
+    guard: &outbox_egress::Guard,
+    flag: &str,
+    text: &str,
+) -> anyhow::Result<Option<String>> {
     let url = url::Url::parse(text).with_context(|| format!("{flag} `{text}` is not a URL"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         bail!("{flag} must be an http:// or https:// URL with a host");
     }
-    Ok(())
+    match guard.vet_url(&url).await {
+        Ok(()) => Ok(None),
+        Err(outbox_egress::UrlError::Unresolved { host, .. }) => Ok(Some(format!(
+            "{flag} host `{host}` does not resolve from here; the dispatcher checks its addresses before every send"
+        ))),
+        Err(err) => Err(anyhow::Error::new(err).context(flag.to_owned())),
+    }
 }
 
 pub(crate) async fn list_destinations(

@@ -4,7 +4,9 @@
 //!
 //! Layout:
 //! - `contracts`: contract files (CSV, JSON) and the renewal monitor.
-//! - `news`: Webz.io-format articles, the watchlist monitor, the news poller.
+//! - `news`: Webz.io-format articles, the watchlist monitor, the news poller (behind the
+//!   egress guard, `outbox_egress`: no redirects, no `Referer`, the token only to the
+//!   feed's own origin, pages read up to a size cap).
 //! - [`run_once`], [`run_every`]: evaluate every monitor once, or on an interval.
 //!
 //! Any number of deciders may run at once: the alerts' UNIQUE identity is the only guard,
@@ -117,12 +119,9 @@ pub async fn run_once(
         first_error.get_or_insert(err);
     };
     if let Some(source) = news_source {
-        let polled = match reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-        {
+        let polled = match source.client() {
             Ok(http) => news::poll(pool, &http, source).await,
-            Err(err) => Err(DecideError::Source(err.to_string())),
+            Err(err) => Err(err),
         };
         match polled {
             Ok(n) => summary.articles_ingested = n,

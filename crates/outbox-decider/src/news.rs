@@ -223,14 +223,39 @@ fn snippet(text: &str, terms: &[String]) -> String {
 pub struct NewsSource {
     /// The endpoint, e.g. `https://api.webz.io/newsApiLite`.
     pub url: String,
-    /// The API token (from `WEBZ_TOKEN`); never stored, never logged.
+    /// The API token (from `WEBZ_TOKEN`); never stored, never logged, sent only to the
+    /// endpoint's own origin.
     pub token: Option<String>,
+    /// Which addresses the poller may connect to.
+    pub egress: outbox_egress::Guard,
+}
+
+/// Largest feed page read; a bigger one is refused unread past this point, so a hostile or
+/// broken feed cannot make the decider hold an unbounded body in memory.
+pub const MAX_FEED_PAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Longest a whole poll request (connect, headers and body) may take.
+const FEED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl NewsSource {
+    /// The client the poller uses: behind the egress guard, no redirects, no `Referer`.
+    pub fn client(&self) -> Result<reqwest::Client, DecideError> {
+        self.egress
+            .client_builder()
+            .timeout(FEED_TIMEOUT)
+            .build()
+            .map_err(|err| DecideError::Source(format!("news client: {err}")))
+    }
 }
 
 /// Polls the source once for every distinct watchlist query: resumes at the query's
 /// cursor (or starts a new query), follows `next` until no more results, and stores the
 /// cursor after every page, so a restart resumes where it stopped. Returns articles
 /// ingested.
+///
+/// Only the configured endpoint's origin (scheme, host, port) is ever asked, and so only
+/// it ever sees the token: a `next` link or cursor elsewhere is refused, and an answer
+/// that redirects is an error (redirects are not followed).
 pub async fn poll(
     pool: &PgPool,
     http: &reqwest::Client,
@@ -259,22 +284,7 @@ pub async fn poll(
         };
         // A bound on pages per poll keeps one busy query from starving the others.
         for _ in 0..100 {
-            let mut request = next.clone();
-            if let Some(token) = &source.token {
-                request.query_pairs_mut().append_pair("token", token);
-            }
-            let response = http.get(request).send().await.map_err(|err| {
-                DecideError::Source(format!("news endpoint: {}", err.without_url()))
-            })?;
-            let status = response.status();
-            if !status.is_success() {
-                return Err(DecideError::Source(format!(
-                    "news endpoint answered {status}"
-                )));
-            }
-            let body = response.text().await.map_err(|err| {
-                DecideError::Source(format!("news endpoint: {}", err.without_url()))
-            })?;
+            let body = fetch_page(http, source, &base, &next).await?;
             // A feed's bad post is skipped (and logged), not allowed to block the cursor
             // and with it every later page.
             let (articles, next_link, more, problems) = read_page(&body)?;
@@ -288,10 +298,9 @@ pub async fn poll(
             let mut resolved = base
                 .join(&link)
                 .map_err(|err| DecideError::Source(format!("`next` link: {err}")))?;
-            // The token only ever goes to the configured endpoint's origin.
             if resolved.origin() != base.origin() {
                 return Err(DecideError::Source(format!(
-                    "`next` link points to another host ({}); not followed",
+                    "`next` link points to another origin ({}); not followed",
                     resolved.origin().ascii_serialization()
                 )));
             }
@@ -310,6 +319,70 @@ pub async fn poll(
         }
     }
     Ok(ingested)
+}
+
+/// Fetches one page of the feed: the token added only for the endpoint's own origin, the
+/// address checked by the guard, a redirect refused, the body read up to
+/// [`MAX_FEED_PAGE_BYTES`].
+async fn fetch_page(
+    http: &reqwest::Client,
+    source: &NewsSource,
+    base: &url::Url,
+    page: &url::Url,
+) -> Result<String, DecideError> {
+    let failed = |why: String| DecideError::Source(format!("news endpoint: {why}"));
+    if page.origin() != base.origin() {
+        return Err(failed(format!(
+            "{} is not the endpoint's origin; not asked",
+            page.origin().ascii_serialization()
+        )));
+    }
+    source
+        .egress
+        .check_url(page)
+        .map_err(|err| failed(err.to_string()))?;
+    let mut request = page.clone();
+    if let Some(token) = &source.token {
+        request.query_pairs_mut().append_pair("token", token);
+    }
+    let mut response = http.get(request).send().await.map_err(|err| {
+        failed(match outbox_egress::refusal_of(&err) {
+            Some(refused) => refused.to_string(),
+            None => err.without_url().to_string(),
+        })
+    })?;
+    let status = response.status();
+    if status.is_redirection() {
+        return Err(failed(format!(
+            "answered {status} (a redirect); redirects are not followed, fix --news-url"
+        )));
+    }
+    if !status.is_success() {
+        return Err(failed(format!("answered {status}")));
+    }
+    let too_big = || {
+        failed(format!(
+            "a page is larger than {MAX_FEED_PAGE_BYTES} bytes; not read"
+        ))
+    };
+    if response
+        .content_length()
+        .is_some_and(|length| length > MAX_FEED_PAGE_BYTES as u64)
+    {
+        return Err(too_big());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|err| failed(err.without_url().to_string()))?
+    {
+        if body.len() + chunk.len() > MAX_FEED_PAGE_BYTES {
+            return Err(too_big());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    String::from_utf8(body).map_err(|_| failed("a page is not UTF-8 text".to_owned()))
 }
 
 #[cfg(test)]

@@ -27,6 +27,10 @@ pub enum Exchange {
     Broken(String),
     /// The request could not even be built (bad URL, bad header): a configuration error.
     Unsendable(String),
+    /// The egress guard refused the destination's address before any connection was made:
+    /// a configuration error, worded apart from refused/timed out/closed so that it says
+    /// nothing about what listens at that address.
+    Blocked(String),
 }
 
 /// The delivery meaning of an exchange.
@@ -60,6 +64,12 @@ pub enum Verdict {
     /// It may or may not have arrived.
     Uncertain {
         /// Why.
+        why: String,
+    },
+    /// The destination's address is not allowed: the alert fails and the destination is
+    /// disabled until its URL is fixed (or its range opened on purpose).
+    Blocked {
+        /// Why, for the evidence line.
         why: String,
     },
 }
@@ -119,6 +129,7 @@ pub fn classify(exchange: &Exchange, deduplicates: bool) -> Verdict {
             gone: false,
             why: why.clone(),
         },
+        Exchange::Blocked(why) => Verdict::Blocked { why: why.clone() },
     }
 }
 
@@ -203,6 +214,10 @@ mod tests {
         assert!(matches!(
             classify(&Exchange::Unsendable("bad url".into()), false),
             Verdict::Rejected { .. }
+        ));
+        assert!(matches!(
+            classify(&Exchange::Blocked("loopback".into()), true),
+            Verdict::Blocked { .. }
         ));
     }
 }

@@ -1,6 +1,6 @@
-//! The HTTP side: one pooled keep-alive client that never follows redirects, the request
-//! every attempt sends (same id, key, payload bytes; fresh timestamp and signatures), and
-//! lookups by key.
+//! The HTTP side: one pooled keep-alive client behind the egress guard that never follows
+//! redirects, the request every attempt sends (same id, key, payload bytes; fresh timestamp
+//! and signatures), and lookups by key.
 
 use outbox_core::retry::parse_retry_after;
 use outbox_core::sealing::SealingKeys;
@@ -10,27 +10,43 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, LOCATION
 use std::time::Duration;
 
 use crate::classify::Exchange;
+use outbox_egress::{Guard, UrlError};
 
 /// Longest part of an answer kept as evidence.
 const EXCERPT_BYTES: usize = 512;
 /// Largest answer body read (for the reference); the rest is ignored.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
-/// Builds the shared client: keep-alive pool, no redirects, a connect timeout.
-pub fn client(connect_timeout: Duration) -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
+/// Builds the shared client: connects only to addresses the guard accepts, keep-alive
+/// pool, no redirects, a connect timeout.
+pub fn client(guard: &Guard, connect_timeout: Duration) -> reqwest::Client {
+    guard
+        .client_builder()
         .connect_timeout(connect_timeout)
-        .pool_idle_timeout(Duration::from_secs(60))
         .user_agent(concat!("alert-outbox/", env!("CARGO_PKG_VERSION")))
         .build()
         .expect("a client with these settings always builds")
 }
 
-/// Sends one attempt of `alert`, signed with its destination's secrets opened by `keys`.
-pub async fn send(http: &reqwest::Client, alert: &ClaimedAlert, keys: &SealingKeys) -> Exchange {
+/// Sends one attempt of `alert` to a vetted address, signed with its destination's secrets
+/// opened by `keys`.
+pub async fn send(
+    http: &reqwest::Client,
+    guard: &Guard,
+    alert: &ClaimedAlert,
+    keys: &SealingKeys,
+) -> Exchange {
     let id = alert.alert_id.to_string();
     let timestamp = chrono::Utc::now().timestamp();
+    let url = match checked_url(guard, &alert.url) {
+        Ok(url) => url,
+        Err(refusal) => return refusal,
+    };
+    // The same rule as when the destination was added, in case the row was written by
+    // other means: a framing header would corrupt the request.
+    if let Err(err) = outbox_core::headers::check_idempotency_header(&alert.idempotency_header) {
+        return Exchange::Unsendable(format!("idempotency header: {err}"));
+    }
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let Ok(key_header) = HeaderName::from_bytes(alert.idempotency_header.as_bytes()) else {
@@ -68,7 +84,7 @@ pub async fn send(http: &reqwest::Client, alert: &ClaimedAlert, keys: &SealingKe
         );
     }
     let request = http
-        .post(&alert.url)
+        .post(url)
         .headers(headers)
         .timeout(timeout_of(alert))
         .body(alert.payload.clone());
@@ -76,10 +92,33 @@ pub async fn send(http: &reqwest::Client, alert: &ClaimedAlert, keys: &SealingKe
 }
 
 /// Asks the destination whether it has `alert` (its lookup URL with the key filled in).
-pub async fn lookup(http: &reqwest::Client, alert: &ClaimedAlert, template: &str) -> Exchange {
-    let url = template.replace("{key}", &alert.alert_id.to_string());
+pub async fn lookup(
+    http: &reqwest::Client,
+    guard: &Guard,
+    alert: &ClaimedAlert,
+    template: &str,
+) -> Exchange {
+    let url = match checked_url(
+        guard,
+        &template.replace("{key}", &alert.alert_id.to_string()),
+    ) {
+        Ok(url) => url,
+        Err(refusal) => return refusal,
+    };
     let request = http.get(url).timeout(timeout_of(alert));
     exchange(request, alert.reference_header.as_deref()).await
+}
+
+/// Parses a URL and checks an IP-literal host against the guard (literals never reach
+/// the client's resolver, which checks names).
+fn checked_url(guard: &Guard, text: &str) -> Result<reqwest::Url, Exchange> {
+    let url = reqwest::Url::parse(text)
+        .map_err(|err| Exchange::Unsendable(format!("the URL does not parse: {err}")))?;
+    match guard.check_url(&url) {
+        Ok(()) => Ok(url),
+        Err(UrlError::Refused(refused)) => Err(Exchange::Blocked(refused.to_string())),
+        Err(err) => Err(Exchange::Unsendable(err.to_string())),
+    }
 }
 
 fn timeout_of(alert: &ClaimedAlert) -> Duration {
@@ -138,6 +177,10 @@ async fn read_limited(mut response: reqwest::Response) -> Vec<u8> {
 }
 
 fn transport_failure(err: &reqwest::Error) -> Exchange {
+    // A refusal by the guard's resolver: the name resolves to a blocked address.
+    if let Some(refused) = outbox_egress::refusal_of(err) {
+        return Exchange::Blocked(refused.to_string());
+    }
     // The source chain says what failed ("connection refused", "dns error", ...). The
     // URL is left out: it is known from the destination, and may carry credentials.
     let mut why = if err.is_timeout() {

@@ -7,7 +7,9 @@
 //! - `work`: one claimed row to its next state (send, or settle an uncertain attempt).
 //! - `classify`: what an HTTP exchange means (accepted, rejected, not processed, not sent,
 //!   uncertain).
-//! - `http`: the request every attempt sends, and lookups.
+//! - `http`: the request every attempt sends, and lookups, through the egress guard
+//!   (`outbox_egress`): a destination whose address is not allowed is never connected
+//!   to; its alert fails and the destination is disabled, as after a 410.
 //! - `recorder`: outcomes written in batches (one statement and one commit for many).
 //! - `metrics`, `server`: `/metrics`, `/healthz`, `/readyz`.
 //!
@@ -73,6 +75,8 @@ pub struct Config {
     /// Keys that open sealed signing secrets (`OUTBOX_SECRET_KEYS`); empty when secrets
     /// are stored in plain text.
     pub secret_keys: outbox_core::sealing::SealingKeys,
+    /// Which addresses sends and lookups may connect to.
+    pub egress: outbox_egress::Guard,
 }
 
 /// How sends reach destinations.
@@ -202,7 +206,7 @@ pub async fn run(
 
     let shared = Arc::new(Shared {
         pool: pool.clone(),
-        http: http::client(config.connect_timeout),
+        http: http::client(&config.egress, config.connect_timeout),
         config: config.clone(),
         metrics,
         recorder: recorder::Recorder::start(pool.clone()),
@@ -215,6 +219,9 @@ pub async fn run(
     let mut summary = RunSummary::default();
     let mut last_sweep: Option<Instant> = None;
     tracing::info!(worker = %config.worker_id, "dispatcher started");
+    if !config.egress.allowed().is_empty() {
+        tracing::info!(ranges = %config.egress.allowed().describe(), "egress guard: these ranges are opened although private or reserved");
+    }
 
     loop {
         while let Some(joined) = tasks.try_join_next() {

@@ -92,7 +92,15 @@ async fn send_and_judge(
     let started_at = Utc::now();
     let started = Instant::now();
     let exchange = match shared.config.transport {
-        crate::Transport::Http => http::send(&shared.http, row, &shared.config.secret_keys).await,
+        crate::Transport::Http => {
+            http::send(
+                &shared.http,
+                &shared.config.egress,
+                row,
+                &shared.config.secret_keys,
+            )
+            .await
+        }
         crate::Transport::Discard => Exchange::Answered {
             status: 200,
             retry_after: None,
@@ -176,6 +184,24 @@ async fn send_and_judge(
             let (next, plan) = retry_or_exhaust(shared, claim, attempt, None, now, unresolved);
             (next, format!("{prefix} not sent ({why}); {plan}"), None)
         }
+        // A configuration error: retrying cannot help, and every other alert of the
+        // destination would meet it too. When an earlier attempt's outcome is unknown,
+        // "failed" could be false: the alert is held instead.
+        Verdict::Blocked { why } => (
+            Next::Settle {
+                outcome: if unresolved { "held" } else { "failed" },
+                reference: None,
+            },
+            format!(
+                "{prefix} not sent: {why}; a configuration error, so the destination was disabled{}",
+                if unresolved {
+                    "; held for reconciliation, an earlier attempt's outcome is unknown"
+                } else {
+                    ""
+                }
+            ),
+            Some(format!("{why} (alert {})", row.alert_id)),
+        ),
         Verdict::Uncertain { why } => {
             let first_send = row.first_send_started_at.unwrap_or(started_at);
             let backoff =
@@ -287,7 +313,7 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
             return Finished::Release(LEASE_TOO_SHORT.to_owned());
         }
         let started_at = Utc::now();
-        let exchange = http::lookup(&shared.http, row, template).await;
+        let exchange = http::lookup(&shared.http, &shared.config.egress, row, template).await;
         let grace_end = row.last_send_started_at.unwrap_or(now)
             + chrono::Duration::from_std(claim.timeout() + LOOKUP_GRACE_EXTRA).unwrap_or_default();
         let lookup = |outcome: &'static str,
@@ -330,6 +356,23 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
                     "the destination's lookup does not have it after the grace period; resending with the same key",
                     false, None).await;
             }
+            Exchange::Blocked(why) => {
+                // The lookup URL is a configuration error; the attempt's outcome stays
+                // unknown, so the alert waits for an operator rather than "failed".
+                shared.metrics.attempt(&row.destination, "lookup_failed");
+                let mut finished = done(
+                    shared,
+                    claim,
+                    Some(lookup("uncertain", None, None, Some("blocked".into()))),
+                    Next::Settle { outcome: "held", reference: None },
+                    format!("lookup not sent: {why}; a configuration error, so the destination was disabled; held for reconciliation: attempt {attempt}'s acceptance is unknown"),
+                );
+                if let Finished::Done(completion) = &mut finished {
+                    completion.disable_destination =
+                        Some(format!("lookup URL: {why} (alert {})", row.alert_id));
+                }
+                return finished;
+            }
             Exchange::Answered { status: 404, .. } => {
                 shared.metrics.attempt(&row.destination, "not_found");
                 return done(shared, claim, Some(lookup("not_found", Some(404), None, None)),
@@ -346,7 +389,8 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
                     Exchange::NotConnected(w)
                     | Exchange::TimedOut(w)
                     | Exchange::Broken(w)
-                    | Exchange::Unsendable(w) => (w.clone(), None, None),
+                    | Exchange::Unsendable(w)
+                    | Exchange::Blocked(w) => (w.clone(), None, None),
                 };
                 shared.metrics.attempt(&row.destination, "lookup_failed");
                 let budget = LookupBudget {
@@ -641,6 +685,7 @@ fn describe(
         Verdict::NotProcessed { .. } => "not_processed",
         Verdict::NotSent { .. } => "not_sent",
         Verdict::Uncertain { .. } => "uncertain",
+        Verdict::Blocked { .. } => "not_sent",
     };
     match exchange {
         Exchange::Answered {
@@ -681,6 +726,13 @@ fn describe(
             None,
             None,
             Some("configuration".into()),
+            Some(why.clone()),
+        ),
+        Exchange::Blocked(why) => (
+            outcome,
+            None,
+            None,
+            Some("blocked".into()),
             Some(why.clone()),
         ),
     }
