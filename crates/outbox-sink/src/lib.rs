@@ -1,7 +1,8 @@
 //! The sink: a notification endpoint we control, for tests and demos. It records every
 //! delivery, de-duplicates by idempotency key when asked, answers receipt lookups, checks
-//! Standard Webhooks signatures (refusing bad or stale ones when given a secret), and injects faults (failures, scripted answers, latency,
-//! responses dropped after the delivery was applied) reproducibly from a seed.
+//! Standard Webhooks signatures (refusing bad or stale ones when given a secret), and
+//! injects faults (failures, scripted answers, latency, responses dropped after the
+//! delivery was applied) reproducibly from a seed.
 //!
 //! Layout:
 //! - [`SinkArgs`] (`config`): the command line, every flag also a `SINK_*` variable.

@@ -594,8 +594,12 @@ mod tests {
         let key = outbox_core::signing::decode_secret(secret).unwrap();
         let check = |timestamp: i64, now: i64| {
             let mut headers = HeaderMap::new();
-            let signature =
-                outbox_core::signing::signature_header(&[key.clone()], "msg_1", timestamp, b"{}");
+            let signature = outbox_core::signing::signature_header(
+                std::slice::from_ref(&key),
+                "msg_1",
+                timestamp,
+                b"{}",
+            );
             headers.insert("webhook-id", "msg_1".parse().unwrap());
             headers.insert("webhook-timestamp", timestamp.to_string().parse().unwrap());
             headers.insert("webhook-signature", signature.parse().unwrap());
