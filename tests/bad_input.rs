@@ -239,7 +239,7 @@ async fn unknown_routes_and_methods_answer_in_problem_json() {
 }
 
 #[tokio::test]
-async fn health_and_readiness() {
+async fn health_on_the_api_and_no_operations_figures() {
     let api = Api::start().await;
     let healthz = api
         .http
@@ -248,15 +248,10 @@ async fn health_and_readiness() {
         .await
         .unwrap();
     assert_eq!(healthz.status(), StatusCode::OK);
-    let readyz = api
-        .http
-        .get(format!("{}/readyz", api.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(readyz.status(), StatusCode::OK);
-    assert_eq!(
-        readyz.json::<serde_json::Value>().await.unwrap()["status"],
-        "ready"
-    );
+    // Readiness and metrics are on the operators' listener (`--metrics-listen`) only.
+    for path in ["/readyz", "/metrics"] {
+        let (status, problem) = api.get(path, &api.acme.token).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(problem["type"], "/problems/no-such-route", "{path}");
+    }
 }

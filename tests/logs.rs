@@ -27,6 +27,8 @@ async fn logs_carry_the_alert_and_never_a_token_or_a_secret() {
             "serve",
             "--listen",
             "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
             "--interval",
             "1h",
             "--database-url",
@@ -36,6 +38,15 @@ async fn logs_carry_the_alert_and_never_a_token_or_a_secret() {
         "approval API listening",
     )
     .await;
+    // The metrics listener is logged before the API's line, which the spawn waited for.
+    let decider_metrics = decider_logs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|event| event["fields"]["message"] == "decider metrics listening")
+        .map(|event| format!("http://{}", event["fields"]["addr"].as_str().unwrap()))
+        .expect("the decider's metrics listener");
     let args = dispatcher_args(&db, "logger", &["--metrics-listen", "127.0.0.1:0"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (_dispatcher, metrics, dispatcher_logs) = spawn_capturing(
@@ -80,7 +91,7 @@ async fn logs_carry_the_alert_and_never_a_token_or_a_secret() {
     .await;
 
     let decider_text = http
-        .get(format!("{api}/metrics"))
+        .get(format!("{decider_metrics}/metrics"))
         .send()
         .await
         .unwrap()

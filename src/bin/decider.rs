@@ -31,12 +31,18 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve the approval API (`POST /v1/alerts`, ...), `/healthz` and `/readyz`, and run
-    /// the monitors every `--interval`.
+    /// Serve the approval API (`POST /v1/alerts`, ...) and `/healthz`, `/metrics` and
+    /// `/readyz` on `--metrics-listen`, and run the monitors every `--interval`.
     Serve {
         /// Address to listen on.
         #[arg(long, env = "DECIDER_LISTEN", default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
+        /// Address to serve `/metrics`, `/readyz` and `/healthz` on, for operators (the
+        /// metrics span every tenant). Not served unless given.
+        #[arg(long, env = "DECIDER_METRICS_LISTEN")]
+        metrics_listen: Option<SocketAddr>,
+        #[command(flatten)]
+        limits: ClientLimits,
         /// How often the monitors run.
         #[arg(long, env = "DECIDER_INTERVAL", default_value = "5m", value_parser = outbox_core::duration::parse_positive)]
         interval: Duration,
@@ -51,6 +57,36 @@ enum Command {
         #[command(flatten)]
         news: NewsArgs,
     },
+}
+
+/// How long clients may take, and how many may be connected at once (both listeners).
+#[derive(Debug, clap::Args)]
+struct ClientLimits {
+    /// Close a connection whose request head is not complete this long after the
+    /// connection (or after the head's first byte).
+    #[arg(long, env = "DECIDER_HEADER_TIMEOUT", default_value = "10s", value_parser = outbox_core::duration::parse_positive)]
+    header_timeout: Duration,
+    /// Close a connection whose request body is not complete this long after its head.
+    #[arg(long, env = "DECIDER_BODY_TIMEOUT", default_value = "30s", value_parser = outbox_core::duration::parse_positive)]
+    body_timeout: Duration,
+    /// Close a keep-alive connection that sends no request for this long.
+    #[arg(long, env = "DECIDER_IDLE_TIMEOUT", default_value = "75s", value_parser = outbox_core::duration::parse_positive)]
+    idle_timeout: Duration,
+    /// Most client connections open at once, per listener; more are closed as soon as they
+    /// arrive.
+    #[arg(long, env = "DECIDER_MAX_CLIENT_CONNECTIONS", default_value = "512")]
+    max_client_connections: std::num::NonZeroUsize,
+}
+
+impl ClientLimits {
+    fn server_limits(&self) -> outbox_runtime::http_server::ServerLimits {
+        outbox_runtime::http_server::ServerLimits {
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: self.max_client_connections.get(),
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -89,12 +125,22 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve {
             listen,
+            metrics_listen,
+            limits,
             interval,
             news,
         } => {
-            let listener = tokio::net::TcpListener::bind(listen)
+            let api = tokio::net::TcpListener::bind(listen)
                 .await
                 .with_context(|| format!("listening on {listen}"))?;
+            let operations = match metrics_listen {
+                Some(addr) => Some(
+                    tokio::net::TcpListener::bind(addr)
+                        .await
+                        .with_context(|| format!("listening on {addr}"))?,
+                ),
+                None => None,
+            };
             let (stop, stopped) = tokio::sync::watch::channel(false);
             let mut monitors_stopped = stopped.clone();
             let monitors = tokio::spawn(outbox_decider::run_every(
@@ -105,10 +151,15 @@ async fn main() -> anyhow::Result<()> {
                     let _ = monitors_stopped.wait_for(|s| *s).await;
                 },
             ));
-            outbox_api::serve(listener, pool, async move {
-                outbox_runtime::shutdown_signal().await;
-                let _ = stop.send(true);
-            })
+            outbox_api::serve_with(
+                outbox_api::Listeners { api, operations },
+                pool,
+                limits.server_limits(),
+                async move {
+                    outbox_runtime::shutdown_signal().await;
+                    let _ = stop.send(true);
+                },
+            )
             .await?;
             let _ = monitors.await;
         }

@@ -1,13 +1,16 @@
-//! The decider's approval API, served by `decider serve`.
+//! The decider's approval API, served by `decider serve`, and its operations endpoints.
 //!
 //! Layout:
-//! - [`router`] / [`serve`]: the routes and the server (graceful shutdown).
+//! - [`router`] / [`serve`] / [`serve_with`]: the routes and the servers (graceful
+//!   shutdown, deadlines for slow clients and a cap on connections from
+//!   `outbox_runtime::http_server`).
 //! - `alerts`: `POST /v1/alerts`, `GET /v1/alerts/{id}`, `POST /v1/alerts/{id}/revisions`.
 //! - `auth`: the bearer-token extractor; a token acts for exactly one tenant.
 //! - `body`: reads request bodies within the size limit and checks their fields.
 //! - `problem`: every error is `application/problem+json` with a specific `type`.
-//! - `health`: `GET /healthz` (the process runs), `GET /readyz` (the database answers),
-//!   `GET /metrics` (Prometheus: approvals by result, and the outbox's queue figures).
+//! - `health`: `GET /healthz` (the process runs), and on the separate operations listener
+//!   only, `GET /readyz` (the database answers) and `GET /metrics` (Prometheus: approvals
+//!   by result, and the outbox's queue figures, which span every tenant).
 //!
 //! Handlers hold no business rules: validation is in `outbox-core`, writes and reads in
 //! `outbox-store`, so monitors and operators approve through exactly the same path.
@@ -20,6 +23,8 @@ mod problem;
 
 use axum::routing::{get, post};
 use axum::Router;
+use hyper::service::service_fn;
+use outbox_runtime::http_server::{self, RequestBody, ServerLimits};
 use outbox_store::PgPool;
 use std::future::Future;
 use tokio::net::TcpListener;
@@ -38,38 +43,134 @@ pub struct AppState {
     pub approvals: std::sync::Arc<health::ApprovalCounts>,
 }
 
-/// All routes of the approval API.
+impl AppState {
+    fn new(pool: PgPool) -> Self {
+        AppState {
+            wake_ups: outbox_store::dispatch::WakeUpNotifier::new(pool.clone()),
+            approvals: std::sync::Arc::default(),
+            pool,
+        }
+    }
+}
+
+/// All routes of the approval API. `/metrics` and `/readyz` are not among them: they tell
+/// figures across tenants, so they are served on the operations listener only.
 pub fn router(pool: PgPool) -> Router {
+    api_router(AppState::new(pool))
+}
+
+fn api_router(state: AppState) -> Router {
     Router::new()
         .route("/v1/alerts", post(alerts::approve))
         .route("/v1/alerts/{id}", get(alerts::show))
         .route("/v1/alerts/{id}/revisions", post(alerts::revise))
         .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
         .fallback(problem::no_route)
         .method_not_allowed_fallback(problem::method_not_allowed)
         // Bodies are read by `body::read_json`, which enforces its own limit with a
         // problem+json answer; the framework's default limit would answer first, in plain text.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(axum::middleware::from_fn(log_request))
-        .with_state(AppState {
-            wake_ups: outbox_store::dispatch::WakeUpNotifier::new(pool.clone()),
-            approvals: std::sync::Arc::default(),
-            pool,
-        })
+        .with_state(state)
 }
 
-/// Serves the API on `listener` until `shutdown` resolves, then finishes open requests.
+/// `/metrics`, `/readyz` and `/healthz`, for the operators' network only.
+fn operations_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(health::metrics))
+        .route("/readyz", get(health::readyz))
+        .route("/healthz", get(health::healthz))
+        .fallback(problem::no_route)
+        .method_not_allowed_fallback(problem::method_not_allowed)
+        .with_state(state)
+}
+
+/// Serves the API on `listener` with the default limits until `shutdown` resolves, then
+/// finishes open requests.
 pub async fn serve(
     listener: TcpListener,
     pool: PgPool,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    tracing::info!(addr = %listener.local_addr()?, "approval API listening");
-    axum::serve(listener, router(pool))
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_with(
+        Listeners {
+            api: listener,
+            operations: None,
+        },
+        pool,
+        ServerLimits::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// Where the decider listens.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The approval API, for tenants.
+    pub api: TcpListener,
+    /// `/metrics`, `/readyz`, `/healthz`, for operators; not served when `None`.
+    pub operations: Option<TcpListener>,
+}
+
+/// Serves the API (and the operations endpoints, when given a listener) within `limits`
+/// until `shutdown` resolves, then finishes open requests on both.
+pub async fn serve_with(
+    listeners: Listeners,
+    pool: PgPool,
+    limits: ServerLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let state = AppState::new(pool);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop_both = async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    };
+    let stopped_at = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        // The sender is dropped only after it sent: both ways mean stop.
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let operations = match listeners.operations {
+        Some(listener) => {
+            // Logged before the API's line, which tests and scripts wait for.
+            tracing::info!(addr = %listener.local_addr()?, "decider metrics listening");
+            Some(serve_router(
+                listener,
+                limits,
+                operations_router(state.clone()),
+                stopped_at(stopped.clone()),
+            ))
+        }
+        None => None,
+    };
+    tracing::info!(addr = %listeners.api.local_addr()?, "approval API listening");
+    let api = serve_router(
+        listeners.api,
+        limits,
+        api_router(state),
+        stopped_at(stopped),
+    );
+    let operations = async move {
+        if let Some(operations) = operations {
+            operations.await;
+        }
+    };
+    tokio::join!(stop_both, api, operations);
+    Ok(())
+}
+
+async fn serve_router(
+    listener: TcpListener,
+    limits: ServerLimits,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let service = service_fn(move |request: hyper::Request<RequestBody>| {
+        // `Router` is always ready, so it is called without waiting for readiness.
+        tower_service::Service::call(&mut router.clone(), request)
+    });
+    http_server::serve(listener, limits, service, shutdown).await;
 }
 
 /// Logs method, route template, status and latency of every request (at debug level:

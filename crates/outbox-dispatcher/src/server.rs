@@ -1,4 +1,5 @@
-//! `/metrics` (Prometheus text), `/healthz`, `/readyz` for one dispatcher.
+//! `/metrics` (Prometheus text), `/healthz`, `/readyz` for one dispatcher, on the shared
+//! hardened server (deadlines for slow clients, a cap on connections).
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -27,9 +28,19 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, pool: PgPool, metri
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(AppState { pool, metrics });
-    if let Err(err) = axum::serve(listener, app).await {
-        tracing::error!(error = %err, "metrics server stopped");
-    }
+    let service = hyper::service::service_fn(
+        move |request: hyper::Request<outbox_runtime::http_server::RequestBody>| {
+            // `Router` is always ready, so it is called without waiting for readiness.
+            tower_service::Service::call(&mut app.clone(), request)
+        },
+    );
+    outbox_runtime::http_server::serve(
+        listener,
+        outbox_runtime::http_server::ServerLimits::default(),
+        service,
+        std::future::pending(),
+    )
+    .await;
 }
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {

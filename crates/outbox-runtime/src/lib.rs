@@ -3,8 +3,10 @@
 //! Layout: [`init_tracing`] / [`init_tracing_quiet`] (human or JSON logs), [`shutdown_signal`] (SIGTERM/SIGINT),
 //! [`failpoints`] (crash points for tests, compiled in only with the `failpoints` feature),
 //! [`prometheus`] (histograms and queue figures in the Prometheus text format),
-//! [`DEFAULT_DATABASE_URL`].
+//! [`http_server`] (the HTTP/1.1 server of every listening process, with deadlines for slow
+//! clients and a cap on connections), [`DEFAULT_DATABASE_URL`].
 
+pub mod http_server;
 pub mod prometheus;
 
 /// The database every binary uses unless told otherwise: the local server, no password.

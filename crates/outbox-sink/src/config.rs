@@ -3,8 +3,10 @@
 use clap::Parser;
 use hyper::header::HeaderName;
 use hyper::StatusCode;
+use outbox_runtime::http_server::ServerLimits;
 use std::fmt;
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 /// Command line of `sink`. Every flag can also come from a `SINK_*` environment variable,
@@ -70,6 +72,40 @@ pub struct SinkArgs {
         hide_env_values = true
     )]
     pub secrets: Vec<SigningSecret>,
+
+    /// With `--secret`: refuse a request whose `webhook-timestamp` is further than this
+    /// from the sink's clock, in either direction (a replay, or a forged future date).
+    #[arg(long, env = "SINK_TIMESTAMP_TOLERANCE", default_value = "5m", value_parser = parse_timeout)]
+    pub timestamp_tolerance: Duration,
+
+    /// Close a connection whose request head is not complete this long after the connection
+    /// (or after the head's first byte).
+    #[arg(long, env = "SINK_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_timeout)]
+    pub header_timeout: Duration,
+
+    /// Close a connection whose request body is not complete this long after its head.
+    #[arg(long, env = "SINK_BODY_TIMEOUT", default_value = "30s", value_parser = parse_timeout)]
+    pub body_timeout: Duration,
+
+    /// Close a keep-alive connection that sends no request for this long.
+    #[arg(long, env = "SINK_IDLE_TIMEOUT", default_value = "75s", value_parser = parse_timeout)]
+    pub idle_timeout: Duration,
+
+    /// Most client connections open at once; more are closed as soon as they arrive.
+    #[arg(long, env = "SINK_MAX_CLIENT_CONNECTIONS", default_value = "512")]
+    pub max_client_connections: NonZeroUsize,
+}
+
+impl SinkArgs {
+    /// The connection limits of the server.
+    pub fn server_limits(&self) -> ServerLimits {
+        ServerLimits {
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: self.max_client_connections.get(),
+        }
+    }
 }
 
 /// The key bytes of a `whsec_...` secret. Its `Debug` never shows them, so the parsed
@@ -94,6 +130,11 @@ fn parse_secret(value: &str) -> Result<SigningSecret, String> {
     outbox_core::signing::decode_secret(value)
         .map(SigningSecret)
         .map_err(|err| err.to_string())
+}
+
+/// A duration that is not zero: a zero timeout would refuse everything.
+fn parse_timeout(value: &str) -> Result<Duration, String> {
+    outbox_core::duration::parse_positive(value).map_err(|err| err.to_string())
 }
 
 fn parse_header_name(value: &str) -> Result<HeaderName, String> {
@@ -164,6 +205,8 @@ mod tests {
         assert_eq!(args.fail_status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(!args.lookup);
         assert!(args.retention.is_none());
+        assert_eq!(args.timestamp_tolerance, Duration::from_secs(300));
+        assert_eq!(args.server_limits(), ServerLimits::default());
 
         let args = SinkArgs::try_parse_from([
             "sink",
@@ -188,5 +231,8 @@ mod tests {
         assert!(SinkArgs::try_parse_from(["sink", "--drop-response-rate", "2"]).is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--secret", "nope"]).is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--retention", "soon"]).is_err());
+        assert!(SinkArgs::try_parse_from(["sink", "--header-timeout", "0s"]).is_err());
+        assert!(SinkArgs::try_parse_from(["sink", "--max-client-connections", "0"]).is_err());
+        assert!(SinkArgs::try_parse_from(["sink", "--timestamp-tolerance", "0s"]).is_err());
     }
 }

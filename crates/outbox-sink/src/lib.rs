@@ -1,14 +1,16 @@
 //! The sink: a notification endpoint we control, for tests and demos. It records every
 //! delivery, de-duplicates by idempotency key when asked, answers receipt lookups, checks
-//! Standard Webhooks signatures, and injects faults (failures, scripted answers, latency,
-//! responses dropped after the delivery was applied) reproducibly from a seed.
+//! Standard Webhooks signatures (refusing bad or stale ones when given a secret), and
+//! injects faults (failures, scripted answers, latency, responses dropped after the
+//! delivery was applied) reproducibly from a seed.
 //!
 //! Layout:
 //! - [`SinkArgs`] (`config`): the command line, every flag also a `SINK_*` variable.
 //! - [`Sink`] (`state`): the memory and the decisions, under one lock, so that the fault
 //!   draws follow arrival order and a seed replays a run.
 //! - [`FaultSettings`] (`faults`): the faults, changed at run time through `/_sink/faults`.
-//! - [`serve`] (`server`): hyper HTTP/1.1 with keep-alive, the routes, the body limit.
+//! - [`serve`] (`server`): the routes and the body limit, on the shared hardened HTTP/1.1
+//!   server (deadlines for slow clients, a cap on connections, keep-alive).
 //!
 //! Routes:
 //! - `POST /<any path outside /_sink/>`: a delivery, answered `{"id": "<receipt>"}`.
@@ -18,7 +20,8 @@
 //! - `POST /_sink/faults`, `DELETE /_sink/faults`: change or clear the faults.
 //! - `POST /_sink/reset`: forget records and counters (faults stay).
 //!
-//! A delivery is decided in this order: a scripted answer if one is queued, then the fail
+//! A delivery is decided in this order: with `--secret`, a missing, wrong or stale
+//! signature is refused (401); then a scripted answer if one is queued, then the fail
 //! rate, then de-duplication (with `--retention`), else it is applied. Only applied and
 //! duplicate deliveries wait the latency and may have their response dropped.
 
@@ -54,6 +57,6 @@ pub async fn serve(
         faults = ?sink.faults(),
         "sink configured"
     );
-    server::run(listener, sink, shutdown).await;
+    server::run(listener, sink, args.server_limits(), shutdown).await;
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! HTTP plumbing: the accept loop, one hyper HTTP/1.1 connection per client (keep-alive),
-//! the routes, and the body reader with its size limit.
+//! HTTP plumbing: the routes and the body reader with its size limit, served by the
+//! shared hardened server (`outbox_runtime::http_server`: deadlines for slow clients, a cap
+//! on connections, keep-alive, graceful shutdown).
 //!
 //! Plain hyper rather than a framework, for one fault: a dropped response must close the
 //! connection without writing a byte. A service that returns `Err` makes hyper do exactly
@@ -7,19 +8,13 @@
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use outbox_runtime::http_server::{self, RequestBody, ServerLimits};
 use serde_json::json;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::net::TcpListener;
 
 use crate::faults::FaultPatch;
 use crate::state::{json_response, Action, Sink};
@@ -43,73 +38,25 @@ enum NoResponse {
     Body(String),
 }
 
-/// Accepts connections until `shutdown` resolves, then lets each connection finish the
-/// request in progress and waits for all of them.
+/// Serves until `shutdown` resolves, then lets each connection finish the request in
+/// progress and waits for all of them.
 pub(crate) async fn run(
     listener: TcpListener,
     sink: Arc<Sink>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) {
-    let (stop, stopped) = watch::channel(());
-    let mut connections = JoinSet::new();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    connections.spawn(connection(stream, peer, Arc::clone(&sink), stopped.clone()));
-                }
-                Err(err) => {
-                    // Usually out of file descriptors: back off instead of spinning.
-                    tracing::warn!(error = %err, "cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-            // Reaps finished connections so the set does not grow with every client.
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-    tracing::info!(
-        open_connections = connections.len(),
-        "sink stopping; finishing open requests"
-    );
-    let _ = stop.send(());
-    while connections.join_next().await.is_some() {}
-    tracing::info!("sink stopped");
-}
-
-async fn connection(
-    stream: TcpStream,
-    peer: SocketAddr,
-    sink: Arc<Sink>,
-    mut stopped: watch::Receiver<()>,
+    limits: ServerLimits,
+    shutdown: impl Future<Output = ()> + Send,
 ) {
     let service = service_fn(move |request| {
         let sink = Arc::clone(&sink);
         async move { route(&sink, request).await }
     });
-    let conn = http1::Builder::new()
-        .keep_alive(true)
-        .serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        result = conn.as_mut() => result,
-        // Either a stop signal or the sender gone: both mean stop.
-        _ = stopped.changed() => {
-            conn.as_mut().graceful_shutdown();
-            conn.as_mut().await
-        }
-    };
-    if let Err(err) = result {
-        // Dropped responses end here on purpose, so this is not worth a warning.
-        tracing::debug!(%peer, error = %err, "connection closed with an error");
-    }
+    http_server::serve(listener, limits, service, shutdown).await;
+    tracing::info!("sink stopped");
 }
 
 async fn route(
     sink: &Sink,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Result<Response<Full<Bytes>>, NoResponse> {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
@@ -169,7 +116,7 @@ async fn route(
 /// `POST` to any path outside `/_sink/`: a delivery.
 async fn deliver(
     sink: &Sink,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
     path: String,
 ) -> Result<Response<Full<Bytes>>, NoResponse> {
     let (parts, body) = request.into_parts();
@@ -182,7 +129,12 @@ async fn deliver(
             return Ok(too_large());
         }
     };
-    let signature = sink.check_signature(&parts.headers, &body);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+        });
+    let signature = sink.check_signature(&parts.headers, &body, now);
     match sink.decide(&path, key, &body, signature) {
         Action::Respond(response) => {
             tracing::info!(
@@ -224,7 +176,7 @@ enum Body {
 
 /// Reads a body up to [`MAX_BODY_BYTES`]; past that, discards the rest (up to
 /// [`MAX_DRAINED_BYTES`]) and reports it too large.
-async fn read_body(mut body: Incoming) -> Result<Body, NoResponse> {
+async fn read_body(mut body: RequestBody) -> Result<Body, NoResponse> {
     let mut collected = BytesMut::new();
     let mut seen = 0usize;
     while let Some(frame) = body.frame().await {

@@ -32,6 +32,9 @@ pub enum Outcome {
     Scripted,
     /// The body exceeded the size limit; answered 413, not applied.
     TooLarge,
+    /// A secret is configured and the signature is missing, wrong or stale: answered 401,
+    /// not applied.
+    Refused,
 }
 
 /// The result of checking a delivery's Standard Webhooks signature.
@@ -44,13 +47,32 @@ pub enum SignatureCheck {
     Invalid,
     /// A secret is configured but the signature headers are absent.
     Missing,
+    /// A signature matches, but `webhook-timestamp` is outside the tolerance: a replay of
+    /// an old request, or a forged date.
+    Stale,
     /// No secret is configured, or the body was never read.
     Unchecked,
 }
 
 impl SignatureCheck {
+    /// Why a delivery with this signature is refused.
+    fn refusal(self) -> &'static str {
+        match self {
+            SignatureCheck::Missing => {
+                "the webhook-id, webhook-timestamp and webhook-signature headers are required"
+            }
+            SignatureCheck::Stale => "webhook-timestamp is outside the tolerance",
+            SignatureCheck::Invalid | SignatureCheck::Valid | SignatureCheck::Unchecked => {
+                "no signature matches"
+            }
+        }
+    }
+
     fn is_bad(self) -> bool {
-        matches!(self, SignatureCheck::Invalid | SignatureCheck::Missing)
+        matches!(
+            self,
+            SignatureCheck::Invalid | SignatureCheck::Missing | SignatureCheck::Stale
+        )
     }
 }
 
@@ -99,8 +121,10 @@ pub struct Stats {
     pub scripted: u64,
     /// Deliveries whose response was dropped.
     pub dropped: u64,
-    /// Deliveries with an invalid or missing signature while a secret is configured.
+    /// Deliveries with an invalid, missing or stale signature while a secret is configured.
     pub bad_signatures: u64,
+    /// Deliveries refused (401) for their signature; each is also a bad signature.
+    pub refused: u64,
 }
 
 /// What to do with a delivery once decided.
@@ -124,6 +148,7 @@ pub struct Sink {
     retention: Option<Duration>,
     lookup: bool,
     keys: Vec<Vec<u8>>,
+    timestamp_tolerance: Duration,
     seed: u64,
     inner: Mutex<Inner>,
 }
@@ -156,6 +181,7 @@ impl Sink {
             retention: args.retention,
             lookup: args.lookup,
             keys: args.secrets.iter().map(|s| s.key().to_vec()).collect(),
+            timestamp_tolerance: args.timestamp_tolerance,
             seed,
             inner: Mutex::new(Inner {
                 faults: FaultSettings::from_args(args),
@@ -237,8 +263,14 @@ impl Sink {
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
     }
 
-    /// Checks the Standard Webhooks signature of a request against the configured secrets.
-    pub(crate) fn check_signature(&self, headers: &HeaderMap, body: &[u8]) -> SignatureCheck {
+    /// Checks the Standard Webhooks signature of a request against the configured secrets,
+    /// and its timestamp against the tolerance around `now` (seconds since the epoch).
+    pub(crate) fn check_signature(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: i64,
+    ) -> SignatureCheck {
         if self.keys.is_empty() {
             return SignatureCheck::Unchecked;
         }
@@ -253,11 +285,14 @@ impl Sink {
         let Ok(timestamp) = timestamp.trim().parse::<i64>() else {
             return SignatureCheck::Invalid;
         };
-        if outbox_core::signing::verify(&self.keys, id, timestamp, body, signature) {
-            SignatureCheck::Valid
-        } else {
-            SignatureCheck::Invalid
+        if !outbox_core::signing::verify(&self.keys, id, timestamp, body, signature) {
+            return SignatureCheck::Invalid;
         }
+        let tolerance = i64::try_from(self.timestamp_tolerance.as_secs()).unwrap_or(i64::MAX);
+        if now.abs_diff(timestamp) > tolerance.unsigned_abs() {
+            return SignatureCheck::Stale;
+        }
+        SignatureCheck::Valid
     }
 
     /// Records a delivery whose body exceeded the limit; it is answered 413.
@@ -279,8 +314,10 @@ impl Sink {
         inner.records.push(record);
     }
 
-    /// Decides what a delivery gets, records it and counts it. Scripted responses come
-    /// first, then the fail rate, then de-duplication; whatever is left is applied.
+    /// Decides what a delivery gets, records it and counts it. A bad signature (with a
+    /// secret configured) is refused first, as a real receiver would before anything else;
+    /// then come scripted responses, the fail rate, and de-duplication; whatever is left is
+    /// applied.
     pub(crate) fn decide(
         &self,
         path: &str,
@@ -306,6 +343,17 @@ impl Sink {
             status: None,
             dropped: false,
         };
+
+        if signature.is_bad() {
+            record.outcome = Outcome::Refused;
+            record.status = Some(StatusCode::UNAUTHORIZED.as_u16());
+            inner.stats.refused += 1;
+            inner.records.push(record);
+            return Action::Respond(json_response(
+                StatusCode::UNAUTHORIZED,
+                &serde_json::json!({"error": signature.refusal()}),
+            ));
+        }
 
         if let Some(scripted) = inner.faults.script.pop_front() {
             let (response, status) = scripted.response_or_500();
@@ -507,6 +555,63 @@ mod tests {
         assert!(sink.records(None).is_empty());
         assert_eq!(receipt(deliver(&sink, Some("k"))).0, "r-2");
         assert_eq!(sink.records(None)[0].seq, 1);
+    }
+
+    #[test]
+    fn bad_signatures_are_refused_and_not_applied() {
+        let sink = sink(&["--secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]);
+        for check in [
+            SignatureCheck::Missing,
+            SignatureCheck::Invalid,
+            SignatureCheck::Stale,
+        ] {
+            match sink.decide("/hook", Some("k".to_owned()), b"{}", check) {
+                Action::Respond(response) => assert_eq!(response.status(), 401),
+                Action::Acknowledge { .. } => panic!("{check:?} was acknowledged"),
+            }
+        }
+        let stats = sink.stats();
+        assert_eq!(
+            (
+                stats.requests,
+                stats.refused,
+                stats.bad_signatures,
+                stats.applied
+            ),
+            (3, 3, 3, 0)
+        );
+        assert!(sink.receipt_of("k").is_none());
+        assert!(sink
+            .records(None)
+            .iter()
+            .all(|r| r.outcome == Outcome::Refused && r.status == Some(401)));
+    }
+
+    #[test]
+    fn a_timestamp_outside_the_tolerance_is_stale() {
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let sink = sink(&["--secret", secret, "--timestamp-tolerance", "5m"]);
+        let key = outbox_core::signing::decode_secret(secret).unwrap();
+        let check = |timestamp: i64, now: i64| {
+            let mut headers = HeaderMap::new();
+            let signature = outbox_core::signing::signature_header(
+                std::slice::from_ref(&key),
+                "msg_1",
+                timestamp,
+                b"{}",
+            );
+            headers.insert("webhook-id", "msg_1".parse().unwrap());
+            headers.insert("webhook-timestamp", timestamp.to_string().parse().unwrap());
+            headers.insert("webhook-signature", signature.parse().unwrap());
+            sink.check_signature(&headers, b"{}", now)
+        };
+        let now = 1_700_000_000;
+        assert_eq!(check(now, now), SignatureCheck::Valid);
+        assert_eq!(check(now - 300, now), SignatureCheck::Valid);
+        assert_eq!(check(now + 300, now), SignatureCheck::Valid);
+        assert_eq!(check(now - 301, now), SignatureCheck::Stale);
+        assert_eq!(check(now + 301, now), SignatureCheck::Stale);
+        assert_eq!(check(0, now), SignatureCheck::Stale);
     }
 
     #[test]

@@ -119,7 +119,7 @@ async fn with_retention_a_repeated_key_is_a_wire_duplicate_with_the_original_rec
         json!({
             "requests": 3, "distinct_keys": 2, "applied": 2, "wire_duplicates": 1,
             "effective_duplicates": 0, "failed": 0, "scripted": 0, "dropped": 0,
-            "bad_signatures": 0,
+            "bad_signatures": 0, "refused": 0,
         })
     );
 
@@ -302,18 +302,21 @@ async fn a_fail_rate_of_one_refuses_everything_and_applies_nothing() {
 }
 
 #[tokio::test]
-async fn signatures_are_checked_against_the_configured_secret() {
-    let sink = TestSink::start(&["--secret", SECRET]).await;
+async fn with_a_secret_only_well_signed_recent_deliveries_are_applied() {
+    let sink = TestSink::start(&["--secret", SECRET, "--timestamp-tolerance", "5m"]).await;
     let key = outbox_core::signing::decode_secret(SECRET).unwrap();
     let body = r#"{"alert":"signed"}"#;
-    let timestamp = 1_700_000_000_i64;
-    let send = |signature: Option<String>, idempotency_key: &'static str| {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let send = |signature: Option<(i64, String)>, idempotency_key: &'static str| {
         let mut request = sink
             .client
             .post(sink.url("/hooks/alerts"))
             .header("Idempotency-Key", idempotency_key)
             .body(body);
-        if let Some(signature) = signature {
+        if let Some((timestamp, signature)) = signature {
             request = request
                 .header("webhook-id", "msg_1")
                 .header("webhook-timestamp", timestamp.to_string())
@@ -321,29 +324,79 @@ async fn signatures_are_checked_against_the_configured_secret() {
         }
         request.send()
     };
+    let signed = |secret: &[u8], timestamp: i64| {
+        let header = outbox_core::signing::signature_header(
+            &[secret.to_vec()],
+            "msg_1",
+            timestamp,
+            body.as_bytes(),
+        );
+        Some((timestamp, header))
+    };
 
-    let valid = outbox_core::signing::signature_header(&[key], "msg_1", timestamp, body.as_bytes());
-    let invalid = outbox_core::signing::signature_header(
-        &[vec![7u8; 32]],
-        "msg_1",
-        timestamp,
-        body.as_bytes(),
-    );
-    // The sink only reports: every one of these is still applied.
-    for (signature, k) in [
-        (Some(valid), "valid"),
-        (Some(invalid), "invalid"),
-        (None, "missing"),
+    let attempts = [
+        (signed(&key, now), "valid", StatusCode::OK),
+        (signed(&[7u8; 32], now), "invalid", StatusCode::UNAUTHORIZED),
+        (None, "missing", StatusCode::UNAUTHORIZED),
+        // Correctly signed, but replayed an hour later, or dated an hour ahead.
+        (signed(&key, now - 3600), "stale", StatusCode::UNAUTHORIZED),
+        (
+            signed(&key, now + 3600),
+            "stale-future",
+            StatusCode::UNAUTHORIZED,
+        ),
+        // Years old, as a captured request replayed much later would be.
+        (
+            signed(&key, 1_500_000_000),
+            "stale-years",
+            StatusCode::UNAUTHORIZED,
+        ),
+    ];
+    for (signature, k, status) in attempts {
+        assert_eq!(send(signature, k).await.unwrap().status(), status, "{k}");
+    }
+
+    for (k, signature, outcome, status) in [
+        ("valid", "valid", "applied", 200),
+        ("invalid", "invalid", "refused", 401),
+        ("missing", "missing", "refused", 401),
+        ("stale", "stale", "refused", 401),
+        ("stale-future", "stale", "refused", 401),
+        ("stale-years", "stale", "refused", 401),
     ] {
-        assert_eq!(send(signature, k).await.unwrap().status(), StatusCode::OK);
-    }
-
-    for k in ["valid", "invalid", "missing"] {
         let records = sink.records(Some(k)).await;
-        assert_eq!(records.len(), 1);
-        assert_eq!(records[0]["signature"], k);
+        assert_eq!(records.len(), 1, "{k}");
+        assert_eq!(records[0]["signature"], signature, "{k}");
+        assert_eq!(records[0]["outcome"], outcome, "{k}");
+        assert_eq!(records[0]["status"], status, "{k}");
     }
-    assert_eq!(sink.stats().await["bad_signatures"], 2);
+    let stats = sink.stats().await;
+    assert_eq!(stats["requests"], 6);
+    assert_eq!(stats["applied"], 1);
+    assert_eq!(stats["refused"], 5);
+    assert_eq!(stats["bad_signatures"], 5);
+    // A refused key was never applied, so lookups do not find it either.
+    assert_eq!(stats["distinct_keys"], 1);
+    sink.stop().await;
+}
+
+#[tokio::test]
+async fn without_a_secret_signatures_are_not_checked() {
+    let sink = TestSink::start(&[]).await;
+    let response = sink
+        .client
+        .post(sink.url("/hooks/alerts"))
+        .header("webhook-id", "msg_1")
+        .header("webhook-timestamp", "1")
+        .header("webhook-signature", "v1,bm9wZQ==")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let records = sink.records(None).await;
+    assert_eq!(records[0]["signature"], "unchecked");
+    assert_eq!(records[0]["outcome"], "applied");
     sink.stop().await;
 }
 
