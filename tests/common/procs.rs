@@ -204,11 +204,21 @@ pub fn spawn_dispatcher(args: &[String], failpoints: Option<&str>) -> Child {
         .env_remove("OUTBOX_ALLOW_PRIVATE")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
     if let Some(failpoints) = failpoints {
         command.env("FAILPOINTS", failpoints);
     }
-    command.spawn().expect("spawn dispatcher")
+    let mut child = command.spawn().expect("spawn dispatcher");
+    // Faults the tests inject make dispatchers log warnings and errors. They go to the
+    // test's captured output (shown when the test fails), not to the terminal.
+    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            eprintln!("[dispatcher] {line}");
+        }
+    });
+    child
 }
 
 /// Runs a dispatcher with `--drain` until it exits by itself; asserts it exits 0.
