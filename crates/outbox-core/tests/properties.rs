@@ -9,7 +9,9 @@ use outbox_core::identity::{check_identity_field, check_payload, check_reason};
 use outbox_core::json_limits::{check_json_limits, MAX_NUMBER_WHOLE_DIGITS};
 use outbox_core::query::Query;
 use outbox_core::untrusted::{is_bidi_control, is_unsafe_on_terminal, visible};
-use outbox_core::{IdentityError, PayloadError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_DEPTH};
+use outbox_core::{
+    IdentityError, JsonLimitError, PayloadError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_DEPTH,
+};
 use proptest::prelude::*;
 use serde_json::value::RawValue;
 
@@ -135,12 +137,15 @@ proptest! {
     fn nesting_and_numbers_are_judged_before_parsing((levels, text) in nested_payload()) {
         match check_payload(&text) {
             Ok(()) => {
-                // `levels` inside the payload object.
-                prop_assert!(levels < MAX_PAYLOAD_DEPTH, "{levels} levels accepted");
+                // `levels` counts the payload object itself.
+                prop_assert!(levels <= MAX_PAYLOAD_DEPTH, "{levels} levels accepted");
                 serde_json::from_str::<Box<RawValue>>(&text)
                     .map_err(|e| TestCaseError::fail(format!("accepted but not JSON: {e}")))?;
             }
-            Err(PayloadError::BeyondLimits(_)) => {}
+            Err(PayloadError::BeyondLimits(JsonLimitError::TooDeep { .. })) => {
+                prop_assert!(levels > MAX_PAYLOAD_DEPTH, "{levels} levels refused");
+            }
+            Err(PayloadError::BeyondLimits(JsonLimitError::NumberOutOfRange { .. })) => {}
             Err(other) => prop_assert!(false, "unexpected refusal {other:?} of {text}"),
         }
     }
