@@ -316,3 +316,53 @@ async fn oversized_and_hostile_articles_are_refused_whole() {
     assert_refused(&run, "is larger than 16 MiB");
     assert_eq!(db.count("articles").await, 0);
 }
+
+/// The payload number limits agree with PostgreSQL itself: every number the check
+/// accepts, PostgreSQL stores; every number PostgreSQL refuses, the check refuses. (The
+/// check is stricter only past its exponent bound, ±1,000,000.)
+#[tokio::test]
+async fn number_limits_agree_with_postgresql() {
+    let db = TestDb::new().await;
+    let mantissas = [
+        "0",
+        "1",
+        "9",
+        "10",
+        "-7",
+        "0.01",
+        "1.5",
+        "123.456",
+        "0.000",
+        "1.0000000000",
+        "99.9e0",
+    ];
+    let mut exponents: Vec<i64> = vec![-1_000_000, -999_999, -20_000, -1, 0, 1, 999_999];
+    exponents.extend(-16_395..-16_375);
+    exponents.extend(131_060..131_080);
+    let mut checked = 0;
+    for mantissa in mantissas {
+        for exponent in &exponents {
+            // `99.9e0` carries its own exponent: used as written.
+            let number = if mantissa.contains('e') {
+                mantissa.to_owned()
+            } else {
+                format!("{mantissa}e{exponent}")
+            };
+            let json = format!("{{\"n\": {number}}}");
+            let ours = outbox_core::json_limits::check_json_limits(json.as_bytes(), 4).is_ok();
+            let theirs = sqlx::query_scalar::<_, bool>("SELECT $1::text::jsonb IS NOT NULL")
+                .bind(&json)
+                .fetch_one(&db.pool)
+                .await
+                .is_ok();
+            if ours {
+                assert!(theirs, "{number}: accepted here, refused by PostgreSQL");
+            }
+            if theirs && exponent.abs() <= outbox_core::json_limits::MAX_NUMBER_EXPONENT {
+                assert!(ours, "{number}: stored by PostgreSQL, refused here");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 400);
+}
