@@ -419,6 +419,24 @@ mod tests {
     }
 
     #[test]
+    fn a_polled_page_keeps_its_good_posts_and_names_the_oversized_one() {
+        // The poller reads pages with `read_page`: a bad post is skipped, not fatal.
+        let over = "a".repeat(MAX_ARTICLE_TEXT_BYTES + 1);
+        let page = serde_json::json!({"posts": [post("u1", "T", "fine"), post("u2", "T", &over)]})
+            .to_string();
+        let (articles, _, _, problems) = read_page(&page).unwrap();
+        assert_eq!(articles.len(), 1);
+        assert_eq!(articles[0].uuid, "u1");
+        assert_eq!(
+            problems,
+            vec![format!(
+                "post 2: field `text` is {} bytes; the limit is {MAX_ARTICLE_TEXT_BYTES} bytes",
+                MAX_ARTICLE_TEXT_BYTES + 1
+            )]
+        );
+    }
+
+    #[test]
     fn pages_over_the_cap_are_refused_before_parsing() {
         // Not even JSON: the size is judged first.
         let huge = "x".repeat(MAX_ARTICLE_PAGE_BYTES + 1);
