@@ -1,6 +1,7 @@
 //! `outboxctl`: the operator's tool. See `outbox_ctl` for the commands.
 
 use clap::Parser;
+use outbox_core::untrusted::visible;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
@@ -16,7 +17,7 @@ async fn main() -> std::process::ExitCode {
                 .map(str::trim)
                 .filter(|l| !l.is_empty() && !l.starts_with("tip:") && !l.starts_with("For more"))
                 .collect();
-            eprintln!("{}", reason.join(" "));
+            eprintln!("{}", visible(&reason.join(" ")));
             return std::process::ExitCode::from(2);
         }
     };
@@ -24,8 +25,9 @@ async fn main() -> std::process::ExitCode {
     match outbox_ctl::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            // One line: the reason and its causes, for people and for scripts' logs.
-            eprintln!("error: {err:#}");
+            // One line: the reason and its causes, for people and for scripts' logs. The
+            // reason may echo input (a file's id, a destination's answer): shown escaped.
+            eprintln!("error: {}", visible(&format!("{err:#}")));
             std::process::ExitCode::FAILURE
         }
     }

@@ -1,10 +1,14 @@
-//! Request bodies: JSON only, within a size limit, every field checked, with a precise
-//! problem for each way a body can be wrong. Nothing is written before a body passes.
+//! Request bodies: JSON only, within a size limit, nesting and numbers within what
+//! PostgreSQL stores, every field checked, with a precise problem for each way a body can
+//! be wrong. Nothing is written before a body passes.
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, StatusCode};
 use outbox_core::identity::{check_identity_field, check_reason};
-use outbox_core::{IdentityError, MAX_PAYLOAD_BYTES};
+use outbox_core::json_limits::check_json_limits;
+use outbox_core::{
+    IdentityError, JsonLimitError, PayloadError, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH,
+};
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
@@ -35,7 +39,24 @@ pub(crate) async fn read_json<T: DeserializeOwned>(
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|_| too_large(format!("the request body exceeds {MAX_BODY_BYTES} bytes")))?;
-    serde_json::from_slice(&bytes).map_err(|err| {
+    parse_json(&bytes)
+}
+
+/// Parses a body that has arrived: nesting and numbers first (so that neither the parser's
+/// recursion limit nor PostgreSQL's ever decides the answer), then syntax and shape.
+pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
+    // The body is one level around the payload.
+    check_json_limits(bytes, MAX_PAYLOAD_DEPTH + 1).map_err(|err| {
+        let err = match err {
+            // Say the payload's limit, not the body's.
+            JsonLimitError::TooDeep { .. } => JsonLimitError::TooDeep {
+                max: MAX_PAYLOAD_DEPTH,
+            },
+            other => other,
+        };
+        invalid_payload(PayloadError::BeyondLimits(err))
+    })?;
+    serde_json::from_slice(bytes).map_err(|err| {
         use serde_json::error::Category;
         match err.classify() {
             Category::Syntax | Category::Eof | Category::Io => Problem::new(
@@ -88,25 +109,36 @@ pub(crate) fn payload(value: &Option<Box<RawValue>>) -> Result<&str, Problem> {
         .map(RawValue::get)
         .ok_or_else(|| invalid_field(IdentityError::Empty { field: "payload" }))?;
     outbox_core::identity::check_payload(text).map_err(|err| match err {
-        outbox_core::PayloadError::TooLarge(_) => too_large(err.to_string()),
-        outbox_core::PayloadError::NotAnObject => Problem::new(
+        PayloadError::TooLarge(_) => too_large(err.to_string()),
+        PayloadError::NotAnObject => Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid-field",
             "Invalid field",
             "field `payload` must be a JSON object",
         ),
-        outbox_core::PayloadError::Empty => {
-            invalid_field(IdentityError::Empty { field: "payload" })
-        }
+        PayloadError::Empty => invalid_field(IdentityError::Empty { field: "payload" }),
+        PayloadError::BeyondLimits(_) => invalid_payload(err),
     })?;
     Ok(text)
+}
+
+/// A payload PostgreSQL could not store: nested too deeply or a number out of range.
+fn invalid_payload(err: PayloadError) -> Problem {
+    Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-payload",
+        "Payload cannot be stored",
+        err.to_string(),
+    )
 }
 
 fn invalid_field(err: IdentityError) -> Problem {
     let kind = match err {
         IdentityError::Empty { .. } => "missing-field",
         IdentityError::TooLong { .. } => "field-too-long",
-        IdentityError::ControlCharacter { .. } => "invalid-field",
+        IdentityError::ControlCharacter { .. } | IdentityError::BidiControl { .. } => {
+            "invalid-field"
+        }
     };
     Problem::new(
         StatusCode::UNPROCESSABLE_ENTITY,
@@ -114,4 +146,151 @@ fn invalid_field(err: IdentityError) -> Problem {
         "Invalid field",
         err.to_string(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox_core::untrusted::is_bidi_control;
+    use proptest::prelude::*;
+
+    /// The approval body's shape, as `POST /v1/alerts` reads it.
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Approval {
+        destination: Option<String>,
+        subject: Option<String>,
+        occurrence: Option<String>,
+        payload: Option<Box<RawValue>>,
+    }
+
+    /// Runs a body through everything the API checks before the database sees it.
+    fn check_approval(body: &[u8]) -> Result<(String, String, String, String), Problem> {
+        let approval: Approval = parse_json(body)?;
+        Ok((
+            identity_field("destination", &approval.destination)?.to_owned(),
+            identity_field("subject", &approval.subject)?.to_owned(),
+            identity_field("occurrence", &approval.occurrence)?.to_owned(),
+            payload(&approval.payload)?.to_owned(),
+        ))
+    }
+
+    fn nested_arrays(levels: usize) -> String {
+        format!("{}1{}", "[".repeat(levels), "]".repeat(levels))
+    }
+
+    fn approval_with_payload(payload: &str) -> Vec<u8> {
+        format!(
+            r#"{{"destination": "ops", "subject": "s", "occurrence": "o", "payload": {payload}}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn hostile_payloads_get_invalid_payload_not_a_parse_error() {
+        let cases = [
+            format!(r#"{{"a": {}}}"#, nested_arrays(100_000)),
+            // Deeper than ours, shallower than the parser's own limit of 128.
+            format!(r#"{{"a": {}}}"#, nested_arrays(100)),
+            r#"{"a": 1e999999}"#.to_owned(),
+            format!(r#"{{"a": {}}}"#, "7".repeat(200_000)),
+        ];
+        for payload in &cases {
+            let problem = check_approval(&approval_with_payload(payload)).unwrap_err();
+            assert_eq!(
+                problem.status(),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "{}",
+                &payload[..20]
+            );
+            assert_eq!(problem.kind(), "invalid-payload");
+        }
+        let fine = format!(r#"{{"a": {}}}"#, nested_arrays(62));
+        assert!(check_approval(&approval_with_payload(&fine)).is_ok());
+    }
+
+    #[test]
+    fn bidi_overrides_in_identities_are_invalid_fields() {
+        let body = br#"{"destination": "ops", "subject": "invoice-\u202efdp.exe", "occurrence": "o", "payload": {"a": 1}}"#;
+        let problem = check_approval(body).unwrap_err();
+        assert_eq!(problem.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(problem.kind(), "invalid-field");
+    }
+
+    fn body_char() -> impl Strategy<Value = char> {
+        prop_oneof![
+            2 => any::<char>(),
+            5 => proptest::sample::select(vec![
+                '{', '}', '[', ']', '"', ':', ',', '\\', '-', '.', 'e', '0', '1', '9', ' ',
+                'u', 'a', '\u{1b}', '\u{202e}', '\u{0}',
+            ]),
+        ]
+    }
+
+    fn field_text() -> impl Strategy<Value = String> {
+        proptest::collection::vec(body_char(), 0..12).prop_map(String::from_iter)
+    }
+
+    /// Bodies that are mostly approvals, with hostile members.
+    fn approval_body() -> impl Strategy<Value = Vec<u8>> {
+        let field = prop_oneof![
+            field_text().prop_map(|t| serde_json::to_string(&t).unwrap_or_default()),
+            field_text(),
+            Just("null".to_owned()),
+            Just("7".to_owned()),
+        ];
+        let payload = prop_oneof![
+            field_text(),
+            (0usize..140, field_text()).prop_map(|(levels, leaf)| format!(
+                "{}{leaf}{}",
+                "[".repeat(levels),
+                "]".repeat(levels)
+            )),
+            (0usize..70, "[0-9]{1,3}e[0-9]{1,7}").prop_map(|(levels, number)| format!(
+                "{}{{\"n\": {number}}}{}",
+                "[".repeat(levels),
+                "]".repeat(levels)
+            )),
+            field_text().prop_map(|t| format!(
+                "{{\"t\": {}}}",
+                serde_json::to_string(&t).unwrap_or_default()
+            )),
+        ];
+        (field.clone(), field.clone(), field, payload, field_text()).prop_map(
+            |(destination, subject, occurrence, payload, junk)| {
+                format!(
+                    r#"{{"destination": {destination}, "subject": {subject}, "occurrence": {occurrence}, "payload": {payload}{junk}}}"#
+                )
+                .into_bytes()
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn approval_bodies_are_accepted_by_the_rules_or_refused_specifically(
+            body in prop_oneof![approval_body(), proptest::collection::vec(any::<u8>(), 0..64)]
+        ) {
+            match check_approval(&body) {
+                Ok((destination, subject, occurrence, payload)) => {
+                    for field in [&destination, &subject, &occurrence] {
+                        prop_assert!(!field.chars().any(|c| c.is_control() || is_bidi_control(c)));
+                        prop_assert!(!field.trim().is_empty());
+                    }
+                    let value: serde_json::Value = serde_json::from_str(&payload)
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    prop_assert!(value.as_object().is_some_and(|m| !m.is_empty()));
+                }
+                Err(problem) => {
+                    let expected = match problem.status().as_u16() {
+                        400 => ["malformed-json"].as_slice(),
+                        413 => ["payload-too-large"].as_slice(),
+                        422 => ["missing-field", "field-too-long", "invalid-field", "invalid-payload"].as_slice(),
+                        other => return Err(TestCaseError::fail(format!("status {other}"))),
+                    };
+                    prop_assert!(expected.contains(&problem.kind()), "{} for {}", problem.kind(), problem.status());
+                }
+            }
+        }
+    }
 }

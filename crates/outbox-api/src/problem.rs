@@ -44,6 +44,11 @@ impl Problem {
         self.status
     }
 
+    /// The problem's type, without the `/problems/` prefix.
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
     pub(crate) fn unauthorized(detail: &str) -> Self {
         Problem::new(
             StatusCode::UNAUTHORIZED,

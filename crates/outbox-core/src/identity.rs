@@ -2,6 +2,9 @@
 //! decision "notify this destination about this occurrence of this subject". Any number of
 //! approvals of one identity make one alert. This module checks the caller-supplied parts.
 
+use crate::json_limits::{check_json_limits, JsonLimitError, MAX_PAYLOAD_DEPTH};
+use crate::untrusted::is_bidi_control;
+
 /// Longest subject, occurrence or destination name accepted, in bytes of UTF-8.
 pub const MAX_IDENTITY_FIELD_BYTES: usize = 512;
 /// Largest payload accepted, in bytes of its JSON text.
@@ -35,6 +38,19 @@ pub enum IdentityError {
         /// The field's name in the request.
         field: &'static str,
     },
+    /// The field contains a bidirectional control (U+202E and friends), which makes
+    /// text display in another order than it is stored: two identities that look the
+    /// same would differ, and a table would show something else than what is stored.
+    #[error(
+        "field `{field}` contains a bidirectional control character (U+{code:04X}), \
+         which would make it display differently from what it is"
+    )]
+    BidiControl {
+        /// The field's name in the request.
+        field: &'static str,
+        /// The character's code point.
+        code: u32,
+    },
 }
 
 /// Why a payload is not acceptable.
@@ -49,15 +65,22 @@ pub enum PayloadError {
     /// `{}`.
     #[error("field `payload` is required and must not be empty")]
     Empty,
+    /// Nested too deeply, or a number PostgreSQL cannot store.
+    #[error("field `payload`: {0}")]
+    BeyondLimits(#[from] JsonLimitError),
 }
 
 /// Checks a payload's JSON text: an object with at least one member, at most
-/// [`MAX_PAYLOAD_BYTES`]. Members are only counted, not converted, so numbers of any size
-/// or precision pass through untouched.
+/// [`MAX_PAYLOAD_BYTES`], nested at most [`MAX_PAYLOAD_DEPTH`] levels, with numbers that
+/// PostgreSQL can store (see [`crate::json_limits`]). Members are only counted, not
+/// converted, so numbers keep their exact spelling and precision. Every path that stores
+/// a payload (the API, revisions, `outboxctl revise`, the monitors) passes here.
 pub fn check_payload(text: &str) -> Result<(), PayloadError> {
     if text.len() > MAX_PAYLOAD_BYTES {
         return Err(PayloadError::TooLarge(text.len()));
     }
+    // Before parsing: the limits scan cannot be made to recurse, the parser could.
+    check_json_limits(text.as_bytes(), MAX_PAYLOAD_DEPTH)?;
     let members: std::collections::HashMap<String, serde::de::IgnoredAny> =
         serde_json::from_str(text).map_err(|_| PayloadError::NotAnObject)?;
     if members.is_empty() {
@@ -67,7 +90,7 @@ pub fn check_payload(text: &str) -> Result<(), PayloadError> {
 }
 
 /// Checks one identity field: present, not blank, within [`MAX_IDENTITY_FIELD_BYTES`],
-/// free of control characters. Identity fields are compared byte for byte, so no
+/// free of control characters and of bidirectional controls. Identity fields are compared byte for byte, so no
 /// trimming or case folding happens here: what the caller sent is the identity.
 pub fn check_identity_field(field: &'static str, value: &str) -> Result<(), IdentityError> {
     check_text(field, value, MAX_IDENTITY_FIELD_BYTES)
@@ -96,6 +119,15 @@ fn check_text(field: &'static str, value: &str, max: usize) -> Result<(), Identi
         .any(|c| c.is_control() && !(allows_newlines && (c == '\n' || c == '\t')))
     {
         return Err(IdentityError::ControlCharacter { field });
+    }
+    // A reason is prose (right-to-left scripts may need the marks); it is shown escaped.
+    if !allows_newlines {
+        if let Some(c) = value.chars().find(|c| is_bidi_control(*c)) {
+            return Err(IdentityError::BidiControl {
+                field,
+                code: c as u32,
+            });
+        }
     }
     Ok(())
 }
@@ -145,5 +177,50 @@ mod tests {
         );
         assert!(check_identity_field("subject", "a\nb").is_err());
         assert_eq!(check_reason("wrong amount\nwas 100, is 120"), Ok(()));
+    }
+
+    #[test]
+    fn rejects_bidi_controls_in_identities() {
+        assert_eq!(
+            check_identity_field("subject", "invoice-\u{202e}fdp.exe"),
+            Err(IdentityError::BidiControl {
+                field: "subject",
+                code: 0x202e
+            })
+        );
+        for c in ['\u{2066}', '\u{200f}', '\u{061c}', '\u{202a}'] {
+            assert!(check_identity_field("occurrence", &format!("a{c}b")).is_err());
+        }
+        // C1 controls and DEL are control characters too.
+        assert!(check_identity_field("subject", "a\u{9b}b").is_err());
+        assert!(check_identity_field("subject", "a\u{7f}b").is_err());
+        // Right-to-left text itself is fine.
+        assert_eq!(check_identity_field("subject", "عقد-7"), Ok(()));
+    }
+
+    #[test]
+    fn payloads_beyond_postgresql_limits_are_refused() {
+        let deep = format!("{{\"a\": {}1{}}}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(matches!(
+            check_payload(&deep),
+            Err(PayloadError::BeyondLimits(JsonLimitError::TooDeep {
+                max: 64
+            }))
+        ));
+        for number in ["1e999999".to_owned(), "9".repeat(200_000)] {
+            let text = format!("{{\"n\": {number}}}");
+            assert!(
+                matches!(
+                    check_payload(&text),
+                    Err(PayloadError::BeyondLimits(
+                        JsonLimitError::NumberOutOfRange { .. }
+                    ))
+                ),
+                "{}",
+                &text[..20]
+            );
+        }
+        let at_limit = format!("{{\"a\": {}1{}}}", "[".repeat(63), "]".repeat(63));
+        assert_eq!(check_payload(&at_limit), Ok(()));
     }
 }

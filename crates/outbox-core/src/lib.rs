@@ -5,6 +5,10 @@
 //!   policy for uncertain sends ([`OnUncertain`]).
 //! - [`identity`]: what makes two approvals the same alert, and the input limits
 //!   ([`MAX_IDENTITY_FIELD_BYTES`], [`MAX_PAYLOAD_BYTES`]).
+//! - [`json_limits`]: how deeply a payload may nest and how large its numbers may be
+//!   ([`MAX_PAYLOAD_DEPTH`]), checked on the text before anything parses it.
+//! - [`untrusted`]: showing text others wrote on a terminal without letting it act on
+//!   the terminal (control, escape and bidirectional characters shown as escapes).
 //! - [`token`]: API tokens (generated here, only their hash is ever stored).
 //! - [`signing`]: Standard Webhooks signing secrets (`whsec_...`).
 //! - [`sealing`]: signing secrets encrypted at rest under named keys (`OUTBOX_SECRET_KEYS`).
@@ -18,6 +22,7 @@
 pub mod duration;
 pub mod headers;
 pub mod identity;
+pub mod json_limits;
 pub mod query;
 pub mod redact;
 pub mod renewal;
@@ -25,10 +30,12 @@ pub mod retry;
 pub mod sealing;
 pub mod state;
 pub mod token;
+pub mod untrusted;
 
 pub use identity::{
     IdentityError, PayloadError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES,
 };
+pub use json_limits::{JsonLimitError, MAX_PAYLOAD_DEPTH};
 pub use state::{AlertState, OnUncertain, UnknownValue};
 pub use token::{ApiToken, TokenHash};
 pub mod signing;

@@ -72,6 +72,16 @@ impl Query {
         Ok(Query { required, excluded })
     }
 
+    /// The terms and phrases that must appear, each as its lowercased words.
+    pub fn required(&self) -> &[Vec<String>] {
+        &self.required
+    }
+
+    /// The terms and phrases that must not appear, each as its lowercased words.
+    pub fn excluded(&self) -> &[Vec<String>] {
+        &self.excluded
+    }
+
     /// The required terms and phrases as they matched, when the article matches.
     pub fn matches(&self, title: &str, text: &str) -> Option<Vec<String>> {
         let mut all = words(title);

@@ -283,7 +283,7 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
         println!();
         println!("held, and why:");
         for (id, line) in &report.held_lines {
-            println!("  {id}  {line}");
+            println!("  {id}  {}", outbox_core::untrusted::visible(line));
         }
     }
 

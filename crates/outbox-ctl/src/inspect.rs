@@ -1,7 +1,10 @@
-//! Looking at alerts: one alert's whole story, and listings of the outbox.
+//! Looking at alerts: one alert's whole story, and listings of the outbox. Text that
+//! tenants and destinations wrote is shown through `visible` (escape sequences and
+//! bidirectional controls appear as `\x1b`, `\u{202e}`); `--json` is faithful JSON.
 
 use anyhow::{anyhow, Context};
 use chrono::{DateTime, Utc};
+use outbox_core::untrusted::{to_json_line, to_json_pretty, visible};
 use outbox_store::PgPool;
 use std::fmt::Write as _;
 use uuid::Uuid;
@@ -14,7 +17,7 @@ pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::R
         .await?
         .ok_or_else(|| anyhow!("no alert {alert_id}"))?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&alert)?);
+        println!("{}", to_json_pretty(&alert)?);
         return Ok(());
     }
 
@@ -24,25 +27,25 @@ pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::R
     if alert.possible_duplicate {
         writeln!(out, "  warning      possibly delivered more than once")?;
     }
-    writeln!(out, "  tenant       {}", alert.tenant)?;
-    writeln!(out, "  destination  {}", alert.destination)?;
-    writeln!(out, "  subject      {}", alert.subject)?;
-    writeln!(out, "  occurrence   {}", alert.occurrence)?;
+    writeln!(out, "  tenant       {}", visible(&alert.tenant))?;
+    writeln!(out, "  destination  {}", visible(&alert.destination))?;
+    writeln!(out, "  subject      {}", visible(&alert.subject))?;
+    writeln!(out, "  occurrence   {}", visible(&alert.occurrence))?;
     if let Some(reason) = &alert.reason {
-        writeln!(out, "  reason       {reason}")?;
+        writeln!(out, "  reason       {}", visible(reason))?;
     }
     writeln!(out, "  payload      sha256 {}", alert.payload_sha256)?;
     writeln!(
         out,
         "  approved     {} by {}",
         stamp(alert.created_at),
-        alert.created_by
+        visible(&alert.created_by)
     )?;
     if let Some(next) = alert.next_attempt_at {
         writeln!(out, "  next attempt {}", stamp(next))?;
     }
     if let Some(reference) = &alert.destination_reference {
-        writeln!(out, "  reference    {reference}")?;
+        writeln!(out, "  reference    {}", visible(reference))?;
     }
     if let Some(pruned) = alert.pruned_at {
         writeln!(
@@ -63,7 +66,7 @@ pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::R
                 r.state,
                 r.reason
                     .as_deref()
-                    .map(|reason| format!("  {reason}"))
+                    .map(|reason| format!("  {}", visible(reason)))
                     .unwrap_or_default()
             )?;
         }
@@ -78,7 +81,7 @@ pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::R
             "  #{} {} by {}  {} .. {}  {}{}{}{}",
             a.attempt,
             a.kind,
-            a.worker,
+            visible(&a.worker),
             stamp(a.started_at),
             stamp(a.finished_at),
             a.outcome,
@@ -87,11 +90,11 @@ pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::R
                 .unwrap_or_default(),
             a.destination_reference
                 .as_deref()
-                .map(|r| format!("  ref {r}"))
+                .map(|r| format!("  ref {}", visible(r)))
                 .unwrap_or_default(),
             a.error_class
                 .as_deref()
-                .map(|e| format!("  ({e})"))
+                .map(|e| format!("  ({})", visible(e)))
                 .unwrap_or_default(),
         )?;
     }
@@ -102,8 +105,8 @@ pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::R
             "  {}  {:<10}  {}  {}",
             stamp(e.at),
             e.to_state,
-            e.actor,
-            e.line
+            visible(&e.actor),
+            visible(&e.line)
         )?;
     }
     print!("{out}");
@@ -118,7 +121,7 @@ pub(crate) async fn list_outbox(
     let entries = outbox_store::outbox::list(pool, filter).await?;
     if json {
         for entry in &entries {
-            println!("{}", serde_json::to_string(entry)?);
+            println!("{}", to_json_line(entry)?);
         }
         return Ok(());
     }

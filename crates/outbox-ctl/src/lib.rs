@@ -13,6 +13,8 @@
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
 //!   `article ingest`, `tenant configure`.
 //! - `table`: plain-text tables for people (`--json` gives one JSON object per line).
+//!   Text others wrote (subjects, a destination's answer, evidence) is shown through
+//!   `outbox_core::untrusted::visible` in every view, and `error:` lines too.
 //!
 //! Output contract: a command that creates something prints only its id (or token) on
 //! stdout, and guidance on stderr, so scripts can capture it. Bad input exits non-zero with

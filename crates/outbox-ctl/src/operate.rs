@@ -8,6 +8,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::table::Table;
+use outbox_core::untrusted::visible;
 
 /// Who is acting, and why.
 #[derive(Debug, clap::Args)]
@@ -147,7 +148,7 @@ pub(crate) async fn replay(pool: &PgPool, args: ReplayArgs) -> anyhow::Result<()
             Ok(()) => replayed += 1,
             // In a bulk replay another operator (or a rerun) may have got there first.
             Err(outbox_store::StoreError::Refused(why)) if args.status.is_some() => {
-                progress.println(format!("skipped: {why}"));
+                progress.println(format!("skipped: {}", visible(&why)));
             }
             Err(err) => {
                 progress.abandon();
@@ -292,7 +293,7 @@ pub(crate) async fn set_destination(
 pub(crate) async fn stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     let stats = operator::stats(pool).await?;
     if json {
-        println!("{}", serde_json::to_string(&stats)?);
+        println!("{}", outbox_core::untrusted::to_json_line(&stats)?);
         return Ok(());
     }
     let mut table = Table::new(["TENANT", "DESTINATION", "STATE", "ALERTS"]);

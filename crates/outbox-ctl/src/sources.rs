@@ -20,6 +20,25 @@ fn read_input(path: &str) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {path}"))
 }
 
+/// Reads FILE, or standard input for `-`, refusing it once it passes `max` bytes: a
+/// huge file is never held in memory whole.
+fn read_input_capped(path: &str, max: usize) -> anyhow::Result<String> {
+    let source: Box<dyn Read> = if path == "-" {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(std::fs::File::open(path).with_context(|| format!("reading {path}"))?)
+    };
+    let mut bytes = Vec::new();
+    source
+        .take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {path}"))?;
+    if bytes.len() > max {
+        bail!("{path} is larger than {} MiB; nothing ingested", max >> 20);
+    }
+    String::from_utf8(bytes).with_context(|| format!("{path} is not UTF-8 text"))
+}
+
 pub(crate) async fn import_contracts(
     pool: &PgPool,
     path: &str,
@@ -107,7 +126,7 @@ pub(crate) async fn add_watchlist_entry(pool: &PgPool, args: WatchlistArgs) -> a
 }
 
 pub(crate) async fn ingest_articles(pool: &PgPool, path: &str) -> anyhow::Result<()> {
-    let text = read_input(path)?;
+    let text = read_input_capped(path, outbox_decider::news::MAX_ARTICLE_PAGE_BYTES)?;
     let (new, total) = outbox_decider::news::ingest(pool, &text).await?;
     println!("{new}");
     eprintln!("{total} article(s) read, {new} new");

@@ -1,5 +1,9 @@
-//! Left-aligned plain-text tables; long cells are cut so a row stays on one line.
+//! Left-aligned plain-text tables; long cells are cut so a row stays on one line. Every
+//! cell is shown through [`visible`]: what others wrote (a destination's answer, a
+//! tenant's subject) cannot send escape sequences or bidirectional controls to the
+//! operator's terminal, nor break a row in two.
 
+use outbox_core::untrusted::visible;
 use std::fmt;
 
 /// Widest a cell may be before it is shortened with `…`.
@@ -30,7 +34,7 @@ impl Table {
 }
 
 fn shorten(cell: String) -> String {
-    let flat = cell.replace(['\n', '\t'], " ");
+    let flat = visible(&cell).into_owned();
     if flat.chars().count() <= MAX_CELL_CHARS {
         return flat;
     }
@@ -66,6 +70,15 @@ impl fmt::Display for Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cells_cannot_act_on_the_terminal() {
+        let mut table = Table::new(["ANSWER"]);
+        table.row(["ok\u{1b}]0;pwned\u{7}\u{1b}[2J\nsecond line \u{202e}txt".to_owned()]);
+        let text = table.to_string();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.contains("ok\\x1b]0;pwned\\x07\\x1b[2J\\nsecond line \\u{202e}txt"));
+    }
 
     #[test]
     fn columns_align_and_long_cells_are_cut() {

@@ -6,6 +6,7 @@
 
 use jiff::civil::Date;
 use jiff::Timestamp;
+use outbox_core::identity::check_identity_field;
 use outbox_core::renewal;
 use outbox_store::monitors::{self, ContractInput, MonitorAlert};
 use outbox_store::PgPool;
@@ -41,11 +42,18 @@ impl Format {
 
 /// Why a contract file cannot be imported: every bad row, with where it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{} bad row(s), nothing imported: {}", problems.len(), problems.join("; "))]
+#[error("{} bad row(s), nothing imported: {}", problems.len(), outbox_core::untrusted::visible(&problems.join("; ")))]
 pub struct ImportError {
     /// `line 4: amount "12,5" is not a decimal number`, ...
     pub problems: Vec<String>,
 }
+
+/// Longest external id, in bytes (its subject is `contract:<id>`).
+pub const MAX_EXTERNAL_ID_BYTES: usize = 200;
+/// Most digits of an amount before its decimal point.
+pub const MAX_AMOUNT_WHOLE_DIGITS: usize = 30;
+/// Most digits of an amount after its decimal point.
+pub const MAX_AMOUNT_FRACTION_DIGITS: usize = 18;
 
 const COLUMNS: [&str; 8] = [
     "external_id",
@@ -211,12 +219,20 @@ fn check_row(fields: &HashMap<String, String>, known: &[String]) -> Result<Contr
         }
     };
     let external_id = required("external_id")?;
-    if external_id.len() > 200 {
-        return Err("external_id is longer than 200 bytes".to_owned());
+    // The id becomes the alert's subject (`contract:<id>`): the API's identity rules
+    // apply, so an import cannot create a subject the API would refuse.
+    check_identity_field("external_id", &external_id).map_err(|err| err.to_string())?;
+    if external_id.len() > MAX_EXTERNAL_ID_BYTES {
+        return Err(format!(
+            "external_id is longer than {MAX_EXTERNAL_ID_BYTES} bytes"
+        ));
     }
     let vendor = required("vendor")?;
     if vendor.len() > 500 {
         return Err("vendor is longer than 500 bytes".to_owned());
+    }
+    if vendor.chars().any(char::is_control) {
+        return Err("vendor contains a control character".to_owned());
     }
     let amount = required("amount")?;
     let decimal = amount.split_once('.').map_or(
@@ -231,6 +247,15 @@ fn check_row(fields: &HashMap<String, String>, known: &[String]) -> Result<Contr
     if !decimal {
         return Err(format!(
             "amount `{amount}` is not a decimal number such as 12000.50"
+        ));
+    }
+    let (whole, fraction) = amount.split_once('.').unwrap_or((&amount, ""));
+    if whole.len() > MAX_AMOUNT_WHOLE_DIGITS || fraction.len() > MAX_AMOUNT_FRACTION_DIGITS {
+        return Err(format!(
+            "amount has {} digit(s) before the decimal point and {} after; at most \
+             {MAX_AMOUNT_WHOLE_DIGITS} and {MAX_AMOUNT_FRACTION_DIGITS} are accepted",
+            whole.len(),
+            fraction.len()
         ));
     }
     let currency = required("currency")?.to_ascii_uppercase();
@@ -453,6 +478,42 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("missing column(s) currency, renewal_date"));
+    }
+
+    #[test]
+    fn external_ids_follow_the_identity_rules() {
+        // A quoted CSV field may hold an escape sequence or a line break.
+        let csv = "external_id,vendor,amount,currency,renewal_date\n\
+                   \"C-\u{1b}]0;pwned\u{7}\",Acme,1,EUR,2027-01-31\n\
+                   \"C-2\nforged line\",Acme,1,EUR,2027-01-31\n\
+                   C-\u{202e}3,Acme,1,EUR,2027-01-31\n\
+                   C-4,Acme,1,EUR,2027-01-31\n";
+        let err = parse(csv, Format::Csv, &known()).unwrap_err();
+        assert_eq!(err.problems.len(), 3, "{err}");
+        assert!(err.problems[0].contains("control character"), "{err}");
+        assert!(err.problems[1].contains("control character"), "{err}");
+        assert!(err.problems[2].contains("bidirectional"), "{err}");
+        // The reason is one line and does not echo the hostile text.
+        let reason = err.to_string();
+        assert!(
+            !reason.contains(['\n', '\u{1b}', '\u{7}', '\u{202e}']),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn amounts_are_bounded() {
+        let csv = format!(
+            "external_id,vendor,amount,currency,renewal_date\nC-1,Acme,{},EUR,2027-01-31\n",
+            "9".repeat(200_000)
+        );
+        let err = parse(&csv, Format::Csv, &known()).unwrap_err();
+        assert!(
+            err.to_string().contains("200000 digit(s)"),
+            "{}",
+            &err.to_string()[..100]
+        );
+        assert!(err.to_string().len() < 300);
     }
 
     #[test]

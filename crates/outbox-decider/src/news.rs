@@ -4,6 +4,7 @@
 //! Identity: subject `watchlist:<entry id>`, occurrence `article:<uuid>`; with event
 //! grouping on, `event:<uuid of the event's first ingested article>`.
 
+use outbox_core::identity::check_identity_field;
 use outbox_core::query::Query;
 use outbox_store::monitors::{self, Article, MonitorAlert};
 use outbox_store::PgPool;
@@ -23,9 +24,20 @@ struct Page {
     more_results_available: Option<i64>,
 }
 
+/// Largest page (or article file) read, in bytes: a bigger one is refused before it is
+/// parsed, so one page never costs more than a few times this in memory.
+pub const MAX_ARTICLE_PAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Longest article text, in bytes of UTF-8. A longer post is refused with its reason
+/// (skipped, when a polled feed sent it).
+pub const MAX_ARTICLE_TEXT_BYTES: usize = 1024 * 1024;
+/// Longest title, URL, site, language or time of an article, in bytes.
+pub const MAX_ARTICLE_FIELD_BYTES: usize = 8 * 1024;
+/// Longest article uuid, in bytes: it becomes part of an alert's occurrence.
+pub const MAX_ARTICLE_UUID_BYTES: usize = 200;
+
 /// Why an article file (or page) is not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{} bad post(s), nothing ingested: {}", problems.len(), problems.join("; "))]
+#[error("{} bad post(s), nothing ingested: {}", problems.len(), outbox_core::untrusted::visible(&problems.join("; ")))]
 pub struct ArticleError {
     /// `post 3: field "published" is missing`, ...
     pub problems: Vec<String>,
@@ -45,6 +57,14 @@ pub fn parse_page(text: &str) -> Result<(Vec<Article>, Option<String>, i64), Art
 type PageRead = (Vec<Article>, Option<String>, i64, Vec<String>);
 
 fn read_page(text: &str) -> Result<PageRead, ArticleError> {
+    if text.len() > MAX_ARTICLE_PAGE_BYTES {
+        return Err(ArticleError {
+            problems: vec![format!(
+                "the page is {} bytes; the limit is {MAX_ARTICLE_PAGE_BYTES} bytes (16 MiB)",
+                text.len()
+            )],
+        });
+    }
     let page: Page = serde_json::from_str(text).map_err(|err| ArticleError {
         problems: vec![format!(
             "not a Webz.io page (an object with `posts`): {err}"
@@ -68,15 +88,35 @@ fn read_page(text: &str) -> Result<PageRead, ArticleError> {
 
 fn article(post: &serde_json::Value) -> Result<Article, String> {
     let text_field = |name: &str, required: bool| -> Result<Option<String>, String> {
-        match &post[name] {
-            serde_json::Value::String(s) if !s.trim().is_empty() => Ok(Some(s.clone())),
-            serde_json::Value::Null | serde_json::Value::String(_) if !required => Ok(None),
-            serde_json::Value::Null => Err(format!("field `{name}` is missing")),
-            serde_json::Value::String(_) => Err(format!("field `{name}` is empty")),
-            _ => Err(format!("field `{name}` must be a string")),
+        let value = match &post[name] {
+            serde_json::Value::String(s) if !s.trim().is_empty() => s,
+            serde_json::Value::Null | serde_json::Value::String(_) if !required => return Ok(None),
+            serde_json::Value::Null => return Err(format!("field `{name}` is missing")),
+            serde_json::Value::String(_) => return Err(format!("field `{name}` is empty")),
+            _ => return Err(format!("field `{name}` must be a string")),
+        };
+        let max = if name == "text" {
+            MAX_ARTICLE_TEXT_BYTES
+        } else {
+            MAX_ARTICLE_FIELD_BYTES
+        };
+        if value.len() > max {
+            return Err(format!(
+                "field `{name}` is {} bytes; the limit is {max} bytes",
+                value.len()
+            ));
         }
+        Ok(Some(value.clone()))
     };
     let uuid = text_field("uuid", true)?.unwrap_or_default();
+    // The uuid becomes part of an alert's identity: the API's rules apply.
+    check_identity_field("uuid", &uuid).map_err(|err| err.to_string())?;
+    if uuid.len() > MAX_ARTICLE_UUID_BYTES {
+        return Err(format!(
+            "field `uuid` is {} bytes; the limit is {MAX_ARTICLE_UUID_BYTES} bytes",
+            uuid.len()
+        ));
+    }
     let url = text_field("url", true)?.unwrap_or_default();
     let title = text_field("title", true)?.unwrap_or_default();
     let published = text_field("published", true)?.unwrap_or_default();
@@ -85,7 +125,15 @@ fn article(post: &serde_json::Value) -> Result<Article, String> {
         .map_err(|_| format!("field `published` is not an RFC 3339 time: `{published}`"))?
         .to_string();
     let thread = &post["thread"];
-    let thread_text = |name: &str| thread[name].as_str().map(str::to_owned);
+    let thread_text = |name: &str| -> Result<Option<String>, String> {
+        match thread[name].as_str() {
+            Some(value) if value.len() > MAX_ARTICLE_FIELD_BYTES => Err(format!(
+                "field `thread.{name}` is {} bytes; the limit is {MAX_ARTICLE_FIELD_BYTES} bytes",
+                value.len()
+            )),
+            value => Ok(value.map(str::to_owned)),
+        }
+    };
     Ok(Article {
         uuid,
         url,
@@ -93,8 +141,8 @@ fn article(post: &serde_json::Value) -> Result<Article, String> {
         text: text_field("text", false)?.unwrap_or_default(),
         published,
         language: text_field("language", false)?,
-        site: thread_text("site"),
-        thread_uuid: thread_text("uuid"),
+        site: thread_text("site")?,
+        thread_uuid: thread_text("uuid")?,
     })
 }
 
@@ -407,6 +455,86 @@ mod tests {
         assert_eq!(articles[0].site.as_deref(), Some("x.example"));
         assert_eq!(next.as_deref(), Some("/n?ts=1"));
         assert_eq!(more, 3);
+    }
+
+    fn page_of(post: &serde_json::Value) -> String {
+        serde_json::json!({ "posts": [post] }).to_string()
+    }
+
+    fn post(uuid: &str, title: &str, text: &str) -> serde_json::Value {
+        serde_json::json!({"uuid": uuid, "url": "https://x", "title": title, "text": text,
+                           "published": "2027-01-01T10:00:00Z"})
+    }
+
+    #[test]
+    fn article_text_and_fields_are_capped() {
+        let at_cap = "a".repeat(MAX_ARTICLE_TEXT_BYTES);
+        assert!(parse_page(&page_of(&post("u1", "T", &at_cap))).is_ok());
+        let over = "a".repeat(MAX_ARTICLE_TEXT_BYTES + 1);
+        let err = parse_page(&page_of(&post("u1", "T", &over))).unwrap_err();
+        assert_eq!(
+            err.problems,
+            vec![format!(
+                "post 1: field `text` is {} bytes; the limit is {MAX_ARTICLE_TEXT_BYTES} bytes",
+                MAX_ARTICLE_TEXT_BYTES + 1
+            )]
+        );
+        let long_title = "t".repeat(MAX_ARTICLE_FIELD_BYTES + 1);
+        let err = parse_page(&page_of(&post("u1", &long_title, ""))).unwrap_err();
+        assert!(
+            err.problems[0].contains("field `title` is 8193 bytes"),
+            "{err}"
+        );
+        let mut long_site = post("u1", "T", "");
+        long_site["thread"] = serde_json::json!({"site": "s".repeat(MAX_ARTICLE_FIELD_BYTES + 1)});
+        let err = parse_page(&page_of(&long_site)).unwrap_err();
+        assert!(err.problems[0].contains("field `thread.site`"), "{err}");
+    }
+
+    #[test]
+    fn a_polled_page_keeps_its_good_posts_and_names_the_oversized_one() {
+        // The poller reads pages with `read_page`: a bad post is skipped, not fatal.
+        let over = "a".repeat(MAX_ARTICLE_TEXT_BYTES + 1);
+        let page = serde_json::json!({"posts": [post("u1", "T", "fine"), post("u2", "T", &over)]})
+            .to_string();
+        let (articles, _, _, problems) = read_page(&page).unwrap();
+        assert_eq!(articles.len(), 1);
+        assert_eq!(articles[0].uuid, "u1");
+        assert_eq!(
+            problems,
+            vec![format!(
+                "post 2: field `text` is {} bytes; the limit is {MAX_ARTICLE_TEXT_BYTES} bytes",
+                MAX_ARTICLE_TEXT_BYTES + 1
+            )]
+        );
+    }
+
+    #[test]
+    fn pages_over_the_cap_are_refused_before_parsing() {
+        // Not even JSON: the size is judged first.
+        let huge = "x".repeat(MAX_ARTICLE_PAGE_BYTES + 1);
+        let err = parse_page(&huge).unwrap_err();
+        assert!(
+            err.problems[0].starts_with("the page is 16777217 bytes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn article_uuids_follow_the_identity_rules() {
+        for uuid in ["u\u{1b}[2J", "u\nv", "u\u{202e}v", "u\u{9b}v"] {
+            let err = parse_page(&page_of(&post(uuid, "T", ""))).unwrap_err();
+            assert!(
+                err.problems[0].starts_with("post 1: field `uuid` contains"),
+                "{err}"
+            );
+            assert!(!err
+                .to_string()
+                .chars()
+                .any(outbox_core::untrusted::is_unsafe_on_terminal));
+        }
+        let long = "u".repeat(MAX_ARTICLE_UUID_BYTES + 1);
+        assert!(parse_page(&page_of(&post(&long, "T", ""))).is_err());
     }
 
     #[test]

@@ -56,6 +56,7 @@ pub enum ApproveOutcome {
 
 /// Approves an alert: alert row, pending outbox row and evidence line in one transaction.
 pub async fn approve(pool: &PgPool, approval: Approval<'_>) -> Result<ApproveOutcome, StoreError> {
+    StoreError::check_payload(approval.payload_json)?;
     let mut tx = pool.begin().await?;
     let destination_id =
         crate::destinations::id_by_name(&mut *tx, approval.tenant_id, approval.destination).await?;
@@ -247,6 +248,7 @@ struct RevisedAlert {
 /// attempt could have reached the destination), it is superseded and will never be sent;
 /// otherwise it keeps its state and the destination receives the correction as well.
 pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, StoreError> {
+    StoreError::check_payload(rev.payload_json)?;
     let mut tx = pool.begin().await?;
     // Lock the revised row: every reviser of the latest revision serialises here, and
     // the next statement (a fresh snapshot under READ COMMITTED) then sees any revision
@@ -517,7 +519,9 @@ pub struct AttemptRecord {
     pub destination_reference: Option<String>,
     /// What kind of failure, if any.
     pub error_class: Option<String>,
-    /// The start of the destination's answer, as evidence.
+    /// The start of the destination's answer, as evidence. Untrusted text, kept byte
+    /// for byte as the destination sent it: it may hold escape sequences and
+    /// bidirectional controls, so views escape it before showing it to people.
     pub response_excerpt: Option<String>,
 }
 
@@ -534,7 +538,7 @@ pub struct EvidenceLine {
     pub attempt: Option<i32>,
     /// Who caused it.
     pub actor: String,
-    /// What happened.
+    /// What happened. May quote a destination's answer (untrusted text, kept as sent).
     pub line: String,
 }
 

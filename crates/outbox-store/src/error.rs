@@ -35,11 +35,23 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Checks a payload before it is stored, by the same rules as the API's (size,
+    /// nesting, numbers PostgreSQL can hold), whichever path it came by.
+    pub(crate) fn check_payload(text: &str) -> Result<(), StoreError> {
+        outbox_core::identity::check_payload(text)
+            .map_err(|err| StoreError::UnstorablePayload(err.to_string()))
+    }
+
     /// Maps a database error on a JSON parameter to [`StoreError::UnstorablePayload`]
     /// when PostgreSQL rejected the JSON text itself (class 22: data exception).
     pub(crate) fn from_payload_error(err: sqlx::Error) -> Self {
         if let sqlx::Error::Database(db) = &err {
-            if matches!(db.code().as_deref(), Some("22P02" | "22P05" | "22025")) {
+            // 22003: a number out of `numeric`'s range; 54001: nesting past the parser's
+            // stack. Both are refused before a payload is sent; this is the backstop.
+            if matches!(
+                db.code().as_deref(),
+                Some("22P02" | "22P05" | "22025" | "22003" | "54001")
+            ) {
                 return StoreError::UnstorablePayload(db.message().to_owned());
             }
         }

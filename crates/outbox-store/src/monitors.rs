@@ -181,6 +181,9 @@ pub async fn approve_batch(
     if alerts.is_empty() {
         return Ok(Vec::new());
     }
+    for alert in alerts {
+        StoreError::check_payload(&alert.payload_json)?;
+    }
     let created = sqlx::query_scalar::<_, Uuid>(
         "WITH input AS ( \
              SELECT * FROM unnest($1::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[]) \

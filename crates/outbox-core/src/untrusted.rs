@@ -1,0 +1,201 @@
+//! Showing text that others wrote (a destination's answer, a tenant's subject, a contract
+//! file's id) to an operator's terminal without letting it act on the terminal.
+//!
+//! A terminal obeys escape sequences: `ESC ] 0 ; ... BEL` retitles the window, `ESC [ 2 J`
+//! clears it, others can rewrite what was printed before. Bidirectional controls
+//! (U+202E and friends) make text display in another order than it is stored, so a
+//! subject can look like another. Every human-facing view passes such text through
+//! [`visible`], which shows these characters as escapes instead of sending them:
+//! `\x1b`, `\n`, `\u{202e}`. Nothing is dropped silently, so the operator sees that the
+//! text carried them. Machine-readable output (`--json`, the API) stays faithful; see
+//! [`to_json_line`] for the one extra care it takes.
+
+use std::borrow::Cow;
+
+/// True for the bidirectional formatting characters: embeddings and overrides
+/// (U+202A..U+202E), isolates (U+2066..U+2069), and the marks U+200E, U+200F, U+061C.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
+    )
+}
+
+/// True for characters a terminal may act on or that break a line apart: C0 controls
+/// (including ESC, BEL, CR, LF, TAB), DEL, C1 controls (U+0080..U+009F), the Unicode
+/// line and paragraph separators, and the bidirectional controls.
+pub fn is_unsafe_on_terminal(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') || is_bidi_control(c)
+}
+
+/// `text` with every character that [`is_unsafe_on_terminal`] shown as a visible escape:
+/// `\n`, `\r`, `\t` for the usual three, `\xHH` for the other controls below U+0100, and
+/// `\u{hhhh}` above. The result is one line and safe to print; text without such
+/// characters is returned as it is, without copying.
+pub fn visible(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe_on_terminal) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if !is_unsafe_on_terminal(c) {
+            shown.push(c);
+            continue;
+        }
+        match c {
+            '\n' => shown.push_str("\\n"),
+            '\r' => shown.push_str("\\r"),
+            '\t' => shown.push_str("\\t"),
+            c if (c as u32) < 0x100 => shown.push_str(&format!("\\x{:02x}", c as u32)),
+            c => shown.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    Cow::Owned(shown)
+}
+
+/// Serialises `value` as one line of JSON, like `serde_json::to_string`, except that DEL,
+/// the C1 controls, the line separators and the bidirectional controls inside strings are
+/// written as `\uXXXX` escapes. The JSON means exactly the same (every parser reads the
+/// same strings back), but none of those characters reaches a terminal raw. serde_json
+/// already escapes the C0 controls.
+pub fn to_json_line<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
+    let mut out = Vec::new();
+    let mut serializer =
+        serde_json::Serializer::with_formatter(&mut out, EscapingFormatter(CompactFormatter));
+    value.serialize(&mut serializer)?;
+    // Only valid UTF-8 is ever written: serde_json's own output plus ASCII escapes.
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// [`to_json_line`], indented for people.
+pub fn to_json_pretty<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
+    let mut out = Vec::new();
+    let mut serializer = serde_json::Serializer::with_formatter(
+        &mut out,
+        EscapingFormatter(serde_json::ser::PrettyFormatter::new()),
+    );
+    value.serialize(&mut serializer)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+use serde_json::ser::{CompactFormatter, Formatter};
+
+/// Wraps a formatter and escapes, inside strings, what serde_json leaves raw but a
+/// terminal would act on.
+struct EscapingFormatter<F>(F);
+
+impl<F: Formatter> Formatter for EscapingFormatter<F> {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut start = 0;
+        for (at, c) in fragment.char_indices() {
+            if is_unsafe_on_terminal(c) {
+                writer.write_all(&fragment.as_bytes()[start..at])?;
+                write!(writer, "\\u{:04x}", c as u32)?;
+                start = at + c.len_utf8();
+            }
+        }
+        writer.write_all(&fragment.as_bytes()[start..])
+    }
+
+    // Everything else is the wrapped formatter's.
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(w)
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array(w)
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(w)
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(w)
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object(w)
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+    fn end_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_key(w)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(w)
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_sequences_are_shown_not_sent() {
+        let hostile = "ok\u{1b}]0;pwned\u{7}\u{1b}[2J done";
+        assert_eq!(visible(hostile), "ok\\x1b]0;pwned\\x07\\x1b[2J done");
+    }
+
+    #[test]
+    fn line_breaks_del_and_c1_are_shown() {
+        assert_eq!(visible("a\nb\rc\td"), "a\\nb\\rc\\td");
+        assert_eq!(visible("x\u{7f}y\u{9b}z\u{85}"), "x\\x7fy\\x9bz\\x85");
+        assert_eq!(visible("p\u{2028}q"), "p\\u{2028}q");
+    }
+
+    #[test]
+    fn bidi_controls_are_shown() {
+        for c in [
+            '\u{202a}', '\u{202b}', '\u{202c}', '\u{202d}', '\u{202e}', '\u{2066}', '\u{2067}',
+            '\u{2068}', '\u{2069}', '\u{200e}', '\u{200f}', '\u{061c}',
+        ] {
+            assert!(is_bidi_control(c), "{c:?}");
+            let text = format!("a{c}b");
+            assert_eq!(visible(&text), format!("a\\u{{{:x}}}b", c as u32));
+        }
+    }
+
+    #[test]
+    fn ordinary_text_is_untouched_and_not_copied() {
+        let text = "Acme GmbH – Preiserhöhung 12 % → 2027 «ok» مرحبا";
+        assert!(matches!(visible(text), Cow::Borrowed(t) if t == text));
+    }
+
+    #[test]
+    fn json_stays_faithful_but_carries_no_raw_controls() {
+        let value = serde_json::json!({"answer": "a\u{1b}[2J\u{7}\u{202e}b\u{7f}\u{9b}\u{2029}é"});
+        let line = to_json_line(&value).unwrap();
+        assert!(!line.chars().any(is_unsafe_on_terminal), "{line}");
+        assert!(
+            line.contains("\\u202e") && line.contains("\\u001b"),
+            "{line}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, value);
+        let pretty = to_json_pretty(&value).unwrap();
+        assert!(pretty.contains('\n'));
+        assert!(!pretty
+            .chars()
+            .any(|c| c != '\n' && is_unsafe_on_terminal(c)));
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&pretty).unwrap(),
+            value
+        );
+    }
+}
