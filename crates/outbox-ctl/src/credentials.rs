@@ -263,7 +263,7 @@ pub(crate) async fn list_tokens(
     let tokens = tokens::list(pool, tenant_id).await?;
     if json {
         for token in &tokens {
-            println!("{}", serde_json::to_string(token)?);
+            println!("{}", outbox_core::untrusted::to_json_line(token)?);
         }
         return Ok(());
     }

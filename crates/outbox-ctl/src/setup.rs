@@ -190,7 +190,7 @@ pub(crate) async fn list_destinations(
     }
     if json {
         for destination in &destinations {
-            println!("{}", serde_json::to_string(destination)?);
+            println!("{}", outbox_core::untrusted::to_json_line(destination)?);
         }
         return Ok(());
     }
