@@ -102,7 +102,8 @@ pub fn long_date(date: &str, locale: Locale) -> Result<String, FormatError> {
 }
 
 /// The calendar date of a timestamp (`2027-01-15T08:30:00Z`, any offset) or of a plain
-/// date, written out as in [`long_date`] (the date as the timestamp states it, in UTC).
+/// date, written out as in [`long_date`]: the calendar date in UTC (the news monitor
+/// stores publication times in UTC).
 pub fn long_date_of_timestamp(text: &str, locale: Locale) -> Result<String, FormatError> {
     if let Ok(at) = text.trim().parse::<jiff::Timestamp>() {
         let date = at.to_zoned(jiff::tz::TimeZone::UTC).date();
