@@ -12,6 +12,8 @@
 //! - `operate`: `replay`, `resolve`, `revise`, `stats`, `prune`, `destination enable|disable`.
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
 //!   `article ingest`, `tenant configure`.
+//! - `template`: `template preview`, an alert rendered as email (`outbox-render`) and
+//!   printed instead of sent.
 //! - `table`: plain-text tables for people (`--json` gives one JSON object per line).
 //!   Text others wrote (subjects, a destination's answer, evidence) is shown through
 //!   `outbox_core::untrusted::visible` in every view, and `error:` lines too.
@@ -27,6 +29,7 @@ mod operate;
 mod setup;
 mod sources;
 mod table;
+mod template;
 
 use clap::{Parser, Subcommand};
 use outbox_core::sealing::SealingKeys;
@@ -144,6 +147,16 @@ pub enum Command {
     /// News articles for the watchlists.
     #[command(subcommand)]
     Article(ArticleCommand),
+    /// Email templates.
+    #[command(subcommand)]
+    Template(TemplateCommand),
+}
+
+/// `template ...`
+#[derive(Debug, Subcommand)]
+pub enum TemplateCommand {
+    /// Print an alert rendered as email (subject, plain text, HTML) without sending it.
+    Preview(template::PreviewArgs),
 }
 
 /// `contract ...`
@@ -342,11 +355,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Err(anyhow::anyhow!("the demo's invariants did not hold"))
             };
         }
+        Command::Template(TemplateCommand::Preview(args)) => {
+            return template::preview(&cli.database_url, args).await;
+        }
         _ => {}
     }
     let pool = outbox_store::connect(&cli.database_url, "outboxctl", 4).await?;
     let result = match cli.command {
-        Command::Migrate | Command::Demo(_) => unreachable!("handled above"),
+        Command::Migrate | Command::Demo(_) | Command::Template(_) => {
+            unreachable!("handled above")
+        }
         Command::Tenant(TenantCommand::Create {
             name,
             time_zone,
