@@ -19,7 +19,6 @@
 //! the sink's ([`Sink::decide_mail`]), under its one lock, so a seed replays a run.
 
 use base64::Engine;
-use std::future::Future;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -655,8 +654,8 @@ fn decode_base64(text: &str) -> Option<String> {
 }
 
 /// Resolves when `stop` turns true or its sender goes away.
-pub(crate) fn stopped(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> + Send {
-    async move { until_stopped(&mut stop).await }
+pub(crate) async fn stopped(mut stop: watch::Receiver<bool>) {
+    until_stopped(&mut stop).await;
 }
 
 async fn until_stopped(stop: &mut watch::Receiver<bool>) {

@@ -200,7 +200,7 @@ pub(crate) enum MailAction {
     /// Recorded: wait `delay`, then answer `250` with the queue id, or close the connection
     /// without answering.
     Accept {
-        record: MailRecord,
+        record: Box<MailRecord>,
         delay: Duration,
         drop: bool,
     },
@@ -445,7 +445,7 @@ impl Sink {
         };
         inner.messages.push(record.clone());
         MailAction::Accept {
-            record,
+            record: Box::new(record),
             delay: inner.faults.smtp_latency(),
             drop,
         }
