@@ -521,3 +521,107 @@ async fn connections_past_the_cap_are_turned_away() {
     }
     sink.stop().await;
 }
+
+/// A raw SMTP session, one command at a time.
+struct RawSession {
+    reader: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    writer: tokio::net::tcp::OwnedWriteHalf,
+}
+
+impl RawSession {
+    async fn open(port: u16) -> (RawSession, String) {
+        let (read, writer) = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap()
+            .into_split();
+        let mut session = RawSession {
+            reader: BufReader::new(read),
+            writer,
+        };
+        let greeting = read_reply(&mut session.reader).await;
+        (session, greeting)
+    }
+
+    async fn send(&mut self, bytes: &str) -> String {
+        self.writer.write_all(bytes.as_bytes()).await.unwrap();
+        read_reply(&mut self.reader).await
+    }
+}
+
+#[tokio::test]
+async fn a_raw_session_gets_rfc_5321_answers() {
+    let sink = TestSink::start(&["--smtp-auth", "relay:correct-horse"]).await;
+    let (mut smtp, greeting) = RawSession::open(sink.smtp_port).await;
+    assert!(greeting.starts_with("220 "), "{greeting}");
+
+    assert!(smtp.send("MAIL FROM:<a@x>\r\n").await.starts_with("503 "));
+    let ehlo = smtp.send("EHLO client.example\r\n").await;
+    assert!(ehlo.starts_with("250-"), "{ehlo}");
+    assert!(ehlo.contains("AUTH PLAIN LOGIN"), "{ehlo}");
+    assert!(ehlo.contains("SIZE 10485760"), "{ehlo}");
+    assert!(!ehlo.contains("STARTTLS"), "no TLS is offered: {ehlo}");
+    assert!(smtp.send("STARTTLS\r\n").await.starts_with("500 "));
+    assert!(smtp.send("NOOP\r\n").await.starts_with("250 "));
+    assert!(smtp.send("VRFY cfo\r\n").await.starts_with("252 "));
+    assert!(smtp.send("MAIL FROM:<a@x>\r\n").await.starts_with("530 "));
+
+    // AUTH LOGIN, step by step ("relay" and "correct-horse" in base64).
+    assert_eq!(smtp.send("AUTH LOGIN\r\n").await, "334 VXNlcm5hbWU6\r\n");
+    assert_eq!(smtp.send("cmVsYXk=\r\n").await, "334 UGFzc3dvcmQ6\r\n");
+    assert!(smtp
+        .send("Y29ycmVjdC1ob3JzZQ==\r\n")
+        .await
+        .starts_with("235 "));
+
+    assert!(smtp.send("RCPT TO:<b@y>\r\n").await.starts_with("503 "));
+    assert!(smtp
+        .send("MAIL FROM:<a@x> SIZE=99999999\r\n")
+        .await
+        .starts_with("552 "));
+    assert!(smtp.send("MAIL FROM:<a@x>\r\n").await.starts_with("250 "));
+    assert!(
+        smtp.send("DATA\r\n").await.starts_with("554 "),
+        "no recipient yet"
+    );
+    assert!(smtp.send("RCPT TO:<first@y>\r\n").await.starts_with("250 "));
+    // RSET forgets the transaction.
+    assert!(smtp.send("RSET\r\n").await.starts_with("250 "));
+    assert!(smtp.send("RCPT TO:<b@y>\r\n").await.starts_with("503 "));
+
+    assert!(smtp.send("mail from:<>\r\n").await.starts_with("250 "));
+    assert!(smtp.send("rcpt to:<b@y>\r\n").await.starts_with("250 "));
+    assert!(smtp.send("DATA\r\n").await.starts_with("354 "));
+    // Dot-stuffed lines lose one dot; a bare LF line ending is taken as it comes.
+    let reply = smtp
+        .send("Message-ID: <raw-1@x>\r\nSubject: =?utf-8?q?caf=C3=A9?=\r\n\r\n..leading dot\r\nbare lf\n.\r\n")
+        .await;
+    assert!(reply.starts_with("250 2.0.0 Ok: queued as "), "{reply}");
+    assert!(smtp.send("QUIT\r\n").await.starts_with("221 "));
+
+    let messages = sink.messages(Some("raw-1@x")).await;
+    assert_eq!(messages.len(), 1);
+    let data =
+        "Message-ID: <raw-1@x>\r\nSubject: =?utf-8?q?caf=C3=A9?=\r\n\r\n.leading dot\r\nbare lf\n";
+    assert_eq!(messages[0]["sha256"], sha256_hex(data.as_bytes()));
+    assert_eq!(
+        messages[0]["body_sha256"],
+        sha256_hex(b".leading dot\r\nbare lf\n")
+    );
+    assert_eq!(messages[0]["subject"], "café");
+    assert_eq!(messages[0]["mail_from"], "");
+    assert_eq!(messages[0]["authenticated_as"], "relay");
+    sink.stop().await;
+}
+
+#[tokio::test]
+async fn stopping_the_sink_tells_idle_smtp_clients_421() {
+    let sink = TestSink::start(&[]).await;
+    let (mut smtp, _) = RawSession::open(sink.smtp_port).await;
+    assert!(smtp
+        .send("EHLO client.example\r\n")
+        .await
+        .starts_with("250"));
+    sink.stop().await;
+    assert!(read_reply(&mut smtp.reader).await.starts_with("421 "));
+    closed_by_server(&mut smtp.reader).await;
+}
