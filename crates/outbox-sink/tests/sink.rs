@@ -1,6 +1,9 @@
 #![allow(clippy::unwrap_used)]
 //! The sink over real sockets: each test serves one in-process on an ephemeral port and
-//! drives it with reqwest, as the dispatcher would.
+//! drives it with reqwest, as the dispatcher would. The SMTP side has its own module, in
+//! this same test binary.
+
+mod smtp;
 
 use clap::Parser;
 use outbox_sink::{serve, SinkArgs};

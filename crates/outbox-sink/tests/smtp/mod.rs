@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used)]
 //! The sink's SMTP side over real sockets: each test serves one sink in-process on two
 //! ephemeral ports (HTTP and SMTP) and delivers mail to it with lettre, a real SMTP client,
 //! reading back what the sink recorded through `/_sink/messages` and `/stats`.
