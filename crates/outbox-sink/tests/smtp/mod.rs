@@ -472,9 +472,38 @@ async fn slow_smtp_clients_are_closed_within_the_deadline_while_others_deliver()
         (closed_by_server(&mut reader).await - data_started, write)
     });
 
+    // A client that trickles a command, a byte every 200 ms: the deadline is for the whole
+    // line, so bytes arriving do not keep the connection open.
+    let trickling = {
+        let addr = format!("127.0.0.1:{}", sink.smtp_port);
+        tokio::spawn(async move {
+            let (read, mut write) = TcpStream::connect(addr).await.unwrap().into_split();
+            let mut reader = BufReader::new(read);
+            read_reply(&mut reader).await;
+            let greeted = Instant::now();
+            let trickle = async {
+                for byte in b"EHLO a-very-slow-client.example".iter().cycle() {
+                    if write.write_all(&[*byte]).await.is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            };
+            tokio::select! {
+                closed = closed_by_server(&mut reader) => closed - greeted,
+                () = trickle => Instant::now() - greeted,
+            }
+        })
+    };
+
     // Meanwhile a well-behaved client delivers.
     sink.send(&alert_message("alert-10")).await.unwrap();
 
+    let trickled_for = trickling.await.unwrap();
+    assert!(
+        trickled_for >= Duration::from_millis(900) && trickled_for < Duration::from_secs(4),
+        "a trickled command is closed at the command deadline (1 s), after {trickled_for:?}"
+    );
     let silent_for = silent.await.unwrap();
     let (endless_for, _write) = endless.await.unwrap();
     assert!(
@@ -623,4 +652,46 @@ async fn stopping_the_sink_tells_idle_smtp_clients_421() {
     sink.stop().await;
     assert!(read_reply(&mut smtp.reader).await.starts_with("421 "));
     closed_by_server(&mut smtp.reader).await;
+}
+
+#[tokio::test]
+async fn the_same_seed_gives_the_same_smtp_faults() {
+    async fn outcomes(seed: &str) -> Vec<&'static str> {
+        let sink = TestSink::start(&[
+            "--seed",
+            seed,
+            "--smtp-fail-rate",
+            "0.3",
+            "--smtp-drop-rate",
+            "0.3",
+        ])
+        .await;
+        let mut outcomes = Vec::new();
+        for i in 0..12 {
+            outcomes.push(
+                match sink.send(&alert_message(&format!("seeded-{i}"))).await {
+                    Ok(_) => "accepted",
+                    Err(err) if err.is_transient() => "refused",
+                    Err(_) => "reply lost",
+                },
+            );
+        }
+        let stats = sink.smtp_stats().await;
+        let count = |outcome| outcomes.iter().filter(|o| **o == outcome).count() as u64;
+        assert_eq!(stats["refused"].as_u64(), Some(count("refused")));
+        assert_eq!(stats["dropped"].as_u64(), Some(count("reply lost")));
+        // Lost replies are in the inbox too.
+        assert_eq!(
+            stats["messages"].as_u64(),
+            Some(count("accepted") + count("reply lost"))
+        );
+        sink.stop().await;
+        outcomes
+    }
+    let first = outcomes("42").await;
+    assert_eq!(first, outcomes("42").await);
+    assert!(
+        first.contains(&"accepted") && first.contains(&"refused") && first.contains(&"reply lost"),
+        "{first:?}"
+    );
 }
