@@ -7,7 +7,10 @@ use outbox_runtime::http_server::ServerLimits;
 use std::fmt;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::time::Duration;
+
+use crate::faults::SmtpReply;
 
 /// Command line of `sink`. Every flag can also come from a `SINK_*` environment variable,
 /// so the same image serves tests (flags) and compose files (environment).
@@ -92,8 +95,93 @@ pub struct SinkArgs {
     pub idle_timeout: Duration,
 
     /// Most client connections open at once; more are closed as soon as they arrive.
+    /// The SMTP listener has a cap of its own, of the same size.
     #[arg(long, env = "SINK_MAX_CLIENT_CONNECTIONS", default_value = "512")]
     pub max_client_connections: NonZeroUsize,
+
+    /// Also accept mail over plain SMTP on this address. Each SMTP command line must
+    /// arrive within `--header-timeout` (the first after the greeting too; between
+    /// messages within `--idle-timeout`), a message's data within `--body-timeout`.
+    #[arg(long, env = "SINK_SMTP_LISTEN")]
+    pub smtp_listen: Option<SocketAddr>,
+
+    /// Write each message received over SMTP to this folder as a `.eml` file (created if
+    /// missing), named by arrival time and queue id.
+    #[arg(long, env = "SINK_EML_DIR")]
+    pub eml_dir: Option<PathBuf>,
+
+    /// `USER:PASSWORD` that SMTP clients must authenticate with (AUTH PLAIN or LOGIN)
+    /// before `MAIL FROM`. Without it AUTH is not offered and not required.
+    #[arg(long, env = "SINK_SMTP_AUTH", value_parser = parse_credentials, hide_env_values = true)]
+    pub smtp_auth: Option<SmtpCredentials>,
+
+    /// Largest message accepted over SMTP, in bytes; a larger one is answered 552.
+    #[arg(long, env = "SINK_SMTP_MAX_MESSAGE_BYTES", default_value = "10485760")]
+    pub smtp_max_message_bytes: NonZeroUsize,
+
+    /// Probability, in [0, 1], of recording a message and then closing the connection
+    /// without answering its final dot.
+    #[arg(long, env = "SINK_SMTP_DROP_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub smtp_drop_rate: f64,
+
+    /// Probability, in [0, 1], of refusing a message after its data with
+    /// `--smtp-fail-reply`.
+    #[arg(long, env = "SINK_SMTP_FAIL_RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub smtp_fail_rate: f64,
+
+    /// Reply to a message refused by `--smtp-fail-rate`: a 4xx or 5xx code and its text.
+    #[arg(
+        long,
+        env = "SINK_SMTP_FAIL_REPLY",
+        default_value = "451 4.3.0 try later"
+    )]
+    pub smtp_fail_reply: SmtpReply,
+
+    /// Wait this long (e.g. `2s`) before answering the final dot of an accepted message.
+    #[arg(long, env = "SINK_SMTP_LATENCY", value_parser = humantime::parse_duration)]
+    pub smtp_latency: Option<Duration>,
+}
+
+/// The user name and password SMTP clients must authenticate with. Its `Debug` never shows
+/// the password, so the parsed arguments can be logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SmtpCredentials {
+    /// User name.
+    pub user: String,
+    password: String,
+}
+
+impl SmtpCredentials {
+    /// Whether `user` and `password` are these credentials.
+    pub fn accepts(&self, user: &str, password: &str) -> bool {
+        // Compared in full whatever the first difference, so timing tells nothing.
+        let same = |a: &str, b: &str| {
+            a.len() == b.len()
+                && a.bytes()
+                    .zip(b.bytes())
+                    .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+                    == 0
+        };
+        same(user, &self.user) & same(password, &self.password)
+    }
+}
+
+impl fmt::Debug for SmtpCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SmtpCredentials")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+fn parse_credentials(value: &str) -> Result<SmtpCredentials, String> {
+    match value.split_once(':') {
+        Some((user, password)) if !user.is_empty() && !password.is_empty() => Ok(SmtpCredentials {
+            user: user.to_owned(),
+            password: password.to_owned(),
+        }),
+        _ => Err("expected USER:PASSWORD, both not empty".to_owned()),
+    }
 }
 
 impl SinkArgs {
@@ -234,5 +322,38 @@ mod tests {
         assert!(SinkArgs::try_parse_from(["sink", "--header-timeout", "0s"]).is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--max-client-connections", "0"]).is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--timestamp-tolerance", "0s"]).is_err());
+    }
+
+    #[test]
+    fn smtp_flags() {
+        let args = SinkArgs::try_parse_from(["sink"]).unwrap();
+        assert!(args.smtp_listen.is_none() && args.smtp_auth.is_none());
+        assert_eq!(args.smtp_max_message_bytes.get(), 10 * 1024 * 1024);
+        assert_eq!(args.smtp_fail_reply.line(), "451 4.3.0 try later");
+
+        let args = SinkArgs::try_parse_from([
+            "sink",
+            "--smtp-listen",
+            "127.0.0.1:2525",
+            "--smtp-auth",
+            "relay:s3cr:et",
+            "--smtp-fail-reply",
+            "550 5.1.1 no such user",
+            "--smtp-drop-rate",
+            "0.1",
+        ])
+        .unwrap();
+        let credentials = args.smtp_auth.unwrap();
+        assert!(credentials.accepts("relay", "s3cr:et"));
+        assert!(!credentials.accepts("relay", "s3cr:e"));
+        assert!(!credentials.accepts("relay", "s3cr:eT"));
+        assert!(!format!("{credentials:?}").contains("s3cr"));
+        assert_eq!(args.smtp_fail_reply.code(), 550);
+
+        assert!(SinkArgs::try_parse_from(["sink", "--smtp-auth", "nopassword"]).is_err());
+        assert!(SinkArgs::try_parse_from(["sink", "--smtp-auth", ":pw"]).is_err());
+        assert!(SinkArgs::try_parse_from(["sink", "--smtp-fail-reply", "250 ok"]).is_err());
+        assert!(SinkArgs::try_parse_from(["sink", "--smtp-fail-rate", "1.1"]).is_err());
+        assert!(SinkArgs::try_parse_from(["sink", "--smtp-max-message-bytes", "0"]).is_err());
     }
 }

@@ -1,5 +1,6 @@
 //! Fault settings: what the sink does wrong on purpose, set from the command line and
-//! changed at run time through `POST /_sink/faults` and `DELETE /_sink/faults`.
+//! changed at run time through `POST /_sink/faults` and `DELETE /_sink/faults`. The HTTP
+//! faults act on deliveries; the `smtp_*` ones on messages received over SMTP.
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -26,6 +27,89 @@ pub struct FaultSettings {
     pub drop_response_for_keys: BTreeSet<String>,
     /// Responses given, in order, to the next deliveries instead of applying them.
     pub script: VecDeque<ScriptedResponse>,
+    /// Probability of recording a message and then closing the connection without
+    /// answering its final dot.
+    pub smtp_drop_rate: f64,
+    /// Probability of refusing a message after its data with `smtp_fail_reply`.
+    pub smtp_fail_rate: f64,
+    /// Reply to a message refused by `smtp_fail_rate`.
+    pub smtp_fail_reply: SmtpReply,
+    /// Wait before answering the final dot of an accepted message, in milliseconds.
+    pub smtp_latency_ms: u64,
+    /// Message-IDs (without angle brackets) whose next accepted message goes unanswered,
+    /// once each.
+    pub smtp_drop_for_message_ids: BTreeSet<String>,
+    /// Replies given, in order, to the next `RCPT TO` commands instead of accepting the
+    /// recipient.
+    pub smtp_rcpt_script: VecDeque<SmtpReply>,
+    /// Replies given, in order, after the data of the next messages instead of accepting
+    /// them.
+    pub smtp_data_script: VecDeque<SmtpReply>,
+}
+
+/// An SMTP refusal, written `"451 4.3.0 try later"`: a 4xx (transient) or 5xx (permanent)
+/// code and its text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SmtpReply {
+    code: u16,
+    text: String,
+}
+
+impl SmtpReply {
+    /// Longest text accepted, well inside the 512 bytes of an SMTP reply line.
+    const MAX_TEXT: usize = 200;
+
+    /// The reply code.
+    pub fn code(&self) -> u16 {
+        self.code
+    }
+
+    /// The reply line, without its CRLF.
+    pub fn line(&self) -> String {
+        format!("{} {}", self.code, self.text)
+    }
+}
+
+impl std::str::FromStr for SmtpReply {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, String> {
+        let value = value.trim();
+        let (code, text) = value.split_once(' ').unwrap_or((value, ""));
+        let code: u16 = code
+            .parse()
+            .map_err(|_| format!("`{value}` does not start with a reply code"))?;
+        if !(400..=599).contains(&code) {
+            return Err(format!("a refusal must have a 4xx or 5xx code, not {code}"));
+        }
+        let text = text.trim();
+        if text.len() > Self::MAX_TEXT || !text.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+            return Err(format!(
+                "the text of a reply must be printable ASCII, at most {} characters",
+                Self::MAX_TEXT
+            ));
+        }
+        let text = if text.is_empty() { "refused" } else { text };
+        Ok(SmtpReply {
+            code,
+            text: text.to_owned(),
+        })
+    }
+}
+
+impl TryFrom<String> for SmtpReply {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, String> {
+        value.parse()
+    }
+}
+
+impl From<SmtpReply> for String {
+    fn from(reply: SmtpReply) -> String {
+        reply.line()
+    }
 }
 
 /// One scripted answer: given verbatim, and the delivery is not applied.
@@ -55,6 +139,16 @@ pub(crate) struct FaultPatch {
     drop_response_for_keys: Vec<String>,
     #[serde(default)]
     script: Vec<ScriptedResponse>,
+    smtp_drop_rate: Option<f64>,
+    smtp_fail_rate: Option<f64>,
+    smtp_fail_reply: Option<SmtpReply>,
+    smtp_latency_ms: Option<u64>,
+    #[serde(default)]
+    smtp_drop_for_message_ids: Vec<String>,
+    #[serde(default)]
+    smtp_rcpt_script: Vec<SmtpReply>,
+    #[serde(default)]
+    smtp_data_script: Vec<SmtpReply>,
 }
 
 impl FaultSettings {
@@ -67,6 +161,13 @@ impl FaultSettings {
             latency_ms: args.latency.map_or(0, duration_ms),
             drop_response_for_keys: BTreeSet::new(),
             script: VecDeque::new(),
+            smtp_drop_rate: args.smtp_drop_rate,
+            smtp_fail_rate: args.smtp_fail_rate,
+            smtp_fail_reply: args.smtp_fail_reply.clone(),
+            smtp_latency_ms: args.smtp_latency.map_or(0, duration_ms),
+            smtp_drop_for_message_ids: BTreeSet::new(),
+            smtp_rcpt_script: VecDeque::new(),
+            smtp_data_script: VecDeque::new(),
         }
     }
 
@@ -80,6 +181,12 @@ impl FaultSettings {
         }
         if let Some(status) = patch.fail_status {
             check_status(status).map_err(|err| format!("fail_status: {err}"))?;
+        }
+        if let Some(rate) = patch.smtp_drop_rate {
+            check_rate(rate).map_err(|err| format!("smtp_drop_rate: {err}"))?;
+        }
+        if let Some(rate) = patch.smtp_fail_rate {
+            check_rate(rate).map_err(|err| format!("smtp_fail_rate: {err}"))?;
         }
         for (i, scripted) in patch.script.iter().enumerate() {
             scripted
@@ -102,17 +209,48 @@ impl FaultSettings {
         self.drop_response_for_keys
             .extend(patch.drop_response_for_keys);
         self.script.extend(patch.script);
+        if let Some(rate) = patch.smtp_drop_rate {
+            self.smtp_drop_rate = rate;
+        }
+        if let Some(rate) = patch.smtp_fail_rate {
+            self.smtp_fail_rate = rate;
+        }
+        if let Some(reply) = patch.smtp_fail_reply {
+            self.smtp_fail_reply = reply;
+        }
+        if let Some(ms) = patch.smtp_latency_ms {
+            self.smtp_latency_ms = ms;
+        }
+        self.smtp_drop_for_message_ids.extend(
+            patch
+                .smtp_drop_for_message_ids
+                .iter()
+                .map(|id| crate::mail::bare_message_id(id).to_owned()),
+        );
+        self.smtp_rcpt_script.extend(patch.smtp_rcpt_script);
+        self.smtp_data_script.extend(patch.smtp_data_script);
         Ok(())
     }
 
-    /// No faults at all. The fail status stays: it is a setting for when failures are
-    /// turned back on, not a fault in itself.
+    /// No faults at all. The fail status and the SMTP fail reply stay: they are settings
+    /// for when failures are turned back on, not faults in themselves.
     pub(crate) fn clear(&mut self) {
         self.drop_response_rate = 0.0;
         self.fail_rate = 0.0;
         self.latency_ms = 0;
         self.drop_response_for_keys.clear();
         self.script.clear();
+        self.smtp_drop_rate = 0.0;
+        self.smtp_fail_rate = 0.0;
+        self.smtp_latency_ms = 0;
+        self.smtp_drop_for_message_ids.clear();
+        self.smtp_rcpt_script.clear();
+        self.smtp_data_script.clear();
+    }
+
+    /// The wait before answering the final dot of an accepted message.
+    pub(crate) fn smtp_latency(&self) -> Duration {
+        Duration::from_millis(self.smtp_latency_ms)
     }
 
     /// The wait before answering an applied or duplicate delivery.
@@ -208,6 +346,51 @@ mod tests {
     }
 
     #[test]
+    fn smtp_faults_are_patched_and_cleared() {
+        let mut faults = settings();
+        assert_eq!(faults.smtp_fail_reply.line(), "451 4.3.0 try later");
+        faults
+            .apply(
+                patch(
+                    r#"{"smtp_drop_rate": 0.25, "smtp_latency_ms": 10,
+                        "smtp_drop_for_message_ids": ["<a@x>", "b@x"],
+                        "smtp_rcpt_script": ["550 5.1.1 no such user"],
+                        "smtp_data_script": ["451 4.3.0 try later", "554"],
+                        "smtp_fail_reply": "421 4.4.5 busy"}"#,
+                )
+                .unwrap(),
+            )
+            .unwrap();
+        assert_eq!(faults.smtp_drop_rate, 0.25);
+        assert!(faults.smtp_drop_for_message_ids.contains("a@x"));
+        assert!(faults.smtp_drop_for_message_ids.contains("b@x"));
+        assert_eq!(faults.smtp_rcpt_script[0].code(), 550);
+        assert_eq!(faults.smtp_data_script[1].line(), "554 refused");
+        assert_eq!(faults.smtp_fail_reply.line(), "421 4.4.5 busy");
+        faults.clear();
+        assert_eq!(faults.smtp_drop_rate, 0.0);
+        assert_eq!(faults.smtp_latency_ms, 0);
+        assert!(faults.smtp_drop_for_message_ids.is_empty());
+        assert!(faults.smtp_rcpt_script.is_empty() && faults.smtp_data_script.is_empty());
+        assert_eq!(faults.smtp_fail_reply.line(), "421 4.4.5 busy");
+    }
+
+    #[test]
+    fn smtp_replies_are_refusals() {
+        assert_eq!(
+            "550 5.1.1 no such user"
+                .parse::<SmtpReply>()
+                .unwrap()
+                .line(),
+            "550 5.1.1 no such user"
+        );
+        assert!("250 ok".parse::<SmtpReply>().is_err());
+        assert!("600 x".parse::<SmtpReply>().is_err());
+        assert!("later".parse::<SmtpReply>().is_err());
+        assert!("451 caf\u{e9}".parse::<SmtpReply>().is_err());
+    }
+
+    #[test]
     fn a_bad_patch_changes_nothing() {
         let mut faults = settings();
         let before = faults.clone();
@@ -223,6 +406,12 @@ mod tests {
             )
             .is_err());
         assert_eq!(faults, before);
+        assert!(faults
+            .apply(patch(r#"{"fail_rate": 0.5, "smtp_fail_rate": -1}"#).unwrap())
+            .is_err());
+        assert_eq!(faults, before);
+        assert!(patch(r#"{"smtp_rcpt_script": ["250 ok"]}"#).is_err());
+        assert!(patch(r#"{"smtp_data_script": ["451 bad\r\ninjected"]}"#).is_err());
         assert!(patch(r#"{"fail_rat": 0.5}"#).is_err());
         assert!(patch(r#"{"script": [{"status": 200, "colour": "red"}]}"#).is_err());
     }

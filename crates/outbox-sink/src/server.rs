@@ -71,6 +71,10 @@ async fn route(
             let key = query.as_deref().and_then(|q| query_param(q, "key"));
             json_response(StatusCode::OK, &sink.records(key.as_deref()))
         }
+        (Method::GET, "/_sink/messages") => {
+            let message_id = query.as_deref().and_then(|q| query_param(q, "message_id"));
+            json_response(StatusCode::OK, &sink.messages(message_id.as_deref()))
+        }
         (Method::POST, "/_sink/faults") => {
             let body = match read_body(request.into_body()).await? {
                 Body::Complete(body) => body,

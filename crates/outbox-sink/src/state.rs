@@ -1,5 +1,5 @@
-//! The sink's memory and its decisions: what each delivery gets, what is recorded, what is
-//! counted. Everything here is synchronous and runs under one lock, so the fault draws
+//! The sink's memory and its decisions: what each delivery and each message received over
+//! SMTP gets, what is recorded, what is counted. Everything here is synchronous and runs under one lock, so the fault draws
 //! happen in the order requests arrive and a seed reproduces a run.
 
 use bytes::Bytes;
@@ -10,12 +10,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::SinkArgs;
-use crate::faults::{FaultPatch, FaultSettings};
+use crate::faults::{FaultPatch, FaultSettings, SmtpReply};
+use crate::mail;
 
 /// What the sink did with a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -125,6 +126,84 @@ pub struct Stats {
     pub bad_signatures: u64,
     /// Deliveries refused (401) for their signature; each is also a bad signature.
     pub refused: u64,
+    /// Messages received over SMTP; only when the SMTP listener is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smtp: Option<SmtpStats>,
+}
+
+/// SMTP counters since start or the last reset, under `smtp` in `GET /stats`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SmtpStats {
+    /// Messages accepted (dropped replies included): what the inbox holds.
+    pub messages: u64,
+    /// Distinct Message-IDs among them.
+    pub distinct_message_ids: u64,
+    /// Messages whose Message-ID was already in the inbox: the duplicates a reader sees.
+    pub duplicate_message_ids: u64,
+    /// Accepted messages whose final reply was dropped.
+    pub dropped: u64,
+    /// Messages refused after their data (scripted replies and the fail rate).
+    pub refused: u64,
+    /// Recipients refused by a scripted reply.
+    pub refused_recipients: u64,
+    /// Messages over the size limit, answered 552.
+    pub too_large: u64,
+}
+
+/// A message accepted over SMTP (even when the reply to its final dot was dropped), as
+/// `GET /_sink/messages` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MailRecord {
+    /// Position in arrival order, from 1 (restarts at `POST /_sink/reset`).
+    pub seq: u64,
+    /// Arrival time, RFC 3339.
+    pub at: String,
+    /// Queue id given in the `250` reply (or that would have been, when dropped).
+    pub queue_id: String,
+    /// `Message-ID` header, without angle brackets.
+    pub message_id: Option<String>,
+    /// Envelope sender (`MAIL FROM`), empty for a null sender.
+    pub mail_from: String,
+    /// Envelope recipients (`RCPT TO`) accepted, in order.
+    pub rcpt_to: Vec<String>,
+    /// `Subject` header, RFC 2047 encoded words decoded.
+    pub subject: Option<String>,
+    /// `X-Alert-Id` header.
+    pub alert_id: Option<String>,
+    /// Size of the message data in bytes (after dot-unstuffing, with its final CRLF).
+    pub size: u64,
+    /// Hex SHA-256 of the message data: header section and body, exactly as received.
+    pub sha256: String,
+    /// Hex SHA-256 of the body alone (after the blank line that ends the headers).
+    pub body_sha256: String,
+    /// User the client authenticated as, when AUTH is configured.
+    pub authenticated_as: Option<String>,
+    /// The connection was closed without answering the final dot.
+    pub dropped: bool,
+    /// Name of the `.eml` file in `--eml-dir`, when one was written.
+    pub eml_file: Option<String>,
+}
+
+/// The envelope of a message: who sends, to whom, and who authenticated.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Envelope {
+    pub mail_from: String,
+    pub rcpt_to: Vec<String>,
+    pub authenticated_as: Option<String>,
+}
+
+/// What to do with a message once its data is in.
+#[derive(Debug)]
+pub(crate) enum MailAction {
+    /// Answer this refusal; nothing is recorded in the inbox.
+    Refuse(SmtpReply),
+    /// Recorded: wait `delay`, then answer `250` with the queue id, or close the connection
+    /// without answering.
+    Accept {
+        record: Box<MailRecord>,
+        delay: Duration,
+        drop: bool,
+    },
 }
 
 /// What to do with a delivery once decided.
@@ -150,6 +229,8 @@ pub struct Sink {
     keys: Vec<Vec<u8>>,
     timestamp_tolerance: Duration,
     seed: u64,
+    smtp: bool,
+    eml: bool,
     inner: Mutex<Inner>,
 }
 
@@ -163,6 +244,13 @@ struct Inner {
     applied: HashMap<String, Applied>,
     /// Receipts are never reused, not even after a reset: the outside world stores them.
     last_receipt: u64,
+    /// Messages accepted over SMTP, in arrival order.
+    messages: Vec<MailRecord>,
+    smtp_stats: SmtpStats,
+    /// Message-IDs in `messages`.
+    message_ids: HashSet<String>,
+    /// Queue ids, like receipts, are never reused.
+    last_queue_id: u64,
 }
 
 #[derive(Debug)]
@@ -172,8 +260,15 @@ struct Applied {
 }
 
 impl Sink {
-    /// A sink configured by `args`, with nothing recorded yet.
+    /// A sink configured by `args`, with nothing recorded yet; its `/stats` count SMTP
+    /// messages when `--smtp-listen` is given.
     pub fn new(args: &SinkArgs) -> Self {
+        Self::with_smtp(args, args.smtp_listen.is_some())
+    }
+
+    /// A sink configured by `args` whose `/stats` count SMTP messages when `smtp` is true
+    /// (the caller serves SMTP on a listener of its own).
+    pub fn with_smtp(args: &SinkArgs, smtp: bool) -> Self {
         // Without a seed one is drawn anyway, so that it can be logged and a run replayed.
         let seed = args.seed.unwrap_or_else(rand::random);
         Sink {
@@ -183,6 +278,8 @@ impl Sink {
             keys: args.secrets.iter().map(|s| s.key().to_vec()).collect(),
             timestamp_tolerance: args.timestamp_tolerance,
             seed,
+            smtp,
+            eml: args.eml_dir.is_some(),
             inner: Mutex::new(Inner {
                 faults: FaultSettings::from_args(args),
                 rng: StdRng::seed_from_u64(seed),
@@ -190,6 +287,10 @@ impl Sink {
                 stats: Stats::default(),
                 applied: HashMap::new(),
                 last_receipt: 0,
+                messages: Vec::new(),
+                smtp_stats: SmtpStats::default(),
+                message_ids: HashSet::new(),
+                last_queue_id: 0,
             }),
         }
     }
@@ -209,8 +310,24 @@ impl Sink {
         let inner = self.lock();
         Stats {
             distinct_keys: inner.applied.len() as u64,
+            smtp: self.smtp.then(|| SmtpStats {
+                distinct_message_ids: inner.message_ids.len() as u64,
+                ..inner.smtp_stats.clone()
+            }),
             ..inner.stats.clone()
         }
+    }
+
+    /// Messages accepted over SMTP in arrival order, only those with Message-ID
+    /// `message_id` (angle brackets optional) when given.
+    pub fn messages(&self, message_id: Option<&str>) -> Vec<MailRecord> {
+        let wanted = message_id.map(mail::bare_message_id);
+        self.lock()
+            .messages
+            .iter()
+            .filter(|m| wanted.is_none_or(|id| m.message_id.as_deref() == Some(id)))
+            .cloned()
+            .collect()
     }
 
     /// Records in arrival order, only those with idempotency key `key` when given.
@@ -247,13 +364,103 @@ impl Sink {
         inner.faults.clone()
     }
 
-    /// Forgets records, counters and applied keys. Faults, the random sequence and the
-    /// receipt numbering carry on.
+    /// Forgets records, messages, counters and applied keys. Faults, the random sequence,
+    /// the receipt and queue id numbering carry on.
     pub fn reset(&self) {
         let mut inner = self.lock();
         inner.records.clear();
         inner.stats = Stats::default();
         inner.applied.clear();
+        inner.messages.clear();
+        inner.smtp_stats = SmtpStats::default();
+        inner.message_ids.clear();
+    }
+
+    /// The reply to a `RCPT TO`: a scripted refusal, or `None` to accept the recipient.
+    pub(crate) fn decide_recipient(&self) -> Option<SmtpReply> {
+        let mut inner = self.lock();
+        let reply = inner.faults.smtp_rcpt_script.pop_front()?;
+        inner.smtp_stats.refused_recipients += 1;
+        Some(reply)
+    }
+
+    /// Counts a message over the size limit; it is answered 552 and not recorded.
+    pub(crate) fn record_mail_too_large(&self) {
+        self.lock().smtp_stats.too_large += 1;
+    }
+
+    /// Decides what a message whose data is complete gets: a scripted refusal if one is
+    /// queued, then the fail rate; whatever is left is accepted and recorded, never
+    /// de-duplicated (an inbox keeps what it is given), and may have its reply dropped.
+    pub(crate) fn decide_mail(&self, envelope: Envelope, data: &[u8]) -> MailAction {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        if let Some(reply) = inner.faults.smtp_data_script.pop_front() {
+            inner.smtp_stats.refused += 1;
+            return MailAction::Refuse(reply);
+        }
+        if draw(&mut inner.rng, inner.faults.smtp_fail_rate) {
+            inner.smtp_stats.refused += 1;
+            return MailAction::Refuse(inner.faults.smtp_fail_reply.clone());
+        }
+
+        let headers = mail::read_headers(data);
+        inner.last_queue_id += 1;
+        let queue_id = format!("Q{:08X}", inner.last_queue_id);
+        let at = now_rfc3339();
+        let eml_file = self.eml.then(|| {
+            // The time without `-` and `:`, which some file systems refuse, sorts the same.
+            let stamp: String = at.chars().filter(|c| *c != '-' && *c != ':').collect();
+            format!("{stamp}-{queue_id}.eml")
+        });
+        inner.smtp_stats.messages += 1;
+        if let Some(id) = &headers.message_id {
+            if !inner.message_ids.insert(id.clone()) {
+                inner.smtp_stats.duplicate_message_ids += 1;
+            }
+        }
+        let drop = headers
+            .message_id
+            .as_ref()
+            .is_some_and(|id| inner.faults.smtp_drop_for_message_ids.remove(id))
+            || draw(&mut inner.rng, inner.faults.smtp_drop_rate);
+        if drop {
+            inner.smtp_stats.dropped += 1;
+        }
+        let record = MailRecord {
+            seq: inner.messages.len() as u64 + 1,
+            at,
+            queue_id,
+            message_id: headers.message_id,
+            mail_from: envelope.mail_from,
+            rcpt_to: envelope.rcpt_to,
+            subject: headers.subject,
+            alert_id: headers.alert_id,
+            size: data.len() as u64,
+            sha256: sha256_hex(data),
+            body_sha256: sha256_hex(&data[headers.body_offset..]),
+            authenticated_as: envelope.authenticated_as,
+            dropped: drop,
+            eml_file,
+        };
+        inner.messages.push(record.clone());
+        MailAction::Accept {
+            record: Box::new(record),
+            delay: inner.faults.smtp_latency(),
+            drop,
+        }
+    }
+
+    /// Notes that the `.eml` file of the message `queue_id` could not be written.
+    pub(crate) fn eml_not_written(&self, queue_id: &str) {
+        if let Some(record) = self
+            .lock()
+            .messages
+            .iter_mut()
+            .find(|m| m.queue_id == queue_id)
+        {
+            record.eml_file = None;
+        }
     }
 
     /// The idempotency key of a request, if it has one.
@@ -450,7 +657,7 @@ fn now_rfc3339() -> String {
     humantime::format_rfc3339_micros(SystemTime::now()).to_string()
 }
 
-fn sha256_hex(body: &[u8]) -> String {
+pub(crate) fn sha256_hex(body: &[u8]) -> String {
     use std::fmt::Write;
     Sha256::digest(body)
         .iter()
@@ -507,6 +714,60 @@ mod tests {
             b"{}",
             SignatureCheck::Unchecked,
         )
+    }
+
+    fn mail(sink: &Sink, data: &[u8]) -> MailAction {
+        let envelope = Envelope {
+            mail_from: "alerts@example.com".to_owned(),
+            rcpt_to: vec!["cfo@example.com".to_owned()],
+            authenticated_as: None,
+        };
+        sink.decide_mail(envelope, data)
+    }
+
+    #[test]
+    fn an_inbox_keeps_every_message_and_counts_repeated_message_ids() {
+        let sink = Sink::with_smtp(&SinkArgs::parse_from(["sink"]), true);
+        let data = b"Message-ID: <m-1@x>\r\n\r\nhello\r\n";
+        for _ in 0..2 {
+            assert!(matches!(
+                mail(&sink, data),
+                MailAction::Accept { drop: false, .. }
+            ));
+        }
+        mail(&sink, b"Message-ID: <m-2@x>\r\n\r\nhi\r\n");
+        mail(&sink, b"no headers at all\r\n");
+        let stats = sink.stats().smtp.unwrap();
+        assert_eq!(
+            (
+                stats.messages,
+                stats.distinct_message_ids,
+                stats.duplicate_message_ids
+            ),
+            (4, 2, 1)
+        );
+        let twice = sink.messages(Some("<m-1@x>"));
+        assert_eq!(twice.len(), 2);
+        assert_ne!(twice[0].queue_id, twice[1].queue_id);
+        assert_eq!(twice[0].sha256, sha256_hex(data));
+        assert_eq!(twice[0].body_sha256, sha256_hex(b"hello\r\n"));
+        assert_eq!(sink.messages(None).len(), 4);
+
+        sink.reset();
+        assert_eq!(sink.stats().smtp, Some(SmtpStats::default()));
+        let MailAction::Accept { record, .. } = mail(&sink, data) else {
+            panic!("accepted");
+        };
+        assert_eq!((record.seq, record.queue_id.as_str()), (1, "Q00000005"));
+    }
+
+    #[test]
+    fn smtp_stats_appear_only_with_smtp() {
+        assert_eq!(sink(&[]).stats().smtp, None);
+        assert!(sink(&["--smtp-listen", "127.0.0.1:2525"])
+            .stats()
+            .smtp
+            .is_some());
     }
 
     #[test]

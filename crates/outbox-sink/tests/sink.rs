@@ -1,6 +1,9 @@
 #![allow(clippy::unwrap_used)]
 //! The sink over real sockets: each test serves one in-process on an ephemeral port and
-//! drives it with reqwest, as the dispatcher would.
+//! drives it with reqwest, as the dispatcher would. The SMTP side has its own module, in
+//! this same test binary.
+
+mod smtp;
 
 use clap::Parser;
 use outbox_sink::{serve, SinkArgs};
@@ -438,6 +441,9 @@ async fn bad_fault_changes_are_refused_and_change_nothing() {
         json!({ "script": [{ "status": 200, "mood": "grumpy" }] }),
         json!({ "script": [{ "status": 200, "headers": { "bad header": "x" } }] }),
         json!({ "latency_ms": "slow" }),
+        json!({ "smtp_drop_rate": 2 }),
+        json!({ "smtp_rcpt_script": ["250 2.1.5 fine"] }),
+        json!({ "smtp_fail_reply": "try later" }),
     ] {
         let (status, body) = sink.faults(bad.clone()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
@@ -459,6 +465,9 @@ async fn bad_fault_changes_are_refused_and_change_nothing() {
         json!({
             "drop_response_rate": 0.0, "fail_rate": 0.0, "fail_status": 503, "latency_ms": 0,
             "drop_response_for_keys": [], "script": [],
+            "smtp_drop_rate": 0.0, "smtp_fail_rate": 0.0, "smtp_fail_reply": "451 4.3.0 try later",
+            "smtp_latency_ms": 0, "smtp_drop_for_message_ids": [], "smtp_rcpt_script": [],
+            "smtp_data_script": [],
         })
     );
     sink.stop().await;

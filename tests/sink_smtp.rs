@@ -1,0 +1,144 @@
+//! The real `sink` binary as an inbox: `--smtp-listen` takes mail from a raw SMTP session
+//! with AUTH, lists it at `/_sink/messages`, writes it to `--eml-dir`, and its logs (at
+//! debug level) never hold the SMTP password, neither the right one nor a wrong one.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+mod common;
+
+use base64::Engine;
+use common::procs::*;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+const PASSWORD: &str = "tr0ub4dor-and-3";
+const WRONG_PASSWORD: &str = "tr0ub4dor-and-4";
+
+/// Sends `command` (when not empty) and returns the reply, multi-line replies whole.
+async fn exchange(
+    reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    command: &str,
+) -> String {
+    if !command.is_empty() {
+        writer.write_all(command.as_bytes()).await.unwrap();
+    }
+    let mut reply = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            reader.read_line(&mut line).await.unwrap() > 0,
+            "connection closed"
+        );
+        reply.push_str(&line);
+        if line.len() < 4 || line.as_bytes()[3] != b'-' {
+            return reply;
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_sink_binary_takes_mail_over_smtp_and_never_logs_the_password() {
+    let eml_dir = std::env::temp_dir().join(format!("outbox-sink-smtp-{}", std::process::id()));
+    let credentials = format!("relay:{PASSWORD}");
+    let (mut child, base, logs) = spawn_capturing(
+        env!("CARGO_BIN_EXE_sink"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--smtp-listen",
+            "127.0.0.1:0",
+            "--eml-dir",
+            eml_dir.to_str().unwrap(),
+            "--smtp-auth",
+            &credentials,
+        ],
+        &[("RUST_LOG", "debug")],
+        "sink listening",
+    )
+    .await;
+    // The SMTP address is logged right after the HTTP one.
+    let started = Instant::now();
+    let smtp_addr = loop {
+        let found = logs.lock().unwrap().iter().find_map(|line| {
+            let event: serde_json::Value = serde_json::from_str(line).ok()?;
+            (event["fields"]["message"] == "sink SMTP listening")
+                .then(|| event["fields"]["addr"].as_str().unwrap().to_owned())
+        });
+        if let Some(addr) = found {
+            break addr;
+        }
+        assert!(started.elapsed() < DEADLINE, "no SMTP listening line");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    let (read, mut writer) = TcpStream::connect(&smtp_addr).await.unwrap().into_split();
+    let mut reader = BufReader::new(read);
+    let mut say = async |command: &str| exchange(&mut reader, &mut writer, command).await;
+    assert!(say("").await.starts_with("220 "));
+    assert!(say("EHLO tests.example\r\n")
+        .await
+        .contains("AUTH PLAIN LOGIN"));
+    let plain = |password: &str| {
+        base64::engine::general_purpose::STANDARD.encode(format!("\0relay\0{password}"))
+    };
+    let wrong = say(&format!("AUTH PLAIN {}\r\n", plain(WRONG_PASSWORD))).await;
+    assert!(wrong.starts_with("535 "), "{wrong}");
+    let right = say(&format!("AUTH PLAIN {}\r\n", plain(PASSWORD))).await;
+    assert!(right.starts_with("235 "), "{right}");
+    assert!(say("MAIL FROM:<alerts@example.com>\r\n")
+        .await
+        .starts_with("250 "));
+    assert!(say("RCPT TO:<cfo@example.com>\r\n")
+        .await
+        .starts_with("250 "));
+    assert!(say("DATA\r\n").await.starts_with("354 "));
+    let queued = say(
+        "Message-ID: <bin-1@alerts.example.com>\r\nX-Alert-Id: bin-1\r\n\
+         Subject: =?utf-8?b?UmVub3ZhY2nDs24=?=\r\n\r\nHola.\r\n.\r\n",
+    )
+    .await;
+    assert!(queued.starts_with("250 2.0.0 Ok: queued as "), "{queued}");
+    assert!(say("QUIT\r\n").await.starts_with("221 "));
+
+    let messages: Vec<serde_json::Value> = reqwest::get(format!("{base}/_sink/messages"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0]["message_id"], "bin-1@alerts.example.com");
+    assert_eq!(messages[0]["subject"], "Renovación");
+    assert_eq!(
+        messages[0]["rcpt_to"],
+        serde_json::json!(["cfo@example.com"])
+    );
+    let eml = eml_dir.join(messages[0]["eml_file"].as_str().unwrap());
+    let written = std::fs::read_to_string(&eml).unwrap();
+    assert!(written.ends_with("\r\n\r\nHola.\r\n"), "{written}");
+
+    signal(&child, "TERM");
+    let status = tokio::time::timeout(DEADLINE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+    let logs = logs.lock().unwrap();
+    assert!(logs
+        .iter()
+        .any(|line| line.contains("SMTP client authenticated")));
+    for secret in [
+        PASSWORD,
+        WRONG_PASSWORD,
+        plain(PASSWORD).as_str(),
+        plain(WRONG_PASSWORD).as_str(),
+    ] {
+        assert!(
+            !logs.iter().any(|line| line.contains(secret)),
+            "a log line holds {secret}"
+        );
+    }
+    std::fs::remove_dir_all(&eml_dir).unwrap();
+}
