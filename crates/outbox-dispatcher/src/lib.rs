@@ -146,6 +146,11 @@ pub(crate) struct Shared {
     disabled: Mutex<HashMap<Uuid, Instant>>,
     /// Set once shutdown begins: nothing new is sent after it.
     stop: watch::Receiver<bool>,
+    /// Set once the claim loop has ended, so no claim statement can still be running.
+    /// Claims are given back for shutdown only after it: a claim already on its way to
+    /// the database when shutdown began would otherwise pick up rows given back a moment
+    /// before, and each would be given back twice.
+    claims_ended: watch::Receiver<bool>,
 }
 
 impl Shared {
@@ -204,6 +209,7 @@ pub async fn run(
         stop_rx.clone(),
     ));
 
+    let (claims_ended_tx, claims_ended_rx) = watch::channel(false);
     let shared = Arc::new(Shared {
         pool: pool.clone(),
         http: http::client(&config.egress, config.connect_timeout),
@@ -212,6 +218,7 @@ pub async fn run(
         recorder: recorder::Recorder::start(pool.clone()),
         disabled: Mutex::default(),
         stop: stop_rx.clone(),
+        claims_ended: claims_ended_rx,
     });
     let capacity = Arc::new(Semaphore::new(config.max_in_flight as usize));
     let destination_limits: Mutex<HashMap<Uuid, Arc<Semaphore>>> = Mutex::new(HashMap::new());
@@ -322,7 +329,8 @@ pub async fn run(
     }
 
     // Shutdown: sends under way finish (bounded); claims waiting for their turn are given
-    // back by their tasks, which see the stop signal.
+    // back by their tasks, which see the stop signal, now that no claim can be under way.
+    let _ = claims_ended_tx.send(true);
     tracing::info!(
         in_flight = tasks.len(),
         "stopping: finishing sends in flight"
@@ -442,6 +450,11 @@ async fn work_one(
     };
     match finished {
         work::Finished::Release(why) => {
+            if shared.stopping() {
+                let mut claims_ended = shared.claims_ended.clone();
+                // An error means the claim loop is gone, which ends claims as well.
+                let _ = claims_ended.wait_for(|ended| *ended).await;
+            }
             match dispatch::release(&shared.pool, &claim.row, &shared.config.worker_id, &why).await
             {
                 Ok(true) => Outcome::Released,
