@@ -561,3 +561,135 @@ async fn bad_email_destinations_are_refused_in_one_line_and_write_nothing() {
     }
     assert_eq!(db.count("destinations").await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_dying_after_the_send_is_replaced_and_resends_the_stored_bytes() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(
+        &db,
+        &inbox,
+        "cfo",
+        &[
+            "--to",
+            "cfo@acme.example",
+            "--on-uncertain",
+            "retry",
+            "--timeout",
+            "1s",
+        ],
+    )
+    .await;
+    let id = approve(&db, "cfo", "contract:A-17").await;
+
+    // The relay has the message; the dispatcher stops before recording anything, and dies.
+    let mut first = spawn_dispatcher(
+        &dispatcher_args(&db, "first", &[]),
+        Some("dispatch-after-send=pause"),
+    );
+    let started = Instant::now();
+    while for_alert(&inbox.messages().await, id).is_empty() {
+        assert!(started.elapsed() < DEADLINE, "the first send never arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_for_db(
+        &db,
+        "SELECT count(*) FROM outbox WHERE status = 'sending'",
+        |n| n == 1,
+    )
+    .await;
+    first.kill().await.unwrap();
+
+    // Its replacement finds the lease expired, the attempt uncertain, and resends (policy
+    // retry): the very bytes stored before the first send, not a new rendering.
+    drain_logged(&db, "second", &["--drain-horizon", "10s"]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+    let got = for_alert(&inbox.messages().await, id);
+    assert_eq!(got.len(), 2, "{got:?}");
+    let (_, sha) = stored(&db, id).await;
+    assert!(got.iter().all(|m| m["sha256"] == sha.as_str()), "{got:?}");
+    let trail = evidence(&db, id).await.join("\n");
+    assert!(trail.contains("lease of first expired"), "{trail}");
+}
+
+#[tokio::test]
+async fn the_smtp_password_is_sealed_at_rest_and_opened_only_to_authenticate() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&["--smtp-auth", &format!("relay:{PASSWORD}")]).await;
+    assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
+    let keys = format!(
+        "k1:{}",
+        base64::engine::general_purpose::STANDARD.encode([7u8; 32])
+    );
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"));
+    command
+        .args([
+            "destination",
+            "add",
+            "--tenant",
+            "acme",
+            "--name",
+            "cfo",
+            "--kind",
+            "email",
+            "--smtp-host",
+            "127.0.0.1",
+            "--smtp-port",
+            &inbox.smtp_port,
+            "--smtp-tls",
+            "none",
+            "--smtp-user",
+            "relay",
+            "--smtp-password-stdin",
+            "--from",
+            "alerts@acme.example",
+            "--to",
+            "cfo@acme.example",
+            "--allow-private",
+            TEST_ALLOW_PRIVATE,
+        ])
+        .env("DATABASE_URL", &db.url)
+        .env("OUTBOX_SECRET_KEYS", &keys)
+        .env_remove("OUTBOX_ALLOW_PRIVATE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut input, format!("{PASSWORD}\n").as_bytes())
+        .await
+        .unwrap();
+    drop(input);
+    let output = child.wait_with_output().await.unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let row: String = sqlx::query_scalar("SELECT d::text FROM destinations d")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        !row.contains(PASSWORD),
+        "the password is stored in clear: {row}"
+    );
+    let stored_password: String =
+        sqlx::query_scalar("SELECT smtp_password FROM destinations WHERE name = 'cfo'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        stored_password.starts_with("enc:v1:k1:"),
+        "{stored_password}"
+    );
+
+    let id = approve(&db, "cfo", "contract:A-17").await;
+    let logs = drain_logged(&db, "w1", &["--secret-keys", &keys]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+    let got = for_alert(&inbox.messages().await, id);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["authenticated_as"], "relay");
+    assert!(!logs.contains(PASSWORD));
+}
