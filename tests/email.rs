@@ -693,3 +693,26 @@ async fn the_smtp_password_is_sealed_at_rest_and_opened_only_to_authenticate() {
     assert_eq!(got[0]["authenticated_as"], "relay");
     assert!(!logs.contains(PASSWORD));
 }
+
+#[tokio::test]
+async fn a_relay_on_a_blocked_address_is_never_connected_to() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    // Added while loopback was opened; the dispatcher does not open it.
+    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+    let id = approve(&db, "cfo", "contract:A-17").await;
+    drain_logged(&db, "w1", &["--allow-private", "10.0.0.0/8"]).await;
+
+    assert_eq!(state_of(&db, id).await, "failed");
+    let trail = evidence(&db, id).await.join("\n");
+    assert!(
+        trail.contains("127.0.0.1 is not allowed: loopback"),
+        "{trail}"
+    );
+    assert!(inbox.messages().await.is_empty());
+    let enabled: bool = sqlx::query_scalar("SELECT enabled FROM destinations WHERE name = 'cfo'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(!enabled, "a blocked relay disables its destination");
+}
