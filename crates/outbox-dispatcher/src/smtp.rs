@@ -183,15 +183,18 @@ async fn deliver(
         return Exchange::Unsendable(format!("the sender `{}` is not valid", job.mail_from));
     };
 
+    // The destination's timeout bounds the whole dialogue, as it bounds a whole HTTP
+    // request: the send must end inside the claim's lease.
+    let deadline = tokio::time::Instant::now() + timeout;
     // Before the data: nothing can have been delivered, whatever goes wrong.
-    let stream = match within(timeout, tokio::net::TcpStream::connect(addr)).await {
+    let stream = match within(deadline, tokio::net::TcpStream::connect(addr)).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(err)) => return Exchange::NotConnected(format!("connecting to {addr}: {err}")),
         Err(()) => return Exchange::NotConnected(format!("connecting to {addr} timed out")),
     };
     let hello = ClientId::Domain(from.domain().to_owned());
     let mut conn = match within(
-        timeout,
+        deadline,
         AsyncSmtpConnection::connect_with_transport(Box::new(stream), &hello),
     )
     .await
@@ -203,7 +206,7 @@ async fn deliver(
     if let (Some(user), Some(password)) = (&job.smtp_username, password) {
         let credentials = Credentials::new(user.clone(), password);
         match within(
-            timeout,
+            deadline,
             conn.auth(&[Mechanism::Plain, Mechanism::Login], &credentials),
         )
         .await
@@ -217,7 +220,7 @@ async fn deliver(
     if !bytes.is_ascii() {
         params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
     }
-    match within(timeout, conn.command(Mail::new(Some(from), params))).await {
+    match within(deadline, conn.command(Mail::new(Some(from), params))).await {
         Ok(Ok(_)) => {}
         Ok(Err(err)) => return Exchange::NotConnected(format!("MAIL FROM: {err}")),
         Err(()) => return Exchange::NotConnected("MAIL FROM timed out".into()),
@@ -227,17 +230,17 @@ async fn deliver(
             return Exchange::Unsendable(format!("the recipient `{to}` is not valid"));
         };
         if let Some(refused) =
-            before_data(timeout, "RCPT TO", conn.command(Rcpt::new(to, vec![]))).await
+            before_data(deadline, "RCPT TO", conn.command(Rcpt::new(to, vec![]))).await
         {
             return refused;
         }
     }
-    if let Some(refused) = before_data(timeout, "DATA", conn.command(Data)).await {
+    if let Some(refused) = before_data(deadline, "DATA", conn.command(Data)).await {
         return refused;
     }
 
     // The data goes out: from here on a lost reply means it may have been delivered.
-    let exchange = match within(timeout, conn.message(bytes)).await {
+    let exchange = match within(deadline, conn.message(bytes)).await {
         Ok(Ok(reply)) => {
             let reply: Vec<&str> = reply.message().collect();
             let reply = reply.join(" ");
@@ -259,24 +262,23 @@ async fn deliver(
                 "the connection was lost after the message data, before the final reply: {err}"
             )),
         },
-        Err(()) => Exchange::TimedOut(format!(
-            "no final SMTP reply within {}ms after the message data",
-            timeout.as_millis()
-        )),
+        Err(()) => Exchange::TimedOut(
+            "no final SMTP reply after the message data before the timeout".to_owned(),
+        ),
     };
-    // A polite end; its outcome changes nothing.
-    let _ = within(Duration::from_secs(1), conn.quit()).await;
+    // A polite end, if time is left; its outcome changes nothing.
+    let _ = within(deadline, conn.quit()).await;
     exchange
 }
 
 /// The outcome of a command before the data: `None` when it succeeded. A reply refuses
 /// (4xx: not processed, 5xx: rejected); anything else means nothing was sent.
 async fn before_data<T>(
-    timeout: Duration,
+    deadline: tokio::time::Instant,
     phase: &'static str,
     step: impl Future<Output = Result<T, lettre::transport::smtp::Error>>,
 ) -> Option<Exchange> {
-    match within(timeout, step).await {
+    match within(deadline, step).await {
         Ok(Ok(_)) => None,
         Ok(Err(err)) => Some(match reply_code(&err) {
             Some(code) => Exchange::SmtpRefused {
@@ -290,8 +292,11 @@ async fn before_data<T>(
     }
 }
 
-async fn within<T>(timeout: Duration, step: impl Future<Output = T>) -> Result<T, ()> {
-    tokio::time::timeout(timeout, step).await.map_err(|_| ())
+/// `step`, unless `deadline` passes first.
+async fn within<T>(deadline: tokio::time::Instant, step: impl Future<Output = T>) -> Result<T, ()> {
+    tokio::time::timeout_at(deadline, step)
+        .await
+        .map_err(|_| ())
 }
 
 /// The three-digit code of a negative reply.
