@@ -716,3 +716,51 @@ async fn a_relay_on_a_blocked_address_is_never_connected_to() {
         .unwrap();
     assert!(!enabled, "a blocked relay disables its destination");
 }
+
+#[tokio::test]
+async fn a_correction_gets_its_own_message_id_threaded_under_the_original() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+    let original = approve(&db, "cfo", "contract:A-17").await;
+    drain_logged(&db, "w1", &[]).await;
+    assert_eq!(state_of(&db, original).await, "accepted");
+
+    let corrected = RENEWAL.replace("12000.00", "13500.00");
+    let outcome = outbox_store::alerts::revise(
+        &db.pool,
+        outbox_store::alerts::Revision {
+            tenant_id: None,
+            alert_id: original,
+            payload_json: &corrected,
+            reason: "the amount was wrong",
+            actor: "test",
+        },
+    )
+    .await
+    .unwrap();
+    let outbox_store::alerts::ReviseOutcome::Created { id: revision, .. } = outcome else {
+        panic!("expected a new revision, got {outcome:?}");
+    };
+    drain_logged(&db, "w2", &[]).await;
+    assert_eq!(state_of(&db, revision).await, "accepted");
+
+    let messages = inbox.messages().await;
+    assert_eq!(for_alert(&messages, original).len(), 1);
+    let got = for_alert(&messages, revision);
+    assert_eq!(got.len(), 1, "{messages:?}");
+    assert_eq!(got[0]["message_id"], format!("{revision}@acme.example"));
+    let (bytes, _) = stored(&db, revision).await;
+    let headers = String::from_utf8_lossy(&bytes)
+        .replace("\r\n ", " ")
+        .replace("\r\n\t", " ");
+    assert!(
+        headers.contains(&format!("In-Reply-To: <{original}@acme.example>")),
+        "{headers}"
+    );
+    assert!(
+        headers.contains(&format!("References: <{original}@acme.example>")),
+        "{headers}"
+    );
+    assert!(headers.contains("X-Alert-Revision: 1"), "{headers}");
+}
