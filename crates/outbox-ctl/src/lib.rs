@@ -267,7 +267,7 @@ pub enum SecretsCommand {
 /// `destination ...`
 #[derive(Debug, Subcommand)]
 pub enum DestinationCommand {
-    /// Add a webhook destination; prints its id.
+    /// Add a webhook or email destination; prints its id.
     Add(setup::DestinationArgs),
     /// Replace a destination's signing secret; the old one keeps signing beside the new
     /// one for --overlap, then stops.

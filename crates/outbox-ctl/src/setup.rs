@@ -3,7 +3,7 @@
 use anyhow::{bail, Context};
 use outbox_core::sealing::SealingKeys;
 use outbox_core::{duration, redact, signing, OnUncertain};
-use outbox_store::destinations::NewDestination;
+use outbox_store::destinations::{EmailSettings, NewDestination};
 use outbox_store::{tenants, PgPool};
 use std::time::Duration;
 
@@ -48,9 +48,14 @@ pub struct DestinationArgs {
     /// Unique name within the tenant; approvals refer to it.
     #[arg(long)]
     name: String,
-    /// Where alerts are POSTed (http or https).
+    /// `webhook` (alerts are POSTed to --url) or `email` (alerts are mailed over SMTP).
+    #[arg(long, default_value = "webhook", value_parser = ["webhook", "email"])]
+    kind: String,
+    /// Where alerts are POSTed (http or https); webhook destinations only.
     #[arg(long)]
-    url: String,
+    url: Option<String>,
+    #[command(flatten)]
+    email: Box<EmailArgs>,
     /// Standard Webhooks signing secret (`whsec_...`); repeat while rotating. Visible to
     /// other users in `ps`: prefer --secret-file or --secret-stdin.
     #[arg(long = "secret", value_name = "WHSEC")]
@@ -83,15 +88,232 @@ pub struct DestinationArgs {
     allow_private: outbox_egress::AllowList,
 }
 
+/// `destination add --kind email` flags.
+#[derive(Debug, clap::Args)]
+pub struct EmailArgs {
+    /// SMTP relay host name or address.
+    #[arg(long)]
+    smtp_host: Option<String>,
+    /// SMTP relay port.
+    #[arg(long, default_value_t = 25)]
+    smtp_port: u16,
+    /// Transport security to the relay: `none` (a local relay), `starttls` or `tls`.
+    #[arg(long, value_parser = ["none", "starttls", "tls"])]
+    smtp_tls: Option<String>,
+    /// SMTP user name, when the relay wants AUTH.
+    #[arg(long)]
+    smtp_user: Option<String>,
+    /// File holding the SMTP password (its first line).
+    #[arg(long, value_name = "PATH")]
+    smtp_password_file: Option<String>,
+    /// Read the SMTP password from standard input (its first line).
+    #[arg(long)]
+    smtp_password_stdin: bool,
+    /// Sender address; its domain names every Message-ID.
+    #[arg(long, value_name = "ADDR")]
+    from: Option<String>,
+    /// Recipient address (repeatable).
+    #[arg(long = "to", value_name = "ADDR")]
+    to: Vec<String>,
+    /// Language of the messages: `en` or `es` (English when absent).
+    #[arg(long)]
+    locale: Option<outbox_render::Locale>,
+}
+
+impl EmailArgs {
+    fn any_given(&self) -> bool {
+        self.smtp_host.is_some()
+            || self.smtp_tls.is_some()
+            || self.smtp_user.is_some()
+            || self.smtp_password_file.is_some()
+            || self.smtp_password_stdin
+            || self.from.is_some()
+            || !self.to.is_empty()
+            || self.locale.is_some()
+    }
+
+    /// The password from its file or standard input, if one was given.
+    fn password(&self) -> anyhow::Result<Option<String>> {
+        let (text, source) = match (&self.smtp_password_file, self.smtp_password_stdin) {
+            (Some(_), true) => {
+                bail!("give the SMTP password with --smtp-password-file or --smtp-password-stdin, not both")
+            }
+            (Some(path), false) => (
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("--smtp-password-file `{path}` cannot be read"))?,
+                "--smtp-password-file",
+            ),
+            (None, true) => {
+                let mut text = String::new();
+                std::io::Read::read_to_string(
+                    &mut std::io::Read::take(std::io::stdin(), 64 * 1024),
+                    &mut text,
+                )
+                .context("--smtp-password-stdin: standard input is not readable text")?;
+                (text, "--smtp-password-stdin")
+            }
+            (None, false) => return Ok(None),
+        };
+        let password = text
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches('\r');
+        if password.is_empty() || password.len() > 1024 {
+            bail!("{source} must hold a password of 1 to 1024 bytes on its first line");
+        }
+        Ok(Some(password.to_owned()))
+    }
+}
+
+/// A mail address as lettre parses it (`name@domain`, no display name).
+fn checked_address(flag: &str, text: &str) -> anyhow::Result<String> {
+    let address: lettre::Address = text
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{flag} `{text}` is not a mail address (name@domain)"))?;
+    Ok(address.to_string())
+}
+
+/// Adds an email destination: the relay checked by the egress guard like any URL, the
+/// addresses parsed, the password sealed like signing secrets.
+async fn add_email_destination(
+    pool: &PgPool,
+    keys: &SealingKeys,
+    args: DestinationArgs,
+    name: String,
+) -> anyhow::Result<()> {
+    let webhook_only = [
+        ("--url", args.url.is_some()),
+        ("--secret", !args.secrets.is_empty()),
+        ("--lookup-url", args.lookup_url.is_some()),
+        (
+            "--idempotency-retention",
+            args.idempotency_retention.is_some(),
+        ),
+    ];
+    if let Some((flag, _)) = webhook_only.iter().find(|(_, given)| *given) {
+        bail!("{flag} applies to webhook destinations only; an email destination has no lookup, no key a relay de-duplicates by, and no signature");
+    }
+    let email = &args.email;
+    let Some(host) = email.smtp_host.as_deref().map(str::trim) else {
+        bail!("--kind email needs --smtp-host");
+    };
+    let Some(tls) = email.smtp_tls.clone() else {
+        bail!("--kind email needs --smtp-tls none|starttls|tls");
+    };
+    if tls != "none" {
+        bail!("--smtp-tls {tls} is not supported yet: use --smtp-tls none with a relay on a trusted network (for example a local relay that forwards over TLS)");
+    }
+    if email.smtp_port == 0 {
+        bail!("--smtp-port must be 1 to 65535");
+    }
+    let Some(from) = &email.from else {
+        bail!("--kind email needs --from");
+    };
+    let from = checked_address("--from", from)?;
+    if email.to.is_empty() {
+        bail!("--kind email needs at least one --to");
+    }
+    if email.to.len() > 100 {
+        bail!("at most 100 --to recipients");
+    }
+    let to = email
+        .to
+        .iter()
+        .map(|to| checked_address("--to", to))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let password = email.password()?;
+    if password.is_some() && email.smtp_user.is_none() {
+        bail!("an SMTP password needs --smtp-user");
+    }
+    if let Some(user) = &email.smtp_user {
+        if user.is_empty() || user.len() > 512 || user.chars().any(char::is_control) {
+            bail!("--smtp-user must be 1 to 512 printable characters");
+        }
+    }
+    if args.timeout > MAX_TIMEOUT {
+        bail!("--timeout must be at most 300s");
+    }
+    // The relay is checked like a URL's host: `smtp://` is written with the same host
+    // syntax (`[::1]` for IPv6) and vetted through an http form of it.
+    let host_part = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    let relay = format!("smtp://{host_part}:{}", email.smtp_port);
+    let parsed = url::Url::parse(&relay)
+        .ok()
+        .filter(|url| url.host_str().is_some_and(|h| !h.is_empty()) && url.path().is_empty())
+        .ok_or_else(|| anyhow::anyhow!("--smtp-host `{host}` is not a host name or address"))?;
+    let guard = outbox_egress::Guard::new(args.allow_private.clone());
+    let note = check_http_url(
+        &guard,
+        "--smtp-host",
+        &format!("http://{}:{}/", host_part, email.smtp_port),
+    )
+    .await?;
+
+    let tenant = tenants::find(pool, &args.tenant).await?;
+    let id = outbox_store::destinations::new_id();
+    let smtp_password = password
+        .map(|password| credentials::stored_form(keys, id, &[password]))
+        .and_then(|stored| stored.into_iter().next());
+    outbox_store::destinations::create_email_with_id(
+        pool,
+        id,
+        &NewDestination {
+            tenant_id: tenant.id,
+            name: name.clone(),
+            url: parsed.to_string(),
+            signing_secrets: Vec::new(),
+            idempotency_header: args.idempotency_header,
+            idempotency_retention: None,
+            lookup_url_template: None,
+            on_uncertain: args.on_uncertain,
+            timeout: args.timeout,
+            max_in_flight: args.max_in_flight,
+        },
+        &EmailSettings {
+            smtp_tls: tls,
+            smtp_username: email.smtp_user.clone(),
+            smtp_password,
+            mail_from: from,
+            mail_to: to,
+            locale: email.locale.map(|locale| locale.code().to_owned()),
+        },
+    )
+    .await?;
+    println!("{id}");
+    eprintln!(
+        "added email destination `{name}` for tenant `{}`",
+        tenant.name
+    );
+    if let Some(note) = note {
+        eprintln!("note: {note}");
+    }
+    Ok(())
+}
+
 pub(crate) async fn add_destination(
     pool: &PgPool,
     keys: &SealingKeys,
     mut args: DestinationArgs,
 ) -> anyhow::Result<()> {
     let name = checked_name("destination", &args.name)?.to_owned();
+    if args.kind == "email" {
+        return add_email_destination(pool, keys, args, name).await;
+    }
+    if args.email.any_given() {
+        bail!("--smtp-*, --from, --to and --locale apply to --kind email destinations only");
+    }
+    let Some(url) = args.url.clone() else {
+        bail!("a webhook destination needs --url");
+    };
     let guard = outbox_egress::Guard::new(args.allow_private.clone());
     let mut notes = Vec::new();
-    notes.extend(check_http_url(&guard, "--url", &args.url).await?);
+    notes.extend(check_http_url(&guard, "--url", &url).await?);
     if let Some(template) = &args.lookup_url {
         if !template.contains("{key}") {
             bail!("--lookup-url must contain `{{key}}` where the notification id goes");
@@ -123,7 +345,7 @@ pub(crate) async fn add_destination(
         &NewDestination {
             tenant_id: tenant.id,
             name: name.clone(),
-            url: args.url,
+            url,
             signing_secrets,
             idempotency_header: args.idempotency_header,
             idempotency_retention: args.idempotency_retention,
@@ -197,6 +419,7 @@ pub(crate) async fn list_destinations(
     let mut table = Table::new([
         "TENANT",
         "NAME",
+        "KIND",
         "URL",
         "DEDUP",
         "LOOKUP",
@@ -205,6 +428,7 @@ pub(crate) async fn list_destinations(
         "MAX IN FLIGHT",
         "SECRETS",
         "ENABLED",
+        "RECIPIENTS",
     ]);
     for d in destinations {
         let dedup = match d.idempotency_retention_secs {
@@ -216,9 +440,25 @@ pub(crate) async fn list_destinations(
             None => "no".to_owned(),
         };
         let secrets = secrets_cell(&d);
+        let recipients = if d.mail_to.is_empty() {
+            "-".to_owned()
+        } else {
+            d.mail_to.join(",")
+        };
+        let secrets = if d.kind == "email" {
+            if d.smtp_password_set {
+                "smtp password"
+            } else {
+                "none"
+            }
+            .to_owned()
+        } else {
+            secrets
+        };
         table.row([
             d.tenant,
             d.name,
+            d.kind,
             d.url,
             dedup,
             if d.lookup_url_template.is_some() {
@@ -232,6 +472,7 @@ pub(crate) async fn list_destinations(
             d.max_in_flight.to_string(),
             secrets,
             if d.enabled { "yes" } else { "no" }.to_owned(),
+            recipients,
         ]);
     }
     print!("{table}");

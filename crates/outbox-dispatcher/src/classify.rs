@@ -27,6 +27,23 @@ pub enum Exchange {
     Broken(String),
     /// The request could not even be built (bad URL, bad header): a configuration error.
     Unsendable(String),
+    /// An SMTP relay took the message: it answered the final dot with 2xx.
+    SmtpAccepted {
+        /// The relay's queue id, from `250 ... queued as ID`.
+        reference: Option<String>,
+        /// The reply's text.
+        reply: String,
+    },
+    /// An SMTP relay refused a recipient, `DATA`, or the message after its data, with a
+    /// reply: nothing was delivered.
+    SmtpRefused {
+        /// The command it refused.
+        phase: &'static str,
+        /// The reply code (4xx or 5xx).
+        code: u16,
+        /// The reply.
+        reply: String,
+    },
     /// The egress guard refused the destination's address before any connection was made:
     /// a configuration error, worded apart from refused/timed out/closed so that it says
     /// nothing about what listens at that address.
@@ -123,6 +140,20 @@ pub fn classify(exchange: &Exchange, deduplicates: bool) -> Verdict {
                 },
             }
         }
+        Exchange::SmtpAccepted { reference, .. } => Verdict::Accepted {
+            reference: reference.clone(),
+        },
+        // SMTP says it plainly: 4xx is "try again later", 5xx is "never".
+        Exchange::SmtpRefused { phase, code, reply } if (400..500).contains(code) => {
+            Verdict::NotProcessed {
+                retry_after: None,
+                why: format!("the relay answered {phase} with {reply}"),
+            }
+        }
+        Exchange::SmtpRefused { phase, reply, .. } => Verdict::Rejected {
+            gone: false,
+            why: format!("the relay answered {phase} with {reply}"),
+        },
         Exchange::NotConnected(why) => Verdict::NotSent { why: why.clone() },
         Exchange::TimedOut(why) | Exchange::Broken(why) => Verdict::Uncertain { why: why.clone() },
         Exchange::Unsendable(why) => Verdict::Rejected {
@@ -195,6 +226,35 @@ mod tests {
             classify(&answered(500), true),
             Verdict::NotProcessed { .. }
         ));
+    }
+
+    #[test]
+    fn smtp_replies_split_on_their_class() {
+        let refused = |code| Exchange::SmtpRefused {
+            phase: "message data",
+            code,
+            reply: format!("{code} no"),
+        };
+        assert!(matches!(
+            classify(&refused(451), false),
+            Verdict::NotProcessed { .. }
+        ));
+        assert!(matches!(
+            classify(&refused(550), false),
+            Verdict::Rejected { gone: false, .. }
+        ));
+        assert_eq!(
+            classify(
+                &Exchange::SmtpAccepted {
+                    reference: Some("Q1".into()),
+                    reply: "queued as Q1".into()
+                },
+                false
+            ),
+            Verdict::Accepted {
+                reference: Some("Q1".into())
+            }
+        );
     }
 
     #[test]

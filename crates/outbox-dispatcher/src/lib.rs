@@ -5,11 +5,15 @@
 //! Layout:
 //! - [`Config`] and [`run`]: the claim loop (wake-ups, capacity, lease sweep, shutdown).
 //! - `work`: one claimed row to its next state (send, or settle an uncertain attempt).
-//! - `classify`: what an HTTP exchange means (accepted, rejected, not processed, not sent,
+//! - `classify`: what an HTTP or SMTP exchange means (accepted, rejected, not processed, not sent,
 //!   uncertain).
 //! - `http`: the request every attempt sends, and lookups, through the egress guard
 //!   (`outbox_egress`): a destination whose address is not allowed is never connected
 //!   to; its alert fails and the destination is disabled, as after a 410.
+//! - `smtp`: email destinations: the message rendered once and stored before the first
+//!   send, then sent byte for byte on every attempt over an SMTP dialogue driven command
+//!   by command (so a lost final reply is told apart from a refusal before the data), to
+//!   the relay's address vetted by the egress guard.
 //! - `recorder`: outcomes written in batches (one statement and one commit for many).
 //! - `metrics`, `server`: `/metrics`, `/healthz`, `/readyz`.
 //!
@@ -29,6 +33,7 @@ mod http;
 mod metrics;
 mod recorder;
 mod server;
+mod smtp;
 mod work;
 
 use outbox_core::retry::RetrySchedule;

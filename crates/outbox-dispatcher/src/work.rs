@@ -91,7 +91,13 @@ async fn send_and_judge(
     let row = &claim.row;
     let started_at = Utc::now();
     let started = Instant::now();
+    let mut message_note = None;
     let exchange = match shared.config.transport {
+        crate::Transport::Http if row.kind == "email" => {
+            let (exchange, note) = crate::smtp::send(shared, row).await;
+            message_note = note;
+            exchange
+        }
         crate::Transport::Http => {
             http::send(
                 &shared.http,
@@ -231,6 +237,12 @@ async fn send_and_judge(
             )
         }
     };
+    // An email attempt names the exact message it sent: the rendered fingerprint is
+    // evidence beside the payload's.
+    let line = match message_note {
+        Some(note) => format!("{line}; {note}"),
+        None => line,
+    };
     Finished::Done(Box::new(Completion {
         alert_id: row.alert_id,
         fencing_token: row.fencing_token,
@@ -308,7 +320,11 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
     let row = &claim.row;
     let now = claim.db_now();
     let attempt = row.attempts;
-    if let Some(template) = &row.lookup_url_template {
+    if let Some(template) = row
+        .lookup_url_template
+        .as_ref()
+        .filter(|_| row.kind != "email")
+    {
         if !claim.lease_allows_request() {
             return Finished::Release(LEASE_TOO_SHORT.to_owned());
         }
@@ -386,7 +402,9 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
                         retry_after,
                         ..
                     } => (format!("HTTP {status}"), Some(*status), *retry_after),
-                    Exchange::NotConnected(w)
+                    Exchange::SmtpAccepted { reply: w, .. }
+                    | Exchange::SmtpRefused { reply: w, .. }
+                    | Exchange::NotConnected(w)
                     | Exchange::TimedOut(w)
                     | Exchange::Broken(w)
                     | Exchange::Unsendable(w)
@@ -552,11 +570,14 @@ enum Settlement {
 
 /// The settling order: lookup; a resend inside the de-duplication window (minus a margin
 /// of a tenth of it, at most 5 minutes) of the first attempt with this key; the policy.
+/// SMTP has neither a lookup nor a key a relay de-duplicates by: an email destination's
+/// uncertain send is settled by its policy alone, whatever else its row says.
 fn settlement(row: &ClaimedAlert, first_send: DateTime<Utc>, now: DateTime<Utc>) -> Settlement {
-    if row.lookup_url_template.is_some() {
+    let email = row.kind == "email";
+    if row.lookup_url_template.is_some() && !email {
         return Settlement::Lookup;
     }
-    if let Some(secs) = row.idempotency_retention_secs {
+    if let Some(secs) = row.idempotency_retention_secs.filter(|_| !email) {
         let retention = Duration::from_secs_f64(secs);
         let margin = (retention / 10).min(Duration::from_secs(300));
         let safe_until =
@@ -699,6 +720,16 @@ fn describe(
             reference.clone(),
             None,
             (!excerpt.is_empty()).then(|| excerpt.clone()),
+        ),
+        Exchange::SmtpAccepted { reference, reply } => {
+            (outcome, None, reference.clone(), None, Some(reply.clone()))
+        }
+        Exchange::SmtpRefused { code, reply, .. } => (
+            outcome,
+            None,
+            None,
+            Some(format!("smtp_{}xx", code / 100)),
+            Some(reply.clone()),
         ),
         Exchange::NotConnected(why) => (
             outcome,

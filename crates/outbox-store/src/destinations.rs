@@ -35,6 +35,41 @@ pub struct NewDestination {
     pub max_in_flight: u32,
 }
 
+/// What an email destination adds to a [`NewDestination`], whose `url` is then the relay
+/// as `smtp://host:port`. The caller has validated addresses and the relay host.
+#[derive(Clone)]
+pub struct EmailSettings {
+    /// `none`, `starttls` or `tls`.
+    pub smtp_tls: String,
+    /// SMTP user name, if the relay wants AUTH.
+    pub smtp_username: Option<String>,
+    /// SMTP password as stored: sealed (`enc:v1:...`, bound to the destination's id) or
+    /// plain when no key is configured.
+    pub smtp_password: Option<String>,
+    /// The sender address; its domain names every Message-ID.
+    pub mail_from: String,
+    /// Recipients of every alert.
+    pub mail_to: Vec<String>,
+    /// `en` or `es`; English when absent.
+    pub locale: Option<String>,
+}
+
+impl std::fmt::Debug for EmailSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmailSettings")
+            .field("smtp_tls", &self.smtp_tls)
+            .field("smtp_username", &self.smtp_username)
+            .field(
+                "smtp_password",
+                &self.smtp_password.as_ref().map(|_| "(set)"),
+            )
+            .field("mail_from", &self.mail_from)
+            .field("mail_to", &self.mail_to)
+            .field("locale", &self.locale)
+            .finish()
+    }
+}
+
 /// A destination as listed for operators. Secrets are never read back out; only their count.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct DestinationSummary {
@@ -44,8 +79,18 @@ pub struct DestinationSummary {
     pub tenant: String,
     /// Its name.
     pub name: String,
-    /// Where alerts are POSTed.
+    /// `webhook` or `email`.
+    pub kind: String,
+    /// Where alerts are POSTed, or the SMTP relay (`smtp://host:port`).
     pub url: String,
+    /// Recipients of an email destination (empty for a webhook).
+    pub mail_to: Vec<String>,
+    /// Sender of an email destination.
+    pub mail_from: Option<String>,
+    /// Locale of an email destination's messages, when set.
+    pub locale: Option<String>,
+    /// Whether an SMTP password is configured (it is never read back out).
+    pub smtp_password_set: bool,
     /// Header carrying the notification id.
     pub idempotency_header: String,
     /// De-duplication window in seconds, if any.
@@ -119,6 +164,51 @@ pub async fn create_with_id(
     Ok(id)
 }
 
+/// Creates an email destination under an id chosen by the caller (from [`new_id`]): `new`
+/// with its `url` the relay (`smtp://host:port`) and no lookup or de-duplication window,
+/// plus `email`. The password, if any, as stored (sealed with this id).
+pub async fn create_email_with_id(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    new: &NewDestination,
+    email: &EmailSettings,
+) -> Result<Uuid, StoreError> {
+    let timeout_ms = i32::try_from(new.timeout.as_millis()).unwrap_or(i32::MAX);
+    sqlx::query(
+        "INSERT INTO destinations (id, tenant_id, name, kind, url, idempotency_header, \
+             on_uncertain, timeout_ms, max_in_flight, smtp_tls, smtp_username, smtp_password, \
+             mail_from, mail_to, locale) \
+         VALUES ($1, $2, $3, 'email', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+    )
+    .bind(id)
+    .bind(new.tenant_id)
+    .bind(&new.name)
+    .bind(&new.url)
+    .bind(&new.idempotency_header)
+    .bind(new.on_uncertain.as_str())
+    .bind(timeout_ms)
+    .bind(i32::try_from(new.max_in_flight).unwrap_or(i32::MAX))
+    .bind(&email.smtp_tls)
+    .bind(&email.smtp_username)
+    .bind(&email.smtp_password)
+    .bind(&email.mail_from)
+    .bind(&email.mail_to)
+    .bind(&email.locale)
+    .execute(db)
+    .await
+    .map_err(|err| {
+        if StoreError::is_unique_violation(&err) {
+            StoreError::AlreadyExists {
+                what: "destination",
+                name: new.name.clone(),
+            }
+        } else {
+            StoreError::Database(err)
+        }
+    })?;
+    Ok(id)
+}
+
 /// The id of the tenant's destination called `name`. Scoped by tenant: another tenant's
 /// destination of the same name is invisible here.
 pub async fn id_by_name(
@@ -140,7 +230,8 @@ pub async fn list(
     tenant_id: Option<Uuid>,
 ) -> Result<Vec<DestinationSummary>, StoreError> {
     let rows = sqlx::query_as::<_, DestinationSummary>(
-        "SELECT d.id, t.name AS tenant, d.name, d.url, d.idempotency_header, \
+        "SELECT d.id, t.name AS tenant, d.name, d.kind, d.url, d.mail_to, d.mail_from, d.locale, \
+                d.smtp_password IS NOT NULL AS smtp_password_set, d.idempotency_header, \
                 extract(epoch FROM d.idempotency_retention)::int8 AS idempotency_retention_secs, \
                 d.lookup_url_template, d.on_uncertain, d.timeout_ms, d.max_in_flight, \
                 cardinality(d.signing_secrets) AS signing_secret_count, \

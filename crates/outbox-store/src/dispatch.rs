@@ -57,7 +57,9 @@ pub struct ClaimedAlert {
     pub destination_id: Uuid,
     /// Its name.
     pub destination: String,
-    /// Where to POST.
+    /// `webhook` or `email`.
+    pub kind: String,
+    /// Where to POST, or the SMTP relay (`smtp://host:port`) of an email destination.
     pub url: String,
     /// The secrets that sign now, as stored (`whsec_...` or sealed `enc:v1:...`): the
     /// current ones, and those a rotation replaced while its overlap runs.
@@ -165,7 +167,7 @@ pub async fn claim(
                      WHERE da.alert_id = c.alert_id AND da.kind = 'lookup' AND da.attempt = c.attempts \
                        AND da.error_class = 'lookup_failed' AND da.started_at >= c.budget_since) \
                      END AS first_failed_lookup_at, \
-                d.id AS destination_id, d.name AS destination, d.url, \
+                d.id AS destination_id, d.name AS destination, d.kind, d.url, \
                 d.signing_secrets || CASE WHEN d.retiring_until > now() \
                     THEN d.retiring_signing_secrets ELSE '{}'::text[] END AS signing_secrets, \
                 d.idempotency_header, \

@@ -13,6 +13,8 @@
 //! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and wake-ups.
 //! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval.
 //! - [`operator`]: operators' actions (replay, resolve, destinations) and statistics.
+//! - [`rendered`]: email alerts as sent: what rendering one needs, and its message's
+//!   exact bytes, stored once before the first send and reused by every attempt.
 //! - [`outbox`]: listings of the live queue and of alerts by state.
 //! - [`error`]: the store's error type, [`StoreError`].
 //!
@@ -29,6 +31,7 @@ pub mod error;
 pub mod monitors;
 pub mod operator;
 pub mod outbox;
+pub mod rendered;
 pub mod tenants;
 pub mod tokens;
 

@@ -1,0 +1,424 @@
+//! Email destinations: the message of an email alert, rendered once and stored before its
+//! first send, and the SMTP dialogue that sends those stored bytes on every attempt.
+//!
+//! The dialogue is driven one command at a time (lettre's `AsyncSmtpConnection`), so the
+//! outcome says exactly which phase ended it: before the message data went out nothing can
+//! have arrived (not sent, or refused by a reply); once the data went out, a lost
+//! connection or a missing final reply leaves the delivery uncertain.
+
+use lettre::message::header::{HeaderName, HeaderValue};
+use lettre::message::{Mailbox, MultiPart};
+use lettre::transport::smtp::authentication::{Credentials, Mechanism};
+use lettre::transport::smtp::client::AsyncSmtpConnection;
+use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
+use lettre::transport::smtp::extension::{ClientId, MailBodyParameter, MailParameter};
+use lettre::{Address, Message};
+use outbox_render::{kind_for_alert, Locale, Renderer};
+use outbox_store::dispatch::ClaimedAlert;
+use outbox_store::rendered::{EmailJob, RenderedMessage};
+use sha2::{Digest, Sha256};
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use crate::classify::Exchange;
+use crate::Shared;
+
+/// One attempt's exchange, and the evidence naming the message it sent (when one was
+/// rendered).
+pub(crate) async fn send(shared: &Shared, row: &ClaimedAlert) -> (Exchange, Option<String>) {
+    let job = match outbox_store::rendered::email_job(&shared.pool, row.alert_id).await {
+        Ok(Some(job)) => job,
+        Ok(None) => {
+            return (
+                Exchange::Unsendable("the destination is no longer an email destination".into()),
+                None,
+            )
+        }
+        Err(err) => {
+            return (
+                Exchange::NotConnected(format!("reading the email settings failed: {err}")),
+                None,
+            )
+        }
+    };
+    let message = match stored_message(shared, &job).await {
+        Ok(message) => message,
+        Err(exchange) => return (exchange, None),
+    };
+    let note = format!(
+        "message {} sha256:{} rendered with templates {}",
+        message.message_id, message.sha256, message.template_version
+    );
+    let timeout = Duration::from_millis(u64::try_from(row.timeout_ms).unwrap_or(10_000));
+    let exchange = deliver(shared, row, &job, &message.bytes, timeout).await;
+    (exchange, Some(note))
+}
+
+/// The alert's stored message; rendered and stored first when this is its first attempt.
+/// Write before act: the bytes are committed before any connection is opened, so a crash
+/// after sending still resends exactly what was sent.
+async fn stored_message(shared: &Shared, job: &EmailJob) -> Result<RenderedMessage, Exchange> {
+    let not_stored = |err: outbox_store::StoreError| {
+        Exchange::NotConnected(format!("the rendered message could not be stored: {err}"))
+    };
+    if let Some(message) = outbox_store::rendered::find(&shared.pool, job.alert_id)
+        .await
+        .map_err(not_stored)?
+    {
+        return Ok(message);
+    }
+    let built = build_message(job, &Renderer::builtin()).map_err(Exchange::Unsendable)?;
+    let sha256 = hex(&Sha256::digest(&built.bytes));
+    outbox_store::rendered::store_once(
+        &shared.pool,
+        job.alert_id,
+        &built.message_id,
+        &built.bytes,
+        &sha256,
+        &built.template_version,
+    )
+    .await
+    .map_err(not_stored)
+}
+
+/// A message built from an alert, before it is stored.
+#[derive(Debug)]
+pub(crate) struct BuiltMessage {
+    pub message_id: String,
+    pub bytes: Vec<u8>,
+    pub template_version: String,
+}
+
+/// Renders `job`'s alert in the destination's locale (else English) and builds its MIME
+/// message: text and HTML alternatives, `Message-ID: <alert-id@sender-domain>`,
+/// `X-Alert-Id`, `X-Alert-Revision`, and for a correction `In-Reply-To` and `References`
+/// to the alert it corrects.
+pub(crate) fn build_message(job: &EmailJob, renderer: &Renderer) -> Result<BuiltMessage, String> {
+    let locale = job
+        .locale
+        .as_deref()
+        .and_then(|code| Locale::parse(code).ok());
+    let locale = outbox_render::resolve(locale, None);
+    let kind = kind_for_alert(&job.payload, &job.occurrence);
+    let rendered = renderer
+        .render(kind, locale, &job.payload)
+        .map_err(|err| format!("the alert could not be rendered: {err}"))?;
+    let from: Address = job
+        .mail_from
+        .parse()
+        .map_err(|_| format!("the sender address `{}` is not valid", job.mail_from))?;
+    let domain = from.domain().to_owned();
+    let message_id = |id: &uuid::Uuid| format!("<{id}@{domain}>");
+    let own_id = message_id(&job.alert_id);
+    let mut builder = Message::builder()
+        .from(Mailbox::new(None, from))
+        .subject(rendered.subject)
+        .message_id(Some(own_id.clone()));
+    for to in &job.mail_to {
+        let to: Address = to
+            .parse()
+            .map_err(|_| format!("the recipient address `{to}` is not valid"))?;
+        builder = builder.to(Mailbox::new(None, to));
+    }
+    if let Some(previous) = job.earlier_revisions.last() {
+        builder = builder.in_reply_to(message_id(previous));
+        let chain: Vec<String> = job.earlier_revisions.iter().map(message_id).collect();
+        builder = builder.references(chain.join(" "));
+    }
+    let mut message = builder
+        .multipart(MultiPart::alternative_plain_html(
+            rendered.text,
+            rendered.html,
+        ))
+        .map_err(|err| format!("the message could not be built: {err}"))?;
+    for (name, value) in [
+        ("X-Alert-Id", job.alert_id.to_string()),
+        ("X-Alert-Revision", job.revision.to_string()),
+    ] {
+        let name = HeaderName::new_from_ascii(name.to_owned())
+            .map_err(|_| "a header name is invalid".to_owned())?;
+        message
+            .headers_mut()
+            .insert_raw(HeaderValue::new(name, value));
+    }
+    Ok(BuiltMessage {
+        message_id: own_id,
+        bytes: message.formatted(),
+        template_version: rendered.template_version,
+    })
+}
+
+/// Runs one SMTP dialogue to a vetted address of the relay, sending `bytes` as they are.
+async fn deliver(
+    shared: &Shared,
+    row: &ClaimedAlert,
+    job: &EmailJob,
+    bytes: &[u8],
+    timeout: Duration,
+) -> Exchange {
+    let Some((host, port)) = relay(&row.url) else {
+        return Exchange::Unsendable(format!("`{}` is not an smtp://host:port relay", row.url));
+    };
+    if job.smtp_tls != "none" {
+        return Exchange::Unsendable(format!(
+            "SMTP TLS mode `{}` is not supported by this build",
+            job.smtp_tls
+        ));
+    }
+    let addr = match vetted_address(&shared.config.egress, &host, port).await {
+        Ok(addr) => addr,
+        Err(exchange) => return exchange,
+    };
+    let password = match &job.smtp_password {
+        Some(stored) => match shared.config.secret_keys.open(row.destination_id, stored) {
+            Ok(password) => Some(password),
+            Err(err) => {
+                return Exchange::Unsendable(format!("the SMTP password of the destination: {err}"))
+            }
+        },
+        None => None,
+    };
+    let Ok(from) = job.mail_from.parse::<Address>() else {
+        return Exchange::Unsendable(format!("the sender `{}` is not valid", job.mail_from));
+    };
+
+    // The destination's timeout bounds the whole dialogue, as it bounds a whole HTTP
+    // request: the send must end inside the claim's lease.
+    let deadline = tokio::time::Instant::now() + timeout;
+    // Before the data: nothing can have been delivered, whatever goes wrong.
+    let stream = match within(deadline, tokio::net::TcpStream::connect(addr)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(err)) => return Exchange::NotConnected(format!("connecting to {addr}: {err}")),
+        Err(()) => return Exchange::NotConnected(format!("connecting to {addr} timed out")),
+    };
+    let hello = ClientId::Domain(from.domain().to_owned());
+    let mut conn = match within(
+        deadline,
+        AsyncSmtpConnection::connect_with_transport(Box::new(stream), &hello),
+    )
+    .await
+    {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(err)) => return Exchange::NotConnected(format!("SMTP greeting: {err}")),
+        Err(()) => return Exchange::NotConnected("SMTP greeting timed out".into()),
+    };
+    if let (Some(user), Some(password)) = (&job.smtp_username, password) {
+        let credentials = Credentials::new(user.clone(), password);
+        match within(
+            deadline,
+            conn.auth(&[Mechanism::Plain, Mechanism::Login], &credentials),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => return Exchange::NotConnected(format!("SMTP AUTH refused: {err}")),
+            Err(()) => return Exchange::NotConnected("SMTP AUTH timed out".into()),
+        }
+    }
+    let mut params = Vec::new();
+    if !bytes.is_ascii() {
+        params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+    }
+    match within(deadline, conn.command(Mail::new(Some(from), params))).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(err)) => return Exchange::NotConnected(format!("MAIL FROM: {err}")),
+        Err(()) => return Exchange::NotConnected("MAIL FROM timed out".into()),
+    }
+    for to in &job.mail_to {
+        let Ok(to) = to.parse::<Address>() else {
+            return Exchange::Unsendable(format!("the recipient `{to}` is not valid"));
+        };
+        if let Some(refused) =
+            before_data(deadline, "RCPT TO", conn.command(Rcpt::new(to, vec![]))).await
+        {
+            return refused;
+        }
+    }
+    if let Some(refused) = before_data(deadline, "DATA", conn.command(Data)).await {
+        return refused;
+    }
+
+    // The data goes out: from here on a lost reply means it may have been delivered.
+    let exchange = match within(deadline, conn.message(bytes)).await {
+        Ok(Ok(reply)) => {
+            let reply: Vec<&str> = reply.message().collect();
+            let reply = reply.join(" ");
+            Exchange::SmtpAccepted {
+                reference: queue_id(&reply),
+                reply,
+            }
+        }
+        Ok(Err(err)) => match reply_code(&err) {
+            Some(code) => Exchange::SmtpRefused {
+                phase: "message data",
+                code,
+                reply: err.to_string(),
+            },
+            None if err.is_timeout() => {
+                Exchange::TimedOut(format!("no final SMTP reply after the message data: {err}"))
+            }
+            None => Exchange::Broken(format!(
+                "the connection was lost after the message data, before the final reply: {err}"
+            )),
+        },
+        Err(()) => Exchange::TimedOut(
+            "no final SMTP reply after the message data before the timeout".to_owned(),
+        ),
+    };
+    // A polite end, if time is left; its outcome changes nothing.
+    let _ = within(deadline, conn.quit()).await;
+    exchange
+}
+
+/// The outcome of a command before the data: `None` when it succeeded. A reply refuses
+/// (4xx: not processed, 5xx: rejected); anything else means nothing was sent.
+async fn before_data<T>(
+    deadline: tokio::time::Instant,
+    phase: &'static str,
+    step: impl Future<Output = Result<T, lettre::transport::smtp::Error>>,
+) -> Option<Exchange> {
+    match within(deadline, step).await {
+        Ok(Ok(_)) => None,
+        Ok(Err(err)) => Some(match reply_code(&err) {
+            Some(code) => Exchange::SmtpRefused {
+                phase,
+                code,
+                reply: err.to_string(),
+            },
+            None => Exchange::NotConnected(format!("{phase}: {err}")),
+        }),
+        Err(()) => Some(Exchange::NotConnected(format!("{phase} timed out"))),
+    }
+}
+
+/// `step`, unless `deadline` passes first.
+async fn within<T>(deadline: tokio::time::Instant, step: impl Future<Output = T>) -> Result<T, ()> {
+    tokio::time::timeout_at(deadline, step)
+        .await
+        .map_err(|_| ())
+}
+
+/// The three-digit code of a negative reply.
+fn reply_code(err: &lettre::transport::smtp::Error) -> Option<u16> {
+    err.status().and_then(|code| code.to_string().parse().ok())
+}
+
+/// The relay's queue id in a `250 ... queued as ID` reply.
+fn queue_id(reply: &str) -> Option<String> {
+    let (_, rest) = reply.split_once("queued as ")?;
+    let id = rest.split_whitespace().next()?;
+    (!id.is_empty()).then(|| id.chars().take(200).collect())
+}
+
+/// Host and port of an `smtp://host:port` relay (port 25 when absent).
+pub(crate) fn relay(url: &str) -> Option<(url::Host<String>, u16)> {
+    let url = url::Url::parse(url).ok()?;
+    if url.scheme() != "smtp" {
+        return None;
+    }
+    Some((url.host()?.to_owned(), url.port().unwrap_or(25)))
+}
+
+/// The relay's address, resolved once and vetted by the egress guard: the connection goes
+/// to that address only, so a name cannot resolve to a blocked address at connect time.
+async fn vetted_address(
+    guard: &outbox_egress::Guard,
+    host: &url::Host<String>,
+    port: u16,
+) -> Result<SocketAddr, Exchange> {
+    let addrs: Vec<IpAddr> = match host {
+        url::Host::Ipv4(ip) => vec![IpAddr::V4(*ip)],
+        url::Host::Ipv6(ip) => vec![IpAddr::V6(*ip)],
+        url::Host::Domain(name) => match tokio::net::lookup_host((name.as_str(), port)).await {
+            Ok(found) => found.map(|addr| addr.ip()).collect(),
+            Err(err) => {
+                return Err(Exchange::NotConnected(format!(
+                    "the relay `{name}` does not resolve: {err}"
+                )))
+            }
+        },
+    };
+    let Some(first) = addrs.first() else {
+        return Err(Exchange::NotConnected(format!(
+            "the relay `{host}` has no address"
+        )));
+    };
+    guard
+        .check_all(&addrs)
+        .map_err(|refused| Exchange::Blocked(refused.to_string()))?;
+    Ok(SocketAddr::new(*first, port))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(revision: i32, earlier: Vec<uuid::Uuid>, locale: Option<&str>) -> EmailJob {
+        EmailJob {
+            alert_id: uuid::Uuid::nil(),
+            payload: r#"{"kind":"note","text":"hello"}"#.into(),
+            occurrence: "o-1".into(),
+            revision,
+            earlier_revisions: earlier,
+            smtp_tls: "none".into(),
+            smtp_username: None,
+            smtp_password: None,
+            mail_from: "alerts@example.org".into(),
+            mail_to: vec!["cfo@example.org".into()],
+            locale: locale.map(str::to_owned),
+        }
+    }
+
+    fn text(built: &BuiltMessage) -> String {
+        String::from_utf8_lossy(&built.bytes).into_owned()
+    }
+
+    #[test]
+    fn the_message_id_is_the_alert_id_at_the_sender_domain() {
+        let built = build_message(&job(0, vec![], None), &Renderer::builtin()).expect("builds");
+        assert_eq!(
+            built.message_id,
+            "<00000000-0000-0000-0000-000000000000@example.org>"
+        );
+        let text = text(&built);
+        assert!(text.contains("Message-ID: <00000000-0000-0000-0000-000000000000@example.org>"));
+        assert!(text.contains("X-Alert-Id: 00000000-0000-0000-0000-000000000000"));
+        assert!(text.contains("X-Alert-Revision: 0"));
+        assert!(text.contains("multipart/alternative"));
+        assert!(!text.contains("In-Reply-To"));
+    }
+
+    #[test]
+    fn a_correction_threads_under_the_alert_it_corrects() {
+        let first = uuid::Uuid::from_u128(1);
+        let second = uuid::Uuid::from_u128(2);
+        let built = build_message(
+            &job(2, vec![first, second], Some("es")),
+            &Renderer::builtin(),
+        )
+        .expect("builds");
+        // Long headers are folded; unfolded they read as one line.
+        let text = text(&built).replace("\r\n ", " ").replace("\r\n\t", " ");
+        assert!(text.contains(&format!("In-Reply-To: <{second}@example.org>")));
+        assert!(text.contains(&format!(
+            "References: <{first}@example.org> <{second}@example.org>"
+        )));
+    }
+
+    #[test]
+    fn queue_ids_and_relays_are_read() {
+        assert_eq!(
+            queue_id("2.0.0 Ok: queued as ABC123").as_deref(),
+            Some("ABC123")
+        );
+        assert_eq!(queue_id("2.0.0 Ok"), None);
+        assert!(relay("smtp://127.0.0.1:2525").is_some_and(|(_, port)| port == 2525));
+        assert!(relay("smtp://relay.example.org").is_some_and(|(_, port)| port == 25));
+        assert!(relay("http://relay.example.org").is_none());
+    }
+}

@@ -1,0 +1,127 @@
+//! Email alerts as sent: what the dispatcher needs to render an email alert's message once,
+//! and the message's exact bytes, written before its first send and read by every attempt.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// What rendering and sending one email alert needs, read when it is sent.
+#[derive(Clone, sqlx::FromRow)]
+pub struct EmailJob {
+    /// The alert (its id makes the Message-ID).
+    pub alert_id: Uuid,
+    /// The payload's exact text.
+    pub payload: String,
+    /// The alert's occurrence (part of choosing its template kind).
+    pub occurrence: String,
+    /// 0 for the original alert, then 1, 2, ... for each correction.
+    pub revision: i32,
+    /// Earlier revisions of the same alert, oldest first (what a correction threads under).
+    pub earlier_revisions: Vec<Uuid>,
+    /// `none`, `starttls` or `tls`.
+    pub smtp_tls: String,
+    /// SMTP user name, if any.
+    pub smtp_username: Option<String>,
+    /// SMTP password as stored (sealed or plain), if any.
+    pub smtp_password: Option<String>,
+    /// Sender address.
+    pub mail_from: String,
+    /// Recipients.
+    pub mail_to: Vec<String>,
+    /// `en` or `es`, if set.
+    pub locale: Option<String>,
+}
+
+impl std::fmt::Debug for EmailJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmailJob")
+            .field("alert_id", &self.alert_id)
+            .field("revision", &self.revision)
+            .field("smtp_tls", &self.smtp_tls)
+            .field("mail_from", &self.mail_from)
+            .field("mail_to", &self.mail_to)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The email settings and alert data of `alert_id`, if its destination is an email one.
+pub async fn email_job(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+) -> Result<Option<EmailJob>, StoreError> {
+    Ok(sqlx::query_as::<_, EmailJob>(
+        "SELECT a.id AS alert_id, a.payload::text AS payload, a.occurrence, a.revision, \
+                ARRAY(SELECT e.id FROM alerts e \
+                      WHERE e.tenant_id = a.tenant_id AND e.subject = a.subject \
+                        AND e.occurrence = a.occurrence AND e.destination_id = a.destination_id \
+                        AND e.revision < a.revision \
+                      ORDER BY e.revision) AS earlier_revisions, \
+                d.smtp_tls, d.smtp_username, d.smtp_password, d.mail_from, d.mail_to, d.locale \
+         FROM alerts a JOIN destinations d ON d.id = a.destination_id \
+         WHERE a.id = $1 AND d.kind = 'email'",
+    )
+    .bind(alert_id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// An email alert's message as rendered once.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct RenderedMessage {
+    /// Its `Message-ID` (with the angle brackets).
+    pub message_id: String,
+    /// The exact bytes sent (headers and body, CRLF line ends).
+    pub bytes: Vec<u8>,
+    /// SHA-256 of `bytes`, lowercase hex.
+    pub sha256: String,
+    /// The version of the templates it was rendered with.
+    pub template_version: String,
+    /// When it was rendered.
+    pub rendered_at: DateTime<Utc>,
+}
+
+/// The stored message of `alert_id`, if it was rendered.
+pub async fn find(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+) -> Result<Option<RenderedMessage>, StoreError> {
+    Ok(sqlx::query_as::<_, RenderedMessage>(
+        "SELECT message_id, bytes, sha256, template_version, rendered_at \
+         FROM rendered_messages WHERE alert_id = $1",
+    )
+    .bind(alert_id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// Stores `alert_id`'s message unless one is stored already, and returns the stored one:
+/// the first rendering wins for good, so every attempt sends the same bytes.
+pub async fn store_once(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+    message_id: &str,
+    bytes: &[u8],
+    sha256: &str,
+    template_version: &str,
+) -> Result<RenderedMessage, StoreError> {
+    Ok(sqlx::query_as::<_, RenderedMessage>(
+        "WITH inserted AS ( \
+             INSERT INTO rendered_messages (alert_id, message_id, bytes, sha256, template_version) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (alert_id) DO NOTHING \
+             RETURNING message_id, bytes, sha256, template_version, rendered_at \
+         ) \
+         SELECT * FROM inserted \
+         UNION ALL \
+         SELECT message_id, bytes, sha256, template_version, rendered_at \
+         FROM rendered_messages WHERE alert_id = $1 AND NOT EXISTS (SELECT 1 FROM inserted)",
+    )
+    .bind(alert_id)
+    .bind(message_id)
+    .bind(bytes)
+    .bind(sha256)
+    .bind(template_version)
+    .fetch_one(db)
+    .await?)
+}

@@ -1,0 +1,766 @@
+//! Email destinations end to end: the real `dispatcher` mails alerts over SMTP to the real
+//! `sink --smtp-listen` (an inbox that de-duplicates nothing), and the inbox and the
+//! database are read back. Each alert's message is rendered once, stored, and every
+//! attempt sends those exact bytes; a lost final reply is held (or resent unchanged).
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+mod common;
+
+use base64::Engine;
+use common::outboxctl;
+use common::procs::*;
+use outbox_testkit::TestDb;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::process::Child;
+use uuid::Uuid;
+
+const PASSWORD: &str = "s3cret-relay-pass";
+
+const RENEWAL: &str = r#"{"kind": "contract_renewal", "contract": "A-17", "vendor": "Acme Tools", "amount": 12000.00, "currency": "EUR", "renewal_date": "2027-01-15", "action_date": "2026-12-16", "days_remaining": 30, "tier": 30}"#;
+
+/// A running SMTP inbox: the sink with `--smtp-listen`.
+struct Inbox {
+    _child: Child,
+    base: String,
+    smtp_port: String,
+    http: reqwest::Client,
+}
+
+impl Inbox {
+    async fn start(extra: &[&str]) -> Inbox {
+        let mut args = vec!["--listen", "127.0.0.1:0", "--smtp-listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let (child, base, logs) =
+            spawn_capturing(env!("CARGO_BIN_EXE_sink"), &args, &[], "sink listening").await;
+        let started = Instant::now();
+        let smtp_addr = loop {
+            let found = logs.lock().unwrap().iter().find_map(|line| {
+                let event: Value = serde_json::from_str(line).ok()?;
+                (event["fields"]["message"] == "sink SMTP listening")
+                    .then(|| event["fields"]["addr"].as_str().unwrap().to_owned())
+            });
+            if let Some(addr) = found {
+                break addr;
+            }
+            assert!(started.elapsed() < DEADLINE, "no SMTP listening line");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        Inbox {
+            _child: child,
+            base,
+            smtp_port: smtp_addr.rsplit(':').next().unwrap().to_owned(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn messages(&self) -> Vec<Value> {
+        self.http
+            .get(format!("{}/_sink/messages", self.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn faults(&self, faults: Value) {
+        let response = self
+            .http
+            .post(format!("{}/_sink/faults", self.base))
+            .json(&faults)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{:?}",
+            response.text().await
+        );
+    }
+}
+
+/// Adds tenant `acme` (once) and an email destination through the real `outboxctl`.
+async fn add_email_destination(db: &TestDb, inbox: &Inbox, name: &str, extra: &[&str]) {
+    let _ = outboxctl(db, &["tenant", "create", "acme"]).await;
+    let mut args = vec![
+        "destination",
+        "add",
+        "--tenant",
+        "acme",
+        "--name",
+        name,
+        "--kind",
+        "email",
+        "--smtp-host",
+        "127.0.0.1",
+        "--smtp-port",
+        &inbox.smtp_port,
+        "--smtp-tls",
+        "none",
+        "--from",
+        "alerts@acme.example",
+        "--allow-private",
+        TEST_ALLOW_PRIVATE,
+    ];
+    args.extend_from_slice(extra);
+    let run = outboxctl(db, &args).await;
+    assert!(run.ok, "{}", run.stderr);
+}
+
+async fn approve(db: &TestDb, destination: &str, subject: &str) -> Uuid {
+    let tenant = outbox_store::tenants::find(&db.pool, "acme").await.unwrap();
+    match outbox_store::alerts::approve(
+        &db.pool,
+        outbox_store::alerts::Approval {
+            tenant_id: tenant.id,
+            destination,
+            subject,
+            occurrence: "2027-01-15/30d",
+            payload_json: RENEWAL,
+            actor: "test",
+        },
+    )
+    .await
+    .unwrap()
+    {
+        outbox_store::alerts::ApproveOutcome::Created(id) => id,
+        other => panic!("expected a new alert, got {other:?}"),
+    }
+}
+
+/// Runs a dispatcher with `--drain` at debug level and returns everything it logged.
+async fn drain_logged(db: &TestDb, worker: &str, extra: &[&str]) -> String {
+    let mut args = dispatcher_args(db, worker, extra);
+    args.push("--drain".into());
+    let output = tokio::time::timeout(
+        DEADLINE,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
+            .args(&args)
+            .env_remove("FAILPOINTS")
+            .env_remove("OUTBOX_ALLOW_PRIVATE")
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("dispatcher --drain did not finish")
+    .unwrap();
+    let logs = String::from_utf8_lossy(&output.stderr).into_owned();
+    for line in logs.lines() {
+        eprintln!("[dispatcher] {line}");
+    }
+    assert!(
+        output.status.success(),
+        "dispatcher exited with {}",
+        output.status
+    );
+    logs
+}
+
+/// The stored message of an alert: its bytes and their fingerprint as the sink computes it
+/// (the data as received, which ends with the CRLF before the final dot).
+async fn stored(db: &TestDb, id: Uuid) -> (Vec<u8>, String) {
+    let message = outbox_store::rendered::find(&db.pool, id)
+        .await
+        .unwrap()
+        .expect("a rendered message is stored");
+    let mut on_the_wire = message.bytes.clone();
+    on_the_wire.extend_from_slice(b"\r\n");
+    let sha = Sha256::digest(&on_the_wire)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    (message.bytes, sha)
+}
+
+fn for_alert(messages: &[Value], id: Uuid) -> Vec<Value> {
+    messages
+        .iter()
+        .filter(|m| m["alert_id"] == id.to_string().as_str())
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn email_reaches_the_inbox_once_with_its_identity_in_each_locale_and_no_credentials_leak() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&["--smtp-auth", &format!("relay:{PASSWORD}")]).await;
+    let password_file =
+        std::env::temp_dir().join(format!("outbox-email-pass-{}", std::process::id()));
+    std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
+    let auth = [
+        "--smtp-user",
+        "relay",
+        "--smtp-password-file",
+        password_file.to_str().unwrap(),
+    ];
+    let mut cfo = vec!["--to", "cfo@acme.example", "--locale", "es"];
+    cfo.extend_from_slice(&auth);
+    add_email_destination(&db, &inbox, "cfo", &cfo).await;
+    let mut ops = vec!["--to", "ops@acme.example", "--to", "oncall@acme.example"];
+    ops.extend_from_slice(&auth);
+    add_email_destination(&db, &inbox, "ops", &ops).await;
+    std::fs::remove_file(&password_file).unwrap();
+
+    let es = approve(&db, "cfo", "contract:A-17").await;
+    let en = approve(&db, "ops", "contract:A-17").await;
+    let logs = drain_logged(&db, "w1", &[]).await;
+
+    assert_eq!(state_of(&db, es).await, "accepted");
+    assert_eq!(state_of(&db, en).await, "accepted");
+    let messages = inbox.messages().await;
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    for (id, subject_word, body_word, rcpt) in [
+        (
+            es,
+            "A-17",
+            "15 de enero de 2027",
+            json!(["cfo@acme.example"]),
+        ),
+        (
+            en,
+            "A-17",
+            "January 15, 2027",
+            json!(["ops@acme.example", "oncall@acme.example"]),
+        ),
+    ] {
+        let got = for_alert(&messages, id);
+        assert_eq!(got.len(), 1, "one message per alert: {messages:?}");
+        assert_eq!(got[0]["message_id"], format!("{id}@acme.example"));
+        assert_eq!(got[0]["rcpt_to"], rcpt);
+        assert_eq!(got[0]["authenticated_as"], "relay");
+        assert!(got[0]["subject"].as_str().unwrap().contains(subject_word));
+        let (bytes, sha) = stored(&db, id).await;
+        assert_eq!(
+            got[0]["sha256"], sha,
+            "the inbox has the stored bytes exactly"
+        );
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains(&format!("X-Alert-Id: {id}")), "{text}");
+        assert!(text.contains("X-Alert-Revision: 0"), "{text}");
+        assert!(text.contains("multipart/alternative"), "{text}");
+        // The bodies are encoded on the wire; the locale shows in the decoded text.
+        let decoded = decode_quoted_printable(&text);
+        assert!(decoded.contains(body_word), "{decoded}");
+        let trail = evidence(&db, id).await.join("\n");
+        assert!(trail.contains("accepted by the destination"), "{trail}");
+        assert!(
+            trail.contains(&format!(
+                "reference {}",
+                got[0]["queue_id"].as_str().unwrap()
+            )),
+            "the relay's queue id is the reference: {trail}"
+        );
+        assert!(
+            trail.contains(&format!("message <{id}@acme.example> sha256:"))
+                && trail.contains("rendered with templates sha256:"),
+            "{trail}"
+        );
+    }
+
+    // The password is never logged (debug level) nor shown.
+    assert!(!logs.is_empty(), "the dispatcher logged at debug level");
+    let auth_plain =
+        base64::engine::general_purpose::STANDARD.encode(format!("\0relay\0{PASSWORD}"));
+    for secret in [PASSWORD, auth_plain.as_str()] {
+        assert!(
+            !logs.contains(secret),
+            "the dispatcher logged the SMTP password"
+        );
+    }
+    let stored_password: String =
+        sqlx::query_scalar("SELECT smtp_password FROM destinations WHERE name = 'cfo'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        stored_password, PASSWORD,
+        "no keys configured: stored as given"
+    );
+    let list = outboxctl(&db, &["destination", "list"]).await;
+    assert!(list.ok);
+    assert!(list.stdout.contains("email") && list.stdout.contains("cfo@acme.example"));
+    let json = outboxctl(&db, &["destination", "list", "--json"]).await;
+    for out in [&list.stdout, &list.stderr, &json.stdout, &json.stderr] {
+        assert!(
+            !out.contains(PASSWORD),
+            "destination list shows the password"
+        );
+    }
+}
+
+/// Soft line breaks and `=XX` escapes of quoted-printable undone, enough to read a body.
+fn decode_quoted_printable(text: &str) -> String {
+    let joined = text.replace("=\r\n", "");
+    let bytes = joined.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'=' && i + 2 < bytes.len() {
+            if let Ok(byte) = u8::from_str_radix(&joined[i + 1..i + 3], 16) {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn a_lost_final_reply_is_held_with_one_message_in_the_inbox_and_never_sent_again() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+    let id = approve(&db, "cfo", "contract:A-17").await;
+    inbox
+        .faults(json!({"smtp_drop_for_message_ids": [format!("{id}@acme.example")]}))
+        .await;
+
+    drain_logged(&db, "w1", &[]).await;
+    assert_eq!(state_of(&db, id).await, "held");
+    let trail = evidence(&db, id).await.join("\n");
+    assert!(
+        trail.contains("lost after the message data, before the final reply"),
+        "{trail}"
+    );
+    assert!(trail.contains("held for reconciliation"), "{trail}");
+    let lookups: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM delivery_attempts WHERE alert_id = $1 AND kind = 'lookup'",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(lookups, 0, "SMTP has no lookup: {trail}");
+    assert_eq!(for_alert(&inbox.messages().await, id).len(), 1);
+
+    // A restarted dispatcher does not send it again.
+    drain_logged(&db, "w2", &[]).await;
+    assert_eq!(state_of(&db, id).await, "held");
+    assert_eq!(for_alert(&inbox.messages().await, id).len(), 1);
+}
+
+#[tokio::test]
+async fn with_on_uncertain_retry_the_resend_is_the_same_message_byte_for_byte() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(
+        &db,
+        &inbox,
+        "cfo",
+        &["--to", "cfo@acme.example", "--on-uncertain", "retry"],
+    )
+    .await;
+    let id = approve(&db, "cfo", "contract:A-17").await;
+    inbox
+        .faults(json!({"smtp_drop_for_message_ids": [format!("{id}@acme.example")]}))
+        .await;
+
+    drain_logged(&db, "w1", &[]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+    let got = for_alert(&inbox.messages().await, id);
+    assert_eq!(got.len(), 2, "the dropped one and the resend: {got:?}");
+    let (_, sha) = stored(&db, id).await;
+    for message in &got {
+        assert_eq!(message["message_id"], format!("{id}@acme.example"));
+        assert_eq!(message["sha256"], sha);
+    }
+    let trail = evidence(&db, id).await.join("\n");
+    assert!(trail.contains("possible duplicate"), "{trail}");
+}
+
+#[tokio::test]
+async fn a_resend_sends_the_stored_bytes_even_after_the_destination_changed_locale() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(
+        &db,
+        &inbox,
+        "cfo",
+        &["--to", "cfo@acme.example", "--locale", "es"],
+    )
+    .await;
+    let id = approve(&db, "cfo", "contract:A-17").await;
+    inbox
+        .faults(json!({"smtp_drop_for_message_ids": [format!("{id}@acme.example")]}))
+        .await;
+    drain_logged(&db, "w1", &[]).await;
+    assert_eq!(state_of(&db, id).await, "held");
+    let (spanish, sha) = stored(&db, id).await;
+
+    // Between the attempts the destination is switched to English, then the held alert
+    // is replayed: the resend must still be the Spanish message first rendered.
+    sqlx::query("UPDATE destinations SET locale = 'en' WHERE name = 'cfo'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let replay = outboxctl(
+        &db,
+        &[
+            "replay",
+            &id.to_string(),
+            "--note",
+            "relay confirmed it lost it",
+        ],
+    )
+    .await;
+    assert!(replay.ok, "{}", replay.stderr);
+    drain_logged(&db, "w2", &[]).await;
+
+    assert_eq!(state_of(&db, id).await, "accepted");
+    let got = for_alert(&inbox.messages().await, id);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got.iter().all(|m| m["sha256"] == sha.as_str()), "{got:?}");
+    assert_eq!(stored(&db, id).await.0, spanish);
+    assert!(decode_quoted_printable(&String::from_utf8_lossy(&spanish)).contains("quedan 30 días"));
+}
+
+#[tokio::test]
+async fn a_550_fails_with_the_reply_as_evidence_and_a_451_is_retried_until_accepted() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+
+    let rejected = approve(&db, "cfo", "contract:A-17").await;
+    inbox
+        .faults(json!({"smtp_data_script": ["550 5.7.1 relaying denied"]}))
+        .await;
+    drain_logged(&db, "w1", &[]).await;
+    assert_eq!(state_of(&db, rejected).await, "failed");
+    let trail = evidence(&db, rejected).await.join("\n");
+    assert!(
+        trail.contains("rejected") && trail.contains("relaying denied"),
+        "{trail}"
+    );
+    assert!(for_alert(&inbox.messages().await, rejected).is_empty());
+
+    let retried = approve(&db, "cfo", "contract:B-2").await;
+    inbox
+        .faults(json!({"smtp_data_script": ["451 4.3.0 try later"]}))
+        .await;
+    drain_logged(&db, "w2", &[]).await;
+    assert_eq!(state_of(&db, retried).await, "accepted");
+    let trail = evidence(&db, retried).await.join("\n");
+    assert!(
+        trail.contains("not processed") && trail.contains("try later"),
+        "{trail}"
+    );
+    assert_eq!(for_alert(&inbox.messages().await, retried).len(), 1);
+}
+
+#[tokio::test]
+async fn bad_email_destinations_are_refused_in_one_line_and_write_nothing() {
+    let db = TestDb::new().await;
+    assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
+    let base = [
+        "destination",
+        "add",
+        "--tenant",
+        "acme",
+        "--name",
+        "mail",
+        "--kind",
+        "email",
+    ];
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "--smtp-host",
+                "127.0.0.1",
+                "--smtp-tls",
+                "none",
+                "--to",
+                "a@b.example",
+            ],
+            "--from",
+        ),
+        (
+            &[
+                "--smtp-host",
+                "127.0.0.1",
+                "--smtp-tls",
+                "none",
+                "--from",
+                "not an address",
+                "--to",
+                "a@b.example",
+            ],
+            "--from",
+        ),
+        (
+            &[
+                "--smtp-host",
+                "127.0.0.1",
+                "--smtp-tls",
+                "none",
+                "--from",
+                "a@b.example",
+            ],
+            "--to",
+        ),
+        // Loopback without the allow-list: the egress guard refuses the relay.
+        (
+            &[
+                "--smtp-host",
+                "127.0.0.1",
+                "--smtp-tls",
+                "none",
+                "--from",
+                "a@b.example",
+                "--to",
+                "c@d.example",
+            ],
+            "--smtp-host",
+        ),
+        (
+            &[
+                "--smtp-host",
+                "relay.example",
+                "--smtp-tls",
+                "starttls",
+                "--from",
+                "a@b.example",
+                "--to",
+                "c@d.example",
+            ],
+            "not supported",
+        ),
+        (
+            &[
+                "--smtp-host",
+                "relay.example",
+                "--smtp-tls",
+                "none",
+                "--from",
+                "a@b.example",
+                "--to",
+                "c@d.example",
+                "--lookup-url",
+                "http://x.example/{key}",
+            ],
+            "webhook destinations only",
+        ),
+    ];
+    for (extra, expected) in cases {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        let run = outboxctl(&db, &args).await;
+        assert!(!run.ok, "{args:?} was accepted");
+        assert!(run.stderr.starts_with("error:"), "{}", run.stderr);
+        assert!(run.stderr.contains(expected), "{args:?}: {}", run.stderr);
+    }
+    assert_eq!(db.count("destinations").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_dying_after_the_send_is_replaced_and_resends_the_stored_bytes() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(
+        &db,
+        &inbox,
+        "cfo",
+        &[
+            "--to",
+            "cfo@acme.example",
+            "--on-uncertain",
+            "retry",
+            "--timeout",
+            "1s",
+        ],
+    )
+    .await;
+    let id = approve(&db, "cfo", "contract:A-17").await;
+
+    // The relay has the message; the dispatcher stops before recording anything, and dies.
+    let mut first = spawn_dispatcher(
+        &dispatcher_args(&db, "first", &[]),
+        Some("dispatch-after-send=pause"),
+    );
+    let started = Instant::now();
+    while for_alert(&inbox.messages().await, id).is_empty() {
+        assert!(started.elapsed() < DEADLINE, "the first send never arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_for_db(
+        &db,
+        "SELECT count(*) FROM outbox WHERE status = 'sending'",
+        |n| n == 1,
+    )
+    .await;
+    first.kill().await.unwrap();
+
+    // Its replacement finds the lease expired, the attempt uncertain, and resends (policy
+    // retry): the very bytes stored before the first send, not a new rendering.
+    drain_logged(&db, "second", &["--drain-horizon", "10s"]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+    let got = for_alert(&inbox.messages().await, id);
+    assert_eq!(got.len(), 2, "{got:?}");
+    let (_, sha) = stored(&db, id).await;
+    assert!(got.iter().all(|m| m["sha256"] == sha.as_str()), "{got:?}");
+    let trail = evidence(&db, id).await.join("\n");
+    assert!(trail.contains("lease of first expired"), "{trail}");
+}
+
+#[tokio::test]
+async fn the_smtp_password_is_sealed_at_rest_and_opened_only_to_authenticate() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&["--smtp-auth", &format!("relay:{PASSWORD}")]).await;
+    assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
+    let keys = format!(
+        "k1:{}",
+        base64::engine::general_purpose::STANDARD.encode([7u8; 32])
+    );
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"));
+    command
+        .args([
+            "destination",
+            "add",
+            "--tenant",
+            "acme",
+            "--name",
+            "cfo",
+            "--kind",
+            "email",
+            "--smtp-host",
+            "127.0.0.1",
+            "--smtp-port",
+            &inbox.smtp_port,
+            "--smtp-tls",
+            "none",
+            "--smtp-user",
+            "relay",
+            "--smtp-password-stdin",
+            "--from",
+            "alerts@acme.example",
+            "--to",
+            "cfo@acme.example",
+            "--allow-private",
+            TEST_ALLOW_PRIVATE,
+        ])
+        .env("DATABASE_URL", &db.url)
+        .env("OUTBOX_SECRET_KEYS", &keys)
+        .env_remove("OUTBOX_ALLOW_PRIVATE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut input, format!("{PASSWORD}\n").as_bytes())
+        .await
+        .unwrap();
+    drop(input);
+    let output = child.wait_with_output().await.unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let row: String = sqlx::query_scalar("SELECT d::text FROM destinations d")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        !row.contains(PASSWORD),
+        "the password is stored in clear: {row}"
+    );
+    let stored_password: String =
+        sqlx::query_scalar("SELECT smtp_password FROM destinations WHERE name = 'cfo'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        stored_password.starts_with("enc:v1:k1:"),
+        "{stored_password}"
+    );
+
+    let id = approve(&db, "cfo", "contract:A-17").await;
+    let logs = drain_logged(&db, "w1", &["--secret-keys", &keys]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+    let got = for_alert(&inbox.messages().await, id);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["authenticated_as"], "relay");
+    assert!(!logs.contains(PASSWORD));
+}
+
+#[tokio::test]
+async fn a_relay_on_a_blocked_address_is_never_connected_to() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    // Added while loopback was opened; the dispatcher does not open it.
+    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+    let id = approve(&db, "cfo", "contract:A-17").await;
+    drain_logged(&db, "w1", &["--allow-private", "10.0.0.0/8"]).await;
+
+    assert_eq!(state_of(&db, id).await, "failed");
+    let trail = evidence(&db, id).await.join("\n");
+    assert!(
+        trail.contains("127.0.0.1 is not allowed: loopback"),
+        "{trail}"
+    );
+    assert!(inbox.messages().await.is_empty());
+    let enabled: bool = sqlx::query_scalar("SELECT enabled FROM destinations WHERE name = 'cfo'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(!enabled, "a blocked relay disables its destination");
+}
+
+#[tokio::test]
+async fn a_correction_gets_its_own_message_id_threaded_under_the_original() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+    let original = approve(&db, "cfo", "contract:A-17").await;
+    drain_logged(&db, "w1", &[]).await;
+    assert_eq!(state_of(&db, original).await, "accepted");
+
+    let corrected = RENEWAL.replace("12000.00", "13500.00");
+    let outcome = outbox_store::alerts::revise(
+        &db.pool,
+        outbox_store::alerts::Revision {
+            tenant_id: None,
+            alert_id: original,
+            payload_json: &corrected,
+            reason: "the amount was wrong",
+            actor: "test",
+        },
+    )
+    .await
+    .unwrap();
+    let outbox_store::alerts::ReviseOutcome::Created { id: revision, .. } = outcome else {
+        panic!("expected a new revision, got {outcome:?}");
+    };
+    drain_logged(&db, "w2", &[]).await;
+    assert_eq!(state_of(&db, revision).await, "accepted");
+
+    let messages = inbox.messages().await;
+    assert_eq!(for_alert(&messages, original).len(), 1);
+    let got = for_alert(&messages, revision);
+    assert_eq!(got.len(), 1, "{messages:?}");
+    assert_eq!(got[0]["message_id"], format!("{revision}@acme.example"));
+    let (bytes, _) = stored(&db, revision).await;
+    let headers = String::from_utf8_lossy(&bytes)
+        .replace("\r\n ", " ")
+        .replace("\r\n\t", " ");
+    assert!(
+        headers.contains(&format!("In-Reply-To: <{original}@acme.example>")),
+        "{headers}"
+    );
+    assert!(
+        headers.contains(&format!("References: <{original}@acme.example>")),
+        "{headers}"
+    );
+    assert!(headers.contains("X-Alert-Revision: 1"), "{headers}");
+}
