@@ -105,6 +105,19 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
     let recent = old_alert(&db, tenant.id, ops, "recent", 10, Some("accepted")).await;
     let untouched = |payload: &str| (payload.to_owned(), false, 1, 2);
     let original = "{\"amount\": 1}";
+    // Rendered email holds the payload's content: it goes with the payload.
+    for id in [accepted, recent] {
+        outbox_store::rendered::store_once(
+            &db.pool,
+            id,
+            &format!("{id}@acme.example"),
+            b"Subject: amount 1\r\n\r\namount 1\r\n",
+            &"0".repeat(64),
+            "sha256:test",
+        )
+        .await
+        .unwrap();
+    }
 
     // A dry run counts and changes nothing.
     let dry = outboxctl(
@@ -132,6 +145,21 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
     assert!(run.stdout.starts_with("pruned 2 alerts"), "{}", run.stdout);
     assert_eq!(kept(&db, accepted).await, ("{}".to_owned(), true, 0, 0));
     assert_eq!(kept(&db, superseded).await, ("{}".to_owned(), true, 0, 0));
+    let rendered = |id: Uuid| {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM rendered_messages WHERE alert_id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+    };
+    assert_eq!(
+        rendered(accepted).await.unwrap(),
+        0,
+        "pruned with its alert"
+    );
+    assert_eq!(
+        rendered(recent).await.unwrap(),
+        1,
+        "inside the cutoff: kept"
+    );
     for id in [failed, held, live, recent] {
         assert_eq!(kept(&db, id).await, untouched(original));
     }

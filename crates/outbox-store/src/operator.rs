@@ -578,7 +578,8 @@ fn first_id_at(at: DateTime<Utc>) -> Uuid {
 
 /// One step of retention: up to `limit` alerts with a prunable outcome settled before
 /// `settled_before` and after the cursor `after` (in id order) lose their payload (kept:
-/// its fingerprint), attempt rows and evidence lines, in one transaction; their identity,
+/// its fingerprint), attempt rows, evidence lines and rendered email (it holds the
+/// payload's content too), in one transaction; their identity,
 /// outcome, reference and times stay, so one alert per identity still holds. Returns what
 /// was removed and the cursor for the next step (`None` when nothing is left).
 pub async fn prune_step(
@@ -605,6 +606,8 @@ pub async fn prune_step(
          ), evidence AS ( \
              DELETE FROM alert_events WHERE alert_id IN (SELECT id FROM candidates) \
              RETURNING 1 \
+         ), rendered AS ( \
+             DELETE FROM rendered_messages WHERE alert_id IN (SELECT id FROM candidates) \
          ), pruned AS ( \
              UPDATE alerts a SET payload = '{}', pruned_at = now() \
              FROM candidates c WHERE a.id = c.id \
