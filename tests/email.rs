@@ -692,6 +692,28 @@ async fn the_smtp_password_is_sealed_at_rest_and_opened_only_to_authenticate() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0]["authenticated_as"], "relay");
     assert!(!logs.contains(PASSWORD));
+
+    // A new key: `secrets rewrap` re-seals the password, and a dispatcher that knows only
+    // the new key still authenticates.
+    let k2 = format!(
+        "k2:{}",
+        base64::engine::general_purpose::STANDARD.encode([9u8; 32])
+    );
+    let both = format!("{k2},{keys}");
+    let rewrap = outboxctl(&db, &["--secret-keys", &both, "secrets", "rewrap"]).await;
+    assert!(rewrap.ok, "{}", rewrap.stderr);
+    let resealed: String =
+        sqlx::query_scalar("SELECT smtp_password FROM destinations WHERE name = 'cfo'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(resealed.starts_with("enc:v1:k2:"), "{resealed}");
+    let second = approve(&db, "cfo", "contract:A-18").await;
+    drain_logged(&db, "w2", &["--secret-keys", &k2]).await;
+    assert_eq!(state_of(&db, second).await, "accepted");
+    let got = for_alert(&inbox.messages().await, second);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["authenticated_as"], "relay");
 }
 
 #[tokio::test]

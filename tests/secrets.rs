@@ -779,6 +779,7 @@ async fn rewrapping_never_overwrites_a_rotation_that_happened_meanwhile() {
         id,
         signing_secrets: vec!["enc:v1:k1:stale".to_owned()],
         retiring_signing_secrets: vec![],
+        smtp_password: None,
     };
     let written = outbox_store::destinations::replace_stored_secrets(&db.pool, &read, &resealed)
         .await

@@ -179,7 +179,8 @@ pub(crate) async fn rewrap(pool: &PgPool, keys: &SealingKeys, batch: i64) -> any
             let all = stored
                 .signing_secrets
                 .iter()
-                .chain(&stored.retiring_signing_secrets);
+                .chain(&stored.retiring_signing_secrets)
+                .chain(&stored.smtp_password);
             if all.clone().all(|s| keys.is_current(s)) {
                 already += 1;
                 continue;
@@ -201,6 +202,7 @@ pub(crate) async fn rewrap(pool: &PgPool, keys: &SealingKeys, batch: i64) -> any
                     id: stored.id,
                     signing_secrets: current,
                     retiring_signing_secrets: reseal(&stored.retiring_signing_secrets)?,
+                    smtp_password: reseal(stored.smtp_password.as_slice())?.pop(),
                 })
             });
             match resealed {

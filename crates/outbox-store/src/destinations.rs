@@ -260,6 +260,8 @@ pub struct StoredSecrets {
     pub signing_secrets: Vec<String>,
     /// Secrets a rotation replaced (signing until the overlap ends).
     pub retiring_signing_secrets: Vec<String>,
+    /// An email destination's SMTP password, sealed like the signing secrets.
+    pub smtp_password: Option<String>,
 }
 
 /// Up to `limit` destinations with any secret, after `after` in id order (keyset paging,
@@ -270,9 +272,10 @@ pub async fn stored_secrets_page(
     limit: i64,
 ) -> Result<Vec<StoredSecrets>, StoreError> {
     Ok(sqlx::query_as::<_, StoredSecrets>(
-        "SELECT id, signing_secrets, retiring_signing_secrets FROM destinations \
+        "SELECT id, signing_secrets, retiring_signing_secrets, smtp_password FROM destinations \
          WHERE ($1::uuid IS NULL OR id > $1) \
-           AND cardinality(signing_secrets || retiring_signing_secrets) > 0 \
+           AND (cardinality(signing_secrets || retiring_signing_secrets) > 0 \
+                OR smtp_password IS NOT NULL) \
          ORDER BY id LIMIT $2",
     )
     .bind(after)
@@ -290,14 +293,18 @@ pub async fn replace_stored_secrets(
     new: &StoredSecrets,
 ) -> Result<bool, StoreError> {
     let updated = sqlx::query(
-        "UPDATE destinations SET signing_secrets = $4, retiring_signing_secrets = $5 \
-         WHERE id = $1 AND signing_secrets = $2 AND retiring_signing_secrets = $3",
+        "UPDATE destinations SET signing_secrets = $4, retiring_signing_secrets = $5, \
+             smtp_password = $7 \
+         WHERE id = $1 AND signing_secrets = $2 AND retiring_signing_secrets = $3 \
+           AND smtp_password IS NOT DISTINCT FROM $6",
     )
     .bind(old.id)
     .bind(&old.signing_secrets)
     .bind(&old.retiring_signing_secrets)
     .bind(&new.signing_secrets)
     .bind(&new.retiring_signing_secrets)
+    .bind(&old.smtp_password)
+    .bind(&new.smtp_password)
     .execute(db)
     .await?
     .rows_affected();
