@@ -786,3 +786,32 @@ async fn a_correction_gets_its_own_message_id_threaded_under_the_original() {
     );
     assert!(headers.contains("X-Alert-Revision: 1"), "{headers}");
 }
+
+#[tokio::test]
+async fn a_destination_without_a_locale_mails_in_its_tenants() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+    add_email_destination(
+        &db,
+        &inbox,
+        "ops",
+        &["--to", "ops@acme.example", "--locale", "en"],
+    )
+    .await;
+    let refused = outboxctl(&db, &["tenant", "configure", "acme", "--locale", "fr"]).await;
+    assert!(!refused.ok, "{}", refused.stdout);
+    assert!(refused.stderr.contains("fr"), "{}", refused.stderr);
+    let run = outboxctl(&db, &["tenant", "configure", "acme", "--locale", "es"]).await;
+    assert!(run.ok, "{}", run.stderr);
+
+    let tenants = approve(&db, "cfo", "contract:A-17").await;
+    let own = approve(&db, "ops", "contract:A-17").await;
+    drain_logged(&db, "w1", &[]).await;
+    for (id, expected) in [(tenants, "15 de enero de 2027"), (own, "January 15, 2027")] {
+        assert_eq!(state_of(&db, id).await, "accepted");
+        let (bytes, _) = stored(&db, id).await;
+        let decoded = decode_quoted_printable(&String::from_utf8_lossy(&bytes));
+        assert!(decoded.contains(expected), "{decoded}");
+    }
+}

@@ -208,7 +208,7 @@ pub enum TenantCommand {
         #[arg(long)]
         tiers: Option<String>,
     },
-    /// Change a tenant's time zone or renewal tiers.
+    /// Change a tenant's time zone, renewal tiers or email language.
     Configure {
         /// Tenant name or id.
         name: String,
@@ -218,6 +218,9 @@ pub enum TenantCommand {
         /// Renewal tiers, e.g. 90,30,7.
         #[arg(long)]
         tiers: Option<String>,
+        /// Language of email to destinations without one of their own: en or es.
+        #[arg(long)]
+        locale: Option<outbox_render::Locale>,
     },
 }
 
@@ -374,7 +377,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             name,
             time_zone,
             tiers,
-        }) => sources::configure_tenant(&pool, &name, time_zone.as_deref(), tiers.as_deref()).await,
+            locale,
+        }) => {
+            sources::configure_tenant(&pool, &name, time_zone.as_deref(), tiers.as_deref(), locale)
+                .await
+        }
         Command::Contract(ContractCommand::Import {
             file,
             tenant,

@@ -138,13 +138,15 @@ pub(crate) async fn configure_tenant(
     tenant: &str,
     time_zone: Option<&str>,
     tiers: Option<&str>,
+    locale: Option<outbox_render::Locale>,
 ) -> anyhow::Result<()> {
     if let Some(zone) = time_zone {
         outbox_core::renewal::time_zone(zone)?;
     }
     let tiers = tiers.map(outbox_core::renewal::parse_tiers).transpose()?;
     let tenant = tenants::find(pool, tenant).await?;
-    monitors::configure_tenant(pool, tenant.id, time_zone, tiers.as_deref()).await?;
+    let locale = locale.map(|locale| locale.code());
+    monitors::configure_tenant(pool, tenant.id, time_zone, tiers.as_deref(), locale).await?;
     eprintln!("configured tenant `{}`", tenant.name);
     Ok(())
 }

@@ -90,16 +90,14 @@ pub(crate) struct BuiltMessage {
     pub template_version: String,
 }
 
-/// Renders `job`'s alert in the destination's locale (else English) and builds its MIME
+/// Renders `job`'s alert in the destination's locale (else the tenant's, else English)
+/// and builds its MIME
 /// message: text and HTML alternatives, `Message-ID: <alert-id@sender-domain>`,
 /// `X-Alert-Id`, `X-Alert-Revision`, and for a correction `In-Reply-To` and `References`
 /// to the alert it corrects.
 pub(crate) fn build_message(job: &EmailJob, renderer: &Renderer) -> Result<BuiltMessage, String> {
-    let locale = job
-        .locale
-        .as_deref()
-        .and_then(|code| Locale::parse(code).ok());
-    let locale = outbox_render::resolve(locale, None);
+    let parse = |code: &Option<String>| code.as_deref().and_then(|c| Locale::parse(c).ok());
+    let locale = outbox_render::resolve(parse(&job.locale), parse(&job.tenant_locale));
     let kind = kind_for_alert(&job.payload, &job.occurrence);
     let rendered = renderer
         .render(kind, locale, &job.payload)
@@ -371,6 +369,7 @@ mod tests {
             mail_from: "alerts@example.org".into(),
             mail_to: vec!["cfo@example.org".into()],
             locale: locale.map(str::to_owned),
+            tenant_locale: None,
         }
     }
 

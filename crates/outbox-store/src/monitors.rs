@@ -141,14 +141,17 @@ pub async fn configure_tenant(
     tenant_id: Uuid,
     time_zone: Option<&str>,
     tiers: Option<&[u32]>,
+    locale: Option<&str>,
 ) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE tenants SET time_zone = COALESCE($2, time_zone), \
-             renewal_tiers = COALESCE($3::int[], renewal_tiers) WHERE id = $1",
+             renewal_tiers = COALESCE($3::int[], renewal_tiers), \
+             locale = COALESCE($4, locale) WHERE id = $1",
     )
     .bind(tenant_id)
     .bind(time_zone)
     .bind(tiers.map(|t| t.iter().map(|d| *d as i32).collect::<Vec<_>>()))
+    .bind(locale)
     .execute(db)
     .await?;
     Ok(())

@@ -32,6 +32,8 @@ pub struct EmailJob {
     pub mail_to: Vec<String>,
     /// `en` or `es`, if set.
     pub locale: Option<String>,
+    /// The tenant's locale, used when the destination has none.
+    pub tenant_locale: Option<String>,
 }
 
 impl std::fmt::Debug for EmailJob {
@@ -58,8 +60,10 @@ pub async fn email_job(
                         AND e.occurrence = a.occurrence AND e.destination_id = a.destination_id \
                         AND e.revision < a.revision \
                       ORDER BY e.revision) AS earlier_revisions, \
-                d.smtp_tls, d.smtp_username, d.smtp_password, d.mail_from, d.mail_to, d.locale \
+                d.smtp_tls, d.smtp_username, d.smtp_password, d.mail_from, d.mail_to, d.locale, \
+                t.locale AS tenant_locale \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \
+         JOIN tenants t ON t.id = a.tenant_id \
          WHERE a.id = $1 AND d.kind = 'email'",
     )
     .bind(alert_id)
