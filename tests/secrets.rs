@@ -63,6 +63,22 @@ async fn ctl(db: &TestDb, args: &[&str], env: &[(&str, &str)], stdin: Option<&st
     }
 }
 
+/// `outboxctl destination add` arguments for destination `ops` of tenant `acme`.
+fn add_ops<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "destination",
+        "add",
+        "--tenant",
+        "acme",
+        "--name",
+        "ops",
+        "--url",
+        url,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 fn assert_refused(run: &CliRun, reason: &str) {
     assert!(!run.ok, "expected a refusal, got: {}", run.stdout);
     assert!(run.stdout.is_empty(), "{}", run.stdout);
@@ -125,18 +141,7 @@ async fn secrets_are_encrypted_at_rest_and_the_dispatcher_signs_with_the_decrypt
     let file = temp_file("secret", &format!("{SECRET}\n"));
     let add = ctl(
         &db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "ops",
-            "--url",
-            &sink.hook_url(),
-            "--secret-file",
-            file.to_str().unwrap(),
-        ],
+        &add_ops(&sink.hook_url(), &["--secret-file", file.to_str().unwrap()]),
         &[("OUTBOX_SECRET_KEYS", &keys_k1())],
         None,
     )
@@ -231,17 +236,7 @@ async fn rewrap_encrypts_plain_secrets_moves_them_to_the_new_key_and_can_run_aga
     // No key yet: stored as given, with a warning saying so.
     let add = ctl(
         &db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "ops",
-            "--url",
-            &sink.hook_url(),
-            "--secret-stdin",
-        ],
+        &add_ops(&sink.hook_url(), &["--secret-stdin"]),
         &[],
         Some(SECRET),
     )
@@ -327,20 +322,7 @@ async fn rewrap_encrypts_plain_secrets_moves_them_to_the_new_key_and_can_run_aga
 async fn secrets_are_read_from_files_and_stdin_and_bad_ones_are_refused_without_writing() {
     let db = TestDb::new().await;
     tenant(&db).await;
-    let add = |extra: &'static [&'static str]| {
-        let mut args = vec![
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "ops",
-            "--url",
-            "https://hooks.example.com/x",
-        ];
-        args.extend_from_slice(extra);
-        args
-    };
+    let add = |extra: &'static [&'static str]| add_ops("https://hooks.example.com/x", extra);
     assert_refused(
         &ctl(&db, &add(&["--secret-stdin"]), &[], Some("not-a-secret\n")).await,
         "--secret-stdin",
@@ -447,23 +429,7 @@ async fn a_rotated_secret_signs_beside_the_old_one_during_the_overlap_then_alone
     let (url, seen) = signature_recorder().await;
     let keys = keys_k1();
     let env = [("OUTBOX_SECRET_KEYS", keys.as_str())];
-    let add = ctl(
-        &db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "ops",
-            "--url",
-            &url,
-            "--secret-stdin",
-        ],
-        &env,
-        Some(SECRET),
-    )
-    .await;
+    let add = ctl(&db, &add_ops(&url, &["--secret-stdin"]), &env, Some(SECRET)).await;
     assert!(add.ok, "{}", add.stderr);
 
     let rotate = ctl(
@@ -572,24 +538,7 @@ async fn credentials_in_urls_are_redacted_in_every_view() {
     let password = "s3cr3tpass";
     let url = format!("http://hooker:{password}@127.0.0.1:9/hook");
     let lookup = format!("http://hooker:{password}@127.0.0.1:9/lookup/{{key}}");
-    let add = ctl(
-        &db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "ops",
-            "--url",
-            &url,
-            "--lookup-url",
-            &lookup,
-        ],
-        &[],
-        None,
-    )
-    .await;
+    let add = ctl(&db, &add_ops(&url, &["--lookup-url", &lookup]), &[], None).await;
     assert!(add.ok, "{}", add.stderr);
     let id = approve_one(&db, tenant_id, "ops").await;
     drain(&db, "d1", &[]).await;
@@ -747,17 +696,7 @@ async fn rewrapping_never_overwrites_a_rotation_that_happened_meanwhile() {
     let tenant_id = tenant(&db).await;
     let add = ctl(
         &db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "ops",
-            "--url",
-            "https://hooks.example.com/x",
-            "--secret-stdin",
-        ],
+        &add_ops("https://hooks.example.com/x", &["--secret-stdin"]),
         &[],
         Some(SECRET),
     )
