@@ -389,3 +389,52 @@ async fn revise_disable_enable_and_stats() {
         table.stdout
     );
 }
+
+/// `outboxctl replay A B` is all or nothing: when B is refused for any reason the store
+/// knows (here: a later revision corrected it), A is not replayed either. The refusal is
+/// the store's own rule, so the CLI cannot pass an alert the store then refuses half way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_replay_refused_for_one_alert_replays_none() {
+    let (db, _sink, ids) = three_held().await;
+    let [a, b] = [ids[0].to_string(), ids[1].to_string()];
+    let dir = std::env::temp_dir().join(format!("replay-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let corrected = dir.join("payload.json");
+    std::fs::write(&corrected, r#"{"alert": 1, "text": "corrected"}"#).unwrap();
+    let revised = outboxctl(
+        &db,
+        &[
+            "revise",
+            &b,
+            "--payload",
+            corrected.to_str().unwrap(),
+            "--reason",
+            "new text",
+        ],
+    )
+    .await;
+    assert!(revised.ok, "{}", revised.stderr);
+    std::fs::remove_dir_all(&dir).ok();
+    let before = counts(&db).await;
+
+    for dry_run in [true, false] {
+        let mut args = vec!["replay", a.as_str(), b.as_str(), "--note", "again"];
+        if dry_run {
+            args.push("--dry-run");
+        }
+        refused(
+            &outboxctl(&db, &args).await,
+            "has been corrected by a later revision",
+        );
+        assert_eq!(state_of(&db, ids[0]).await, "held", "A was not replayed");
+        assert_eq!(state_of(&db, ids[1]).await, "held");
+        assert_eq!(counts(&db).await, before, "a refused replay writes nothing");
+    }
+
+    // Named the other way round, the refusal comes first and the answer is the same.
+    refused(
+        &outboxctl(&db, &["replay", &b, &a, "--note", "again"]).await,
+        "has been corrected by a later revision",
+    );
+    assert_eq!(counts(&db).await, before);
+}
