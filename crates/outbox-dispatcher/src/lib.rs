@@ -4,7 +4,10 @@
 //!
 //! Layout:
 //! - [`Config`] and [`run`]: the claim loop (wake-ups, capacity, lease sweep, shutdown).
-//! - `work`: one claimed row to its next state (send, or settle an uncertain attempt).
+//! - `work`: one claimed row to its next state (send, or settle an uncertain attempt):
+//!   the doing, I/O only.
+//! - `judge`: the deciding, pure: what a send's or a lookup's answer means for the claim
+//!   and where it goes next (the outcome table, retries, exhaustion, settling order).
 //! - `classify`: what an HTTP or SMTP exchange means (accepted, rejected, not processed, not sent,
 //!   uncertain).
 //! - `http`: the request every attempt sends, and lookups, through the egress guard
@@ -30,6 +33,7 @@
 
 mod classify;
 mod http;
+mod judge;
 mod metrics;
 mod recorder;
 mod server;
@@ -475,7 +479,7 @@ async fn work_one(
                 if matches!(
                     completion.next,
                     dispatch::Next::Settle {
-                        outcome: "accepted",
+                        outcome: outbox_core::Outcome::Accepted,
                         ..
                     }
                 ) {

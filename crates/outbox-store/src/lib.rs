@@ -10,9 +10,14 @@
 //!   and re-sealing under a new key).
 //! - [`alerts`]: the decider's write path (approve, revise, in one transaction each) and
 //!   the read model of an alert with its attempts and evidence trail.
+//! - [`lifecycle`]: every transition of an alert, written once: settle, requeue, the
+//!   evidence line, and the operator transitions (replay, resolve) with their refusals;
+//!   the dispatcher's batch completion is built from the same pieces.
 //! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and wake-ups.
 //! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval.
-//! - [`operator`]: operators' actions (replay, resolve, destinations) and statistics.
+//! - [`operator`]: operators' actions (replay, all-or-nothing replay of many, resolve, in
+//!   a transaction each around the lifecycle's transitions; destinations on and off),
+//!   statistics and retention.
 //! - [`rendered`]: email alerts as sent: what rendering one needs, and its message's
 //!   exact bytes, stored once before the first send and reused by every attempt.
 //! - [`outbox`]: listings of the live queue and of alerts by state.
@@ -28,6 +33,7 @@ pub mod connect;
 pub mod destinations;
 pub mod dispatch;
 pub mod error;
+pub mod lifecycle;
 pub mod monitors;
 pub mod operator;
 pub mod outbox;
