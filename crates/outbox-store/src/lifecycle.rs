@@ -462,3 +462,6 @@ pub async fn resolve(
     )
     .await
 }
+
+#[cfg(test)]
+mod tests;
