@@ -288,7 +288,7 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
     .execute(&mut *tx)
     .await
     .map_err(StoreError::from_payload_error)?;
-    enqueue(&mut tx, id, target.destination_id).await?;
+    enqueue_revision(&mut tx, id, &target, revision).await?;
     append_event(
         &mut *tx,
         Event {
@@ -329,6 +329,34 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
         revision,
         superseded_previous,
     })
+}
+
+/// Queues a new revision behind the latest earlier revision of its identity that is
+/// still live (it may yet reach the destination): dispatchers do not claim the revision
+/// until that one has settled, so a correction never arrives before what it corrects.
+async fn enqueue_revision(
+    tx: &mut PgConnection,
+    alert_id: Uuid,
+    target: &RevisedAlert,
+    revision: i32,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO outbox (alert_id, destination_id, after_alert) \
+         VALUES ($1, $2, ( \
+             SELECT p.id FROM alerts p JOIN outbox po ON po.alert_id = p.id \
+             WHERE p.tenant_id = $3 AND p.subject = $4 AND p.occurrence = $5 \
+               AND p.destination_id = $2 AND p.revision < $6 \
+             ORDER BY p.revision DESC LIMIT 1))",
+    )
+    .bind(alert_id)
+    .bind(target.destination_id)
+    .bind(target.tenant_id)
+    .bind(&target.subject)
+    .bind(&target.occurrence)
+    .bind(revision)
+    .execute(tx)
+    .await?;
+    Ok(())
 }
 
 /// Supersedes an alert that provably never reached its destination: its outbox row is

@@ -112,7 +112,9 @@ impl std::fmt::Debug for ClaimedAlert {
 }
 
 /// Claims up to `limit` due rows (pending, or uncertain and due for resolution) of enabled
-/// destinations, oldest due first, skipping rows other dispatchers hold. One statement
+/// destinations, oldest due first, skipping rows other dispatchers hold and revisions
+/// queued behind an earlier revision that is still live (`after_alert`: a correction is
+/// never delivered before what it corrects has settled). One statement
 /// commits the claim, the lease and "attempt N started": the row's attempt count, start
 /// time and lease owner, which is what the lease sweep turns into an uncertain attempt
 /// with its evidence line if the dispatcher never reports back. The finished attempt's
@@ -136,6 +138,8 @@ pub async fn claim(
              FROM outbox o JOIN destinations d ON d.id = o.destination_id \
              WHERE o.status IN ('pending', 'uncertain') AND o.next_attempt_at <= now() \
                AND d.enabled AND o.destination_id <> ALL($4::uuid[]) \
+               AND (o.after_alert IS NULL \
+                    OR NOT EXISTS (SELECT 1 FROM outbox p WHERE p.alert_id = o.after_alert)) \
              ORDER BY o.next_attempt_at \
              LIMIT $1 \
              FOR UPDATE OF o SKIP LOCKED \
@@ -672,7 +676,9 @@ pub async fn work_due_within(
              SELECT 1 FROM outbox o JOIN destinations d ON d.id = o.destination_id \
              WHERE d.enabled \
                AND CASE WHEN o.status = 'sending' THEN o.lease_expires_at ELSE o.next_attempt_at END \
-                   <= now() + $1 * interval '1 millisecond')",
+                   <= now() + $1 * interval '1 millisecond' \
+               AND (o.after_alert IS NULL \
+                    OR NOT EXISTS (SELECT 1 FROM outbox p WHERE p.alert_id = o.after_alert)))",
     )
     .bind(i64::try_from(horizon.as_millis()).unwrap_or(i64::MAX))
     .fetch_one(db)

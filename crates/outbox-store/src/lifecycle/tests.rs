@@ -183,3 +183,99 @@ async fn lifecycle_batch_and_single_row_settle_alike() {
         );
     }
 }
+
+fn accepted(claim: &dispatch::ClaimedAlert) -> Completion {
+    Completion {
+        alert_id: claim.alert_id,
+        fencing_token: claim.fencing_token,
+        worker: "w".to_owned(),
+        attempt: None,
+        next: Next::Settle {
+            outcome: Outcome::Accepted,
+            reference: None,
+        },
+        line: "accepted".to_owned(),
+        disable_destination: None,
+    }
+}
+
+#[tokio::test]
+async fn a_revision_waits_until_the_alert_it_corrects_has_settled() {
+    let db = TestDb::new().await;
+    let original = claimed_alerts(&db, 1).await.remove(0);
+    // Corrected while a dispatcher holds it: it may reach the destination, so it is not
+    // superseded, and the correction must not overtake it.
+    let crate::alerts::ReviseOutcome::Created {
+        id: revision,
+        superseded_previous: false,
+        ..
+    } = crate::alerts::revise(
+        &db.pool,
+        crate::alerts::Revision {
+            tenant_id: None,
+            alert_id: original.alert_id,
+            payload_json: r#"{"alert": 0, "corrected": true}"#,
+            reason: "wrong amount",
+            actor: "test",
+        },
+    )
+    .await
+    .unwrap()
+    else {
+        panic!("a revision queued beside its sending original");
+    };
+    let lease = Duration::from_secs(60);
+    let claimed = dispatch::claim(&db.pool, "w2", 10, lease, &[])
+        .await
+        .unwrap();
+    assert!(
+        claimed.is_empty(),
+        "claimed before its original settled: {claimed:?}"
+    );
+    assert!(
+        !dispatch::work_due_within(&db.pool, Duration::ZERO)
+            .await
+            .unwrap(),
+        "a waiting revision is not due work (a drain would wait for it forever)"
+    );
+
+    // Uncertain is not settled either.
+    sqlx::query(&format!(
+        "UPDATE outbox o SET {} WHERE o.alert_id = $1",
+        requeue_assignments("'uncertain'", "now() + interval '1 hour'")
+    ))
+    .bind(original.alert_id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert!(dispatch::claim(&db.pool, "w2", 10, lease, &[])
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Once the original has come to rest, the revision goes out.
+    sqlx::query("UPDATE outbox SET next_attempt_at = now() WHERE alert_id = $1")
+        .bind(original.alert_id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let again = dispatch::claim(&db.pool, "w2", 10, lease, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        again.iter().map(|c| c.alert_id).collect::<Vec<_>>(),
+        [original.alert_id],
+        "the original is settled first"
+    );
+    let applied = dispatch::complete_batch(&db.pool, &[accepted(&again[0])])
+        .await
+        .unwrap();
+    assert_eq!(applied, [true]);
+    let last = dispatch::claim(&db.pool, "w2", 10, lease, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        last.iter().map(|c| c.alert_id).collect::<Vec<_>>(),
+        [revision]
+    );
+}
