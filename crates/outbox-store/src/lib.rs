@@ -2,7 +2,10 @@
 //! small documented functions, plus the migrator.
 //!
 //! Layout:
-//! - [`bench`]: counters, samples and synthetic history for the benchmark.
+//! - `bench` (only with the `bench-support` feature, which only the benchmark crate
+//!   enables): counters, samples, synthetic history and the schema reset of the
+//!   benchmark; never part of the product's store API.
+//! - [`demo`]: the demo's read-only progress and report counts.
 //! - [`checker`]: the fault suite's referee reads, straight from the tables.
 //! - [`connect`]: pools (with a bounded wait for the database at start-up) and [`MIGRATOR`].
 //! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts (tokens with expiry
@@ -27,9 +30,11 @@
 //! a transaction; functions that must be atomic open their own transaction on a pool.
 
 pub mod alerts;
+#[cfg(feature = "bench-support")]
 pub mod bench;
 pub mod checker;
 pub mod connect;
+pub mod demo;
 pub mod destinations;
 pub mod dispatch;
 pub mod error;
