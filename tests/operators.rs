@@ -36,6 +36,29 @@ async fn three_held() -> (TestDb, Sink, Vec<uuid::Uuid>) {
     (db, sink, ids)
 }
 
+/// `outboxctl revise ID` with this payload, which must succeed.
+async fn revise(db: &TestDb, id: &str, payload: &str) -> Run {
+    let dir = std::env::temp_dir().join(format!("revise-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let corrected = dir.join("payload.json");
+    std::fs::write(&corrected, payload).unwrap();
+    let revised = outboxctl(
+        db,
+        &[
+            "revise",
+            id,
+            "--payload",
+            corrected.to_str().unwrap(),
+            "--reason",
+            "new text",
+        ],
+    )
+    .await;
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(revised.ok, "{}", revised.stderr);
+    revised
+}
+
 async fn counts(db: &TestDb) -> (i64, i64, i64) {
     (
         db.count("outbox").await,
@@ -265,23 +288,7 @@ async fn resolving_records_what_the_operator_found() {
     assert_eq!(counts(&db).await, before);
 
     // A failed alert can be replayed, unless a revision corrected it since.
-    let dir = std::env::temp_dir().join(format!("resolve-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let corrected = dir.join("payload.json");
-    std::fs::write(&corrected, r#"{"alert": 2, "text": "corrected"}"#).unwrap();
-    let revised = outboxctl(
-        &db,
-        &[
-            "revise",
-            &c,
-            "--payload",
-            corrected.to_str().unwrap(),
-            "--reason",
-            "new text",
-        ],
-    )
-    .await;
-    assert!(revised.ok, "{}", revised.stderr);
+    let revised = revise(&db, &c, r#"{"alert": 2, "text": "corrected"}"#).await;
     refused(
         &outboxctl(&db, &["replay", &c, "--note", "again"]).await,
         "corrected by a later revision",
@@ -397,24 +404,7 @@ async fn revise_disable_enable_and_stats() {
 async fn a_named_replay_refused_for_one_alert_replays_none() {
     let (db, _sink, ids) = three_held().await;
     let [a, b] = [ids[0].to_string(), ids[1].to_string()];
-    let dir = std::env::temp_dir().join(format!("replay-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let corrected = dir.join("payload.json");
-    std::fs::write(&corrected, r#"{"alert": 1, "text": "corrected"}"#).unwrap();
-    let revised = outboxctl(
-        &db,
-        &[
-            "revise",
-            &b,
-            "--payload",
-            corrected.to_str().unwrap(),
-            "--reason",
-            "new text",
-        ],
-    )
-    .await;
-    assert!(revised.ok, "{}", revised.stderr);
-    std::fs::remove_dir_all(&dir).ok();
+    revise(&db, &b, r#"{"alert": 1, "text": "corrected"}"#).await;
     let before = counts(&db).await;
 
     for dry_run in [true, false] {
