@@ -36,6 +36,29 @@ async fn three_held() -> (TestDb, Sink, Vec<uuid::Uuid>) {
     (db, sink, ids)
 }
 
+/// `outboxctl revise ID` with this payload, which must succeed.
+async fn revise(db: &TestDb, id: &str, payload: &str) -> Run {
+    let dir = std::env::temp_dir().join(format!("revise-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let corrected = dir.join("payload.json");
+    std::fs::write(&corrected, payload).unwrap();
+    let revised = outboxctl(
+        db,
+        &[
+            "revise",
+            id,
+            "--payload",
+            corrected.to_str().unwrap(),
+            "--reason",
+            "new text",
+        ],
+    )
+    .await;
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(revised.ok, "{}", revised.stderr);
+    revised
+}
+
 async fn counts(db: &TestDb) -> (i64, i64, i64) {
     (
         db.count("outbox").await,
@@ -265,23 +288,7 @@ async fn resolving_records_what_the_operator_found() {
     assert_eq!(counts(&db).await, before);
 
     // A failed alert can be replayed, unless a revision corrected it since.
-    let dir = std::env::temp_dir().join(format!("resolve-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let corrected = dir.join("payload.json");
-    std::fs::write(&corrected, r#"{"alert": 2, "text": "corrected"}"#).unwrap();
-    let revised = outboxctl(
-        &db,
-        &[
-            "revise",
-            &c,
-            "--payload",
-            corrected.to_str().unwrap(),
-            "--reason",
-            "new text",
-        ],
-    )
-    .await;
-    assert!(revised.ok, "{}", revised.stderr);
+    let revised = revise(&db, &c, r#"{"alert": 2, "text": "corrected"}"#).await;
     refused(
         &outboxctl(&db, &["replay", &c, "--note", "again"]).await,
         "corrected by a later revision",
@@ -388,4 +395,36 @@ async fn revise_disable_enable_and_stats() {
         "{}",
         table.stdout
     );
+}
+
+/// `outboxctl replay A B` is all or nothing: when B is refused for any reason the store
+/// knows (here: a later revision corrected it), A is not replayed either. The refusal is
+/// the store's own rule, so the CLI cannot pass an alert the store then refuses half way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_replay_refused_for_one_alert_replays_none() {
+    let (db, _sink, ids) = three_held().await;
+    let [a, b] = [ids[0].to_string(), ids[1].to_string()];
+    revise(&db, &b, r#"{"alert": 1, "text": "corrected"}"#).await;
+    let before = counts(&db).await;
+
+    for dry_run in [true, false] {
+        let mut args = vec!["replay", a.as_str(), b.as_str(), "--note", "again"];
+        if dry_run {
+            args.push("--dry-run");
+        }
+        refused(
+            &outboxctl(&db, &args).await,
+            "has been corrected by a later revision",
+        );
+        assert_eq!(state_of(&db, ids[0]).await, "held", "A was not replayed");
+        assert_eq!(state_of(&db, ids[1]).await, "held");
+        assert_eq!(counts(&db).await, before, "a refused replay writes nothing");
+    }
+
+    // Named the other way round, the refusal comes first and the answer is the same.
+    refused(
+        &outboxctl(&db, &["replay", &b, &a, "--note", "again"]).await,
+        "has been corrected by a later revision",
+    );
+    assert_eq!(counts(&db).await, before);
 }

@@ -19,6 +19,7 @@
 //! Layout: [`SinkRecord`] and [`Sink`] (what a sink recorded), [`check`] (the counts and
 //! the offenders), [`Report`] (with its table).
 
+use outbox_core::AlertState;
 use outbox_store::PgPool;
 use std::collections::HashMap;
 use std::fmt;
@@ -128,9 +129,14 @@ pub async fn check(
             alert_id: Some(alert.id),
             detail,
         };
-        match alert.state.as_deref() {
-            Some("accepted" | "failed" | "held" | "superseded") => {}
-            Some("uncertain") => {
+        match alert.state {
+            Some(
+                AlertState::Accepted
+                | AlertState::Failed
+                | AlertState::Held
+                | AlertState::Superseded,
+            ) => {}
+            Some(AlertState::Uncertain) => {
                 report.unresolved_uncertain += 1;
                 report.lost += 1;
                 report.offences.push(offence(
@@ -142,7 +148,7 @@ pub async fn check(
                 report.lost += 1;
                 report.offences.push(offence(
                     "lost",
-                    format!("ended {}", other.unwrap_or("in no state")),
+                    format!("ended {}", other.map_or("in no state", AlertState::as_str)),
                 ));
             }
         }
@@ -259,7 +265,7 @@ pub async fn check(
     for alert in &alerts {
         let judged = sinks.iter().any(|s| s.destination == alert.destination);
         if judged
-            && alert.state.as_deref() == Some("accepted")
+            && alert.state == Some(AlertState::Accepted)
             && !applied_anywhere.contains(alert.id.to_string().as_str())
         {
             report.phantom_acceptances += 1;

@@ -55,7 +55,7 @@ async fn clean_history(db: &TestDb) -> Vec<(String, String)> {
             worker: "w".into(),
             attempt: None,
             next: Next::Settle {
-                outcome: "accepted",
+                outcome: outbox_core::Outcome::Accepted,
                 reference: Some("r".into()),
             },
             line: "accepted".into(),

@@ -1,8 +1,10 @@
 //! Domain types of the alert outbox. No I/O lives here, so everything is unit-tested plainly.
 //!
 //! Layout:
-//! - [`state`]: the states an alert moves through ([`AlertState`]) and the destination's
-//!   policy for uncertain sends ([`OnUncertain`]).
+//! - [`state`]: the lifecycle's vocabulary, typed: an alert's state ([`AlertState`]), the
+//!   live queue's status ([`LiveStatus`]), where it comes to rest ([`Outcome`]), attempts
+//!   ([`AttemptKind`], [`AttemptOutcome`]), and destinations ([`DestinationKind`],
+//!   [`OnUncertain`]).
 //! - [`identity`]: what makes two approvals the same alert, and the input limits
 //!   ([`MAX_IDENTITY_FIELD_BYTES`], [`MAX_PAYLOAD_BYTES`]).
 //! - [`json_limits`]: how deeply a payload may nest and how large its numbers may be
@@ -36,6 +38,9 @@ pub use identity::{
     IdentityError, PayloadError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES,
 };
 pub use json_limits::{JsonLimitError, MAX_PAYLOAD_DEPTH};
-pub use state::{AlertState, OnUncertain, UnknownValue};
+pub use state::{
+    AlertState, AttemptKind, AttemptOutcome, DestinationKind, LiveStatus, OnUncertain, Outcome,
+    UnknownValue,
+};
 pub use token::{ApiToken, TokenHash};
 pub mod signing;

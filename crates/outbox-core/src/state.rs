@@ -1,5 +1,14 @@
-//! Alert states and destination policies, with their stable text forms (the same strings
-//! the database's CHECK constraints allow).
+//! The alert lifecycle's vocabulary, typed: where an alert stands ([`AlertState`]), the
+//! live queue's status ([`LiveStatus`]), where it comes to rest ([`Outcome`]), what an
+//! attempt was and how it ended ([`AttemptKind`], [`AttemptOutcome`]), and what a
+//! destination is and wants done with an uncertain send ([`DestinationKind`],
+//! [`OnUncertain`]).
+//!
+//! Every type has one stable text form (`as_str`, `Display`, `FromStr`, and
+//! `TryFrom<String>` for the store's row conversion), and it is exactly the set of names
+//! the database's CHECK constraints allow; the store's tests hold the two together. These
+//! names are the only place a state is spelled in Rust: everything else matches on
+//! variants, so a typo does not compile.
 
 use std::fmt;
 use std::str::FromStr;
@@ -16,123 +25,220 @@ pub struct UnknownValue {
     pub expected: &'static str,
 }
 
-/// Where an alert stands. `pending`, `sending` and `uncertain` are live (the alert has an
-/// outbox row); the others are where an alert rests until an operator acts, or for good.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AlertState {
-    /// Approved and waiting for a dispatcher (first send or a scheduled retry).
-    Pending,
-    /// Claimed by a dispatcher: "attempt N started" is committed, the send may be under way.
-    Sending,
-    /// The destination confirmed receipt; its reference is kept.
-    Accepted,
-    /// A send may or may not have arrived; resolved only by evidence.
-    Uncertain,
-    /// Uncertain with no safe automatic resolution: waits for an operator.
-    Held,
-    /// Rejected by the destination, or retries exhausted; the evidence says which.
-    Failed,
-    /// Replaced by a later revision before it was ever sent; never sent.
-    Superseded,
+/// Declares an enum of named values: `ALL`, `as_str`, `Display`, `FromStr`,
+/// `TryFrom<String>` and snake_case serde, from one list of `Variant => "name"` pairs, so
+/// the names cannot drift apart between the conversions.
+macro_rules! named_values {
+    (
+        $(#[$meta:meta])*
+        $name:ident, $what:literal, $expected:literal {
+            $($(#[$vmeta:meta])* $variant:ident => $text:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The stable name, as stored and as shown to users.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownValue;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(UnknownValue {
+                        what: $what,
+                        value: s.to_owned(),
+                        expected: $expected,
+                    }),
+                }
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = UnknownValue;
+
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                s.parse()
+            }
+        }
+    };
+}
+
+named_values! {
+    /// Where an alert stands. `pending`, `sending` and `uncertain` are live (the alert has
+    /// an outbox row, [`LiveStatus`]); the others are where an alert rests until an
+    /// operator acts, or for good ([`Outcome`]).
+    AlertState, "state", "pending, sending, accepted, uncertain, held, failed, superseded" {
+        /// Approved and waiting for a dispatcher (first send or a scheduled retry).
+        Pending => "pending",
+        /// Claimed by a dispatcher: "attempt N started" is committed, the send may be under way.
+        Sending => "sending",
+        /// The destination confirmed receipt; its reference is kept.
+        Accepted => "accepted",
+        /// A send may or may not have arrived; resolved only by evidence.
+        Uncertain => "uncertain",
+        /// Uncertain with no safe automatic resolution: waits for an operator.
+        Held => "held",
+        /// Rejected by the destination, retries exhausted, or abandoned by an operator;
+        /// the evidence says which.
+        Failed => "failed",
+        /// Replaced by a later revision before it was ever sent; never sent.
+        Superseded => "superseded",
+    }
 }
 
 impl AlertState {
-    /// Every state, in lifecycle order.
-    pub const ALL: [AlertState; 7] = [
-        AlertState::Pending,
-        AlertState::Sending,
-        AlertState::Accepted,
-        AlertState::Uncertain,
-        AlertState::Held,
-        AlertState::Failed,
-        AlertState::Superseded,
-    ];
-
-    /// The stable name, as stored and as shown to users.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AlertState::Pending => "pending",
-            AlertState::Sending => "sending",
-            AlertState::Accepted => "accepted",
-            AlertState::Uncertain => "uncertain",
-            AlertState::Held => "held",
-            AlertState::Failed => "failed",
-            AlertState::Superseded => "superseded",
-        }
-    }
-
     /// Live states keep a row in the outbox, which dispatchers work from.
     pub fn is_live(self) -> bool {
-        matches!(
-            self,
-            AlertState::Pending | AlertState::Sending | AlertState::Uncertain
-        )
+        self.live().is_some()
     }
-}
 
-impl fmt::Display for AlertState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for AlertState {
-    type Err = UnknownValue;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        AlertState::ALL
-            .into_iter()
-            .find(|state| state.as_str() == s)
-            .ok_or_else(|| UnknownValue {
-                what: "state",
-                value: s.to_owned(),
-                expected: "pending, sending, accepted, uncertain, held, failed, superseded",
-            })
-    }
-}
-
-/// What a destination wants done with a send whose outcome is unknown, when neither a
-/// lookup nor key de-duplication can settle it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnUncertain {
-    /// Stop and wait for an operator to reconcile (the safe default).
-    #[default]
-    Hold,
-    /// Send again and flag the alert as a possible duplicate.
-    Retry,
-}
-
-impl OnUncertain {
-    /// The stable name, as stored.
-    pub fn as_str(self) -> &'static str {
+    /// The live status this state is, if it is one.
+    pub fn live(self) -> Option<LiveStatus> {
         match self {
-            OnUncertain::Hold => "hold",
-            OnUncertain::Retry => "retry",
+            AlertState::Pending => Some(LiveStatus::Pending),
+            AlertState::Sending => Some(LiveStatus::Sending),
+            AlertState::Uncertain => Some(LiveStatus::Uncertain),
+            AlertState::Accepted
+            | AlertState::Held
+            | AlertState::Failed
+            | AlertState::Superseded => None,
+        }
+    }
+
+    /// The outcome this state is, if the alert has come to rest.
+    pub fn outcome(self) -> Option<Outcome> {
+        match self {
+            AlertState::Accepted => Some(Outcome::Accepted),
+            AlertState::Held => Some(Outcome::Held),
+            AlertState::Failed => Some(Outcome::Failed),
+            AlertState::Superseded => Some(Outcome::Superseded),
+            AlertState::Pending | AlertState::Sending | AlertState::Uncertain => None,
         }
     }
 }
 
-impl fmt::Display for OnUncertain {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+named_values! {
+    /// The status of an alert's row in the live queue (`outbox.status`).
+    LiveStatus, "live status", "pending, sending, uncertain" {
+        /// Due for a send (first or retry) at its `next_attempt_at`.
+        Pending => "pending",
+        /// Held by a dispatcher under a lease and a fencing token.
+        Sending => "sending",
+        /// The last attempt may have arrived; due for settling at its `next_attempt_at`.
+        Uncertain => "uncertain",
     }
 }
 
-impl FromStr for OnUncertain {
-    type Err = UnknownValue;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "hold" => Ok(OnUncertain::Hold),
-            "retry" => Ok(OnUncertain::Retry),
-            _ => Err(UnknownValue {
-                what: "on-uncertain policy",
-                value: s.to_owned(),
-                expected: "hold, retry",
-            }),
+impl From<LiveStatus> for AlertState {
+    fn from(status: LiveStatus) -> Self {
+        match status {
+            LiveStatus::Pending => AlertState::Pending,
+            LiveStatus::Sending => AlertState::Sending,
+            LiveStatus::Uncertain => AlertState::Uncertain,
         }
+    }
+}
+
+named_values! {
+    /// Where an alert came to rest once it left the live queue (`alerts.outcome`).
+    Outcome, "outcome", "accepted, held, failed, superseded" {
+        /// The destination (or its lookup, or an operator's finding) confirmed it.
+        Accepted => "accepted",
+        /// Its last attempt's outcome is unknown and nothing automatic may settle it.
+        Held => "held",
+        /// Rejected, exhausted without an unknown attempt, or abandoned by an operator.
+        Failed => "failed",
+        /// Replaced by a revision before any attempt could have arrived.
+        Superseded => "superseded",
+    }
+}
+
+impl From<Outcome> for AlertState {
+    fn from(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Accepted => AlertState::Accepted,
+            Outcome::Held => AlertState::Held,
+            Outcome::Failed => AlertState::Failed,
+            Outcome::Superseded => AlertState::Superseded,
+        }
+    }
+}
+
+named_values! {
+    /// What a recorded attempt was (`delivery_attempts.kind`).
+    AttemptKind, "attempt kind", "send, lookup" {
+        /// The alert's request (or email) went, or may have gone, to the destination.
+        Send => "send",
+        /// A question to the destination's lookup about an uncertain send.
+        Lookup => "lookup",
+    }
+}
+
+named_values! {
+    /// How a recorded attempt ended (`delivery_attempts.outcome`).
+    AttemptOutcome, "attempt outcome",
+        "accepted, rejected, not_processed, not_sent, uncertain, found, not_found" {
+        /// The destination confirmed it.
+        Accepted => "accepted",
+        /// The destination refused it for good.
+        Rejected => "rejected",
+        /// The destination said it did not act on it (retry).
+        NotProcessed => "not_processed",
+        /// Nothing left this machine.
+        NotSent => "not_sent",
+        /// It may or may not have arrived (also: a lookup that settled nothing).
+        Uncertain => "uncertain",
+        /// A lookup found it at the destination.
+        Found => "found",
+        /// A lookup did not find it.
+        NotFound => "not_found",
+    }
+}
+
+named_values! {
+    /// How a destination is reached (`destinations.kind`).
+    #[derive(Default)]
+    DestinationKind, "destination kind", "webhook, email" {
+        /// A signed HTTP POST.
+        #[default]
+        Webhook => "webhook",
+        /// An email through an SMTP relay.
+        Email => "email",
+    }
+}
+
+named_values! {
+    /// What a destination wants done with a send whose outcome is unknown, when neither a
+    /// lookup nor key de-duplication can settle it.
+    #[derive(Default)]
+    OnUncertain, "on-uncertain policy", "hold, retry" {
+        /// Stop and wait for an operator to reconcile (the safe default).
+        #[default]
+        Hold => "hold",
+        /// Send again and flag the alert as a possible duplicate.
+        Retry => "retry",
     }
 }
 
@@ -140,17 +246,50 @@ impl FromStr for OnUncertain {
 mod tests {
     use super::*;
 
-    #[test]
-    fn states_round_trip_through_their_names() {
-        for state in AlertState::ALL {
-            assert_eq!(state.as_str().parse::<AlertState>(), Ok(state));
+    fn round_trips<T>(all: &[T])
+    where
+        T: Copy + PartialEq + fmt::Debug + fmt::Display + FromStr + TryFrom<String>,
+        <T as FromStr>::Err: fmt::Debug,
+        <T as TryFrom<String>>::Error: fmt::Debug,
+    {
+        for value in all {
+            let name = value.to_string();
+            assert_eq!(name.parse::<T>().ok(), Some(*value), "{name}");
+            assert_eq!(T::try_from(name.clone()).ok(), Some(*value), "{name}");
         }
+    }
+
+    #[test]
+    fn every_value_round_trips_through_its_name() {
+        round_trips(AlertState::ALL);
+        round_trips(LiveStatus::ALL);
+        round_trips(Outcome::ALL);
+        round_trips(AttemptKind::ALL);
+        round_trips(AttemptOutcome::ALL);
+        round_trips(DestinationKind::ALL);
+        round_trips(OnUncertain::ALL);
+    }
+
+    #[test]
+    fn every_state_is_either_live_or_an_outcome_and_converts_back() {
+        for state in AlertState::ALL {
+            match (state.live(), state.outcome()) {
+                (Some(live), None) => assert_eq!(AlertState::from(live), *state),
+                (None, Some(outcome)) => assert_eq!(AlertState::from(outcome), *state),
+                other => panic!("{state}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            AlertState::ALL.len(),
+            LiveStatus::ALL.len() + Outcome::ALL.len()
+        );
     }
 
     #[test]
     fn only_pending_sending_and_uncertain_are_live() {
         let live: Vec<_> = AlertState::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .filter(|s| s.is_live())
             .collect();
         assert_eq!(
@@ -164,12 +303,30 @@ mod tests {
     }
 
     #[test]
-    fn unknown_state_names_the_choices() {
+    fn unknown_names_name_the_choices() {
         let err = "delivered".parse::<AlertState>().unwrap_err();
         assert_eq!(
             err.to_string(),
             "unknown state `delivered` (expected one of: pending, sending, accepted, uncertain, held, failed, superseded)"
         );
+        let err = "maybe".parse::<AttemptOutcome>().unwrap_err();
+        assert!(err.to_string().contains("not_processed"), "{err}");
+    }
+
+    #[test]
+    fn the_expected_lists_name_every_value() {
+        fn check<T: Copy + fmt::Display + FromStr<Err = UnknownValue>>(all: &[T]) {
+            let expected = "\u{0}".parse::<T>().err().map(|e| e.expected).unwrap_or("");
+            let names: Vec<String> = all.iter().map(ToString::to_string).collect();
+            assert_eq!(expected, names.join(", "));
+        }
+        check(AlertState::ALL);
+        check(LiveStatus::ALL);
+        check(Outcome::ALL);
+        check(AttemptKind::ALL);
+        check(AttemptOutcome::ALL);
+        check(DestinationKind::ALL);
+        check(OnUncertain::ALL);
     }
 
     #[test]

@@ -154,14 +154,14 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
         }
         decided.push(String::from_utf8_lossy(&output.stdout).trim().to_owned());
     }
-    let approved = outbox_store::operator::demo_progress(&pool).await?.total;
+    let approved = outbox_store::demo::progress(&pool).await?.total;
     eprintln!("decider A: {}", decided[0]);
     eprintln!("decider B: {}", decided[1]);
     eprintln!("{approved} alerts approved in all: one per identity, whichever run decided it");
 
     // Make sure there is one alert to reconcile by hand afterwards: the first one for
     // `legal` (no lookup, no de-duplication) has its answer lost, so it ends held.
-    if let Some(held) = outbox_store::operator::first_alert_for(&pool, "legal").await? {
+    if let Some(held) = outbox_store::demo::first_alert_for(&pool, "legal").await? {
         let faults = serde_json::json!({"drop_response_for_keys": [held.to_string()]});
         let answer = reqwest::Client::new()
             .post(format!("{sink_url}/_sink/faults"))
@@ -211,7 +211,7 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
     );
     let mut dispatchers = dispatchers;
     loop {
-        let now = outbox_store::operator::demo_progress(&pool).await?;
+        let now = outbox_store::demo::progress(&pool).await?;
         progress.set_position(now.settled.unsigned_abs());
         progress.set_message(format!("({} uncertain)", now.uncertain));
         let mut running = false;
@@ -240,7 +240,7 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
         .json()
         .await?;
 
-    let report = outbox_store::operator::demo_report(&pool).await?;
+    let report = outbox_store::demo::report(&pool).await?;
     let mut table = Table::new(["", "ALERTS"]);
     table.row(["approved".to_owned(), approved.to_string()]);
     table.row([

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use crate::table::Table;
 use outbox_core::untrusted::visible;
+use outbox_core::{AlertState, Outcome};
 
 /// Who is acting, and why.
 #[derive(Debug, clap::Args)]
@@ -91,49 +92,26 @@ pub struct ReplayArgs {
 
 pub(crate) async fn replay(pool: &PgPool, args: ReplayArgs) -> anyhow::Result<()> {
     let note = args.who.note()?;
-    let ids = match &args.status {
-        Some(status) => {
-            if status != "held" && status != "failed" {
-                bail!("--status must be held or failed (only those can be replayed)");
-            }
-            operator::settled_ids(
-                pool,
-                status,
-                args.tenant.as_deref(),
-                args.destination.as_deref(),
-            )
-            .await?
-        }
-        None => {
-            if args.ids.is_empty() {
-                bail!("name the alerts to replay, or select them with --status held");
-            }
-            let ids = parse_ids(&args.ids)?;
-            // All or nothing: every named alert must be replayable before any is touched.
-            for id in &ids {
-                let state = outbox_store::alerts::state_of(pool, *id)
-                    .await?
-                    .ok_or(outbox_store::StoreError::UnknownAlert(*id))?;
-                if state == "accepted" {
-                    bail!("alert {id} was accepted by the destination; replaying it would deliver it twice, so it is refused");
-                }
-                if state != "held" && state != "failed" {
-                    bail!("alert {id} is {state}; only held or failed alerts can be replayed");
-                }
-                if operator::is_pruned(pool, *id).await? {
-                    bail!("{}", operator::pruned_refusal(*id));
-                }
-            }
-            ids
-        }
+    let Some(status) = &args.status else {
+        return replay_named(pool, &args, note).await;
     };
+    let outcome = match status
+        .parse::<AlertState>()
+        .ok()
+        .and_then(AlertState::outcome)
+    {
+        Some(outcome @ (Outcome::Held | Outcome::Failed)) => outcome,
+        _ => bail!("--status must be held or failed (only those can be replayed)"),
+    };
+    let ids = operator::settled_ids(
+        pool,
+        outcome,
+        args.tenant.as_deref(),
+        args.destination.as_deref(),
+    )
+    .await?;
     if args.dry_run {
-        println!("{}", ids.len());
-        eprintln!(
-            "{} alert(s) would be replayed; nothing changed (--dry-run)",
-            ids.len()
-        );
-        return Ok(());
+        return would_replay(ids.len());
     }
     // One transaction per alert: an interrupted bulk replay leaves every alert either
     // replayed (with its evidence) or untouched, and a rerun picks up the rest.
@@ -146,8 +124,8 @@ pub(crate) async fn replay(pool: &PgPool, args: ReplayArgs) -> anyhow::Result<()
     for id in &ids {
         match operator::replay(pool, *id, args.who.actor(), note).await {
             Ok(()) => replayed += 1,
-            // In a bulk replay another operator (or a rerun) may have got there first.
-            Err(outbox_store::StoreError::Refused(why)) if args.status.is_some() => {
+            // Another operator (or a rerun) may have got there first.
+            Err(outbox_store::StoreError::Refused(why)) => {
                 progress.println(format!("skipped: {}", visible(&why)));
             }
             Err(err) => {
@@ -158,9 +136,35 @@ pub(crate) async fn replay(pool: &PgPool, args: ReplayArgs) -> anyhow::Result<()
         progress.inc(1);
     }
     progress.finish_and_clear();
+    replayed_report(replayed);
+    Ok(())
+}
+
+/// Replays the named alerts all or none: the store checks every one by the lifecycle's
+/// rules in one transaction, so a refusal for any of them changes nothing (a dry run
+/// runs the same transaction and rolls it back).
+async fn replay_named(pool: &PgPool, args: &ReplayArgs, note: &str) -> anyhow::Result<()> {
+    if args.ids.is_empty() {
+        bail!("name the alerts to replay, or select them with --status held");
+    }
+    let ids = parse_ids(&args.ids)?;
+    operator::replay_all(pool, &ids, args.who.actor(), note, args.dry_run).await?;
+    if args.dry_run {
+        return would_replay(ids.len());
+    }
+    replayed_report(ids.len() as u64);
+    Ok(())
+}
+
+fn would_replay(n: usize) -> anyhow::Result<()> {
+    println!("{n}");
+    eprintln!("{n} alert(s) would be replayed; nothing changed (--dry-run)");
+    Ok(())
+}
+
+fn replayed_report(replayed: u64) {
     println!("{replayed}");
     eprintln!("replayed {replayed} alert(s); dispatchers will send them with their original keys");
-    Ok(())
 }
 
 /// `resolve` flags.
@@ -202,9 +206,7 @@ pub(crate) async fn resolve(pool: &PgPool, args: ResolveArgs) -> anyhow::Result<
         Resolution::Abandon
     };
     operator::resolve(pool, id, &resolution, args.who.actor(), note).await?;
-    let state = outbox_store::alerts::state_of(pool, id)
-        .await?
-        .unwrap_or_default();
+    let state = outbox_store::alerts::current_state(pool, id).await?;
     println!("{state}");
     eprintln!("alert {id} is now {state}");
     Ok(())
@@ -301,7 +303,7 @@ pub(crate) async fn stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
         table.row([
             row.tenant.clone(),
             row.destination.clone(),
-            row.state.clone(),
+            row.state.to_string(),
             row.count.to_string(),
         ]);
     }
@@ -375,7 +377,11 @@ pub(crate) async fn prune(
         println!(
             "{verb} {} alerts ({}) settled before {}: {} attempt rows, {} evidence lines",
             total.alerts,
-            outcomes.join(", "),
+            outcomes
+                .iter()
+                .map(|o| o.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
             cutoff.format("%Y-%m-%d %H:%M:%S UTC"),
             total.attempts,
             total.evidence

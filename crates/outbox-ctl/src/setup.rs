@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context};
 use outbox_core::sealing::SealingKeys;
-use outbox_core::{duration, redact, signing, OnUncertain};
+use outbox_core::{duration, redact, signing, DestinationKind, OnUncertain};
 use outbox_store::destinations::{EmailSettings, NewDestination};
 use outbox_store::{tenants, PgPool};
 use std::time::Duration;
@@ -49,8 +49,8 @@ pub struct DestinationArgs {
     #[arg(long)]
     name: String,
     /// `webhook` (alerts are POSTed to --url) or `email` (alerts are mailed over SMTP).
-    #[arg(long, default_value = "webhook", value_parser = ["webhook", "email"])]
-    kind: String,
+    #[arg(long, default_value = "webhook")]
+    kind: DestinationKind,
     /// Where alerts are POSTed (http or https); webhook destinations only.
     #[arg(long)]
     url: Option<String>,
@@ -302,7 +302,7 @@ pub(crate) async fn add_destination(
     mut args: DestinationArgs,
 ) -> anyhow::Result<()> {
     let name = checked_name("destination", &args.name)?.to_owned();
-    if args.kind == "email" {
+    if args.kind == DestinationKind::Email {
         return add_email_destination(pool, keys, args, name).await;
     }
     if args.email.any_given() {
@@ -445,7 +445,7 @@ pub(crate) async fn list_destinations(
         } else {
             d.mail_to.join(",")
         };
-        let secrets = if d.kind == "email" {
+        let secrets = if d.kind == DestinationKind::Email {
             if d.smtp_password_set {
                 "smtp password"
             } else {
@@ -458,7 +458,7 @@ pub(crate) async fn list_destinations(
         table.row([
             d.tenant,
             d.name,
-            d.kind,
+            d.kind.to_string(),
             d.url,
             dedup,
             if d.lookup_url_template.is_some() {
@@ -467,7 +467,7 @@ pub(crate) async fn list_destinations(
                 "no"
             }
             .to_owned(),
-            d.on_uncertain,
+            d.on_uncertain.to_string(),
             duration::format(Duration::from_millis(d.timeout_ms.unsigned_abs().into())),
             d.max_in_flight.to_string(),
             secrets,

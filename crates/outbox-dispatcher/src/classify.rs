@@ -70,6 +70,11 @@ pub enum Verdict {
     NotProcessed {
         /// The destination's wish, if it stated one.
         retry_after: Option<Duration>,
+        /// A server error other than 503: the destination may have acted before failing.
+        /// Its key de-duplication makes a retry safe only inside its window, so the retry
+        /// goes through the settling order of an uncertain attempt (lookup, window,
+        /// policy), and running out of retries holds the alert rather than failing it.
+        may_have_acted: bool,
         /// Why.
         why: String,
     },
@@ -121,6 +126,7 @@ pub fn classify(exchange: &Exchange, deduplicates: bool) -> Verdict {
                 },
                 408 | 409 | 425 | 429 | 503 => Verdict::NotProcessed {
                     retry_after: *retry_after,
+                    may_have_acted: false,
                     why: answer,
                 },
                 410 => Verdict::Rejected {
@@ -133,6 +139,7 @@ pub fn classify(exchange: &Exchange, deduplicates: bool) -> Verdict {
                 },
                 _ if deduplicates => Verdict::NotProcessed {
                     retry_after: *retry_after,
+                    may_have_acted: true,
                     why: answer,
                 },
                 _ => Verdict::Uncertain {
@@ -147,6 +154,7 @@ pub fn classify(exchange: &Exchange, deduplicates: bool) -> Verdict {
         Exchange::SmtpRefused { phase, code, reply } if (400..500).contains(code) => {
             Verdict::NotProcessed {
                 retry_after: None,
+                may_have_acted: false,
                 why: format!("the relay answered {phase} with {reply}"),
             }
         }
@@ -224,7 +232,17 @@ mod tests {
         ));
         assert!(matches!(
             classify(&answered(500), true),
-            Verdict::NotProcessed { .. }
+            Verdict::NotProcessed {
+                may_have_acted: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            classify(&answered(503), true),
+            Verdict::NotProcessed {
+                may_have_acted: false,
+                ..
+            }
         ));
     }
 

@@ -4,7 +4,10 @@
 //!
 //! Layout:
 //! - [`Config`] and [`run`]: the claim loop (wake-ups, capacity, lease sweep, shutdown).
-//! - `work`: one claimed row to its next state (send, or settle an uncertain attempt).
+//! - `work`: one claimed row to its next state (send, or settle an uncertain attempt):
+//!   the doing, I/O only.
+//! - `judge`: the deciding, pure: what a send's or a lookup's answer means for the claim
+//!   and where it goes next (the outcome table, retries, exhaustion, settling order).
 //! - `classify`: what an HTTP or SMTP exchange means (accepted, rejected, not processed, not sent,
 //!   uncertain).
 //! - `http`: the request every attempt sends, and lookups, through the egress guard
@@ -30,6 +33,7 @@
 
 mod classify;
 mod http;
+mod judge;
 mod metrics;
 mod recorder;
 mod server;
@@ -150,17 +154,17 @@ pub(crate) struct Shared {
     /// have enabled the destination since).
     disabled: Mutex<HashMap<Uuid, Instant>>,
     /// Set once shutdown begins: nothing new is sent after it.
-    stop: watch::Receiver<bool>,
+    stop: Signal,
     /// Set once the claim loop has ended, so no claim statement can still be running.
     /// Claims are given back for shutdown only after it: a claim already on its way to
     /// the database when shutdown began would otherwise pick up rows given back a moment
     /// before, and each would be given back twice.
-    claims_ended: watch::Receiver<bool>,
+    claims_ended: Signal,
 }
 
 impl Shared {
     pub(crate) fn stopping(&self) -> bool {
-        *self.stop.borrow()
+        self.stop.is_set()
     }
 
     fn is_disabled(&self, destination: Uuid) -> bool {
@@ -185,6 +189,41 @@ impl Shared {
 /// How long a 410 Gone keeps this process off a destination without asking the database.
 const GONE_MARK: Duration = Duration::from_secs(30);
 
+/// A one-way signal, set once and seen by every clone: the dispatcher's stop (shutdown
+/// began, or a drain ended) and the end of its claim loop. One type, built one way
+/// ([`Signal::new`]), passed down as a value to whatever must notice it.
+#[derive(Debug, Clone)]
+pub(crate) struct Signal(watch::Receiver<bool>);
+
+/// What sets a [`Signal`]; only `run` holds one.
+#[derive(Debug)]
+struct SetSignal(watch::Sender<bool>);
+
+impl Signal {
+    /// A signal, not yet set, and what sets it.
+    fn new() -> (SetSignal, Signal) {
+        let (set, seen) = watch::channel(false);
+        (SetSignal(set), Signal(seen))
+    }
+
+    /// Whether it is set.
+    pub(crate) fn is_set(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Waits until it is set (at once if it is). Also returns if its setter is gone,
+    /// which only happens once `run` has ended.
+    pub(crate) async fn wait(&mut self) {
+        let _ = self.0.wait_for(|set| *set).await;
+    }
+}
+
+impl SetSignal {
+    fn set(&self) {
+        self.0.send_replace(true);
+    }
+}
+
 /// Runs a dispatcher until `shutdown` resolves (or, with `drain`, until nothing is due).
 /// On shutdown it stops claiming, lets sends in flight finish within the deadline, and
 /// gives back claims it never acted on.
@@ -193,14 +232,14 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<RunSummary, DispatchError> {
-    let metrics = Arc::new(Metrics::default());
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stop_tx = Arc::new(stop_tx);
-    let stop_on_signal = stop_tx.clone();
+    let (set_stop, stop) = Signal::new();
+    let set_stop = Arc::new(set_stop);
+    let stop_on_signal = set_stop.clone();
     tokio::spawn(async move {
         shutdown.await;
-        let _ = stop_on_signal.send(true);
+        stop_on_signal.set();
     });
+    let metrics = Arc::new(Metrics::default());
     if let Some(addr) = config.metrics_listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -211,59 +250,139 @@ pub async fn run(
     tokio::spawn(listen_for_wake_ups(
         pool.clone(),
         wake.clone(),
-        stop_rx.clone(),
+        stop.clone(),
     ));
-
-    let (claims_ended_tx, claims_ended_rx) = watch::channel(false);
+    let (set_claims_ended, claims_ended) = Signal::new();
     let shared = Arc::new(Shared {
         pool: pool.clone(),
         http: http::client(&config.egress, config.connect_timeout),
-        config: config.clone(),
+        recorder: recorder::Recorder::start(pool),
+        config,
         metrics,
-        recorder: recorder::Recorder::start(pool.clone()),
         disabled: Mutex::default(),
-        stop: stop_rx.clone(),
-        claims_ended: claims_ended_rx,
+        stop,
+        claims_ended,
     });
-    let capacity = Arc::new(Semaphore::new(config.max_in_flight as usize));
-    let destination_limits: Mutex<HashMap<Uuid, Arc<Semaphore>>> = Mutex::new(HashMap::new());
-    let mut tasks: JoinSet<Outcome> = JoinSet::new();
-    let mut summary = RunSummary::default();
-    let mut last_sweep: Option<Instant> = None;
-    tracing::info!(worker = %config.worker_id, "dispatcher started");
-    if !config.egress.allowed().is_empty() {
-        tracing::info!(ranges = %config.egress.allowed().describe(), "egress guard: these ranges are opened although private or reserved");
+    tracing::info!(worker = %shared.config.worker_id, "dispatcher started");
+    if !shared.config.egress.allowed().is_empty() {
+        tracing::info!(ranges = %shared.config.egress.allowed().describe(), "egress guard: these ranges are opened although private or reserved");
     }
 
-    loop {
-        while let Some(joined) = tasks.try_join_next() {
-            summary.add(joined);
-        }
-        if *stop_rx.borrow() {
-            break;
-        }
-        if last_sweep.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
-            last_sweep = Some(Instant::now());
-            match dispatch::sweep_expired_leases(&pool, 1000).await {
-                Ok(0) => {}
-                Ok(n) => tracing::warn!(rows = n, "expired leases: attempts now uncertain"),
-                Err(err) => tracing::error!(error = %err, "lease sweep failed"),
-            }
-        }
+    let mut claims = ClaimLoop::new(shared, wake);
+    claims.run_until_stopped().await;
+    let summary = claims.shut_down(&set_claims_ended).await;
+    // A drain ends without the shutdown signal: tell the helpers (the wake-up listener)
+    // to stop too.
+    set_stop.set();
+    tracing::info!(?summary, "dispatcher stopped");
+    Ok(summary)
+}
 
-        // Checked again after the sweep's round trip: a claim that starts after shutdown
-        // began could pick up rows the stopping tasks have just given back.
-        if *stop_rx.borrow() {
-            break;
+/// The claim loop and what it keeps between rounds: claims are worked by tasks in
+/// `tasks`, each holding a permit of `capacity` (this process's in-flight bound) and,
+/// while it sends, one of its destination's slots.
+struct ClaimLoop {
+    shared: Arc<Shared>,
+    /// Wake-ups forwarded from `NOTIFY outbox_due`.
+    wake: Arc<Notify>,
+    capacity: Arc<Semaphore>,
+    destination_limits: Mutex<HashMap<Uuid, Arc<Semaphore>>>,
+    tasks: JoinSet<Outcome>,
+    summary: RunSummary,
+    last_sweep: Option<Instant>,
+}
+
+/// What one claim round did.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    /// Capacity free for the round's claim (at most a batch).
+    free: usize,
+    /// Rows claimed.
+    claimed: usize,
+}
+
+impl ClaimLoop {
+    fn new(shared: Arc<Shared>, wake: Arc<Notify>) -> Self {
+        ClaimLoop {
+            capacity: Arc::new(Semaphore::new(shared.config.max_in_flight as usize)),
+            shared,
+            wake,
+            destination_limits: Mutex::new(HashMap::new()),
+            tasks: JoinSet::new(),
+            summary: RunSummary::default(),
+            last_sweep: None,
         }
-        let free = capacity.available_permits().min(config.batch_size as usize);
+    }
+
+    /// Claims, sweeps and waits until the stop signal is set or a drain has ended.
+    async fn run_until_stopped(&mut self) {
+        loop {
+            self.count_finished();
+            if self.shared.stopping() {
+                return;
+            }
+            self.sweep_expired_leases().await;
+            // Checked again after the sweep's round trip: a claim that starts after
+            // shutdown began could pick up rows the stopping tasks have just given back.
+            if self.shared.stopping() {
+                return;
+            }
+            let Some(round) = self.claim_and_spawn().await else {
+                continue;
+            };
+            // Claim again at once only after a full batch with capacity left; otherwise
+            // wait for a wake-up, a finished task, the poll interval or the stop signal.
+            let full = self.capacity.available_permits() < claim_threshold(&self.shared.config);
+            let short = round.claimed < round.free;
+            if !full && !short {
+                continue;
+            }
+            if round.claimed == 0 && self.tasks.is_empty() && self.drained().await {
+                return;
+            }
+            self.wait_for_work(full).await;
+        }
+    }
+
+    /// Adds the tasks that have finished to the summary.
+    fn count_finished(&mut self) {
+        while let Some(joined) = self.tasks.try_join_next() {
+            self.summary.add(joined);
+        }
+    }
+
+    /// At most once a second, turns expired leases into uncertain attempts.
+    async fn sweep_expired_leases(&mut self) {
+        if self
+            .last_sweep
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_sweep = Some(Instant::now());
+        match dispatch::sweep_expired_leases(&self.shared.pool, 1000).await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(rows = n, "expired leases: attempts now uncertain"),
+            Err(err) => tracing::error!(error = %err, "lease sweep failed"),
+        }
+    }
+
+    /// Claims as many due rows as there is capacity for (when that is worth a statement,
+    /// or nothing is in flight) and starts a task for each. `None` after a failed claim,
+    /// once the poll interval has passed.
+    async fn claim_and_spawn(&mut self) -> Option<Round> {
+        let config = &self.shared.config;
+        let free = self
+            .capacity
+            .available_permits()
+            .min(config.batch_size as usize);
         let mut claimed = Vec::new();
-        if free >= claim_threshold(&config) || tasks.is_empty() {
-            let claimed_at = Instant::now();
-            let mut saturated = saturated_destinations(&destination_limits);
-            saturated.extend(shared.disabled_now());
+        let claimed_at = Instant::now();
+        if free >= claim_threshold(config) || self.tasks.is_empty() {
+            let mut saturated = saturated_destinations(&self.destination_limits);
+            saturated.extend(self.shared.disabled_now());
             match dispatch::claim(
-                &pool,
+                &self.shared.pool,
                 &config.worker_id,
                 free as i64,
                 config.lease,
@@ -271,95 +390,99 @@ pub async fn run(
             )
             .await
             {
-                Ok(rows) => claimed = rows.into_iter().map(|row| (row, claimed_at)).collect(),
+                Ok(rows) => claimed = rows,
                 Err(err) => {
                     tracing::error!(error = %err, "claim failed; retrying");
                     tokio::time::sleep(config.poll_interval).await;
-                    continue;
+                    return None;
                 }
             }
         }
-        let claimed_count = claimed.len();
-        summary.claimed += claimed_count as u64;
-        for (row, claimed_at) in claimed {
-            let permit = capacity
-                .clone()
-                .try_acquire_owned()
-                .expect("claims never exceed the free capacity");
-            let limit = destination_limit(&destination_limits, &row);
-            let span = tracing::info_span!("alert", alert_id = %row.alert_id, attempt = row.attempts, worker = %config.worker_id);
-            tasks.spawn(
-                work_one(
-                    shared.clone(),
-                    row,
-                    claimed_at,
-                    limit,
-                    stop_rx.clone(),
-                    permit,
-                )
-                .instrument(span),
-            );
+        let round = Round {
+            free,
+            claimed: claimed.len(),
+        };
+        self.summary.claimed += claimed.len() as u64;
+        for row in claimed {
+            self.spawn(row, claimed_at);
         }
+        Some(round)
+    }
 
-        // Claim again at once only after a full batch with capacity left; otherwise wait
-        // for a wake-up, a finished task, the poll interval or the stop signal.
-        let full = capacity.available_permits() < claim_threshold(&config);
-        let short = claimed_count < free;
-        if full || short {
-            if claimed_count == 0 && tasks.is_empty() {
-                if let Some(horizon) = config.drain {
-                    // Work due within the next second counts as due now: a row requeued
-                    // "now" by a completion a moment ago must not end the drain.
-                    let horizon = horizon.max(Duration::from_secs(1));
-                    match dispatch::work_due_within(&pool, horizon).await {
-                        Ok(false) => break,
-                        Ok(true) => {}
-                        Err(err) => tracing::error!(error = %err, "drain check failed"),
-                    }
-                }
-            }
-            let mut stop = stop_rx.clone();
-            let poll = if config.drain.is_some() {
-                config.poll_interval.min(Duration::from_millis(100))
-            } else {
-                config.poll_interval
-            };
-            tokio::select! {
-                () = wake.notified(), if !full => {}
-                Some(joined) = tasks.join_next(), if !tasks.is_empty() => summary.add(joined),
-                () = tokio::time::sleep(poll) => {}
-                _ = stop.changed() => {}
+    /// Starts the task that works one claim.
+    fn spawn(&mut self, row: ClaimedAlert, claimed_at: Instant) {
+        let permit = self
+            .capacity
+            .clone()
+            .try_acquire_owned()
+            .expect("claims never exceed the free capacity");
+        let limit = destination_limit(&self.destination_limits, &row);
+        let span = tracing::info_span!("alert", alert_id = %row.alert_id, attempt = row.attempts, worker = %self.shared.config.worker_id);
+        self.tasks
+            .spawn(work_one(self.shared.clone(), row, claimed_at, limit, permit).instrument(span));
+    }
+
+    /// With `--drain`: whether nothing is due now or within the horizon, so the run ends.
+    async fn drained(&self) -> bool {
+        let Some(horizon) = self.shared.config.drain else {
+            return false;
+        };
+        // Work due within the next second counts as due now: a row requeued "now" by a
+        // completion a moment ago must not end the drain.
+        let horizon = horizon.max(Duration::from_secs(1));
+        match dispatch::work_due_within(&self.shared.pool, horizon).await {
+            Ok(due) => !due,
+            Err(err) => {
+                tracing::error!(error = %err, "drain check failed");
+                false
             }
         }
     }
 
-    // Shutdown: sends under way finish (bounded); claims waiting for their turn are given
-    // back by their tasks, which see the stop signal, now that no claim can be under way.
-    let _ = claims_ended_tx.send(true);
-    tracing::info!(
-        in_flight = tasks.len(),
-        "stopping: finishing sends in flight"
-    );
-    let deadline = tokio::time::sleep(config.shutdown_deadline);
-    tokio::pin!(deadline);
-    loop {
+    /// Waits for a reason to claim again: a wake-up (unless there is no capacity for
+    /// it), a finished task, the poll interval, or the stop signal.
+    async fn wait_for_work(&mut self, full: bool) {
+        let config = &self.shared.config;
+        let poll = if config.drain.is_some() {
+            config.poll_interval.min(Duration::from_millis(100))
+        } else {
+            config.poll_interval
+        };
+        let mut stop = self.shared.stop.clone();
         tokio::select! {
-            joined = tasks.join_next() => match joined {
-                Some(joined) => summary.add(joined),
-                None => break,
-            },
-            () = &mut deadline => {
-                tracing::warn!(abandoned = tasks.len(), "shutdown deadline passed; their leases will expire and they become uncertain");
-                tasks.abort_all();
-                break;
-            }
+            () = self.wake.notified(), if !full => {}
+            Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => self.summary.add(joined),
+            () = tokio::time::sleep(poll) => {}
+            () = stop.wait() => {}
         }
     }
-    // A drain ends without the shutdown signal: tell the helpers (the wake-up listener)
-    // to stop too.
-    let _ = stop_tx.send(true);
-    tracing::info!(?summary, "dispatcher stopped");
-    Ok(summary)
+
+    /// Shutdown: sends under way finish (bounded by the deadline); claims waiting for
+    /// their turn are given back by their tasks, which see the stop signal, once
+    /// `claims_ended` says no claim can be under way.
+    async fn shut_down(mut self, claims_ended: &SetSignal) -> RunSummary {
+        claims_ended.set();
+        tracing::info!(
+            in_flight = self.tasks.len(),
+            "stopping: finishing sends in flight"
+        );
+        let deadline = tokio::time::sleep(self.shared.config.shutdown_deadline);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                joined = self.tasks.join_next() => match joined {
+                    Some(joined) => self.summary.add(joined),
+                    None => break,
+                },
+                () = &mut deadline => {
+                    tracing::warn!(abandoned = self.tasks.len(), "shutdown deadline passed; their leases will expire and they become uncertain");
+                    self.tasks.abort_all();
+                    break;
+                }
+            }
+        }
+        self.summary
+    }
 }
 
 /// Free capacity worth a claim: half a batch (or half the in-flight bound, if smaller),
@@ -418,7 +541,6 @@ async fn work_one(
     row: ClaimedAlert,
     claimed_at: Instant,
     limit: Arc<Semaphore>,
-    mut stop: watch::Receiver<bool>,
     _capacity: tokio::sync::OwnedSemaphorePermit,
 ) -> Outcome {
     let lease = (row.lease_expires_at - row.db_now)
@@ -430,9 +552,10 @@ async fn work_one(
         row,
     };
     // Stopping wins over a free slot: once shutdown began, nothing new is sent.
+    let mut stop = shared.stop.clone();
     let permit = tokio::select! {
         biased;
-        _ = stop.wait_for(|stopping| *stopping) => None,
+        () = stop.wait() => None,
         permit = limit.acquire_owned() => permit.ok(),
     };
     let finished = match permit {
@@ -456,9 +579,7 @@ async fn work_one(
     match finished {
         work::Finished::Release(why) => {
             if shared.stopping() {
-                let mut claims_ended = shared.claims_ended.clone();
-                // An error means the claim loop is gone, which ends claims as well.
-                let _ = claims_ended.wait_for(|ended| *ended).await;
+                shared.claims_ended.clone().wait().await;
             }
             match dispatch::release(&shared.pool, &claim.row, &shared.config.worker_id, &why).await
             {
@@ -475,7 +596,7 @@ async fn work_one(
                 if matches!(
                     completion.next,
                     dispatch::Next::Settle {
-                        outcome: "accepted",
+                        outcome: outbox_core::Outcome::Accepted,
                         ..
                     }
                 ) {
@@ -523,9 +644,9 @@ async fn record(
 
 /// Forwards `NOTIFY outbox_due` to the claim loop until the dispatcher stops. Reconnects
 /// on failure; the loop's polling covers any wake-up missed meanwhile.
-async fn listen_for_wake_ups(pool: PgPool, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+async fn listen_for_wake_ups(pool: PgPool, wake: Arc<Notify>, mut stop: Signal) {
     tokio::select! {
-        _ = stop.wait_for(|stopping| *stopping) => {}
+        () = stop.wait() => {}
         () = forward_wake_ups(pool, wake) => {}
     }
 }

@@ -110,7 +110,7 @@ mod tests {
         m.send_latency("ops", Duration::from_millis(300));
         m.delivered_after("ops", 0.02);
         let text = m.render(&outbox_store::dispatch::QueueFigures {
-            live: vec![("pending".into(), 4)],
+            live: vec![(outbox_core::LiveStatus::Pending, 4)],
             oldest_due_age_secs: 1.5,
             held: 2,
         });

@@ -1,19 +1,17 @@
 //! What a dispatcher does with one claimed row: send it, or settle an uncertain attempt
-//! by evidence (lookup, de-duplication window, the destination's policy), then say where
-//! the row goes next and why, in words an operator can act on.
+//! by evidence (lookup, de-duplication window, the destination's policy). This is the
+//! doing: sending, looking up, committing a resend's start, measuring. What each answer
+//! means and where the row goes next is decided by the pure functions of `judge`.
 
 use chrono::{DateTime, Utc};
-use outbox_core::retry::RetrySchedule;
-use outbox_store::dispatch::{AttemptRecord, ClaimedAlert, Completion, Next};
+use outbox_core::{AttemptKind, AttemptOutcome, DestinationKind, LiveStatus};
+use outbox_store::dispatch::{AttemptRecord, ClaimedAlert, Completion};
 use std::time::{Duration, Instant};
 
-use crate::classify::{classify, Exchange, Verdict};
-use crate::http;
-use crate::Shared;
+use crate::classify::Exchange;
+use crate::judge::{self, AfterLookup, Judging, WithoutLookup};
+use crate::{http, Shared};
 
-/// How long after an uncertain send a lookup's "not found" is believed: longer than the
-/// request timeout, so a request still in flight at the destination has landed.
-const LOOKUP_GRACE_EXTRA: Duration = Duration::from_secs(1);
 /// Safety margin before the end of a lease: a send that might not finish inside the lease
 /// is not started.
 const LEASE_MARGIN: Duration = Duration::from_secs(1);
@@ -44,32 +42,40 @@ impl Claim {
             + chrono::Duration::from_std(self.local_claimed_at.elapsed()).unwrap_or_default()
     }
 
-    fn timeout(&self) -> Duration {
-        Duration::from_millis(u64::try_from(self.row.timeout_ms).unwrap_or(10_000))
-    }
-
     /// Whether a request started now would end inside the lease.
     fn lease_allows_request(&self) -> bool {
-        Instant::now() + self.timeout() + LEASE_MARGIN < self.local_lease_deadline
+        Instant::now() + judge::timeout(&self.row) + LEASE_MARGIN < self.local_lease_deadline
+    }
+
+    /// What the judgement needs, at this moment.
+    fn judging<'a>(&'a self, shared: &'a Shared) -> Judging<'a> {
+        Judging {
+            row: &self.row,
+            worker: &shared.config.worker_id,
+            schedule: &shared.config.retry_schedule,
+            now: self.db_now(),
+            unit: rand::random(),
+        }
     }
 }
 
 /// Works one claimed row to its next state.
 pub(crate) async fn work(shared: &Shared, claim: &Claim) -> Finished {
-    if claim.row.claimed_from == "uncertain" {
-        return settle_uncertain(shared, claim).await;
+    match claim.row.claimed_from {
+        LiveStatus::Uncertain => settle_uncertain(shared, claim).await,
+        LiveStatus::Pending | LiveStatus::Sending => {
+            if !claim.lease_allows_request() {
+                return Finished::Release(LEASE_TOO_SHORT.to_owned());
+            }
+            send(shared, claim, claim.row.attempts, false, None).await
+        }
     }
-    if !claim.lease_allows_request() {
-        return Finished::Release(LEASE_TOO_SHORT.to_owned());
-    }
-    send_and_judge(shared, claim, claim.row.attempts, false, None).await
 }
 
-/// Sends attempt `attempt` and turns the answer into a completion. `resending` is set when
-/// an earlier attempt's outcome is still unknown: then a failed resend does not make the
-/// row an ordinary pending retry, it stays uncertain so that the next try goes through the
-/// settling order again (lookup, window, policy) and can never slip past the window.
-async fn send_and_judge(
+/// Sends attempt `attempt` and has its answer judged (`judge::judge_send`). `resending`
+/// is set when an earlier attempt's outcome is still unknown; `window_closes`, when the
+/// resend is safe only inside the destination's de-duplication window.
+async fn send(
     shared: &Shared,
     claim: &Claim,
     attempt: i32,
@@ -91,357 +97,88 @@ async fn send_and_judge(
     let row = &claim.row;
     let started_at = Utc::now();
     let started = Instant::now();
-    let mut message_note = None;
-    let exchange = match shared.config.transport {
-        crate::Transport::Http if row.kind == "email" => {
-            let (exchange, note) = crate::smtp::send(shared, row).await;
-            message_note = note;
-            exchange
-        }
-        crate::Transport::Http => {
+    let (exchange, note) = exchange(shared, row).await;
+    shared
+        .metrics
+        .send_latency(&row.destination, started.elapsed());
+    fail_point_after_send();
+    let completion = judge::judge_send(
+        &claim.judging(shared),
+        attempt,
+        resending,
+        started_at,
+        &exchange,
+        note.as_deref(),
+    );
+    if let Some(record) = &completion.attempt {
+        shared
+            .metrics
+            .attempt(&row.destination, record.outcome.as_str());
+    }
+    Finished::Done(Box::new(completion))
+}
+
+/// The exchange with the destination, by its kind and the configured transport, with an
+/// email's note on the exact message it sent.
+async fn exchange(shared: &Shared, row: &ClaimedAlert) -> (Exchange, Option<String>) {
+    match (shared.config.transport, row.kind) {
+        (crate::Transport::Http, DestinationKind::Email) => crate::smtp::send(shared, row).await,
+        (crate::Transport::Http, DestinationKind::Webhook) => (
             http::send(
                 &shared.http,
                 &shared.config.egress,
                 row,
                 &shared.config.secret_keys,
             )
-            .await
-        }
-        crate::Transport::Discard => Exchange::Answered {
-            status: 200,
-            retry_after: None,
-            reference: None,
-            location: None,
-            excerpt: String::new(),
-        },
-    };
-    shared
-        .metrics
-        .send_latency(&row.destination, started.elapsed());
-    fail_point_after_send();
-    let deduplicates = row.idempotency_retention_secs.is_some();
-    let verdict = classify(&exchange, deduplicates);
-    let (outcome, status, reference, error_class, excerpt) = describe(&exchange, &verdict);
-    shared.metrics.attempt(&row.destination, outcome);
-    let record = AttemptRecord {
-        kind: "send",
-        attempt,
-        started_at,
-        outcome,
-        http_status: status,
-        destination_reference: reference.clone(),
-        error_class,
-        response_excerpt: excerpt,
-    };
-    let now = claim.db_now();
-    let prefix = if resending {
-        format!("attempt {attempt} (resend)")
-    } else {
-        format!("attempt {attempt}")
-    };
-    // A server error may come after the destination acted; the de-duplication window
-    // must still cover the retry, so it is settled like an uncertain attempt.
-    let server_error = matches!(
-        exchange,
-        Exchange::Answered {
-            status: 500..=599,
-            ..
-        }
-    ) && !matches!(exchange, Exchange::Answered { status: 503, .. });
-    let unresolved = resending || server_error;
-    let (next, line, disable) = match verdict {
-        Verdict::Accepted { reference } => (
-            Next::Settle {
-                outcome: "accepted",
-                reference: reference.clone(),
-            },
-            format!(
-                "{prefix} accepted by the destination ({}{})",
-                status.map_or_else(String::new, |s| format!("HTTP {s}")),
-                reference.map_or_else(String::new, |r| format!(", reference {r}"))
-            ),
+            .await,
             None,
         ),
-        Verdict::Rejected { gone, why } => {
-            let line = if gone {
-                format!("{prefix} rejected: {why}; the destination is gone, so it was disabled")
-            } else {
-                format!("{prefix} rejected: {why}")
-            };
-            (
-                Next::Settle {
-                    outcome: "failed",
-                    reference: None,
-                },
-                line,
-                gone.then(|| format!("answered 410 Gone to alert {}", row.alert_id)),
-            )
-        }
-        Verdict::NotProcessed { retry_after, why } => {
-            let (next, plan) =
-                retry_or_exhaust(shared, claim, attempt, retry_after, now, unresolved);
-            (
-                next,
-                format!("{prefix} not processed ({why}); {plan}"),
-                None,
-            )
-        }
-        Verdict::NotSent { why } => {
-            let (next, plan) = retry_or_exhaust(shared, claim, attempt, None, now, unresolved);
-            (next, format!("{prefix} not sent ({why}); {plan}"), None)
-        }
-        // A configuration error: retrying cannot help, and every other alert of the
-        // destination would meet it too. When an earlier attempt's outcome is unknown,
-        // "failed" could be false: the alert is held instead.
-        Verdict::Blocked { why } => (
-            Next::Settle {
-                outcome: if unresolved { "held" } else { "failed" },
+        (crate::Transport::Discard, _) => (
+            Exchange::Answered {
+                status: 200,
+                retry_after: None,
                 reference: None,
+                location: None,
+                excerpt: String::new(),
             },
-            format!(
-                "{prefix} not sent: {why}; a configuration error, so the destination was disabled{}",
-                if unresolved {
-                    "; held for reconciliation, an earlier attempt's outcome is unknown"
-                } else {
-                    ""
-                }
-            ),
-            Some(format!("{why} (alert {})", row.alert_id)),
+            None,
         ),
-        Verdict::Uncertain { why } => {
-            let first_send = row.first_send_started_at.unwrap_or(started_at);
-            let backoff =
-                shared
-                    .config
-                    .retry_schedule
-                    .delay(attempt.unsigned_abs(), rand::random(), None);
-            let (wait, plan) = match settlement(row, first_send, now) {
-                Settlement::Lookup => (
-                    backoff.max(claim.timeout() + LOOKUP_GRACE_EXTRA),
-                    "will look it up at the destination".to_owned(),
-                ),
-                Settlement::Resend { why, .. } => (backoff, format!("will resend: {why}")),
-                Settlement::Hold => (
-                    Duration::ZERO,
-                    "no lookup and no de-duplication window: retry held for reconciliation"
-                        .to_owned(),
-                ),
-            };
-            (
-                Next::Requeue {
-                    status: "uncertain",
-                    at: now + chrono::Duration::from_std(wait).unwrap_or_default(),
-                },
-                format!("{prefix} {why}; destination acceptance unknown; {plan}"),
-                None,
-            )
-        }
-    };
-    // An email attempt names the exact message it sent: the rendered fingerprint is
-    // evidence beside the payload's.
-    let line = match message_note {
-        Some(note) => format!("{line}; {note}"),
-        None => line,
-    };
-    Finished::Done(Box::new(Completion {
-        alert_id: row.alert_id,
-        fencing_token: row.fencing_token,
-        worker: shared.config.worker_id.clone(),
-        attempt: Some(record),
-        next,
-        line,
-        disable_destination: disable,
-    }))
-}
-
-/// Schedules a retry, or ends the alert when its attempts or retry window are used up:
-/// `failed` when nothing can have arrived, `held` when an attempt's outcome is unknown
-/// (`unresolved`), since then "failed" could be false.
-fn retry_or_exhaust(
-    shared: &Shared,
-    claim: &Claim,
-    attempt: i32,
-    retry_after: Option<Duration>,
-    now: DateTime<Utc>,
-    unresolved: bool,
-) -> (Next, String) {
-    let row = &claim.row;
-    let unit: f64 = rand::random();
-    let schedule: &RetrySchedule = &shared.config.retry_schedule;
-    let delay = schedule.delay(attempt.unsigned_abs(), unit, retry_after);
-    let at = now + chrono::Duration::from_std(delay).unwrap_or_default();
-    let window_end = row.approved_at
-        + chrono::Duration::from_std(Duration::from_secs_f64(row.max_retry_window_secs))
-            .unwrap_or_default();
-    let used = attempt - row.budget_base_attempts;
-    if used >= row.max_attempts || at > window_end {
-        let why = if used >= row.max_attempts {
-            format!("exhausted: {used} of {} attempts used", row.max_attempts)
-        } else {
-            "exhausted: the retry window has closed".to_owned()
-        };
-        if unresolved {
-            return (
-                Next::Settle {
-                    outcome: "held",
-                    reference: None,
-                },
-                format!(
-                    "held for reconciliation: {why}, and an earlier attempt's outcome is unknown"
-                ),
-            );
-        }
-        return (
-            Next::Settle {
-                outcome: "failed",
-                reference: None,
-            },
-            why,
-        );
     }
-    let honoured = retry_after.map_or_else(String::new, |_| {
-        " (as Retry-After asked, capped)".to_owned()
-    });
-    (
-        Next::Requeue {
-            status: if unresolved { "uncertain" } else { "pending" },
-            at,
-        },
-        format!(
-            "retry in {}{honoured}",
-            outbox_core::duration::format(Duration::from_millis(delay.as_millis() as u64))
-        ),
-    )
 }
 
 /// Settles an uncertain attempt by evidence, in order: lookup at the destination; a resend
 /// the destination de-duplicates inside its retention window; the destination's policy.
 async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
     let row = &claim.row;
-    let now = claim.db_now();
-    let attempt = row.attempts;
-    if let Some(template) = row
+    let lookup_template = row
         .lookup_url_template
         .as_ref()
-        .filter(|_| row.kind != "email")
-    {
+        .filter(|_| row.kind != DestinationKind::Email);
+    if let Some(template) = lookup_template {
         if !claim.lease_allows_request() {
             return Finished::Release(LEASE_TOO_SHORT.to_owned());
         }
         let started_at = Utc::now();
         let exchange = http::lookup(&shared.http, &shared.config.egress, row, template).await;
-        let grace_end = row.last_send_started_at.unwrap_or(now)
-            + chrono::Duration::from_std(claim.timeout() + LOOKUP_GRACE_EXTRA).unwrap_or_default();
-        let lookup = |outcome: &'static str,
-                      status: Option<u16>,
-                      reference: Option<String>,
-                      error: Option<String>| AttemptRecord {
-            kind: "lookup",
-            attempt,
-            started_at,
-            outcome,
-            http_status: status,
-            destination_reference: reference,
-            error_class: error,
-            response_excerpt: None,
-        };
-        match exchange {
-            Exchange::Answered {
-                status: found @ 200..=299,
-                reference,
-                ..
-            } => {
-                shared.metrics.attempt(&row.destination, "found");
-                return done(
-                    shared,
-                    claim,
-                    Some(lookup("found", Some(found), reference.clone(), None)),
-                    Next::Settle {
-                        outcome: "accepted",
-                        reference: reference.clone(),
-                    },
-                    format!(
-                        "confirmed by lookup: the destination has attempt {attempt}'s alert{}",
-                        reference.map_or_else(String::new, |r| format!(" (reference {r})"))
-                    ),
-                );
-            }
-            Exchange::Answered { status: 404, .. } if now >= grace_end => {
-                shared.metrics.attempt(&row.destination, "not_found");
-                return resend(shared, claim, Some(lookup("not_found", Some(404), None, None)),
-                    "the destination's lookup does not have it after the grace period; resending with the same key",
-                    false, None).await;
-            }
-            Exchange::Blocked(why) => {
-                // The lookup URL is a configuration error; the attempt's outcome stays
-                // unknown, so the alert waits for an operator rather than "failed".
-                shared.metrics.attempt(&row.destination, "lookup_failed");
-                let mut finished = done(
-                    shared,
-                    claim,
-                    Some(lookup("uncertain", None, None, Some("blocked".into()))),
-                    Next::Settle { outcome: "held", reference: None },
-                    format!("lookup not sent: {why}; a configuration error, so the destination was disabled; held for reconciliation: attempt {attempt}'s acceptance is unknown"),
-                );
-                if let Finished::Done(completion) = &mut finished {
-                    completion.disable_destination =
-                        Some(format!("lookup URL: {why} (alert {})", row.alert_id));
+        return match judge::judge_lookup(&claim.judging(shared), started_at, &exchange) {
+            AfterLookup::Done(completion) => {
+                if let Some(record) = &completion.attempt {
+                    shared
+                        .metrics
+                        .attempt(&row.destination, lookup_metric(record));
                 }
-                return finished;
+                Finished::Done(completion)
             }
-            Exchange::Answered { status: 404, .. } => {
-                shared.metrics.attempt(&row.destination, "not_found");
-                return done(shared, claim, Some(lookup("not_found", Some(404), None, None)),
-                    Next::Requeue { status: "uncertain", at: grace_end },
-                    format!("lookup does not have attempt {attempt} yet; asking again after the grace period"));
+            AfterLookup::Resend { lookup, why } => {
+                shared
+                    .metrics
+                    .attempt(&row.destination, lookup_metric(&lookup));
+                resend(shared, claim, Some(lookup), &why, false, None).await
             }
-            other => {
-                let (why, status, retry_after) = match &other {
-                    Exchange::Answered {
-                        status,
-                        retry_after,
-                        ..
-                    } => (format!("HTTP {status}"), Some(*status), *retry_after),
-                    Exchange::SmtpAccepted { reply: w, .. }
-                    | Exchange::SmtpRefused { reply: w, .. }
-                    | Exchange::NotConnected(w)
-                    | Exchange::TimedOut(w)
-                    | Exchange::Broken(w)
-                    | Exchange::Unsendable(w)
-                    | Exchange::Blocked(w) => (w.clone(), None, None),
-                };
-                shared.metrics.attempt(&row.destination, "lookup_failed");
-                let budget = LookupBudget {
-                    failed_before: row.failed_lookups,
-                    first_failed_at: row.first_failed_lookup_at.unwrap_or(started_at),
-                    max_failures: row.max_attempts,
-                    window_end: retry_window_end(row),
-                };
-                let (next, line) = after_failed_lookup(
-                    &shared.config.retry_schedule,
-                    &budget,
-                    now,
-                    &why,
-                    retry_after,
-                    rand::random(),
-                );
-                return done(
-                    shared,
-                    claim,
-                    Some(lookup(
-                        "uncertain",
-                        status,
-                        None,
-                        Some("lookup_failed".into()),
-                    )),
-                    next,
-                    line,
-                );
-            }
-        }
+        };
     }
-    match settlement(row, row.first_send_started_at.unwrap_or(now), now) {
-        Settlement::Resend {
+    match judge::without_lookup(&claim.judging(shared)) {
+        WithoutLookup::Resend {
             why,
             possible_duplicate,
             window_left,
@@ -449,158 +186,18 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
             let closes = window_left.map(|left| Instant::now() + left);
             resend(shared, claim, None, &why, possible_duplicate, closes).await
         }
-        Settlement::Lookup | Settlement::Hold => done(
-            shared,
-            claim,
-            None,
-            Next::Settle { outcome: "held", reference: None },
-            format!("retry held for reconciliation: attempt {attempt}'s acceptance is unknown, and the destination offers no lookup and no de-duplication window"),
-        ),
+        WithoutLookup::Held(held) => Finished::Done(held),
     }
 }
 
-/// What a failing lookup may still spend. Failed lookups are counted per attempt (a
-/// resend starts a new count) against the destination's own limits: at most
-/// `max_attempts` failed lookups, and none planned past the end of the retry window.
-/// Reusing the destination's limits keeps one knob for "how long may this alert stay
-/// unresolved" instead of a second one that operators would have to keep in step.
-#[derive(Debug, Clone)]
-struct LookupBudget {
-    /// Failed lookups for this attempt before the one just made.
-    failed_before: i64,
-    /// When the first of them (or, for the first failure, this one) started.
-    first_failed_at: DateTime<Utc>,
-    /// The destination's most attempts, which is also its most failed lookups.
-    max_failures: i32,
-    /// The end of the destination's retry window for this alert.
-    window_end: DateTime<Utc>,
-}
-
-/// The end of the alert's retry window: the budget's start plus the destination's window.
-fn retry_window_end(row: &ClaimedAlert) -> DateTime<Utc> {
-    row.approved_at
-        + chrono::Duration::from_std(Duration::from_secs_f64(row.max_retry_window_secs))
-            .unwrap_or_default()
-}
-
-/// What follows a failed lookup: the next one after the retry schedule's delay for the
-/// number of failures so far (full jitter, `unit` in `[0, 1)` picks the point; a
-/// `Retry-After` on the lookup's answer is honoured, capped), so that a broken lookup is
-/// asked less and less often; or, once the budget is spent, `held` for an operator, since
-/// the attempt's outcome is still unknown and neither "failed" nor a resend would be safe.
-fn after_failed_lookup(
-    schedule: &RetrySchedule,
-    budget: &LookupBudget,
-    now: DateTime<Utc>,
-    why: &str,
-    retry_after: Option<Duration>,
-    unit: f64,
-) -> (Next, String) {
-    let failures = budget.failed_before.saturating_add(1);
-    let step = u32::try_from(failures).unwrap_or(u32::MAX);
-    let ceiling = retry_after.map_or_else(
-        || schedule.ceiling(step),
-        |wish| wish.min(schedule.retry_after_cap()),
-    );
-    let delay = schedule.delay(step, unit, retry_after);
-    let at = now + chrono::Duration::from_std(delay).unwrap_or_default();
-    let spent = if failures >= i64::from(budget.max_failures) {
-        Some(format!(
-            "the destination allows {} failed lookups per attempt",
-            budget.max_failures
-        ))
-    } else if at > budget.window_end {
-        Some("the retry window closes before the next lookup".to_owned())
-    } else {
-        None
-    };
-    if let Some(spent) = spent {
-        return (
-            Next::Settle {
-                outcome: "held",
-                reference: None,
-            },
-            format!(
-                "lookup failed {} since {}: {why}; {spent}; held for an operator",
-                if failures == 1 {
-                    "once".to_owned()
-                } else {
-                    format!("{failures} times")
-                },
-                budget
-                    .first_failed_at
-                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-            ),
-        );
-    }
-    let short = |d: Duration| {
-        outbox_core::duration::format(Duration::from_millis(
-            u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-        ))
-    };
-    (
-        Next::Requeue {
-            status: "uncertain",
-            at,
-        },
-        format!(
-            "lookup failed ({why}), {failures} of {} failed lookups allowed; still uncertain, asking again in {} (at most {})",
-            budget.max_failures,
-            short(delay),
-            short(ceiling)
-        ),
-    )
-}
-
-/// How an uncertain attempt can be settled, by the destination's capabilities.
-enum Settlement {
-    /// Ask the destination.
-    Lookup,
-    /// Send again with the same key.
-    Resend {
-        why: String,
-        /// Nothing rules a duplicate out (policy `retry`).
-        possible_duplicate: bool,
-        /// How long the de-duplication window that makes the resend safe stays open.
-        window_left: Option<Duration>,
-    },
-    /// Wait for an operator.
-    Hold,
-}
-
-/// The settling order: lookup; a resend inside the de-duplication window (minus a margin
-/// of a tenth of it, at most 5 minutes) of the first attempt with this key; the policy.
-/// SMTP has neither a lookup nor a key a relay de-duplicates by: an email destination's
-/// uncertain send is settled by its policy alone, whatever else its row says.
-fn settlement(row: &ClaimedAlert, first_send: DateTime<Utc>, now: DateTime<Utc>) -> Settlement {
-    let email = row.kind == "email";
-    if row.lookup_url_template.is_some() && !email {
-        return Settlement::Lookup;
-    }
-    if let Some(secs) = row.idempotency_retention_secs.filter(|_| !email) {
-        let retention = Duration::from_secs_f64(secs);
-        let margin = (retention / 10).min(Duration::from_secs(300));
-        let safe_until =
-            first_send + chrono::Duration::from_std(retention - margin).unwrap_or_default();
-        if now < safe_until {
-            return Settlement::Resend {
-                window_left: (safe_until - now).to_std().ok(),
-                why: format!(
-                    "the destination de-duplicates by key for {} and the first attempt is inside that window; resending with the same key",
-                    outbox_core::duration::format(retention)
-                ),
-                possible_duplicate: false,
-            };
+/// The metric label of a lookup: found, not found, or a lookup that settled nothing.
+fn lookup_metric(record: &AttemptRecord) -> &'static str {
+    match (record.kind, record.outcome) {
+        (AttemptKind::Lookup, AttemptOutcome::Found | AttemptOutcome::NotFound) => {
+            record.outcome.as_str()
         }
+        _ => judge::FAILED_LOOKUP,
     }
-    if row.on_uncertain == "retry" {
-        return Settlement::Resend {
-            window_left: None,
-            why: "no lookup and no de-duplication window to rule out a duplicate; resending (on_uncertain = retry), possible duplicate".to_owned(),
-            possible_duplicate: true,
-        };
-    }
-    Settlement::Hold
 }
 
 /// Commits "attempt N+1 started" (fenced), then sends. A lookup that led here is
@@ -620,22 +217,8 @@ async fn resend(
     if !claim.lease_allows_request() {
         return Finished::Release(LEASE_TOO_SHORT.to_owned());
     }
-    // Resends count against the same limits as retries; past them the outcome stays
-    // unknown, which is a case for an operator, not for "failed".
-    let window_end = row.approved_at
-        + chrono::Duration::from_std(Duration::from_secs_f64(row.max_retry_window_secs))
-            .unwrap_or_default();
-    if row.attempts - row.budget_base_attempts >= row.max_attempts || claim.db_now() > window_end {
-        return done(
-            shared,
-            claim,
-            lookup,
-            Next::Settle { outcome: "held", reference: None },
-            format!(
-                "retry held for reconciliation: attempt {}'s outcome is unknown and the attempts or the retry window are used up",
-                row.attempts
-            ),
-        );
+    if let Some(held) = judge::resend_refusal(&claim.judging(shared), lookup.clone()) {
+        return Finished::Done(Box::new(held));
     }
     let attempt = match outbox_store::dispatch::begin_resend(
         &shared.pool,
@@ -668,105 +251,7 @@ async fn resend(
         )
         .await;
     }
-    send_and_judge(shared, claim, attempt, true, window_closes).await
-}
-
-fn done(
-    shared: &Shared,
-    claim: &Claim,
-    attempt: Option<AttemptRecord>,
-    next: Next,
-    line: String,
-) -> Finished {
-    Finished::Done(Box::new(Completion {
-        alert_id: claim.row.alert_id,
-        fencing_token: claim.row.fencing_token,
-        worker: shared.config.worker_id.clone(),
-        attempt,
-        next,
-        line,
-        disable_destination: None,
-    }))
-}
-
-/// Splits an exchange into the attempt record's fields.
-fn describe(
-    exchange: &Exchange,
-    verdict: &Verdict,
-) -> (
-    &'static str,
-    Option<u16>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-) {
-    let outcome = match verdict {
-        Verdict::Accepted { .. } => "accepted",
-        Verdict::Rejected { .. } => "rejected",
-        Verdict::NotProcessed { .. } => "not_processed",
-        Verdict::NotSent { .. } => "not_sent",
-        Verdict::Uncertain { .. } => "uncertain",
-        Verdict::Blocked { .. } => "not_sent",
-    };
-    match exchange {
-        Exchange::Answered {
-            status,
-            reference,
-            excerpt,
-            ..
-        } => (
-            outcome,
-            Some(*status),
-            reference.clone(),
-            None,
-            (!excerpt.is_empty()).then(|| excerpt.clone()),
-        ),
-        Exchange::SmtpAccepted { reference, reply } => {
-            (outcome, None, reference.clone(), None, Some(reply.clone()))
-        }
-        Exchange::SmtpRefused { code, reply, .. } => (
-            outcome,
-            None,
-            None,
-            Some(format!("smtp_{}xx", code / 100)),
-            Some(reply.clone()),
-        ),
-        Exchange::NotConnected(why) => (
-            outcome,
-            None,
-            None,
-            Some("connect".into()),
-            Some(why.clone()),
-        ),
-        Exchange::TimedOut(why) => (
-            outcome,
-            None,
-            None,
-            Some("timeout".into()),
-            Some(why.clone()),
-        ),
-        Exchange::Broken(why) => (
-            outcome,
-            None,
-            None,
-            Some("connection_broken".into()),
-            Some(why.clone()),
-        ),
-        Exchange::Unsendable(why) => (
-            outcome,
-            None,
-            None,
-            Some("configuration".into()),
-            Some(why.clone()),
-        ),
-        Exchange::Blocked(why) => (
-            outcome,
-            None,
-            None,
-            Some("blocked".into()),
-            Some(why.clone()),
-        ),
-    }
+    send(shared, claim, attempt, true, window_closes).await
 }
 
 /// Crash point: the claim is committed, nothing is sent yet.
@@ -778,122 +263,4 @@ fn fail_point_after_claim() {
 /// Crash point: the destination has the request; nothing is recorded yet.
 fn fail_point_after_send() {
     fail::fail_point!("dispatch-after-send", |_| std::process::abort());
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn budget(failed_before: i64, max_failures: i32) -> (LookupBudget, DateTime<Utc>) {
-        let now = DateTime::parse_from_rfc3339("2027-01-31T10:00:00Z")
-            .map(|t| t.with_timezone(&Utc))
-            .unwrap_or_default();
-        let budget = LookupBudget {
-            failed_before,
-            first_failed_at: now - chrono::Duration::minutes(5),
-            max_failures,
-            window_end: now + chrono::Duration::days(3),
-        };
-        (budget, now)
-    }
-
-    fn schedule() -> RetrySchedule {
-        RetrySchedule::new(vec![
-            Duration::from_millis(100),
-            Duration::from_millis(200),
-            Duration::from_millis(400),
-            Duration::from_millis(800),
-        ])
-        .unwrap_or_default()
-    }
-
-    #[test]
-    fn a_failing_lookup_is_asked_again_later_each_time() {
-        let mut planned = Vec::new();
-        for failed_before in 0..5 {
-            let (budget, now) = budget(failed_before, 12);
-            // `unit` 1.0 is the top of the jitter range: the ceiling itself.
-            let (next, line) =
-                after_failed_lookup(&schedule(), &budget, now, "HTTP 500", None, 1.0);
-            let Next::Requeue { status, at } = next else {
-                panic!("requeued while the budget lasts: {line}");
-            };
-            assert_eq!(status, "uncertain");
-            planned.push((at - now).num_milliseconds());
-            assert!(
-                line.contains(&format!("{} of 12", failed_before + 1)),
-                "{line}"
-            );
-        }
-        assert_eq!(planned, [100, 200, 400, 800, 800]);
-    }
-
-    #[test]
-    fn full_jitter_stays_under_the_ceiling_for_the_failures_so_far() {
-        let (budget, now) = budget(2, 12);
-        let (next, line) = after_failed_lookup(&schedule(), &budget, now, "HTTP 500", None, 0.5);
-        let Next::Requeue { at, .. } = next else {
-            panic!("requeued: {line}");
-        };
-        assert_eq!((at - now).num_milliseconds(), 200);
-        assert!(line.contains("at most 400ms"), "{line}");
-    }
-
-    #[test]
-    fn a_spent_budget_holds_the_alert_with_the_reason() {
-        let (budget, now) = budget(5, 6);
-        let (next, line) = after_failed_lookup(&schedule(), &budget, now, "HTTP 500", None, 0.3);
-        assert!(
-            matches!(
-                next,
-                Next::Settle {
-                    outcome: "held",
-                    ..
-                }
-            ),
-            "{line}"
-        );
-        assert_eq!(
-            line,
-            "lookup failed 6 times since 2027-01-31T09:55:00Z: HTTP 500; the destination allows 6 failed lookups per attempt; held for an operator"
-        );
-    }
-
-    #[test]
-    fn a_lookup_planned_past_the_retry_window_holds_the_alert() {
-        let (mut budget, now) = budget(0, 12);
-        budget.window_end = now + chrono::Duration::milliseconds(50);
-        let (next, line) =
-            after_failed_lookup(&schedule(), &budget, now, "connection refused", None, 1.0);
-        assert!(
-            matches!(
-                next,
-                Next::Settle {
-                    outcome: "held",
-                    ..
-                }
-            ),
-            "{line}"
-        );
-        assert!(line.contains("retry window closes"), "{line}");
-        assert!(line.starts_with("lookup failed once since "), "{line}");
-        assert!(line.contains(": connection refused;"), "{line}");
-    }
-
-    #[test]
-    fn a_lookup_answer_asking_for_a_pause_is_honoured() {
-        let (budget, now) = budget(0, 12);
-        let (next, _) = after_failed_lookup(
-            &schedule(),
-            &budget,
-            now,
-            "HTTP 429",
-            Some(Duration::from_secs(2)),
-            0.1,
-        );
-        let Next::Requeue { at, .. } = next else {
-            panic!("requeued");
-        };
-        assert_eq!((at - now).num_milliseconds(), 2000);
-    }
 }

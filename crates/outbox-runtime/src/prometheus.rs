@@ -1,6 +1,7 @@
 //! The Prometheus text format, for the few figures the binaries expose: counters are
 //! written by their owners; histograms and the outbox's queue figures are shared here.
 
+use outbox_core::{AlertState, LiveStatus};
 use std::fmt::Write as _;
 
 /// Buckets for request latencies, in seconds.
@@ -70,17 +71,25 @@ pub fn escape(label: &str) -> String {
 
 /// Writes the outbox's queue figures: depth by state (live states and held), and the age
 /// of the oldest due row nobody works on.
-pub fn render_queue(out: &mut String, live: &[(String, i64)], held: i64, oldest_due_age_secs: f64) {
+pub fn render_queue(
+    out: &mut String,
+    live: &[(LiveStatus, i64)],
+    held: i64,
+    oldest_due_age_secs: f64,
+) {
     let _ = writeln!(
         out,
         "# HELP outbox_depth Alerts by state: live ones, and held ones waiting for an operator."
     );
     let _ = writeln!(out, "# TYPE outbox_depth gauge");
-    for state in ["pending", "sending", "uncertain"] {
-        let n = live.iter().find(|(s, _)| s == state).map_or(0, |(_, n)| *n);
+    for &state in LiveStatus::ALL {
+        let n = live
+            .iter()
+            .find(|(s, _)| *s == state)
+            .map_or(0, |(_, n)| *n);
         let _ = writeln!(out, "outbox_depth{{state=\"{state}\"}} {n}");
     }
-    let _ = writeln!(out, "outbox_depth{{state=\"held\"}} {held}");
+    let _ = writeln!(out, "outbox_depth{{state=\"{}\"}} {held}", AlertState::Held);
     let _ = writeln!(
         out,
         "# HELP outbox_oldest_due_age_seconds Age of the oldest due row nobody works on."
@@ -113,7 +122,7 @@ mod tests {
     #[test]
     fn queue_figures_name_every_state() {
         let mut out = String::new();
-        render_queue(&mut out, &[("pending".into(), 4)], 2, 1.5);
+        render_queue(&mut out, &[(LiveStatus::Pending, 4)], 2, 1.5);
         assert!(out.contains("outbox_depth{state=\"pending\"} 4"));
         assert!(out.contains("outbox_depth{state=\"uncertain\"} 0"));
         assert!(out.contains("outbox_depth{state=\"held\"} 2"));

@@ -15,6 +15,9 @@ use serde_json::value::RawValue;
 use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
+use outbox_core::{AlertState, AttemptKind, AttemptOutcome, Outcome};
+
+use crate::lifecycle::{append_event, Event};
 use crate::StoreError;
 
 /// SQL for the fingerprint of a JSON text parameter; must match how payloads are sent.
@@ -96,7 +99,7 @@ pub async fn approve(pool: &PgPool, approval: Approval<'_>) -> Result<ApproveOut
         Event {
             alert_id: id,
             from: None,
-            to: "pending",
+            to: AlertState::Pending,
             attempt: None,
             actor: approval.actor,
             line: &format!(
@@ -156,40 +159,6 @@ async fn enqueue(
         .bind(destination_id)
         .execute(conn)
         .await?;
-    Ok(())
-}
-
-/// One line of an alert's evidence trail.
-#[derive(Debug, Clone, Copy)]
-pub struct Event<'a> {
-    /// The alert it belongs to.
-    pub alert_id: Uuid,
-    /// State before, when the event is a transition from a known state.
-    pub from: Option<&'a str>,
-    /// State after.
-    pub to: &'a str,
-    /// The delivery attempt it concerns, if any.
-    pub attempt: Option<i32>,
-    /// Who caused it.
-    pub actor: &'a str,
-    /// What happened, for a person to read.
-    pub line: &'a str,
-}
-
-/// Appends a line to an alert's evidence trail.
-pub async fn append_event(db: impl PgExecutor<'_>, event: Event<'_>) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(event.alert_id)
-    .bind(event.from)
-    .bind(event.to)
-    .bind(event.attempt)
-    .bind(event.actor)
-    .bind(event.line)
-    .execute(db)
-    .await?;
     Ok(())
 }
 
@@ -319,13 +288,13 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
     .execute(&mut *tx)
     .await
     .map_err(StoreError::from_payload_error)?;
-    enqueue(&mut tx, id, target.destination_id).await?;
+    enqueue_revision(&mut tx, id, &target, revision).await?;
     append_event(
         &mut *tx,
         Event {
             alert_id: id,
             from: None,
-            to: "pending",
+            to: AlertState::Pending,
             attempt: None,
             actor: rev.actor,
             line: &format!(
@@ -342,7 +311,7 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
             Event {
                 alert_id: rev.alert_id,
                 from: None,
-                to: &state_now,
+                to: state_now,
                 attempt: None,
                 actor: rev.actor,
                 line: &format!(
@@ -360,6 +329,34 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
         revision,
         superseded_previous,
     })
+}
+
+/// Queues a new revision behind the latest earlier revision of its identity that is
+/// still live (it may yet reach the destination): dispatchers do not claim the revision
+/// until that one has settled, so a correction never arrives before what it corrects.
+async fn enqueue_revision(
+    tx: &mut PgConnection,
+    alert_id: Uuid,
+    target: &RevisedAlert,
+    revision: i32,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO outbox (alert_id, destination_id, after_alert) \
+         VALUES ($1, $2, ( \
+             SELECT p.id FROM alerts p JOIN outbox po ON po.alert_id = p.id \
+             WHERE p.tenant_id = $3 AND p.subject = $4 AND p.occurrence = $5 \
+               AND p.destination_id = $2 AND p.revision < $6 \
+             ORDER BY p.revision DESC LIMIT 1))",
+    )
+    .bind(alert_id)
+    .bind(target.destination_id)
+    .bind(target.tenant_id)
+    .bind(&target.subject)
+    .bind(&target.occurrence)
+    .bind(revision)
+    .execute(tx)
+    .await?;
+    Ok(())
 }
 
 /// Supersedes an alert that provably never reached its destination: its outbox row is
@@ -385,17 +382,13 @@ async fn supersede_if_unsent(
     if unsent.is_none() {
         return Ok(false);
     }
-    sqlx::query("DELETE FROM outbox WHERE alert_id = $1")
-        .bind(alert_id)
-        .execute(&mut *tx)
-        .await?;
-    settle(&mut *tx, alert_id, "superseded").await?;
+    crate::lifecycle::settle(tx, alert_id, Outcome::Superseded, None).await?;
     append_event(
         &mut *tx,
         Event {
             alert_id,
-            from: Some("pending"),
-            to: "superseded",
+            from: Some(AlertState::Pending),
+            to: AlertState::Superseded,
             attempt: None,
             actor,
             line: "superseded by a revision before it was sent; it will never be sent",
@@ -405,37 +398,27 @@ async fn supersede_if_unsent(
     Ok(true)
 }
 
-/// Records where an alert came to rest after leaving the outbox.
-async fn settle(db: impl PgExecutor<'_>, alert_id: Uuid, outcome: &str) -> Result<(), StoreError> {
-    sqlx::query("UPDATE alerts SET outcome = $2, settled_at = now() WHERE id = $1")
-        .bind(alert_id)
-        .bind(outcome)
-        .execute(db)
-        .await?;
-    Ok(())
-}
-
 /// An alert's state, or `None` when there is no such alert.
 pub async fn state_of(
     db: impl PgExecutor<'_>,
     alert_id: Uuid,
-) -> Result<Option<String>, StoreError> {
+) -> Result<Option<AlertState>, StoreError> {
     let state =
         sqlx::query_scalar::<_, String>("SELECT state FROM alert_states WHERE alert_id = $1")
             .bind(alert_id)
             .fetch_optional(db)
             .await?;
-    Ok(state)
+    crate::lifecycle::parse_optional(state)
 }
 
 /// An alert's current state: its outbox row's status while live, else its outcome.
-pub async fn current_state(db: impl PgExecutor<'_>, alert_id: Uuid) -> Result<String, StoreError> {
-    let state =
-        sqlx::query_scalar::<_, String>("SELECT state FROM alert_states WHERE alert_id = $1")
-            .bind(alert_id)
-            .fetch_one(db)
-            .await?;
-    Ok(state)
+pub async fn current_state(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+) -> Result<AlertState, StoreError> {
+    state_of(db, alert_id)
+        .await?
+        .ok_or(StoreError::UnknownAlert(alert_id))
 }
 
 /// One alert with everything known about it, for the API and for operators.
@@ -453,8 +436,8 @@ pub struct AlertDetail {
     pub destination: String,
     /// Identity: revision number (0 for the original approval).
     pub revision: i32,
-    /// Current state (see `outbox_core::AlertState`).
-    pub state: String,
+    /// Current state.
+    pub state: AlertState,
     /// Set when a send was repeated without evidence that the first did not arrive.
     pub possible_duplicate: bool,
     /// The payload exactly as stored and sent.
@@ -491,7 +474,8 @@ pub struct RevisionSummary {
     /// Its number.
     pub revision: i32,
     /// Its state.
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: AlertState,
     /// Why it was made.
     pub reason: Option<String>,
     /// When it was approved.
@@ -503,16 +487,18 @@ pub struct RevisionSummary {
 pub struct AttemptRecord {
     /// Attempt number.
     pub attempt: i32,
-    /// `send` or `lookup`.
-    pub kind: String,
+    /// A send or a lookup.
+    #[sqlx(try_from = "String")]
+    pub kind: AttemptKind,
     /// The dispatcher that made it.
     pub worker: String,
     /// When it started (committed before any byte was sent).
     pub started_at: DateTime<Utc>,
     /// When its outcome was recorded.
     pub finished_at: DateTime<Utc>,
-    /// accepted, rejected, not_processed, not_sent, uncertain, found, not_found.
-    pub outcome: String,
+    /// How it ended.
+    #[sqlx(try_from = "String")]
+    pub outcome: AttemptOutcome,
     /// The destination's HTTP status, if it answered.
     pub http_status: Option<i16>,
     /// The destination's reference, if it gave one.
@@ -526,20 +512,46 @@ pub struct AttemptRecord {
 }
 
 /// One line of the evidence trail.
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct EvidenceLine {
     /// When it was recorded.
     pub at: DateTime<Utc>,
     /// State before, if the event left a known state.
-    pub from_state: Option<String>,
+    pub from_state: Option<AlertState>,
     /// State after.
-    pub to_state: String,
+    pub to_state: AlertState,
     /// Attempt it concerns.
     pub attempt: Option<i32>,
     /// Who caused it.
     pub actor: String,
     /// What happened. May quote a destination's answer (untrusted text, kept as sent).
     pub line: String,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct EvidenceRow {
+    at: DateTime<Utc>,
+    from_state: Option<String>,
+    #[sqlx(try_from = "String")]
+    to_state: AlertState,
+    attempt: Option<i32>,
+    actor: String,
+    line: String,
+}
+
+impl TryFrom<EvidenceRow> for EvidenceLine {
+    type Error = StoreError;
+
+    fn try_from(row: EvidenceRow) -> Result<Self, StoreError> {
+        Ok(EvidenceLine {
+            at: row.at,
+            from_state: crate::lifecycle::parse_optional(row.from_state)?,
+            to_state: row.to_state,
+            attempt: row.attempt,
+            actor: row.actor,
+            line: row.line,
+        })
+    }
 }
 
 #[derive(Debug, sqlx::FromRow)]
@@ -552,7 +564,8 @@ struct AlertRow {
     destination_id: Uuid,
     destination: String,
     revision: i32,
-    state: String,
+    #[sqlx(try_from = "String")]
+    state: AlertState,
     possible_duplicate: bool,
     payload: String,
     payload_sha256: String,
@@ -617,13 +630,16 @@ pub async fn detail(
     .bind(alert_id)
     .fetch_all(&mut *tx)
     .await?;
-    let evidence = sqlx::query_as::<_, EvidenceLine>(
+    let evidence = sqlx::query_as::<_, EvidenceRow>(
         "SELECT at, from_state, to_state, attempt, actor, line \
          FROM alert_events WHERE alert_id = $1 ORDER BY id",
     )
     .bind(alert_id)
     .fetch_all(&mut *tx)
-    .await?;
+    .await?
+    .into_iter()
+    .map(EvidenceLine::try_from)
+    .collect::<Result<Vec<_>, _>>()?;
     tx.commit().await?;
 
     let payload = RawValue::from_string(row.payload)

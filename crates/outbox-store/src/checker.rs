@@ -1,20 +1,21 @@
 //! The referee's reads: what the database says happened, queried directly from the
 //! tables (never through the dispatcher's statements), for the fault-suite checker.
 
+use outbox_core::AlertState;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::StoreError;
 
 /// One committed alert as the checker sees it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct CommittedAlert {
     /// Notification id (the key destinations see).
     pub id: Uuid,
     /// Destination name.
     pub destination: String,
-    /// Its state: the outbox row's status, else its outcome (NULL when it has neither).
-    pub state: Option<String>,
+    /// Its state: the outbox row's status, else its outcome (`None` when it has neither).
+    pub state: Option<AlertState>,
     /// Hex SHA-256 of the payload bytes.
     pub payload_sha256: String,
     /// Flagged as possibly delivered twice.
@@ -29,9 +30,22 @@ pub struct CommittedAlert {
     pub pruned: bool,
 }
 
+#[derive(Debug, sqlx::FromRow)]
+struct CommittedRow {
+    id: Uuid,
+    destination: String,
+    state: Option<String>,
+    payload_sha256: String,
+    possible_duplicate: bool,
+    queued: bool,
+    settled: bool,
+    events: i64,
+    pruned: bool,
+}
+
 /// Every committed alert.
 pub async fn committed_alerts(pool: &PgPool) -> Result<Vec<CommittedAlert>, StoreError> {
-    let rows = sqlx::query_as::<_, CommittedAlert>(
+    let rows = sqlx::query_as::<_, CommittedRow>(
         "SELECT a.id, d.name AS destination, COALESCE(o.status, a.outcome) AS state, \
                 encode(a.payload_sha256, 'hex') AS payload_sha256, a.possible_duplicate, \
                 o.alert_id IS NOT NULL AS queued, a.outcome IS NOT NULL AS settled, \
@@ -42,7 +56,21 @@ pub async fn committed_alerts(pool: &PgPool) -> Result<Vec<CommittedAlert>, Stor
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows)
+    rows.into_iter()
+        .map(|row| {
+            Ok(CommittedAlert {
+                id: row.id,
+                destination: row.destination,
+                state: crate::lifecycle::parse_optional(row.state)?,
+                payload_sha256: row.payload_sha256,
+                possible_duplicate: row.possible_duplicate,
+                queued: row.queued,
+                settled: row.settled,
+                events: row.events,
+                pruned: row.pruned,
+            })
+        })
+        .collect()
 }
 
 /// Identities (with revision) that have more than one alert, with how many.

@@ -2,7 +2,7 @@
 //! settle an uncertain send (de-duplicate by key, answer a lookup by key).
 
 use chrono::{DateTime, Utc};
-use outbox_core::OnUncertain;
+use outbox_core::{DestinationKind, OnUncertain};
 use sqlx::PgExecutor;
 use std::time::Duration;
 use uuid::Uuid;
@@ -79,8 +79,9 @@ pub struct DestinationSummary {
     pub tenant: String,
     /// Its name.
     pub name: String,
-    /// `webhook` or `email`.
-    pub kind: String,
+    /// Webhook or email.
+    #[sqlx(try_from = "String")]
+    pub kind: DestinationKind,
     /// Where alerts are POSTed, or the SMTP relay (`smtp://host:port`).
     pub url: String,
     /// Recipients of an email destination (empty for a webhook).
@@ -97,8 +98,9 @@ pub struct DestinationSummary {
     pub idempotency_retention_secs: Option<i64>,
     /// Lookup URL template, if any.
     pub lookup_url_template: Option<String>,
-    /// `hold` or `retry`.
-    pub on_uncertain: String,
+    /// What to do with an uncertain send nothing else can settle.
+    #[sqlx(try_from = "String")]
+    pub on_uncertain: OnUncertain,
     /// Request timeout in milliseconds.
     pub timeout_ms: i32,
     /// Concurrency limit.

@@ -14,7 +14,16 @@ use sqlx::{PgExecutor, PgPool};
 use std::time::Duration;
 use uuid::Uuid;
 
+use outbox_core::{
+    AlertState, AttemptKind, AttemptOutcome, DestinationKind, LiveStatus, OnUncertain, Outcome,
+};
+
+use crate::lifecycle::{requeue_assignments, COMPLETE_BATCH};
 use crate::StoreError;
+
+/// The error class of a lookup that settled nothing (no answer, or one other than found
+/// or not found). [`claim`] counts these per attempt, by this name in its SQL.
+pub const FAILED_LOOKUP: &str = "lookup_failed";
 
 /// The channel dispatchers LISTEN on and deciders NOTIFY after approving.
 pub const WAKE_UP_CHANNEL: &str = "outbox_due";
@@ -30,16 +39,18 @@ pub struct ClaimedAlert {
     pub fencing_token: i64,
     /// Attempts started so far, counting the one this claim starts (for a pending row).
     pub attempts: i32,
-    /// `pending` (send it) or `uncertain` (settle the last attempt first).
-    pub claimed_from: String,
+    /// `Pending` (send it) or `Uncertain` (settle the last attempt first).
+    #[sqlx(try_from = "String")]
+    pub claimed_from: LiveStatus,
     /// When this claim's lease runs out (database clock).
     pub lease_expires_at: DateTime<Utc>,
     /// The database clock at the claim, the start of the lease.
     pub db_now: DateTime<Utc>,
     /// The payload's exact bytes.
     pub payload: String,
-    /// When the retry budget started: the approval, or the latest replay.
-    pub approved_at: DateTime<Utc>,
+    /// When the retry budget started: the approval, or the latest replay (or operator's
+    /// "not delivered"). The retry window runs from here.
+    pub budget_since: DateTime<Utc>,
     /// Attempts made before the budget started (a replay keeps counting attempt numbers).
     pub budget_base_attempts: i32,
     /// When the alert was approved.
@@ -57,8 +68,9 @@ pub struct ClaimedAlert {
     pub destination_id: Uuid,
     /// Its name.
     pub destination: String,
-    /// `webhook` or `email`.
-    pub kind: String,
+    /// Webhook or email.
+    #[sqlx(try_from = "String")]
+    pub kind: DestinationKind,
     /// Where to POST, or the SMTP relay (`smtp://host:port`) of an email destination.
     pub url: String,
     /// The secrets that sign now, as stored (`whsec_...` or sealed `enc:v1:...`): the
@@ -72,8 +84,9 @@ pub struct ClaimedAlert {
     pub lookup_url_template: Option<String>,
     /// Header with the destination's reference, else body field `id`.
     pub reference_header: Option<String>,
-    /// `hold` or `retry`.
-    pub on_uncertain: String,
+    /// What to do with an uncertain send nothing else can settle.
+    #[sqlx(try_from = "String")]
+    pub on_uncertain: OnUncertain,
     /// Request timeout in milliseconds.
     pub timeout_ms: i32,
     /// Concurrency limit for this destination.
@@ -99,7 +112,9 @@ impl std::fmt::Debug for ClaimedAlert {
 }
 
 /// Claims up to `limit` due rows (pending, or uncertain and due for resolution) of enabled
-/// destinations, oldest due first, skipping rows other dispatchers hold. One statement
+/// destinations, oldest due first, skipping rows other dispatchers hold and revisions
+/// queued behind an earlier revision that is still live (`after_alert`: a correction is
+/// never delivered before what it corrects has settled). One statement
 /// commits the claim, the lease and "attempt N started": the row's attempt count, start
 /// time and lease owner, which is what the lease sweep turns into an uncertain attempt
 /// with its evidence line if the dispatcher never reports back. The finished attempt's
@@ -123,6 +138,8 @@ pub async fn claim(
              FROM outbox o JOIN destinations d ON d.id = o.destination_id \
              WHERE o.status IN ('pending', 'uncertain') AND o.next_attempt_at <= now() \
                AND d.enabled AND o.destination_id <> ALL($4::uuid[]) \
+               AND (o.after_alert IS NULL \
+                    OR NOT EXISTS (SELECT 1 FROM outbox p WHERE p.alert_id = o.after_alert)) \
              ORDER BY o.next_attempt_at \
              LIMIT $1 \
              FOR UPDATE OF o SKIP LOCKED \
@@ -149,7 +166,7 @@ pub async fn claim(
          ) \
          SELECT c.alert_id, c.fencing_token, c.attempts, c.claimed_from, c.lease_expires_at, \
                 now() AS db_now, \
-                a.payload::text AS payload, c.budget_since AS approved_at, \
+                a.payload::text AS payload, c.budget_since, \
                 c.budget_base_attempts, a.created_at AS alert_created_at, \
                 CASE WHEN c.claimed_from = 'uncertain' THEN \
                     (SELECT min(da.started_at) FROM delivery_attempts da \
@@ -192,7 +209,7 @@ pub async fn claim(
 /// stalled after committing "attempt N started", so the send may have happened. Records
 /// the attempt as uncertain and says so in the evidence. Returns how many rows it moved.
 pub async fn sweep_expired_leases(db: impl PgExecutor<'_>, limit: i64) -> Result<u64, StoreError> {
-    let moved: i64 = sqlx::query_scalar(
+    let moved: i64 = sqlx::query_scalar(&format!(
         "WITH expired AS ( \
              SELECT o.alert_id, o.attempts, o.lease_owner, o.fencing_token, o.send_started_at \
              FROM outbox o \
@@ -201,8 +218,7 @@ pub async fn sweep_expired_leases(db: impl PgExecutor<'_>, limit: i64) -> Result
              LIMIT $1 \
              FOR UPDATE SKIP LOCKED \
          ), moved AS ( \
-             UPDATE outbox o SET status = 'uncertain', next_attempt_at = now(), \
-                 lease_owner = NULL, lease_expires_at = NULL, fencing_token = NULL, send_started_at = NULL \
+             UPDATE outbox o SET {requeue} \
              FROM expired e WHERE o.alert_id = e.alert_id \
              RETURNING o.alert_id \
          ), recorded AS ( \
@@ -223,7 +239,8 @@ destination acceptance unknown', e.lease_owner, e.attempts) \
              FROM expired e \
          ) \
          SELECT count(*) FROM moved",
-    )
+        requeue = requeue_assignments("'uncertain'", "now()"),
+    ))
     .bind(limit)
     .fetch_one(db)
     .await?;
@@ -269,16 +286,16 @@ pub async fn begin_resend(
 }
 
 /// A finished attempt or lookup, as recorded in `delivery_attempts`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptRecord {
-    /// `send` or `lookup`.
-    pub kind: &'static str,
+    /// A send or a lookup.
+    pub kind: AttemptKind,
     /// The send attempt it belongs to.
     pub attempt: i32,
     /// When it started.
     pub started_at: DateTime<Utc>,
-    /// accepted, rejected, not_processed, not_sent, uncertain, found, not_found.
-    pub outcome: &'static str,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
     /// The destination's status code, if it answered.
     pub http_status: Option<u16>,
     /// The destination's reference, if any.
@@ -290,35 +307,36 @@ pub struct AttemptRecord {
 }
 
 /// Where a claimed row goes next.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
-    /// Leaves the outbox for good or for an operator: `accepted`, `failed` or `held`.
+    /// Leaves the outbox for good or for an operator: accepted, failed or held.
     Settle {
         /// The outcome.
-        outcome: &'static str,
+        outcome: Outcome,
         /// The destination's (or lookup's) reference for an accepted alert.
         reference: Option<String>,
     },
-    /// Back to the queue as `pending` (retry) or `uncertain` (settle later), due at `at`.
+    /// Back to the queue as pending (retry) or uncertain (settle later), due at `at`.
     Requeue {
-        /// `pending` or `uncertain`.
-        status: &'static str,
+        /// Pending or uncertain (never sending: that is a claim).
+        status: LiveStatus,
         /// When it is due.
         at: DateTime<Utc>,
     },
 }
 
 impl Next {
-    fn state(&self) -> &'static str {
+    /// The state the alert is in once this is recorded.
+    pub fn state(&self) -> AlertState {
         match self {
-            Next::Settle { outcome, .. } => outcome,
-            Next::Requeue { status, .. } => status,
+            Next::Settle { outcome, .. } => (*outcome).into(),
+            Next::Requeue { status, .. } => (*status).into(),
         }
     }
 }
 
 /// The outcome of one claim, to record.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completion {
     /// The alert.
     pub alert_id: Uuid,
@@ -366,67 +384,26 @@ pub async fn complete_batch(pool: &PgPool, batch: &[Completion]) -> Result<Vec<b
     sorted.sort_by_key(|done| done.alert_id);
     let columns = CompletionColumns::of(&sorted);
     let mut tx = pool.begin().await?;
-    let applied: Vec<(Uuid, i64)> = sqlx::query_as(
-        "WITH input AS ( \
-             SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::int4[], $5::text[], \
-                 $6::timestamptz[], $7::text[], $8::int2[], $9::text[], $10::text[], $11::text[], \
-                 $12::text[], $13::timestamptz[], $14::text[], $15::text[], $16::text[], $17::text[]) \
-             AS i(alert_id, fencing_token, worker, attempt, kind, started_at, outcome, http_status, \
-                  destination_reference, error_class, response_excerpt, requeue_status, requeue_at, \
-                  settle, settle_reference, to_state, line) \
-         ), fenced AS ( \
-             SELECT i.* FROM input i CROSS JOIN LATERAL ( \
-                 SELECT 1 FROM outbox o \
-                 WHERE o.alert_id = i.alert_id AND o.fencing_token = i.fencing_token \
-                 FOR UPDATE \
-             ) AS current_claim \
-         ), recorded AS ( \
-             INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
-                 started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
-                 destination_reference, error_class, response_excerpt) \
-             SELECT f.alert_id, f.attempt, f.kind, f.worker, f.fencing_token, f.started_at, now(), \
-                    f.alert_id::text, a.payload_sha256, f.outcome, f.http_status, \
-                    f.destination_reference, f.error_class, left(f.response_excerpt, 1000) \
-             FROM fenced f JOIN alerts a ON a.id = f.alert_id \
-             WHERE f.kind IS NOT NULL \
-         ), requeued AS ( \
-             UPDATE outbox o SET status = f.requeue_status, next_attempt_at = f.requeue_at, \
-                 lease_owner = NULL, lease_expires_at = NULL, fencing_token = NULL, \
-                 send_started_at = NULL \
-             FROM fenced f WHERE o.alert_id = f.alert_id AND f.requeue_status IS NOT NULL \
-         ), removed AS ( \
-             DELETE FROM outbox o USING fenced f \
-             WHERE o.alert_id = f.alert_id AND f.settle IS NOT NULL \
-         ), settled AS ( \
-             UPDATE alerts a SET outcome = f.settle, settled_at = now(), \
-                 destination_reference = COALESCE(f.settle_reference, a.destination_reference) \
-             FROM fenced f WHERE a.id = f.alert_id AND f.settle IS NOT NULL \
-         ), explained AS ( \
-             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
-             SELECT f.alert_id, 'sending', f.to_state, f.attempt, 'dispatcher:' || f.worker, f.line \
-             FROM fenced f \
-         ) \
-         SELECT alert_id, fencing_token FROM fenced",
-    )
-    .bind(&columns.alert_id)
-    .bind(&columns.fencing_token)
-    .bind(&columns.worker)
-    .bind(&columns.attempt)
-    .bind(&columns.kind)
-    .bind(&columns.started_at)
-    .bind(&columns.outcome)
-    .bind(&columns.http_status)
-    .bind(&columns.destination_reference)
-    .bind(&columns.error_class)
-    .bind(&columns.response_excerpt)
-    .bind(&columns.requeue_status)
-    .bind(&columns.requeue_at)
-    .bind(&columns.settle)
-    .bind(&columns.settle_reference)
-    .bind(&columns.to_state)
-    .bind(&columns.line)
-    .fetch_all(&mut *tx)
-    .await?;
+    let applied: Vec<(Uuid, i64)> = sqlx::query_as(COMPLETE_BATCH.as_str())
+        .bind(&columns.alert_id)
+        .bind(&columns.fencing_token)
+        .bind(&columns.worker)
+        .bind(&columns.attempt)
+        .bind(&columns.kind)
+        .bind(&columns.started_at)
+        .bind(&columns.outcome)
+        .bind(&columns.http_status)
+        .bind(&columns.destination_reference)
+        .bind(&columns.error_class)
+        .bind(&columns.response_excerpt)
+        .bind(&columns.requeue_status)
+        .bind(&columns.requeue_at)
+        .bind(&columns.settle)
+        .bind(&columns.settle_reference)
+        .bind(&columns.to_state)
+        .bind(&columns.line)
+        .fetch_all(&mut *tx)
+        .await?;
     if applied.is_empty() {
         return Ok(vec![false; batch.len()]);
     }
@@ -500,9 +477,9 @@ impl CompletionColumns {
             c.fencing_token.push(done.fencing_token);
             c.worker.push(done.worker.clone());
             c.attempt.push(attempt.map(|a| a.attempt));
-            c.kind.push(attempt.map(|a| a.kind));
+            c.kind.push(attempt.map(|a| a.kind.as_str()));
             c.started_at.push(attempt.map(|a| a.started_at));
-            c.outcome.push(attempt.map(|a| a.outcome));
+            c.outcome.push(attempt.map(|a| a.outcome.as_str()));
             c.http_status
                 .push(attempt.and_then(|a| a.http_status).map(|s| s as i16));
             c.destination_reference
@@ -515,17 +492,17 @@ impl CompletionColumns {
                 Next::Settle { outcome, reference } => {
                     c.requeue_status.push(None);
                     c.requeue_at.push(None);
-                    c.settle.push(Some(*outcome));
+                    c.settle.push(Some(outcome.as_str()));
                     c.settle_reference.push(reference.clone());
                 }
                 Next::Requeue { status, at } => {
-                    c.requeue_status.push(Some(*status));
+                    c.requeue_status.push(Some(status.as_str()));
                     c.requeue_at.push(Some(*at));
                     c.settle.push(None);
                     c.settle_reference.push(None);
                 }
             }
-            c.to_state.push(done.next.state());
+            c.to_state.push(done.next.state().as_str());
             c.line.push(done.line.clone());
         }
         c
@@ -554,9 +531,9 @@ pub async fn record_attempt(
     .bind(fencing_token)
     .bind(worker)
     .bind(attempt.attempt)
-    .bind(attempt.kind)
+    .bind(attempt.kind.as_str())
     .bind(attempt.started_at)
-    .bind(attempt.outcome)
+    .bind(attempt.outcome.as_str())
     .bind(attempt.http_status.map(|s| s as i16))
     .bind(&attempt.destination_reference)
     .bind(&attempt.error_class)
@@ -576,13 +553,12 @@ pub async fn release(
     worker: &str,
     why: &str,
 ) -> Result<bool, StoreError> {
-    let released = sqlx::query_scalar::<_, Uuid>(
+    let released = sqlx::query_scalar::<_, Uuid>(&format!(
         "WITH released AS ( \
-             UPDATE outbox SET status = $3, lease_owner = NULL, lease_expires_at = NULL, \
-                 fencing_token = NULL, send_started_at = NULL, next_attempt_at = now(), \
-                 attempts = attempts - CASE WHEN $3 = 'pending' THEN 1 ELSE 0 END \
-             WHERE alert_id = $1 AND fencing_token = $2 AND status = 'sending' \
-             RETURNING alert_id, attempts \
+             UPDATE outbox o SET {requeue}, \
+                 attempts = o.attempts - CASE WHEN $3 = 'pending' THEN 1 ELSE 0 END \
+             WHERE o.alert_id = $1 AND o.fencing_token = $2 AND o.status = 'sending' \
+             RETURNING o.alert_id, o.attempts \
          ), explained AS ( \
              INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
              SELECT alert_id, 'sending', $3, NULL, 'dispatcher:' || $4, \
@@ -590,10 +566,11 @@ pub async fn release(
              FROM released \
          ) \
          SELECT alert_id FROM released",
-    )
+        requeue = requeue_assignments("$3", "now()"),
+    ))
     .bind(claim.alert_id)
     .bind(claim.fencing_token)
-    .bind(&claim.claimed_from)
+    .bind(claim.claimed_from.as_str())
     .bind(worker)
     .bind(why)
     .fetch_optional(db)
@@ -699,7 +676,9 @@ pub async fn work_due_within(
              SELECT 1 FROM outbox o JOIN destinations d ON d.id = o.destination_id \
              WHERE d.enabled \
                AND CASE WHEN o.status = 'sending' THEN o.lease_expires_at ELSE o.next_attempt_at END \
-                   <= now() + $1 * interval '1 millisecond')",
+                   <= now() + $1 * interval '1 millisecond' \
+               AND (o.after_alert IS NULL \
+                    OR NOT EXISTS (SELECT 1 FROM outbox p WHERE p.alert_id = o.after_alert)))",
     )
     .bind(i64::try_from(horizon.as_millis()).unwrap_or(i64::MAX))
     .fetch_one(db)
@@ -707,11 +686,17 @@ pub async fn work_due_within(
     Ok(due)
 }
 
+/// The age in seconds of the oldest row that is due and that no dispatcher holds (NULL
+/// when there is none): `/metrics` and `outboxctl stats` both show it.
+pub(crate) const OLDEST_DUE_AGE_SECS: &str =
+    "SELECT extract(epoch FROM now() - min(next_attempt_at))::float8 FROM outbox \
+     WHERE status IN ('pending', 'uncertain') AND next_attempt_at <= now()";
+
 /// Queue figures for `/metrics`.
 #[derive(Debug, Clone, Default)]
 pub struct QueueFigures {
-    /// Live rows by status (pending, sending, uncertain).
-    pub live: Vec<(String, i64)>,
+    /// Live rows by status.
+    pub live: Vec<(LiveStatus, i64)>,
     /// Age in seconds of the oldest row that is due and not being worked on.
     pub oldest_due_age_secs: f64,
     /// Alerts held for an operator.
@@ -724,13 +709,13 @@ pub async fn queue_figures(pool: &PgPool) -> Result<QueueFigures, StoreError> {
         "SELECT status, count(*) FROM outbox GROUP BY status ORDER BY status",
     )
     .fetch_all(pool)
-    .await?;
-    let oldest: Option<f64> = sqlx::query_scalar(
-        "SELECT extract(epoch FROM now() - min(next_attempt_at))::float8 FROM outbox \
-         WHERE status IN ('pending', 'uncertain') AND next_attempt_at <= now()",
-    )
-    .fetch_one(pool)
-    .await?;
+    .await?
+    .into_iter()
+    .map(|(status, n)| Ok((status.parse::<LiveStatus>()?, n)))
+    .collect::<Result<Vec<_>, StoreError>>()?;
+    let oldest: Option<f64> = sqlx::query_scalar(OLDEST_DUE_AGE_SECS)
+        .fetch_one(pool)
+        .await?;
     let held: i64 = sqlx::query_scalar("SELECT count(*) FROM alerts WHERE outcome = 'held'")
         .fetch_one(pool)
         .await?;

@@ -29,6 +29,13 @@ pub enum StoreError {
     /// An operator action that the alert's state does not allow; nothing was changed.
     #[error("{0}")]
     Refused(String),
+    /// The database holds a name this version does not know (a state, an outcome, a
+    /// kind): written by a newer version, or by hand.
+    #[error("the database holds an {0}")]
+    UnknownValue(#[from] outbox_core::UnknownValue),
+    /// Rows that the schema's invariants say cannot exist together.
+    #[error("inconsistent data: {0}")]
+    Inconsistent(String),
     /// PostgreSQL cannot store this JSON (for example a `\u0000` escape in a string).
     #[error("the payload cannot be stored: {0}")]
     UnstorablePayload(String),

@@ -2,7 +2,10 @@
 //! small documented functions, plus the migrator.
 //!
 //! Layout:
-//! - [`bench`]: counters, samples and synthetic history for the benchmark.
+//! - `bench` (only with the `bench-support` feature, which only the benchmark crate
+//!   enables): counters, samples, synthetic history and the schema reset of the
+//!   benchmark; never part of the product's store API.
+//! - [`demo`]: the demo's read-only progress and report counts.
 //! - [`checker`]: the fault suite's referee reads, straight from the tables.
 //! - [`connect`]: pools (with a bounded wait for the database at start-up) and [`MIGRATOR`].
 //! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts (tokens with expiry
@@ -10,9 +13,14 @@
 //!   and re-sealing under a new key).
 //! - [`alerts`]: the decider's write path (approve, revise, in one transaction each) and
 //!   the read model of an alert with its attempts and evidence trail.
+//! - [`lifecycle`]: every transition of an alert, written once: settle, requeue, the
+//!   evidence line, and the operator transitions (replay, resolve) with their refusals;
+//!   the dispatcher's batch completion is built from the same pieces.
 //! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and wake-ups.
 //! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval.
-//! - [`operator`]: operators' actions (replay, resolve, destinations) and statistics.
+//! - [`operator`]: operators' actions (replay, all-or-nothing replay of many, resolve, in
+//!   a transaction each around the lifecycle's transitions; destinations on and off),
+//!   statistics and retention.
 //! - [`rendered`]: email alerts as sent: what rendering one needs, and its message's
 //!   exact bytes, stored once before the first send and reused by every attempt.
 //! - [`outbox`]: listings of the live queue and of alerts by state.
@@ -22,12 +30,15 @@
 //! a transaction; functions that must be atomic open their own transaction on a pool.
 
 pub mod alerts;
+#[cfg(feature = "bench-support")]
 pub mod bench;
 pub mod checker;
 pub mod connect;
+pub mod demo;
 pub mod destinations;
 pub mod dispatch;
 pub mod error;
+pub mod lifecycle;
 pub mod monitors;
 pub mod operator;
 pub mod outbox;

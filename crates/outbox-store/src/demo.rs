@@ -1,0 +1,122 @@
+//! The demo's reads (`outboxctl demo`): how far a run has come and what became of its
+//! alerts. Read-only counts over the whole database, which only makes sense in the demo's
+//! own database; kept apart from the operators' API so no operator command reaches them.
+
+use sqlx::{PgExecutor, PgPool};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// The oldest alert for the destination called `destination` (any tenant), if any.
+pub async fn first_alert_for(
+    db: impl PgExecutor<'_>,
+    destination: &str,
+) -> Result<Option<Uuid>, StoreError> {
+    let id = sqlx::query_scalar::<_, Uuid>(
+        "SELECT a.id FROM alerts a JOIN destinations d ON d.id = a.destination_id \
+         WHERE d.name = $1 ORDER BY a.created_at, a.id LIMIT 1",
+    )
+    .bind(destination)
+    .fetch_optional(db)
+    .await?;
+    Ok(id)
+}
+
+/// How far a demo run has come.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Alerts approved.
+    pub total: i64,
+    /// Alerts settled (accepted, held, failed, superseded).
+    pub settled: i64,
+    /// Alerts uncertain now.
+    pub uncertain: i64,
+}
+
+/// Reads a demo run's progress.
+pub async fn progress(db: impl PgExecutor<'_>) -> Result<Progress, StoreError> {
+    let (total, settled, uncertain): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM alerts), \
+                (SELECT count(*) FROM alerts WHERE outcome IS NOT NULL), \
+                (SELECT count(*) FROM outbox WHERE status = 'uncertain')",
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(Progress {
+        total,
+        settled,
+        uncertain,
+    })
+}
+
+/// What became of a demo's alerts, and how the accepted ones got there.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Accepted by the first attempt.
+    pub first_try: i64,
+    /// Accepted after retries of attempts that were not processed or not sent.
+    pub after_retry: i64,
+    /// Accepted by a resend after an uncertain attempt (the destination de-duplicated).
+    pub by_dedup_resend: i64,
+    /// Accepted because a lookup found it.
+    pub by_lookup: i64,
+    /// Held for an operator.
+    pub held: i64,
+    /// Failed.
+    pub failed: i64,
+    /// Still live.
+    pub live: i64,
+    /// Held alerts with their last evidence line (the first ten).
+    pub held_lines: Vec<(Uuid, String)>,
+}
+
+/// Reads the demo's final figures.
+pub async fn report(pool: &PgPool) -> Result<Report, StoreError> {
+    let (by_lookup, by_dedup_resend, after_retry, first_try, held, failed, live): (
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+        i64,
+    ) = sqlx::query_as(
+        "WITH accepted AS ( \
+                 SELECT a.id, \
+                        EXISTS (SELECT 1 FROM delivery_attempts d WHERE d.alert_id = a.id \
+                                AND d.kind = 'lookup' AND d.outcome = 'found') AS lookup, \
+                        EXISTS (SELECT 1 FROM delivery_attempts d WHERE d.alert_id = a.id \
+                                AND d.kind = 'send' AND d.outcome = 'uncertain') AS was_uncertain, \
+                        (SELECT count(*) FROM delivery_attempts d WHERE d.alert_id = a.id \
+                                AND d.kind = 'send') AS sends \
+                 FROM alerts a WHERE a.outcome = 'accepted' \
+             ) \
+             SELECT count(*) FILTER (WHERE lookup), \
+                    count(*) FILTER (WHERE NOT lookup AND was_uncertain), \
+                    count(*) FILTER (WHERE NOT lookup AND NOT was_uncertain AND sends > 1), \
+                    count(*) FILTER (WHERE NOT lookup AND NOT was_uncertain AND sends <= 1), \
+                    (SELECT count(*) FROM alerts WHERE outcome = 'held'), \
+                    (SELECT count(*) FROM alerts WHERE outcome = 'failed'), \
+                    (SELECT count(*) FROM outbox) \
+             FROM accepted",
+    )
+    .fetch_one(pool)
+    .await?;
+    let held_lines = sqlx::query_as::<_, (Uuid, String)>(
+        "SELECT a.id, (SELECT e.line FROM alert_events e WHERE e.alert_id = a.id \
+                       ORDER BY e.id DESC LIMIT 1) \
+         FROM alerts a WHERE a.outcome = 'held' ORDER BY a.created_at, a.id LIMIT 10",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(Report {
+        first_try,
+        after_retry,
+        by_dedup_resend,
+        by_lookup,
+        held,
+        failed,
+        live,
+        held_lines,
+    })
+}

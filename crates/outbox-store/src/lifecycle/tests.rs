@@ -1,0 +1,281 @@
+//! The lifecycle against a real database: the typed names against the schema's CHECK
+//! constraints, and the batch completion against the single-row transitions.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+use super::*;
+use crate::dispatch::{self, AttemptRecord, Completion, Next};
+use outbox_core::{AttemptKind, AttemptOutcome, DestinationKind, OnUncertain};
+use outbox_testkit::TestDb;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The names a CHECK constraint on `table.column` allows, read from the catalogue
+/// (`column = ANY (ARRAY['a'::text, ...])`, or `column IN (...)` as PostgreSQL prints it).
+async fn check_values(db: &TestDb, table: &str, column: &str) -> BTreeSet<String> {
+    let definitions: Vec<String> = sqlx::query_scalar(
+        "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c \
+         WHERE c.conrelid = $1::regclass AND c.contype = 'c'",
+    )
+    .bind(table)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let needle = format!("({column} = ANY (ARRAY[");
+    let matching: Vec<&String> = definitions.iter().filter(|d| d.contains(&needle)).collect();
+    assert_eq!(
+        matching.len(),
+        1,
+        "one CHECK lists {table}.{column}: {definitions:?}"
+    );
+    let list = matching[0].split(&needle).nth(1).unwrap();
+    let list = &list[..list.find(']').unwrap()];
+    list.split(", ")
+        .map(|item| {
+            item.trim_end_matches("::text")
+                .trim_matches('\'')
+                .to_owned()
+        })
+        .collect()
+}
+
+fn names<T: Copy + std::fmt::Display>(all: &[T]) -> BTreeSet<String> {
+    all.iter().map(ToString::to_string).collect()
+}
+
+#[tokio::test]
+async fn every_typed_name_is_exactly_what_the_schema_allows() {
+    let db = TestDb::new().await;
+    let pairs = [
+        ("outbox", "status", names(LiveStatus::ALL)),
+        ("alerts", "outcome", names(Outcome::ALL)),
+        ("alert_events", "from_state", names(AlertState::ALL)),
+        ("alert_events", "to_state", names(AlertState::ALL)),
+        ("delivery_attempts", "kind", names(AttemptKind::ALL)),
+        ("delivery_attempts", "outcome", names(AttemptOutcome::ALL)),
+        ("destinations", "kind", names(DestinationKind::ALL)),
+        ("destinations", "on_uncertain", names(OnUncertain::ALL)),
+    ];
+    for (table, column, typed) in pairs {
+        // Equal sets: every variant's name passes the CHECK, and every name the CHECK
+        // allows parses into a variant.
+        let allowed = check_values(&db, table, column).await;
+        assert_eq!(allowed, typed, "{table}.{column}");
+    }
+    // The state view is the live status or the outcome: both lists together are the states.
+    let mut both = names(LiveStatus::ALL);
+    both.extend(names(Outcome::ALL));
+    assert_eq!(both, names(AlertState::ALL));
+}
+
+/// A tenant, a destination and `n` approved alerts, claimed by worker `w`.
+async fn claimed_alerts(db: &TestDb, n: usize) -> Vec<dispatch::ClaimedAlert> {
+    let tenant = crate::tenants::create(&db.pool, "acme", "UTC", None)
+        .await
+        .unwrap();
+    crate::destinations::create(
+        &db.pool,
+        &crate::destinations::NewDestination {
+            tenant_id: tenant,
+            name: "ops".to_owned(),
+            url: "http://127.0.0.1:9/hook".to_owned(),
+            signing_secrets: vec![],
+            idempotency_header: "Idempotency-Key".to_owned(),
+            idempotency_retention: None,
+            lookup_url_template: None,
+            on_uncertain: OnUncertain::Hold,
+            timeout: Duration::from_secs(1),
+            max_in_flight: 16,
+        },
+    )
+    .await
+    .unwrap();
+    for i in 0..n {
+        let payload = format!(r#"{{"alert": {i}}}"#);
+        crate::alerts::approve(
+            &db.pool,
+            crate::alerts::Approval {
+                tenant_id: tenant,
+                destination: "ops",
+                subject: &format!("contract:{i}"),
+                occurrence: "2027-01-31/30d",
+                payload_json: &payload,
+                actor: "test",
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let claimed = dispatch::claim(&db.pool, "w", n as i64, Duration::from_secs(60), &[])
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), n);
+    claimed
+}
+
+/// What settling leaves: the alert's resting fields and whether it is still queued.
+async fn settled_row(db: &TestDb, id: Uuid) -> (Option<String>, Option<String>, bool, bool) {
+    sqlx::query_as(
+        "SELECT a.outcome, a.destination_reference, a.settled_at IS NOT NULL, \
+                EXISTS (SELECT 1 FROM outbox o WHERE o.alert_id = a.id) \
+         FROM alerts a WHERE a.id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn lifecycle_batch_and_single_row_settle_alike() {
+    let db = TestDb::new().await;
+    let cases = [
+        (Outcome::Accepted, Some("ref-1")),
+        (Outcome::Failed, None),
+        (Outcome::Held, None),
+    ];
+    let claimed = claimed_alerts(&db, 2 * cases.len()).await;
+    for ((outcome, reference), pair) in cases.into_iter().zip(claimed.chunks(2)) {
+        let (by_batch, by_row) = (&pair[0], &pair[1]);
+        let completion = Completion {
+            alert_id: by_batch.alert_id,
+            fencing_token: by_batch.fencing_token,
+            worker: "w".to_owned(),
+            attempt: Some(AttemptRecord {
+                kind: AttemptKind::Send,
+                attempt: 1,
+                started_at: chrono::Utc::now(),
+                outcome: AttemptOutcome::Accepted,
+                http_status: Some(200),
+                destination_reference: reference.map(str::to_owned),
+                error_class: None,
+                response_excerpt: None,
+            }),
+            next: Next::Settle {
+                outcome,
+                reference: reference.map(str::to_owned),
+            },
+            line: "settled".to_owned(),
+            disable_destination: None,
+        };
+        let applied = dispatch::complete_batch(&db.pool, &[completion])
+            .await
+            .unwrap();
+        assert_eq!(applied, [true]);
+
+        let mut tx = db.pool.begin().await.unwrap();
+        settle(&mut tx, by_row.alert_id, outcome, reference)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+
+        let batch = settled_row(&db, by_batch.alert_id).await;
+        let single = settled_row(&db, by_row.alert_id).await;
+        assert_eq!(batch, single, "{outcome}");
+        assert_eq!(
+            batch,
+            (
+                Some(outcome.as_str().to_owned()),
+                reference.map(str::to_owned),
+                true,
+                false
+            )
+        );
+    }
+}
+
+fn accepted(claim: &dispatch::ClaimedAlert) -> Completion {
+    Completion {
+        alert_id: claim.alert_id,
+        fencing_token: claim.fencing_token,
+        worker: "w".to_owned(),
+        attempt: None,
+        next: Next::Settle {
+            outcome: Outcome::Accepted,
+            reference: None,
+        },
+        line: "accepted".to_owned(),
+        disable_destination: None,
+    }
+}
+
+#[tokio::test]
+async fn a_revision_waits_until_the_alert_it_corrects_has_settled() {
+    let db = TestDb::new().await;
+    let original = claimed_alerts(&db, 1).await.remove(0);
+    // Corrected while a dispatcher holds it: it may reach the destination, so it is not
+    // superseded, and the correction must not overtake it.
+    let crate::alerts::ReviseOutcome::Created {
+        id: revision,
+        superseded_previous: false,
+        ..
+    } = crate::alerts::revise(
+        &db.pool,
+        crate::alerts::Revision {
+            tenant_id: None,
+            alert_id: original.alert_id,
+            payload_json: r#"{"alert": 0, "corrected": true}"#,
+            reason: "wrong amount",
+            actor: "test",
+        },
+    )
+    .await
+    .unwrap()
+    else {
+        panic!("a revision queued beside its sending original");
+    };
+    let lease = Duration::from_secs(60);
+    let claimed = dispatch::claim(&db.pool, "w2", 10, lease, &[])
+        .await
+        .unwrap();
+    assert!(
+        claimed.is_empty(),
+        "claimed before its original settled: {claimed:?}"
+    );
+    assert!(
+        !dispatch::work_due_within(&db.pool, Duration::ZERO)
+            .await
+            .unwrap(),
+        "a waiting revision is not due work (a drain would wait for it forever)"
+    );
+
+    // Uncertain is not settled either.
+    sqlx::query(&format!(
+        "UPDATE outbox o SET {} WHERE o.alert_id = $1",
+        requeue_assignments("'uncertain'", "now() + interval '1 hour'")
+    ))
+    .bind(original.alert_id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert!(dispatch::claim(&db.pool, "w2", 10, lease, &[])
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Once the original has come to rest, the revision goes out.
+    sqlx::query("UPDATE outbox SET next_attempt_at = now() WHERE alert_id = $1")
+        .bind(original.alert_id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let again = dispatch::claim(&db.pool, "w2", 10, lease, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        again.iter().map(|c| c.alert_id).collect::<Vec<_>>(),
+        [original.alert_id],
+        "the original is settled first"
+    );
+    let applied = dispatch::complete_batch(&db.pool, &[accepted(&again[0])])
+        .await
+        .unwrap();
+    assert_eq!(applied, [true]);
+    let last = dispatch::claim(&db.pool, "w2", 10, lease, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        last.iter().map(|c| c.alert_id).collect::<Vec<_>>(),
+        [revision]
+    );
+}
