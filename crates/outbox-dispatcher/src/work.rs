@@ -405,6 +405,7 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
                     Exchange::SmtpAccepted { reply: w, .. }
                     | Exchange::SmtpRefused { reply: w, .. }
                     | Exchange::NotConnected(w)
+                    | Exchange::SmtpNotSent { why: w, .. }
                     | Exchange::TimedOut(w)
                     | Exchange::Broken(w)
                     | Exchange::Unsendable(w)
@@ -736,6 +737,13 @@ fn describe(
             None,
             None,
             Some("connect".into()),
+            Some(why.clone()),
+        ),
+        Exchange::SmtpNotSent { phase, why } => (
+            outcome,
+            None,
+            None,
+            Some(phase.class().into()),
             Some(why.clone()),
         ),
         Exchange::TimedOut(why) => (
