@@ -230,6 +230,10 @@ async fn deliver(
     let Ok(from) = job.mail_from.parse::<Address>() else {
         return Exchange::Unsendable(format!("the sender `{}` is not valid", job.mail_from));
     };
+    let recipients = match recipients(job) {
+        Ok(recipients) => recipients,
+        Err(why) => return Exchange::Unsendable(why),
+    };
 
     // The destination's timeout bounds the whole dialogue, as it bounds a whole HTTP
     // request: the send must end inside the claim's lease.
@@ -265,10 +269,6 @@ async fn deliver(
         Ok(Err(err)) => return not_sent(SmtpPhase::MailFrom, format!("MAIL FROM: {err}")),
         Err(()) => return not_sent(SmtpPhase::MailFrom, "MAIL FROM timed out".into()),
     }
-    let recipients = match recipients(job) {
-        Ok(recipients) => recipients,
-        Err(why) => return Exchange::Unsendable(why),
-    };
     for to in recipients {
         if let Some(refused) = before_data(
             deadline,
