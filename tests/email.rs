@@ -1229,3 +1229,56 @@ async fn a_contracts_owners_get_its_renewal_alert_beside_the_destinations_recipi
         "{headers}"
     );
 }
+
+#[tokio::test]
+async fn sighup_reloads_the_tenants_templates_for_the_next_alert() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+    let templates = std::env::temp_dir().join(format!("outbox-templates-{}", Uuid::new_v4()));
+    std::fs::create_dir_all(templates.join("acme")).unwrap();
+    let subject = templates.join("acme/contract_renewal.en.subject.txt");
+    std::fs::write(&subject, "Before: {{ contract }}").unwrap();
+    let args = dispatcher_args(&db, "w1", &["--templates-dir", templates.to_str().unwrap()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (dispatcher, _, logs) = spawn_capturing(
+        env!("CARGO_BIN_EXE_dispatcher"),
+        &args,
+        &[("RUST_LOG", "info")],
+        "dispatcher started",
+    )
+    .await;
+
+    let before = approve(&db, "cfo", "contract:A-17").await;
+    let accepted = |id: Uuid| {
+        format!("SELECT count(*) FROM alert_states WHERE alert_id = '{id}' AND state = 'accepted'")
+    };
+    wait_for_db(&db, &accepted(before), |n| n == 1).await;
+    std::fs::write(&subject, "After: {{ contract }}").unwrap();
+    let hangup = std::process::Command::new("kill")
+        .args(["-HUP", &dispatcher.id().unwrap().to_string()])
+        .status()
+        .unwrap();
+    assert!(hangup.success());
+    let started = Instant::now();
+    while !logs
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains("templates reloaded"))
+    {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the templates were not reloaded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = approve(&db, "cfo", "contract:B-2").await;
+    wait_for_db(&db, &accepted(after), |n| n == 1).await;
+
+    let messages = inbox.messages().await;
+    assert_eq!(for_alert(&messages, before)[0]["subject"], "Before: A-17");
+    assert_eq!(for_alert(&messages, after)[0]["subject"], "After: A-17");
+    drop(dispatcher);
+    std::fs::remove_dir_all(&templates).unwrap();
+}
