@@ -3,6 +3,9 @@
 //! Identity: subject `contract:<external id>`, occurrence `<renewal date>/<tier>d`, one per
 //! destination. The renewal date is part of the occurrence, so next year's renewal (or a
 //! changed date) is a new cycle with its own alerts, never blocked by this year's.
+//!
+//! A contract may name its owners (`recipients`: mail addresses, checked at import); its
+//! renewal alerts carry them in the payload, so every attempt mails the same people.
 
 use jiff::civil::Date;
 use jiff::Timestamp;
