@@ -10,6 +10,7 @@ mod common;
 use base64::Engine;
 use common::outboxctl;
 use common::procs::*;
+use outbox_testkit::tls::{TestCa, TlsFiles};
 use outbox_testkit::TestDb;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -22,11 +23,14 @@ const PASSWORD: &str = "s3cret-relay-pass";
 
 const RENEWAL: &str = r#"{"kind": "contract_renewal", "contract": "A-17", "vendor": "Acme Tools", "amount": 12000.00, "currency": "EUR", "renewal_date": "2027-01-15", "action_date": "2026-12-16", "days_remaining": 30, "tier": 30}"#;
 
-/// A running SMTP inbox: the sink with `--smtp-listen`.
+/// A running SMTP inbox: the sink with `--smtp-listen` (and `--smtps-listen` when given).
 struct Inbox {
     _child: Child,
     base: String,
     smtp_port: String,
+    /// The implicit-TLS listener's port, when it has one.
+    smtps_port: Option<String>,
+    logs: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     http: reqwest::Client,
 }
 
@@ -36,25 +40,44 @@ impl Inbox {
         args.extend_from_slice(extra);
         let (child, base, logs) =
             spawn_capturing(env!("CARGO_BIN_EXE_sink"), &args, &[], "sink listening").await;
-        let started = Instant::now();
-        let smtp_addr = loop {
-            let found = logs.lock().unwrap().iter().find_map(|line| {
-                let event: Value = serde_json::from_str(line).ok()?;
-                (event["fields"]["message"] == "sink SMTP listening")
-                    .then(|| event["fields"]["addr"].as_str().unwrap().to_owned())
-            });
-            if let Some(addr) = found {
-                break addr;
-            }
-            assert!(started.elapsed() < DEADLINE, "no SMTP listening line");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let smtp_port = listening_port(&logs, "sink SMTP listening").await;
+        let smtps_port = match extra.contains(&"--smtps-listen") {
+            true => Some(listening_port(&logs, "sink SMTPS listening").await),
+            false => None,
         };
         Inbox {
             _child: child,
             base,
-            smtp_port: smtp_addr.rsplit(':').next().unwrap().to_owned(),
+            smtp_port,
+            smtps_port,
+            logs,
             http: reqwest::Client::new(),
         }
+    }
+
+    /// An inbox that presents `files`' certificate: `STARTTLS` on its SMTP port, implicit
+    /// TLS on its SMTPS port.
+    async fn start_tls(files: &TlsFiles, extra: &[&str]) -> Inbox {
+        let (cert, key) = (files.cert(), files.key());
+        let mut args = vec![
+            "--smtps-listen",
+            "127.0.0.1:0",
+            "--smtp-tls-cert",
+            cert.to_str().unwrap(),
+            "--smtp-tls-key",
+            key.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        Inbox::start(&args).await
+    }
+
+    /// Whether the sink logged a line containing `text`.
+    fn logged(&self, text: &str) -> bool {
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|line| line.contains(text))
     }
 
     async fn messages(&self) -> Vec<Value> {
@@ -84,8 +107,31 @@ impl Inbox {
     }
 }
 
+/// The port of the address a process logged with `message`.
+async fn listening_port(logs: &std::sync::Mutex<Vec<String>>, message: &str) -> String {
+    let started = Instant::now();
+    loop {
+        let found = logs.lock().unwrap().iter().find_map(|line| {
+            let event: Value = serde_json::from_str(line).ok()?;
+            (event["fields"]["message"] == message)
+                .then(|| event["fields"]["addr"].as_str().unwrap().to_owned())
+        });
+        if let Some(addr) = found {
+            return addr.rsplit(':').next().unwrap().to_owned();
+        }
+        assert!(started.elapsed() < DEADLINE, "no `{message}` line");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Adds tenant `acme` (once) and an email destination through the real `outboxctl`.
 async fn add_email_destination(db: &TestDb, inbox: &Inbox, name: &str, extra: &[&str]) {
+    add_relay_destination(db, name, &inbox.smtp_port, "none", extra).await;
+}
+
+/// Adds tenant `acme` (once) and an email destination to the relay at 127.0.0.1:`port`
+/// speaking `tls` (`none`, `starttls` or `tls`).
+async fn add_relay_destination(db: &TestDb, name: &str, port: &str, tls: &str, extra: &[&str]) {
     let _ = outboxctl(db, &["tenant", "create", "acme"]).await;
     let mut args = vec![
         "destination",
@@ -99,9 +145,9 @@ async fn add_email_destination(db: &TestDb, inbox: &Inbox, name: &str, extra: &[
         "--smtp-host",
         "127.0.0.1",
         "--smtp-port",
-        &inbox.smtp_port,
+        port,
         "--smtp-tls",
-        "none",
+        tls,
         "--from",
         "alerts@acme.example",
         "--allow-private",
@@ -260,7 +306,7 @@ async fn email_reaches_the_inbox_once_with_its_identity_in_each_locale_and_no_cr
         );
         assert!(
             trail.contains(&format!("message <{id}@acme.example> sha256:"))
-                && trail.contains("rendered with templates sha256:"),
+                && trail.contains("rendered with templates builtin sha256:"),
             "{trail}"
         );
     }
@@ -380,7 +426,7 @@ async fn with_on_uncertain_retry_the_resend_is_the_same_message_byte_for_byte() 
 }
 
 #[tokio::test]
-async fn a_resend_sends_the_stored_bytes_even_after_the_destination_changed_locale() {
+async fn a_resend_sends_the_stored_bytes_even_after_the_locale_and_the_tenants_templates_changed() {
     let db = TestDb::new().await;
     let inbox = Inbox::start(&[]).await;
     add_email_destination(
@@ -390,20 +436,47 @@ async fn a_resend_sends_the_stored_bytes_even_after_the_destination_changed_loca
         &["--to", "cfo@acme.example", "--locale", "es"],
     )
     .await;
+    // The tenant's own subject, from the dispatcher's templates folder.
+    let templates = std::env::temp_dir().join(format!("outbox-templates-{}", Uuid::new_v4()));
+    std::fs::create_dir_all(templates.join("acme")).unwrap();
+    let subject = |locale: &str, text: &str| {
+        let file = templates.join(format!("acme/contract_renewal.{locale}.subject.txt"));
+        std::fs::write(file, text).unwrap();
+    };
+    subject("es", "Primera versión: {{ contract }}");
+    let templates_dir = templates.to_str().unwrap().to_owned();
+    let with_templates = ["--templates-dir", templates_dir.as_str()];
+
     let id = approve(&db, "cfo", "contract:A-17").await;
     inbox
         .faults(json!({"smtp_drop_for_message_ids": [format!("{id}@acme.example")]}))
         .await;
-    drain_logged(&db, "w1", &[]).await;
+    drain_logged(&db, "w1", &with_templates).await;
     assert_eq!(state_of(&db, id).await, "held");
     let (spanish, sha) = stored(&db, id).await;
+    let first = outbox_store::rendered::find(&db.pool, id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        first.template_version.starts_with("tenant acme sha256:"),
+        "{}",
+        first.template_version
+    );
+    assert_eq!(
+        for_alert(&inbox.messages().await, id)[0]["subject"],
+        "Primera versión: A-17"
+    );
 
-    // Between the attempts the destination is switched to English, then the held alert
-    // is replayed: the resend must still be the Spanish message first rendered.
+    // Between the attempts the destination is switched to English and the tenant's
+    // templates are rewritten, then the held alert is replayed: the resend must still be
+    // the Spanish message first rendered, with its first subject.
     sqlx::query("UPDATE destinations SET locale = 'en' WHERE name = 'cfo'")
         .execute(&db.pool)
         .await
         .unwrap();
+    subject("es", "Segunda versión: {{ contract }}");
+    subject("en", "Second version: {{ contract }}");
     let replay = outboxctl(
         &db,
         &[
@@ -415,14 +488,52 @@ async fn a_resend_sends_the_stored_bytes_even_after_the_destination_changed_loca
     )
     .await;
     assert!(replay.ok, "{}", replay.stderr);
-    drain_logged(&db, "w2", &[]).await;
+    // A new alert meanwhile gets the new templates.
+    let new = approve(&db, "cfo", "contract:B-2").await;
+    drain_logged(&db, "w2", &with_templates).await;
 
     assert_eq!(state_of(&db, id).await, "accepted");
     let got = for_alert(&inbox.messages().await, id);
     assert_eq!(got.len(), 2, "{got:?}");
     assert!(got.iter().all(|m| m["sha256"] == sha.as_str()), "{got:?}");
+    assert!(
+        got.iter().all(|m| m["subject"] == "Primera versión: A-17"),
+        "{got:?}"
+    );
     assert_eq!(stored(&db, id).await.0, spanish);
     assert!(decode_quoted_printable(&String::from_utf8_lossy(&spanish)).contains("quedan 30 días"));
+    assert_eq!(state_of(&db, new).await, "accepted");
+    let got = for_alert(&inbox.messages().await, new);
+    assert_eq!(got.len(), 1, "{got:?}");
+    // (The test's payload names contract A-17 whatever the subject.)
+    assert_eq!(got[0]["subject"], "Second version: A-17");
+    std::fs::remove_dir_all(&templates).unwrap();
+}
+
+#[tokio::test]
+async fn a_broken_tenant_template_stops_the_dispatcher_at_start_with_one_line() {
+    let db = TestDb::new().await;
+    let templates = std::env::temp_dir().join(format!("outbox-templates-{}", Uuid::new_v4()));
+    std::fs::create_dir_all(templates.join("acme")).unwrap();
+    std::fs::write(templates.join("acme/generic.en.subject.txt"), "{% if %}").unwrap();
+    let mut args = dispatcher_args(&db, "w1", &["--templates-dir", templates.to_str().unwrap()]);
+    args.push("--drain".into());
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
+        .args(&args)
+        .env_remove("OUTBOX_ALLOW_PRIVATE")
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .output()
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(&templates).unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--templates-dir") && stderr.contains("generic.en.subject.txt"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
@@ -462,6 +573,9 @@ async fn a_550_fails_with_the_reply_as_evidence_and_a_451_is_retried_until_accep
 async fn bad_email_destinations_are_refused_in_one_line_and_write_nothing() {
     let db = TestDb::new().await;
     assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
+    let files = TestCa::new("outbox test CA").issue(&["relay.example"]);
+    let (key_file, ca_file) = (files.key(), files.ca());
+    let (key_file, ca_file) = (key_file.to_str().unwrap(), ca_file.to_str().unwrap());
     let base = [
         "destination",
         "add",
@@ -522,18 +636,36 @@ async fn bad_email_destinations_are_refused_in_one_line_and_write_nothing() {
             ],
             "--smtp-host",
         ),
+        // A CA file with a private key in it, or a CA without TLS to check it with.
         (
             &[
                 "--smtp-host",
                 "relay.example",
                 "--smtp-tls",
                 "starttls",
+                "--smtp-ca-file",
+                key_file,
                 "--from",
                 "a@b.example",
                 "--to",
                 "c@d.example",
             ],
-            "not supported",
+            "it must hold CA certificates only",
+        ),
+        (
+            &[
+                "--smtp-host",
+                "relay.example",
+                "--smtp-tls",
+                "none",
+                "--smtp-ca-file",
+                ca_file,
+                "--from",
+                "a@b.example",
+                "--to",
+                "c@d.example",
+            ],
+            "--smtp-ca-file needs --smtp-tls starttls or tls",
         ),
         (
             &[
@@ -814,4 +946,339 @@ async fn a_destination_without_a_locale_mails_in_its_tenants() {
         let decoded = decode_quoted_printable(&String::from_utf8_lossy(&bytes));
         assert!(decoded.contains(expected), "{decoded}");
     }
+}
+
+/// The error classes of an alert's send attempts, in order.
+async fn attempt_classes(db: &TestDb, id: Uuid) -> Vec<(String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT outcome, error_class FROM delivery_attempts \
+         WHERE alert_id = $1 AND kind = 'send' ORDER BY attempt",
+    )
+    .bind(id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// Writes the relay password into a file in `dir` and returns the `--smtp-user` and
+/// `--smtp-password-file` flags naming it.
+fn password_flags(dir: &std::path::Path) -> [String; 4] {
+    let file = dir.join("relay-password");
+    std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
+    [
+        "--smtp-user".into(),
+        "relay".into(),
+        "--smtp-password-file".into(),
+        file.to_str().unwrap().to_owned(),
+    ]
+}
+
+#[tokio::test]
+async fn email_over_starttls_and_implicit_tls_reaches_the_inbox_once_with_auth_and_no_secret_logged(
+) {
+    let db = TestDb::new().await;
+    let files = TestCa::new("outbox test CA").issue(&["127.0.0.1"]);
+    let inbox = Inbox::start_tls(&files, &["--smtp-auth", &format!("relay:{PASSWORD}")]).await;
+    let ca = files.ca();
+    let auth = password_flags(files.dir());
+    let mut flags = vec!["--smtp-ca-file", ca.to_str().unwrap()];
+    flags.extend(auth.iter().map(String::as_str));
+    let mut cfo = vec!["--to", "cfo@acme.example"];
+    cfo.extend_from_slice(&flags);
+    add_relay_destination(&db, "cfo", &inbox.smtp_port, "starttls", &cfo).await;
+    let mut ops = vec!["--to", "ops@acme.example"];
+    ops.extend_from_slice(&flags);
+    let smtps_port = inbox.smtps_port.clone().unwrap();
+    add_relay_destination(&db, "ops", &smtps_port, "tls", &ops).await;
+
+    let over_starttls = approve(&db, "cfo", "contract:A-17").await;
+    let over_tls = approve(&db, "ops", "contract:A-17").await;
+    let logs = drain_logged(&db, "w1", &[]).await;
+
+    let messages = inbox.messages().await;
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    for (id, security) in [(over_starttls, "starttls"), (over_tls, "tls")] {
+        assert_eq!(state_of(&db, id).await, "accepted");
+        let got = for_alert(&messages, id);
+        assert_eq!(got.len(), 1, "{messages:?}");
+        assert_eq!(
+            got[0]["tls"], security,
+            "the session was encrypted: {got:?}"
+        );
+        assert_eq!(got[0]["authenticated_as"], "relay");
+        let (_, sha) = stored(&db, id).await;
+        assert_eq!(
+            got[0]["sha256"], sha,
+            "the inbox has the stored bytes exactly"
+        );
+    }
+    let auth_plain =
+        base64::engine::general_purpose::STANDARD.encode(format!("\0relay\0{PASSWORD}"));
+    for secret in [PASSWORD, auth_plain.as_str()] {
+        assert!(!logs.contains(secret), "the dispatcher logged the password");
+        assert!(!inbox.logged(secret), "the sink logged the password");
+    }
+}
+
+#[tokio::test]
+async fn a_certificate_for_another_name_or_from_an_untrusted_ca_is_class_tls_and_nothing_is_sent() {
+    let db = TestDb::new().await;
+    let ca = TestCa::new("outbox test CA");
+    let right_name = ca.issue(&["127.0.0.1"]);
+    let wrong_name = ca.issue(&["relay.invalid"]);
+    let another_ca = TestCa::new("another CA").issue(&["127.0.0.1"]);
+    let inbox = Inbox::start_tls(&right_name, &[]).await;
+    let misnamed = Inbox::start_tls(&wrong_name, &[]).await;
+
+    let trusted_ca = right_name.ca();
+    let other_ca = another_ca.ca();
+    let to = ["--to", "cfo@acme.example"];
+    // Trusted CA, but the certificate names another host.
+    let flags = [&to[..], &["--smtp-ca-file", trusted_ca.to_str().unwrap()]].concat();
+    add_relay_destination(&db, "misnamed", &misnamed.smtp_port, "starttls", &flags).await;
+    // The right name, from a CA this destination does not trust.
+    let flags = [&to[..], &["--smtp-ca-file", other_ca.to_str().unwrap()]].concat();
+    let smtps_port = inbox.smtps_port.clone().unwrap();
+    add_relay_destination(&db, "other-ca", &smtps_port, "tls", &flags).await;
+    // No CA of its own: the public roots, which never issued the test CA.
+    add_relay_destination(&db, "public-roots", &inbox.smtp_port, "starttls", &to).await;
+
+    let mut ids = Vec::new();
+    for destination in ["misnamed", "other-ca", "public-roots"] {
+        ids.push((
+            destination,
+            approve(&db, destination, "contract:A-17").await,
+        ));
+    }
+    // One attempt each: the retry is an hour away.
+    drain_logged(&db, "w1", &["--retry-delays", "1h"]).await;
+
+    for (destination, id) in ids {
+        assert_eq!(state_of(&db, id).await, "pending", "{destination}");
+        assert_eq!(
+            attempt_classes(&db, id).await,
+            [("not_sent".to_owned(), Some("tls".to_owned()))],
+            "{destination}"
+        );
+        let trail = evidence(&db, id).await.join("\n");
+        assert!(
+            trail.contains("not sent") && trail.contains("certificate"),
+            "{destination}: {trail}"
+        );
+    }
+    assert!(inbox.messages().await.is_empty());
+    assert!(misnamed.messages().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_relay_that_does_not_offer_starttls_gets_nothing_in_plain_text_not_even_auth() {
+    let db = TestDb::new().await;
+    let files = TestCa::new("outbox test CA").issue(&["127.0.0.1"]);
+    let inbox = Inbox::start_tls(&files, &["--smtp-auth", &format!("relay:{PASSWORD}")]).await;
+    // As an attacker on the path would, the relay's answer to EHLO leaves STARTTLS out.
+    inbox.faults(json!({"smtp_hide_starttls": true})).await;
+    let ca = files.ca();
+    let auth = password_flags(files.dir());
+    let mut flags = vec![
+        "--to",
+        "cfo@acme.example",
+        "--smtp-ca-file",
+        ca.to_str().unwrap(),
+    ];
+    flags.extend(auth.iter().map(String::as_str));
+    add_relay_destination(&db, "cfo", &inbox.smtp_port, "starttls", &flags).await;
+    let id = approve(&db, "cfo", "contract:A-17").await;
+
+    drain_logged(&db, "w1", &["--retry-delays", "1h"]).await;
+    assert_eq!(state_of(&db, id).await, "pending");
+    assert_eq!(
+        attempt_classes(&db, id).await,
+        [("not_sent".to_owned(), Some("tls".to_owned()))]
+    );
+    let trail = evidence(&db, id).await.join("\n");
+    assert!(trail.contains("does not offer STARTTLS"), "{trail}");
+    assert!(inbox.messages().await.is_empty());
+    assert!(
+        !inbox.logged("SMTP client authenticated") && !inbox.logged("SMTP authentication failed"),
+        "credentials went out in plain text"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_sender_is_not_sent_with_class_mail_from_and_retried_whatever_the_reply() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+    let id = approve(&db, "cfo", "contract:A-17").await;
+    inbox
+        .faults(json!({"smtp_mail_from_script": ["451 4.7.1 sender deferred", "550 5.7.1 sender refused"]}))
+        .await;
+
+    drain_logged(&db, "w1", &[]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+    assert_eq!(
+        attempt_classes(&db, id).await,
+        [
+            ("not_sent".to_owned(), Some("mail_from".to_owned())),
+            ("not_sent".to_owned(), Some("mail_from".to_owned())),
+            ("accepted".to_owned(), None),
+        ]
+    );
+    let trail = evidence(&db, id).await.join("\n");
+    assert!(
+        trail.contains("not sent (MAIL FROM") && trail.contains("sender deferred"),
+        "{trail}"
+    );
+    assert_eq!(for_alert(&inbox.messages().await, id).len(), 1);
+}
+
+#[tokio::test]
+async fn a_contracts_owners_get_its_renewal_alert_beside_the_destinations_recipients_once() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&db, &inbox, "finance", &["--to", "cfo@acme.example"]).await;
+    let dir = std::env::temp_dir().join(format!("outbox-contracts-{}", Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = "external_id,vendor,amount,currency,renewal_date,destinations,recipients\n";
+    let good = dir.join("contracts.csv");
+    // The owner CFO@... is the destination's own cfo@... in other letters: mailed once.
+    std::fs::write(
+        &good,
+        format!("{header}A-17,Acme Tools,12000.00,EUR,2027-01-15,finance,buyer@acme.example;CFO@acme.example\n"),
+    )
+    .unwrap();
+    let bad = dir.join("bad.csv");
+    std::fs::write(
+        &bad,
+        format!("{header}A-17,Acme Tools,12000.00,EUR,2027-01-15,finance,someone\nB-2,Acme Tools,1.00,EUR,2027-01-15,finance,b@acme.example\n"),
+    )
+    .unwrap();
+
+    let refused = outboxctl(
+        &db,
+        &[
+            "contract",
+            "import",
+            bad.to_str().unwrap(),
+            "--tenant",
+            "acme",
+        ],
+    )
+    .await;
+    assert!(!refused.ok, "{}", refused.stdout);
+    assert!(
+        refused.stderr.starts_with("error:")
+            && refused.stderr.trim_end().lines().count() == 1
+            && refused.stderr.contains("line 2: recipient `someone`"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(db.count("contracts").await, 0, "a bad file writes nothing");
+    let imported = outboxctl(
+        &db,
+        &[
+            "contract",
+            "import",
+            good.to_str().unwrap(),
+            "--tenant",
+            "acme",
+        ],
+    )
+    .await;
+    assert!(imported.ok, "{}", imported.stderr);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // Thirty days before the action date: the 30-day alert is due.
+    let decided = tokio::process::Command::new(env!("CARGO_BIN_EXE_decider"))
+        .args([
+            "run-once",
+            "--now",
+            "2026-12-16T12:00:00Z",
+            "--database-url",
+            &db.url,
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .status()
+        .await
+        .unwrap();
+    assert!(decided.success());
+    let (id, payload): (Uuid, Value) =
+        sqlx::query_as("SELECT id, payload FROM alerts WHERE subject = 'contract:A-17'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        payload["recipients"],
+        json!(["buyer@acme.example", "CFO@acme.example"]),
+        "the payload carries the owners, so every retry has them"
+    );
+
+    drain_logged(&db, "w1", &[]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+    let messages = inbox.messages().await;
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert_eq!(
+        messages[0]["rcpt_to"],
+        json!(["cfo@acme.example", "buyer@acme.example"])
+    );
+    let (bytes, _) = stored(&db, id).await;
+    let headers = String::from_utf8_lossy(&bytes).replace("\r\n ", " ");
+    assert!(
+        headers.contains("To: cfo@acme.example, buyer@acme.example\r\n"),
+        "{headers}"
+    );
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_tenants_templates_for_the_next_alert() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+    let templates = std::env::temp_dir().join(format!("outbox-templates-{}", Uuid::new_v4()));
+    std::fs::create_dir_all(templates.join("acme")).unwrap();
+    let subject = templates.join("acme/contract_renewal.en.subject.txt");
+    std::fs::write(&subject, "Before: {{ contract }}").unwrap();
+    let args = dispatcher_args(&db, "w1", &["--templates-dir", templates.to_str().unwrap()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (dispatcher, _, logs) = spawn_capturing(
+        env!("CARGO_BIN_EXE_dispatcher"),
+        &args,
+        &[("RUST_LOG", "info")],
+        "dispatcher started",
+    )
+    .await;
+
+    let before = approve(&db, "cfo", "contract:A-17").await;
+    let accepted = |id: Uuid| {
+        format!("SELECT count(*) FROM alert_states WHERE alert_id = '{id}' AND state = 'accepted'")
+    };
+    wait_for_db(&db, &accepted(before), |n| n == 1).await;
+    std::fs::write(&subject, "After: {{ contract }}").unwrap();
+    let hangup = std::process::Command::new("kill")
+        .args(["-HUP", &dispatcher.id().unwrap().to_string()])
+        .status()
+        .unwrap();
+    assert!(hangup.success());
+    let started = Instant::now();
+    while !logs
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains("templates reloaded"))
+    {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the templates were not reloaded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = approve(&db, "cfo", "contract:B-2").await;
+    wait_for_db(&db, &accepted(after), |n| n == 1).await;
+
+    let messages = inbox.messages().await;
+    assert_eq!(for_alert(&messages, before)[0]["subject"], "Before: A-17");
+    assert_eq!(for_alert(&messages, after)[0]["subject"], "After: A-17");
+    drop(dispatcher);
+    std::fs::remove_dir_all(&templates).unwrap();
 }

@@ -64,6 +64,11 @@ struct Cli {
     /// they are loopback, private, link-local, ...: for development, tests and demos only.
     #[arg(long, env = "OUTBOX_ALLOW_PRIVATE", default_value = "", value_name = "CIDR,...", value_parser = outbox_egress::AllowList::parse)]
     allow_private: outbox_egress::AllowList,
+    /// Folder of each tenant's own email templates: `DIR/<tenant name>/<kind>.<locale>.
+    /// subject.txt|txt|html`. Compiled at start (a broken one stops the dispatcher) and
+    /// read again on SIGHUP.
+    #[arg(long, env = "DISPATCHER_TEMPLATES_DIR", value_name = "DIR")]
+    templates_dir: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -71,6 +76,12 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     outbox_runtime::init_tracing();
     let _failpoints = outbox_runtime::failpoints();
+    // Before anything else: a broken template is a configuration error to fix first.
+    let templates = match &cli.templates_dir {
+        Some(dir) => outbox_dispatcher::TenantTemplates::load(dir)
+            .map_err(|err| anyhow::anyhow!("--templates-dir: {err}"))?,
+        None => outbox_dispatcher::TenantTemplates::default(),
+    };
     let pool = outbox_store::connect_with_retry(
         &cli.database_url,
         "dispatcher",
@@ -95,6 +106,8 @@ async fn main() -> anyhow::Result<()> {
         transport: outbox_dispatcher::Transport::Http,
         secret_keys: cli.secret_keys,
         egress: outbox_egress::Guard::new(cli.allow_private),
+        templates: std::sync::Arc::new(templates),
+        templates_dir: cli.templates_dir,
     };
     outbox_dispatcher::run(pool, config, outbox_runtime::shutdown_signal()).await?;
     Ok(())

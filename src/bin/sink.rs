@@ -1,6 +1,6 @@
 //! `sink`: a notification endpoint we control, for tests and demos. Everything is in the
 //! `outbox-sink` crate; this only parses the command line, binds (HTTP, and SMTP with
-//! `--smtp-listen`) and serves until SIGTERM/SIGINT.
+//! `--smtp-listen`, SMTPS with `--smtps-listen`) and serves until SIGTERM/SIGINT.
 
 use anyhow::Context;
 use clap::Parser;
@@ -13,14 +13,21 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;
-    let smtp = match args.smtp_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("listening for SMTP on {addr}"))?,
-        ),
-        None => None,
+    let mail = outbox_sink::MailListeners {
+        smtp: bind(args.smtp_listen, "SMTP").await?,
+        smtps: bind(args.smtps_listen, "SMTPS").await?,
     };
-    outbox_sink::serve_with_smtp(listener, smtp, args, outbox_runtime::shutdown_signal()).await?;
+    outbox_sink::serve_with_mail(listener, mail, args, outbox_runtime::shutdown_signal()).await?;
     Ok(())
+}
+
+async fn bind(
+    addr: Option<std::net::SocketAddr>,
+    what: &str,
+) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening for {what} on {addr}"))?;
+    Ok(Some(listener))
 }

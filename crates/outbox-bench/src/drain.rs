@@ -338,6 +338,8 @@ impl Running {
                         outbox_egress::AllowList::parse(&settings.allow_private())
                             .map_err(anyhow::Error::msg)?,
                     ),
+                    templates: Default::default(),
+                    templates_dir: None,
                 };
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
                 let task = tokio::spawn(outbox_dispatcher::run(dispatcher_pool, config, async {

@@ -100,6 +100,10 @@ pub struct EmailArgs {
     /// Transport security to the relay: `none` (a local relay), `starttls` or `tls`.
     #[arg(long, value_parser = ["none", "starttls", "tls"])]
     smtp_tls: Option<String>,
+    /// PEM file of the CA the relay's certificate must chain to (a relay on a private
+    /// PKI); without it the public roots are trusted. Stored with the destination.
+    #[arg(long, value_name = "PATH")]
+    smtp_ca_file: Option<String>,
     /// SMTP user name, when the relay wants AUTH.
     #[arg(long)]
     smtp_user: Option<String>,
@@ -124,6 +128,7 @@ impl EmailArgs {
     fn any_given(&self) -> bool {
         self.smtp_host.is_some()
             || self.smtp_tls.is_some()
+            || self.smtp_ca_file.is_some()
             || self.smtp_user.is_some()
             || self.smtp_password_file.is_some()
             || self.smtp_password_stdin
@@ -175,6 +180,23 @@ fn checked_address(flag: &str, text: &str) -> anyhow::Result<String> {
     Ok(address.to_string())
 }
 
+/// The text of a CA file that holds only certificates able to anchor a relay's chain.
+fn checked_ca_file(path: &str) -> anyhow::Result<String> {
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(
+            std::fs::File::open(path)
+                .with_context(|| format!("--smtp-ca-file `{path}` cannot be read"))?,
+            outbox_egress::tls::MAX_CA_PEM_BYTES as u64 + 1,
+        ),
+        &mut text,
+    )
+    .with_context(|| format!("--smtp-ca-file `{path}` is not readable text"))?;
+    outbox_egress::tls::RelayTrust::private_ca(&text)
+        .map_err(|err| anyhow::anyhow!("--smtp-ca-file `{path}` {err}"))?;
+    Ok(text)
+}
+
 /// Adds an email destination: the relay checked by the egress guard like any URL, the
 /// addresses parsed, the password sealed like signing secrets.
 async fn add_email_destination(
@@ -202,9 +224,13 @@ async fn add_email_destination(
     let Some(tls) = email.smtp_tls.clone() else {
         bail!("--kind email needs --smtp-tls none|starttls|tls");
     };
-    if tls != "none" {
-        bail!("--smtp-tls {tls} is not supported yet: use --smtp-tls none with a relay on a trusted network (for example a local relay that forwards over TLS)");
-    }
+    let smtp_ca_pem = match &email.smtp_ca_file {
+        None => None,
+        Some(_) if tls == "none" => {
+            bail!("--smtp-ca-file needs --smtp-tls starttls or tls: without TLS there is no certificate to check")
+        }
+        Some(path) => Some(checked_ca_file(path)?),
+    };
     if email.smtp_port == 0 {
         bail!("--smtp-port must be 1 to 65535");
     }
@@ -282,6 +308,7 @@ async fn add_email_destination(
             mail_from: from,
             mail_to: to,
             locale: email.locale.map(|locale| locale.code().to_owned()),
+            smtp_ca_pem,
         },
     )
     .await?;

@@ -3,6 +3,9 @@
 //! Identity: subject `contract:<external id>`, occurrence `<renewal date>/<tier>d`, one per
 //! destination. The renewal date is part of the occurrence, so next year's renewal (or a
 //! changed date) is a new cycle with its own alerts, never blocked by this year's.
+//!
+//! A contract may name its owners (`recipients`: mail addresses, checked at import); its
+//! renewal alerts carry them in the payload, so every attempt mails the same people.
 
 use jiff::civil::Date;
 use jiff::Timestamp;
@@ -55,7 +58,10 @@ pub const MAX_AMOUNT_WHOLE_DIGITS: usize = 30;
 /// Most digits of an amount after its decimal point.
 pub const MAX_AMOUNT_FRACTION_DIGITS: usize = 18;
 
-const COLUMNS: [&str; 8] = [
+/// Most owners one contract names.
+pub const MAX_RECIPIENTS: usize = 20;
+
+const COLUMNS: [&str; 9] = [
     "external_id",
     "vendor",
     "amount",
@@ -64,6 +70,7 @@ const COLUMNS: [&str; 8] = [
     "notice_days",
     "destinations",
     "tiers",
+    "recipients",
 ];
 
 /// Reads and checks a contract file. `known_destinations` are the tenant's destination
@@ -303,6 +310,7 @@ fn check_row(fields: &HashMap<String, String>, known: &[String]) -> Result<Contr
         "" => None,
         text => Some(renewal::parse_tiers(text).map_err(|e| e.to_string())?),
     };
+    let recipients = recipients(get("recipients"))?;
     Ok(ContractInput {
         external_id,
         vendor,
@@ -312,7 +320,34 @@ fn check_row(fields: &HashMap<String, String>, known: &[String]) -> Result<Contr
         notice_days,
         tiers,
         destinations,
+        recipients: (!recipients.is_empty()).then_some(recipients),
     })
+}
+
+/// The owners of a contract: mail addresses separated by `;` or blanks, each as lettre
+/// parses it (`name@domain`, no display name), repeated ones (compared without regard to
+/// case) kept once.
+fn recipients(text: &str) -> Result<Vec<String>, String> {
+    let mut addresses: Vec<String> = Vec::new();
+    for word in text.split(|c: char| c == ';' || c.is_whitespace()) {
+        if word.is_empty() {
+            continue;
+        }
+        let address: lettre::Address = word
+            .parse()
+            .map_err(|_| format!("recipient `{word}` is not a mail address (name@domain)"))?;
+        let address = address.to_string();
+        if !addresses.iter().any(|a| a.eq_ignore_ascii_case(&address)) {
+            addresses.push(address);
+        }
+    }
+    if addresses.len() > MAX_RECIPIENTS {
+        return Err(format!(
+            "{} recipients; a contract names at most {MAX_RECIPIENTS}",
+            addresses.len()
+        ));
+    }
+    Ok(addresses)
 }
 
 /// Imports a checked file for a tenant in one statement: all rows or none.
@@ -342,6 +377,13 @@ struct RenewalPayload<'a> {
     action_date: String,
     days_remaining: i64,
     tier: u32,
+    /// The contract's owners; absent when it names none, so such a payload is as before.
+    #[serde(skip_serializing_if = "names_nobody")]
+    recipients: &'a [String],
+}
+
+fn names_nobody(recipients: &&[String]) -> bool {
+    recipients.is_empty()
 }
 
 /// Evaluates every contract at `now` and approves the renewal alerts that are due.
@@ -397,6 +439,7 @@ pub async fn evaluate(pool: &PgPool, now: Timestamp, actor: &str) -> Result<u64,
             action_date: action.to_string(),
             days_remaining: days,
             tier,
+            recipients: contract.recipients.as_deref().unwrap_or_default(),
         })
         .map_err(|err| DecideError::Source(err.to_string()))?;
         for destination_id in targets {
@@ -437,8 +480,47 @@ mod tests {
                 notice_days: 0,
                 tiers: None,
                 destinations: None,
+                recipients: None,
             }]
         );
+    }
+
+    #[test]
+    fn owners_are_addresses_separated_by_semicolons_or_blanks() {
+        let csv = "external_id,vendor,amount,currency,renewal_date,recipients\n\
+                   C-1,Acme,10,EUR,2027-01-31,cfo@acme.example; Legal@Acme.example  legal@acme.example\n\
+                   C-2,Acme,10,EUR,2027-01-31,\n";
+        let contracts = parse(csv, Format::Csv, &known()).unwrap();
+        assert_eq!(
+            contracts[0].recipients,
+            Some(vec![
+                "cfo@acme.example".to_owned(),
+                "Legal@Acme.example".to_owned()
+            ])
+        );
+        assert_eq!(contracts[1].recipients, None);
+
+        let json = r#"[{"external_id": "J-1", "vendor": "A", "amount": 5, "currency": "EUR", "renewal_date": "2027-01-31", "recipients": ["cfo@acme.example"]}]"#;
+        let contracts = parse(json, Format::Json, &known()).unwrap();
+        assert_eq!(
+            contracts[0].recipients,
+            Some(vec!["cfo@acme.example".to_owned()])
+        );
+
+        let bad = "external_id,vendor,amount,currency,renewal_date,recipients\n\
+                   C-1,Acme,10,EUR,2027-01-31,cfo@acme.example\n\
+                   C-2,Acme,10,EUR,2027-01-31,cfo at acme\n";
+        let err = parse(bad, Format::Csv, &known()).unwrap_err();
+        assert_eq!(err.problems.len(), 1, "{err}");
+        assert!(
+            err.problems[0].starts_with("line 3: recipient `cfo`"),
+            "{err}"
+        );
+
+        let many: Vec<String> = (0..=MAX_RECIPIENTS)
+            .map(|i| format!("o{i}@x.example"))
+            .collect();
+        assert!(recipients(&many.join(";")).is_err());
     }
 
     #[test]

@@ -44,10 +44,54 @@ pub enum Exchange {
         /// The reply.
         reply: String,
     },
+    /// An SMTP dialogue ended before the message data went out, in `phase`: nothing can
+    /// have been delivered, whatever went wrong (a reply, a lost connection, a timeout).
+    SmtpNotSent {
+        /// Where it ended.
+        phase: SmtpPhase,
+        /// What happened, for the evidence.
+        why: String,
+    },
     /// The egress guard refused the destination's address before any connection was made:
     /// a configuration error, worded apart from refused/timed out/closed so that it says
     /// nothing about what listens at that address.
     Blocked(String),
+}
+
+/// The phases of an SMTP dialogue before the message data, each its own error class, so
+/// an operator reads where a relay stopped without parsing the evidence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmtpPhase {
+    /// Connecting to the relay.
+    Connect,
+    /// The relay's `220` greeting and the answer to `EHLO`.
+    Greeting,
+    /// The TLS handshake (implicit TLS, or after `STARTTLS`), or a relay that does not
+    /// offer `STARTTLS` when it is required.
+    Tls,
+    /// `AUTH`.
+    Auth,
+    /// `MAIL FROM`.
+    MailFrom,
+    /// `RCPT TO` without a reply (a reply is [`Exchange::SmtpRefused`]).
+    RcptTo,
+    /// `DATA` without a reply.
+    Data,
+}
+
+impl SmtpPhase {
+    /// The attempt's error class.
+    pub fn class(self) -> &'static str {
+        match self {
+            SmtpPhase::Connect => "connect",
+            SmtpPhase::Greeting => "greeting",
+            SmtpPhase::Tls => "tls",
+            SmtpPhase::Auth => "auth",
+            SmtpPhase::MailFrom => "mail_from",
+            SmtpPhase::RcptTo => "rcpt_to",
+            SmtpPhase::Data => "data",
+        }
+    }
 }
 
 /// The delivery meaning of an exchange.
@@ -162,7 +206,9 @@ pub fn classify(exchange: &Exchange, deduplicates: bool) -> Verdict {
             gone: false,
             why: format!("the relay answered {phase} with {reply}"),
         },
-        Exchange::NotConnected(why) => Verdict::NotSent { why: why.clone() },
+        Exchange::NotConnected(why) | Exchange::SmtpNotSent { why, .. } => {
+            Verdict::NotSent { why: why.clone() }
+        }
         Exchange::TimedOut(why) | Exchange::Broken(why) => Verdict::Uncertain { why: why.clone() },
         Exchange::Unsendable(why) => Verdict::Rejected {
             gone: false,
@@ -273,6 +319,38 @@ mod tests {
                 reference: Some("Q1".into())
             }
         );
+    }
+
+    #[test]
+    fn smtp_failures_before_the_data_are_not_sent_whatever_the_phase() {
+        for phase in [
+            SmtpPhase::Connect,
+            SmtpPhase::Greeting,
+            SmtpPhase::Tls,
+            SmtpPhase::Auth,
+            SmtpPhase::MailFrom,
+        ] {
+            assert!(matches!(
+                classify(
+                    &Exchange::SmtpNotSent {
+                        phase,
+                        why: "550 no".into()
+                    },
+                    false
+                ),
+                Verdict::NotSent { .. }
+            ));
+        }
+        let classes: Vec<_> = [
+            SmtpPhase::Connect,
+            SmtpPhase::Greeting,
+            SmtpPhase::Tls,
+            SmtpPhase::Auth,
+            SmtpPhase::MailFrom,
+        ]
+        .map(SmtpPhase::class)
+        .into();
+        assert_eq!(classes, ["connect", "greeting", "tls", "auth", "mail_from"]);
     }
 
     #[test]

@@ -290,6 +290,9 @@ fn attempt_record(
             Some(reply.clone()),
         ),
         Exchange::NotConnected(why) => (None, None, Some("connect".into()), Some(why.clone())),
+        Exchange::SmtpNotSent { phase, why } => {
+            (None, None, Some(phase.class().into()), Some(why.clone()))
+        }
         Exchange::TimedOut(why) => (None, None, Some("timeout".into()), Some(why.clone())),
         Exchange::Broken(why) => (
             None,
@@ -408,6 +411,7 @@ pub(crate) fn judge_lookup(
                 Exchange::SmtpAccepted { reply: w, .. }
                 | Exchange::SmtpRefused { reply: w, .. }
                 | Exchange::NotConnected(w)
+                | Exchange::SmtpNotSent { why: w, .. }
                 | Exchange::TimedOut(w)
                 | Exchange::Broken(w)
                 | Exchange::Unsendable(w)

@@ -17,6 +17,13 @@
 //!   send, then sent byte for byte on every attempt over an SMTP dialogue driven command
 //!   by command (so a lost final reply is told apart from a refusal before the data), to
 //!   the relay's address vetted by the egress guard.
+//! - `relay`: reaching the relay: TCP to the vetted address, then implicit TLS or
+//!   `STARTTLS` as the destination requires (never a fallback to plain text), the
+//!   certificate checked against the relay's name and the public roots or the
+//!   destination's CA.
+//! - [`TenantTemplates`] (`templates`): each tenant's own templates from
+//!   `--templates-dir`, compiled at start and reloaded on SIGHUP; the template version
+//!   says whose made a message.
 //! - `recorder`: outcomes written in batches (one statement and one commit for many).
 //! - `metrics`, `server`: `/metrics`, `/healthz`, `/readyz`.
 //!
@@ -36,8 +43,10 @@ mod http;
 mod judge;
 mod metrics;
 mod recorder;
+mod relay;
 mod server;
 mod smtp;
+mod templates;
 mod work;
 
 use outbox_core::retry::RetrySchedule;
@@ -53,8 +62,9 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 use uuid::Uuid;
 
-pub use classify::{classify, Exchange, Verdict};
+pub use classify::{classify, Exchange, SmtpPhase, Verdict};
 pub use metrics::Metrics;
+pub use templates::TenantTemplates;
 
 /// How a dispatcher runs.
 #[derive(Debug, Clone)]
@@ -86,6 +96,10 @@ pub struct Config {
     pub secret_keys: outbox_core::sealing::SealingKeys,
     /// Which addresses sends and lookups may connect to.
     pub egress: outbox_egress::Guard,
+    /// Each tenant's own email templates, as loaded at start.
+    pub templates: Arc<TenantTemplates>,
+    /// Where they were loaded from (`--templates-dir`): read again on SIGHUP.
+    pub templates_dir: Option<std::path::PathBuf>,
 }
 
 /// How sends reach destinations.
@@ -160,9 +174,19 @@ pub(crate) struct Shared {
     /// the database when shutdown began would otherwise pick up rows given back a moment
     /// before, and each would be given back twice.
     claims_ended: Signal,
+    /// Each tenant's email templates: replaced whole when SIGHUP reloads them.
+    templates: std::sync::RwLock<Arc<TenantTemplates>>,
 }
 
 impl Shared {
+    /// The templates now (a reload does not change a rendering already under way).
+    pub(crate) fn templates(&self) -> Arc<TenantTemplates> {
+        self.templates
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     pub(crate) fn stopping(&self) -> bool {
         self.stop.is_set()
     }
@@ -257,12 +281,16 @@ pub async fn run(
         pool: pool.clone(),
         http: http::client(&config.egress, config.connect_timeout),
         recorder: recorder::Recorder::start(pool),
-        config,
         metrics,
         disabled: Mutex::default(),
-        stop,
+        templates: std::sync::RwLock::new(config.templates.clone()),
+        config,
+        stop: stop.clone(),
         claims_ended,
     });
+    if let Some(dir) = shared.config.templates_dir.clone() {
+        tokio::spawn(reload_templates_on_hangup(shared.clone(), dir, stop));
+    }
     tracing::info!(worker = %shared.config.worker_id, "dispatcher started");
     if !shared.config.egress.allowed().is_empty() {
         tracing::info!(ranges = %shared.config.egress.allowed().describe(), "egress guard: these ranges are opened although private or reserved");
@@ -638,6 +666,40 @@ async fn record(
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
             other => return other,
+        }
+    }
+}
+
+/// Reads the templates folder again at every SIGHUP until the dispatcher stops. A folder
+/// that no longer loads (a broken file) keeps the templates already loaded.
+async fn reload_templates_on_hangup(
+    shared: Arc<Shared>,
+    dir: std::path::PathBuf,
+    mut stop: Signal,
+) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(hangups) => hangups,
+        Err(err) => {
+            tracing::error!(error = %err, "cannot listen for SIGHUP; templates reload only at a restart");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            () = stop.wait() => return,
+            got = hangups.recv() => if got.is_none() { return },
+        }
+        match TenantTemplates::load(&dir) {
+            Ok(templates) => {
+                let tenants: Vec<&str> = templates.tenants().collect();
+                tracing::info!(tenants = ?tenants, "templates reloaded");
+                drop(tenants);
+                *shared.templates.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(templates);
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "templates not reloaded; the ones loaded before stay");
+            }
         }
     }
 }

@@ -3,17 +3,18 @@
 //!
 //! The dialogue is driven one command at a time (lettre's `AsyncSmtpConnection`), so the
 //! outcome says exactly which phase ended it: before the message data went out nothing can
-//! have arrived (not sent, or refused by a reply); once the data went out, a lost
-//! connection or a missing final reply leaves the delivery uncertain.
+//! have arrived (not sent, with the phase as the error class: `connect`, `greeting`,
+//! `tls`, `auth`, `mail_from`, ...; or refused by a reply to `RCPT TO` or `DATA`); once the
+//! data went out, a lost connection or a missing final reply leaves the delivery
+//! uncertain. Reaching the relay, TLS included, is `relay`'s.
 
 use lettre::message::header::{HeaderName, HeaderValue};
 use lettre::message::{Mailbox, MultiPart};
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
-use lettre::transport::smtp::client::AsyncSmtpConnection;
 use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
 use lettre::transport::smtp::extension::{ClientId, MailBodyParameter, MailParameter};
 use lettre::{Address, Message};
-use outbox_render::{kind_for_alert, Locale, Renderer};
+use outbox_render::{kind_for_alert, Locale};
 use outbox_store::dispatch::ClaimedAlert;
 use outbox_store::rendered::{EmailJob, RenderedMessage};
 use sha2::{Digest, Sha256};
@@ -21,7 +22,9 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use crate::classify::Exchange;
+use crate::classify::{Exchange, SmtpPhase};
+use crate::relay::Security;
+use crate::templates::TenantTemplates;
 use crate::Shared;
 
 /// One attempt's exchange, and the evidence naming the message it sent (when one was
@@ -68,7 +71,9 @@ async fn stored_message(shared: &Shared, job: &EmailJob) -> Result<RenderedMessa
     {
         return Ok(message);
     }
-    let built = build_message(job, &Renderer::builtin()).map_err(Exchange::Unsendable)?;
+    // A snapshot: a reload (SIGHUP) meanwhile changes the next rendering, not this one.
+    let templates = shared.templates();
+    let built = build_message(job, &templates).map_err(Exchange::Unsendable)?;
     let sha256 = hex(&Sha256::digest(&built.bytes));
     outbox_store::rendered::store_once(
         &shared.pool,
@@ -95,12 +100,15 @@ pub(crate) struct BuiltMessage {
 /// message: text and HTML alternatives, `Message-ID: <alert-id@sender-domain>`,
 /// `X-Alert-Id`, `X-Alert-Revision`, and for a correction `In-Reply-To` and `References`
 /// to the alert it corrects.
-pub(crate) fn build_message(job: &EmailJob, renderer: &Renderer) -> Result<BuiltMessage, String> {
+pub(crate) fn build_message(
+    job: &EmailJob,
+    templates: &TenantTemplates,
+) -> Result<BuiltMessage, String> {
     let parse = |code: &Option<String>| code.as_deref().and_then(|c| Locale::parse(c).ok());
     let locale = outbox_render::resolve(parse(&job.locale), parse(&job.tenant_locale));
     let kind = kind_for_alert(&job.payload, &job.occurrence);
-    let rendered = renderer
-        .render(kind, locale, &job.payload)
+    let rendered = templates
+        .render(&job.tenant_name, kind, locale, &job.payload)
         .map_err(|err| format!("the alert could not be rendered: {err}"))?;
     let from: Address = job
         .mail_from
@@ -113,10 +121,7 @@ pub(crate) fn build_message(job: &EmailJob, renderer: &Renderer) -> Result<Built
         .from(Mailbox::new(None, from))
         .subject(rendered.subject)
         .message_id(Some(own_id.clone()));
-    for to in &job.mail_to {
-        let to: Address = to
-            .parse()
-            .map_err(|_| format!("the recipient address `{to}` is not valid"))?;
+    for to in recipients(job)? {
         builder = builder.to(Mailbox::new(None, to));
     }
     if let Some(previous) = job.earlier_revisions.last() {
@@ -147,6 +152,53 @@ pub(crate) fn build_message(job: &EmailJob, renderer: &Renderer) -> Result<Built
     })
 }
 
+/// Most recipients of one message (RFC 5321 asks relays to take at least 100).
+const MAX_RECIPIENTS: usize = 100;
+
+/// Everyone an email alert goes to: the destination's recipients, then the owners its
+/// payload names (`recipients`, e.g. a contract's), each address once (compared without
+/// regard to case, the first spelling kept). All of them are in the `To` header and the
+/// envelope. An address that is not one is a configuration error.
+pub(crate) fn recipients(job: &EmailJob) -> Result<Vec<Address>, String> {
+    let owners = payload_recipients(&job.payload)?;
+    let mut all: Vec<Address> = Vec::new();
+    for text in job.mail_to.iter().chain(&owners) {
+        let address: Address = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("the recipient address `{text}` is not valid"))?;
+        let seen = all
+            .iter()
+            .any(|known| AsRef::<str>::as_ref(known).eq_ignore_ascii_case(address.as_ref()));
+        if !seen {
+            all.push(address);
+        }
+    }
+    if all.len() > MAX_RECIPIENTS {
+        return Err(format!(
+            "{} recipients; a message goes to at most {MAX_RECIPIENTS}",
+            all.len()
+        ));
+    }
+    Ok(all)
+}
+
+/// The `recipients` a payload names: absent or `null` is none; otherwise a list of
+/// strings.
+fn payload_recipients(payload: &str) -> Result<Vec<String>, String> {
+    let not_a_list = || "the payload's `recipients` is not a list of mail addresses".to_owned();
+    let value: serde_json::Value =
+        serde_json::from_str(payload).map_err(|err| format!("the payload is not JSON: {err}"))?;
+    match value.get("recipients") {
+        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|item| item.as_str().map(str::to_owned).ok_or_else(not_a_list))
+            .collect(),
+        Some(_) => Err(not_a_list()),
+    }
+}
+
 /// Runs one SMTP dialogue to a vetted address of the relay, sending `bytes` as they are.
 async fn deliver(
     shared: &Shared,
@@ -158,12 +210,10 @@ async fn deliver(
     let Some((host, port)) = relay(&row.url) else {
         return Exchange::Unsendable(format!("`{}` is not an smtp://host:port relay", row.url));
     };
-    if job.smtp_tls != "none" {
-        return Exchange::Unsendable(format!(
-            "SMTP TLS mode `{}` is not supported by this build",
-            job.smtp_tls
-        ));
-    }
+    let security = match Security::of(&job.smtp_tls, job.smtp_ca_pem.as_deref(), &host) {
+        Ok(security) => security,
+        Err(why) => return Exchange::Unsendable(why),
+    };
     let addr = match vetted_address(&shared.config.egress, &host, port).await {
         Ok(addr) => addr,
         Err(exchange) => return exchange,
@@ -180,27 +230,21 @@ async fn deliver(
     let Ok(from) = job.mail_from.parse::<Address>() else {
         return Exchange::Unsendable(format!("the sender `{}` is not valid", job.mail_from));
     };
+    let recipients = match recipients(job) {
+        Ok(recipients) => recipients,
+        Err(why) => return Exchange::Unsendable(why),
+    };
 
     // The destination's timeout bounds the whole dialogue, as it bounds a whole HTTP
     // request: the send must end inside the claim's lease.
     let deadline = tokio::time::Instant::now() + timeout;
     // Before the data: nothing can have been delivered, whatever goes wrong.
-    let stream = match within(deadline, tokio::net::TcpStream::connect(addr)).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(err)) => return Exchange::NotConnected(format!("connecting to {addr}: {err}")),
-        Err(()) => return Exchange::NotConnected(format!("connecting to {addr} timed out")),
-    };
     let hello = ClientId::Domain(from.domain().to_owned());
-    let mut conn = match within(
-        deadline,
-        AsyncSmtpConnection::connect_with_transport(Box::new(stream), &hello),
-    )
-    .await
-    {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(err)) => return Exchange::NotConnected(format!("SMTP greeting: {err}")),
-        Err(()) => return Exchange::NotConnected("SMTP greeting timed out".into()),
+    let mut conn = match crate::relay::open(deadline, addr, &security, &hello).await {
+        Ok(conn) => conn,
+        Err(exchange) => return exchange,
     };
+    let not_sent = |phase, why: String| Exchange::SmtpNotSent { phase, why };
     if let (Some(user), Some(password)) = (&job.smtp_username, password) {
         let credentials = Credentials::new(user.clone(), password);
         match within(
@@ -210,30 +254,35 @@ async fn deliver(
         .await
         {
             Ok(Ok(_)) => {}
-            Ok(Err(err)) => return Exchange::NotConnected(format!("SMTP AUTH refused: {err}")),
-            Err(()) => return Exchange::NotConnected("SMTP AUTH timed out".into()),
+            Ok(Err(err)) => return not_sent(SmtpPhase::Auth, format!("SMTP AUTH refused: {err}")),
+            Err(()) => return not_sent(SmtpPhase::Auth, "SMTP AUTH timed out".into()),
         }
     }
     let mut params = Vec::new();
     if !bytes.is_ascii() {
         params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
     }
+    // A refused sender is not the message's fault: whatever the reply, nothing was sent
+    // and the attempt is retried (a relay that keeps refusing exhausts the retries).
     match within(deadline, conn.command(Mail::new(Some(from), params))).await {
         Ok(Ok(_)) => {}
-        Ok(Err(err)) => return Exchange::NotConnected(format!("MAIL FROM: {err}")),
-        Err(()) => return Exchange::NotConnected("MAIL FROM timed out".into()),
+        Ok(Err(err)) => return not_sent(SmtpPhase::MailFrom, format!("MAIL FROM: {err}")),
+        Err(()) => return not_sent(SmtpPhase::MailFrom, "MAIL FROM timed out".into()),
     }
-    for to in &job.mail_to {
-        let Ok(to) = to.parse::<Address>() else {
-            return Exchange::Unsendable(format!("the recipient `{to}` is not valid"));
-        };
-        if let Some(refused) =
-            before_data(deadline, "RCPT TO", conn.command(Rcpt::new(to, vec![]))).await
+    for to in recipients {
+        if let Some(refused) = before_data(
+            deadline,
+            SmtpPhase::RcptTo,
+            "RCPT TO",
+            conn.command(Rcpt::new(to, vec![])),
+        )
+        .await
         {
             return refused;
         }
     }
-    if let Some(refused) = before_data(deadline, "DATA", conn.command(Data)).await {
+    if let Some(refused) = before_data(deadline, SmtpPhase::Data, "DATA", conn.command(Data)).await
+    {
         return refused;
     }
 
@@ -273,25 +322,30 @@ async fn deliver(
 /// (4xx: not processed, 5xx: rejected); anything else means nothing was sent.
 async fn before_data<T>(
     deadline: tokio::time::Instant,
-    phase: &'static str,
+    phase: SmtpPhase,
+    command: &'static str,
     step: impl Future<Output = Result<T, lettre::transport::smtp::Error>>,
 ) -> Option<Exchange> {
+    let not_sent = |why| Exchange::SmtpNotSent { phase, why };
     match within(deadline, step).await {
         Ok(Ok(_)) => None,
         Ok(Err(err)) => Some(match reply_code(&err) {
             Some(code) => Exchange::SmtpRefused {
-                phase,
+                phase: command,
                 code,
                 reply: err.to_string(),
             },
-            None => Exchange::NotConnected(format!("{phase}: {err}")),
+            None => not_sent(format!("{command}: {err}")),
         }),
-        Err(()) => Some(Exchange::NotConnected(format!("{phase} timed out"))),
+        Err(()) => Some(not_sent(format!("{command} timed out"))),
     }
 }
 
 /// `step`, unless `deadline` passes first.
-async fn within<T>(deadline: tokio::time::Instant, step: impl Future<Output = T>) -> Result<T, ()> {
+pub(crate) async fn within<T>(
+    deadline: tokio::time::Instant,
+    step: impl Future<Output = T>,
+) -> Result<T, ()> {
     tokio::time::timeout_at(deadline, step)
         .await
         .map_err(|_| ())
@@ -331,16 +385,18 @@ async fn vetted_address(
         url::Host::Domain(name) => match tokio::net::lookup_host((name.as_str(), port)).await {
             Ok(found) => found.map(|addr| addr.ip()).collect(),
             Err(err) => {
-                return Err(Exchange::NotConnected(format!(
-                    "the relay `{name}` does not resolve: {err}"
-                )))
+                return Err(Exchange::SmtpNotSent {
+                    phase: SmtpPhase::Connect,
+                    why: format!("the relay `{name}` does not resolve: {err}"),
+                })
             }
         },
     };
     let Some(first) = addrs.first() else {
-        return Err(Exchange::NotConnected(format!(
-            "the relay `{host}` has no address"
-        )));
+        return Err(Exchange::SmtpNotSent {
+            phase: SmtpPhase::Connect,
+            why: format!("the relay `{host}` has no address"),
+        });
     };
     guard
         .check_all(&addrs)
@@ -364,6 +420,8 @@ mod tests {
             revision,
             earlier_revisions: earlier,
             smtp_tls: "none".into(),
+            smtp_ca_pem: None,
+            tenant_name: "acme".into(),
             smtp_username: None,
             smtp_password: None,
             mail_from: "alerts@example.org".into(),
@@ -379,7 +437,8 @@ mod tests {
 
     #[test]
     fn the_message_id_is_the_alert_id_at_the_sender_domain() {
-        let built = build_message(&job(0, vec![], None), &Renderer::builtin()).expect("builds");
+        let built =
+            build_message(&job(0, vec![], None), &TenantTemplates::default()).expect("builds");
         assert_eq!(
             built.message_id,
             "<00000000-0000-0000-0000-000000000000@example.org>"
@@ -398,7 +457,7 @@ mod tests {
         let second = uuid::Uuid::from_u128(2);
         let built = build_message(
             &job(2, vec![first, second], Some("es")),
-            &Renderer::builtin(),
+            &TenantTemplates::default(),
         )
         .expect("builds");
         // Long headers are folded; unfolded they read as one line.
@@ -407,6 +466,34 @@ mod tests {
         assert!(text.contains(&format!(
             "References: <{first}@example.org> <{second}@example.org>"
         )));
+    }
+
+    #[test]
+    fn the_payloads_owners_join_the_destinations_recipients_once() {
+        let mut job = job(0, vec![], None);
+        job.mail_to = vec!["cfo@example.org".into(), "ops@example.org".into()];
+        job.payload =
+            r#"{"kind":"note","recipients":["CFO@Example.org","owner@example.org"]}"#.into();
+        let all: Vec<String> = recipients(&job)
+            .expect("addresses")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            all,
+            ["cfo@example.org", "ops@example.org", "owner@example.org"]
+        );
+        let built = build_message(&job, &TenantTemplates::default()).expect("builds");
+        let text = text(&built).replace("\r\n ", " ");
+        assert!(
+            text.contains("To: cfo@example.org, ops@example.org, owner@example.org"),
+            "{text}"
+        );
+
+        job.payload = r#"{"kind":"note","recipients":"owner@example.org"}"#.into();
+        assert!(recipients(&job).is_err());
+        job.payload = r#"{"kind":"note","recipients":["not an address"]}"#.into();
+        assert!(recipients(&job).is_err());
     }
 
     #[test]

@@ -11,12 +11,15 @@
 //! - `resolve`: the DNS resolver the client uses: it resolves once, refuses the name when
 //!   ANY of its addresses is blocked, and hands the connector only the vetted addresses,
 //!   so a second resolution (DNS rebinding) never happens.
+//! - [`tls`]: whom a TLS connection to a mail relay trusts (the public roots, or the
+//!   destination's own CA) and the name its certificate must carry.
 //!
 //! A refusal is a [`Refused`] error; code that gets a `reqwest::Error` finds it in the
 //! error's source chain with [`refusal_of`].
 
 mod address;
 mod resolve;
+pub mod tls;
 
 pub use address::{classify, Blocked, Reason};
 pub use resolve::{Lookup, SystemLookup};

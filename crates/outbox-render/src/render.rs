@@ -82,6 +82,13 @@ impl Renderer {
         })
     }
 
+    /// Whether any of the three templates of `kind` in `locale` is overridden.
+    pub fn overrides_any(&self, kind: Kind, locale: Locale) -> bool {
+        Part::ALL
+            .into_iter()
+            .any(|part| self.overrides.get(kind, locale, part).is_some())
+    }
+
     fn source(&self, kind: Kind, locale: Locale, part: Part) -> &str {
         self.overrides
             .get(kind, locale, part)

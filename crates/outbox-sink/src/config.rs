@@ -105,6 +105,30 @@ pub struct SinkArgs {
     #[arg(long, env = "SINK_SMTP_LISTEN")]
     pub smtp_listen: Option<SocketAddr>,
 
+    /// Also accept mail over implicit TLS (SMTPS, usually port 465) on this address: the TLS
+    /// handshake comes first. Needs `--smtp-tls-cert` and `--smtp-tls-key`.
+    #[arg(long, env = "SINK_SMTPS_LISTEN", requires_all = ["smtp_tls_cert", "smtp_tls_key"])]
+    pub smtps_listen: Option<SocketAddr>,
+
+    /// PEM file of the certificate chain (leaf first) the SMTP listeners present. With it
+    /// (and `--smtp-tls-key`) `--smtp-listen` offers `STARTTLS`.
+    #[arg(
+        long,
+        env = "SINK_SMTP_TLS_CERT",
+        value_name = "PEM",
+        requires = "smtp_tls_key"
+    )]
+    pub smtp_tls_cert: Option<PathBuf>,
+
+    /// PEM file of the private key of `--smtp-tls-cert`.
+    #[arg(
+        long,
+        env = "SINK_SMTP_TLS_KEY",
+        value_name = "PEM",
+        requires = "smtp_tls_cert"
+    )]
+    pub smtp_tls_key: Option<PathBuf>,
+
     /// Write each message received over SMTP to this folder as a `.eml` file (created if
     /// missing), named by arrival time and queue id.
     #[arg(long, env = "SINK_EML_DIR")]
@@ -355,5 +379,18 @@ mod tests {
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-fail-reply", "250 ok"]).is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-fail-rate", "1.1"]).is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-max-message-bytes", "0"]).is_err());
+        assert!(SinkArgs::try_parse_from(["sink", "--smtps-listen", "127.0.0.1:4650"]).is_err());
+        assert!(SinkArgs::try_parse_from(["sink", "--smtp-tls-cert", "cert.pem"]).is_err());
+        let args = SinkArgs::try_parse_from([
+            "sink",
+            "--smtps-listen",
+            "127.0.0.1:4650",
+            "--smtp-tls-cert",
+            "cert.pem",
+            "--smtp-tls-key",
+            "key.pem",
+        ])
+        .unwrap();
+        assert!(args.smtps_listen.is_some());
     }
 }

@@ -45,6 +45,12 @@ pub struct FaultSettings {
     /// Replies given, in order, after the data of the next messages instead of accepting
     /// them.
     pub smtp_data_script: VecDeque<SmtpReply>,
+    /// Replies given, in order, to the next `MAIL FROM` commands instead of accepting the
+    /// sender.
+    pub smtp_mail_from_script: VecDeque<SmtpReply>,
+    /// Leave `STARTTLS` out of the answer to `EHLO` (and refuse the command), as an
+    /// attacker on the path who strips the offer would.
+    pub smtp_hide_starttls: bool,
 }
 
 /// An SMTP refusal, written `"451 4.3.0 try later"`: a 4xx (transient) or 5xx (permanent)
@@ -149,6 +155,9 @@ pub(crate) struct FaultPatch {
     smtp_rcpt_script: Vec<SmtpReply>,
     #[serde(default)]
     smtp_data_script: Vec<SmtpReply>,
+    #[serde(default)]
+    smtp_mail_from_script: Vec<SmtpReply>,
+    smtp_hide_starttls: Option<bool>,
 }
 
 impl FaultSettings {
@@ -168,6 +177,8 @@ impl FaultSettings {
             smtp_drop_for_message_ids: BTreeSet::new(),
             smtp_rcpt_script: VecDeque::new(),
             smtp_data_script: VecDeque::new(),
+            smtp_mail_from_script: VecDeque::new(),
+            smtp_hide_starttls: false,
         }
     }
 
@@ -229,6 +240,11 @@ impl FaultSettings {
         );
         self.smtp_rcpt_script.extend(patch.smtp_rcpt_script);
         self.smtp_data_script.extend(patch.smtp_data_script);
+        self.smtp_mail_from_script
+            .extend(patch.smtp_mail_from_script);
+        if let Some(hide) = patch.smtp_hide_starttls {
+            self.smtp_hide_starttls = hide;
+        }
         Ok(())
     }
 
@@ -246,6 +262,8 @@ impl FaultSettings {
         self.smtp_drop_for_message_ids.clear();
         self.smtp_rcpt_script.clear();
         self.smtp_data_script.clear();
+        self.smtp_mail_from_script.clear();
+        self.smtp_hide_starttls = false;
     }
 
     /// The wait before answering the final dot of an accepted message.
@@ -356,6 +374,8 @@ mod tests {
                         "smtp_drop_for_message_ids": ["<a@x>", "b@x"],
                         "smtp_rcpt_script": ["550 5.1.1 no such user"],
                         "smtp_data_script": ["451 4.3.0 try later", "554"],
+                        "smtp_mail_from_script": ["451 4.7.1 sender deferred"],
+                        "smtp_hide_starttls": true,
                         "smtp_fail_reply": "421 4.4.5 busy"}"#,
                 )
                 .unwrap(),
@@ -367,7 +387,10 @@ mod tests {
         assert_eq!(faults.smtp_rcpt_script[0].code(), 550);
         assert_eq!(faults.smtp_data_script[1].line(), "554 refused");
         assert_eq!(faults.smtp_fail_reply.line(), "421 4.4.5 busy");
+        assert_eq!(faults.smtp_mail_from_script[0].code(), 451);
+        assert!(faults.smtp_hide_starttls);
         faults.clear();
+        assert!(faults.smtp_mail_from_script.is_empty() && !faults.smtp_hide_starttls);
         assert_eq!(faults.smtp_drop_rate, 0.0);
         assert_eq!(faults.smtp_latency_ms, 0);
         assert!(faults.smtp_drop_for_message_ids.is_empty());

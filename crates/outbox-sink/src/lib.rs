@@ -3,9 +3,10 @@
 //! Standard Webhooks signatures (refusing bad or stale ones when given a secret), and
 //! injects faults (failures, scripted answers, latency, responses dropped after the
 //! delivery was applied) reproducibly from a seed. With an SMTP listener it is also an
-//! inbox: it accepts mail over plain SMTP, records every message (never de-duplicated),
-//! and injects the same kinds of faults there (refusals of a recipient or of a message,
-//! latency, the reply to the final dot lost after the message was recorded).
+//! inbox: it accepts mail over SMTP (plain, `STARTTLS`, or implicit TLS with a certificate
+//! configured), records every message (never de-duplicated), and injects the same kinds of
+//! faults there (refusals of a sender, a recipient or a message, latency, the reply to the
+//! final dot lost after the message was recorded, the `STARTTLS` offer stripped).
 //!
 //! Layout:
 //! - [`SinkArgs`] (`config`): the command line, every flag also a `SINK_*` variable.
@@ -14,7 +15,8 @@
 //! - [`FaultSettings`] (`faults`): the faults, changed at run time through `/_sink/faults`.
 //! - [`serve`] (`server`): the routes and the body limit, on the shared hardened HTTP/1.1
 //!   server (deadlines for slow clients, a cap on connections, keep-alive).
-//! - [`serve_with_smtp`] (`smtp`): the SMTP server, with the same slow-client limits.
+//! - [`serve_with_mail`] (`smtp`): the SMTP servers (plain with `STARTTLS`, and implicit
+//!   TLS), with the same slow-client limits.
 //! - `mail`: the header fields read from a received message (`Message-ID`, `Subject`
 //!   decoded from RFC 2047, `X-Alert-Id`) and where its body starts.
 //!
@@ -33,7 +35,8 @@
 //! rate, then de-duplication (with `--retention`), else it is applied. Only applied and
 //! duplicate deliveries wait the latency and may have their response dropped.
 //!
-//! A message is decided after its data: a scripted refusal if one is queued, then the
+//! A sender is refused only by a scripted `MAIL FROM` reply. A message is decided after
+//! its data: a scripted refusal if one is queued, then the
 //! SMTP fail rate; else it is recorded (and written as a `.eml` file with `--eml-dir`),
 //! waits the SMTP latency and may have its reply dropped. A recipient is refused only by
 //! a scripted `RCPT` reply.
@@ -65,20 +68,52 @@ pub async fn serve(
     serve_with_smtp(listener, None, args, shutdown).await
 }
 
-/// Serves the sink's HTTP side on `listener` and, when given, SMTP on `smtp`, until
-/// `shutdown` resolves; then finishes the requests and messages in progress. The caller
-/// binds both (`args.listen` and `args.smtp_listen` are not used). The folder of
-/// `--eml-dir` is created here; failing that, nothing is served.
+/// Serves the sink's HTTP side on `listener` and, when given, plain SMTP on `smtp` (see
+/// [`serve_with_mail`]).
 pub async fn serve_with_smtp(
     listener: TcpListener,
     smtp: Option<TcpListener>,
     args: SinkArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let mail = MailListeners { smtp, smtps: None };
+    serve_with_mail(listener, mail, args, shutdown).await
+}
+
+/// The SMTP listeners of a sink, bound by the caller.
+#[derive(Debug, Default)]
+pub struct MailListeners {
+    /// SMTP (`--smtp-listen`), offering `STARTTLS` when a certificate is configured.
+    pub smtp: Option<TcpListener>,
+    /// SMTP over implicit TLS (`--smtps-listen`); needs a certificate.
+    pub smtps: Option<TcpListener>,
+}
+
+/// Serves the sink's HTTP side on `listener` and the SMTP listeners of `mail`, until
+/// `shutdown` resolves; then finishes the requests and messages in progress. The caller
+/// binds them all (`args.listen`, `args.smtp_listen` and `args.smtps_listen` are not
+/// used). The certificate and key are loaded and the folder of `--eml-dir` is created
+/// here; failing either, nothing is served.
+pub async fn serve_with_mail(
+    listener: TcpListener,
+    mail: MailListeners,
+    args: SinkArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let tls = smtp::tls_config(&args)?;
+    if mail.smtps.is_some() && tls.is_none() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "--smtps-listen needs --smtp-tls-cert and --smtp-tls-key",
+        ));
+    }
     // First line of the log: tests wait for it to learn the address.
     tracing::info!(addr = %listener.local_addr()?, "sink listening");
-    if let Some(smtp) = &smtp {
-        tracing::info!(addr = %smtp.local_addr()?, "sink SMTP listening");
+    if let Some(smtp) = &mail.smtp {
+        tracing::info!(addr = %smtp.local_addr()?, starttls = tls.is_some(), "sink SMTP listening");
+    }
+    if let Some(smtps) = &mail.smtps {
+        tracing::info!(addr = %smtps.local_addr()?, "sink SMTPS listening");
     }
     if let Some(dir) = &args.eml_dir {
         std::fs::create_dir_all(dir).map_err(|err| {
@@ -88,7 +123,10 @@ pub async fn serve_with_smtp(
             )
         })?;
     }
-    let sink = Arc::new(Sink::with_smtp(&args, smtp.is_some()));
+    let sink = Arc::new(Sink::with_smtp(
+        &args,
+        mail.smtp.is_some() || mail.smtps.is_some(),
+    ));
     tracing::info!(
         seed = sink.seed(),
         retention = ?args.retention,
@@ -111,17 +149,17 @@ pub async fn serve_with_smtp(
         args.server_limits(),
         smtp::stopped(stopped.clone()),
     );
-    let smtp = async {
-        if let Some(smtp_listener) = smtp {
-            smtp::run(
-                smtp_listener,
-                sink,
-                smtp::SmtpConfig::from_args(&args),
-                stopped,
-            )
-            .await;
+    let config = smtp::SmtpConfig::from_args(&args, tls);
+    let serve_mail = |listener: Option<TcpListener>, kind| {
+        let (sink, config, stopped) = (Arc::clone(&sink), config.clone(), stopped.clone());
+        async move {
+            if let Some(listener) = listener {
+                smtp::run(listener, kind, sink, config, stopped).await;
+            }
         }
     };
-    tokio::join!(trigger, http, smtp);
+    let plain = serve_mail(mail.smtp, smtp::Listener::Plain);
+    let implicit = serve_mail(mail.smtps, smtp::Listener::ImplicitTls);
+    tokio::join!(trigger, http, plain, implicit);
     Ok(())
 }

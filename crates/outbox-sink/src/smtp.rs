@@ -1,9 +1,16 @@
-//! The sink's SMTP server (RFC 5321, server side, plain text): enough for a real client to
-//! deliver mail. It answers `EHLO`/`HELO`, `MAIL FROM`, `RCPT TO`, `DATA` (with
-//! dot-unstuffing), `RSET`, `NOOP`, `VRFY` (252) and `QUIT`, and `AUTH PLAIN`/`AUTH LOGIN`
-//! when credentials are configured (then required before `MAIL FROM`). `STARTTLS` is
-//! neither offered nor accepted. An accepted message is answered
+//! The sink's SMTP server (RFC 5321, server side): enough for a real client to deliver
+//! mail. It answers `EHLO`/`HELO`, `MAIL FROM`, `RCPT TO`, `DATA` (with dot-unstuffing),
+//! `RSET`, `NOOP`, `VRFY` (252) and `QUIT`, and `AUTH PLAIN`/`AUTH LOGIN` when credentials
+//! are configured (then required before `MAIL FROM`). An accepted message is answered
 //! `250 2.0.0 Ok: queued as <ID>`.
+//!
+//! TLS (RFC 3207, RFC 8314), with a certificate and key configured: the plain listener
+//! offers `STARTTLS`, and the implicit-TLS listener shakes hands before its greeting. After
+//! `STARTTLS` everything learnt in plain text is forgotten (the greeting, AUTH, the
+//! transaction), and bytes the client sent after the command but before the handshake are
+//! thrown away rather than read as commands over TLS (the STARTTLS injection flaw). The
+//! `smtp_hide_starttls` fault leaves the offer out, as an attacker on the path who strips
+//! it would; each message records whether and how its session was encrypted.
 //!
 //! Slow clients get the same treatment as on the HTTP side, with the same limits: each
 //! command line (the first after the greeting included) must be complete within the
@@ -19,16 +26,18 @@
 //! the sink's ([`Sink::decide_mail`]), under its one lock, so a seed replays a run.
 
 use base64::Engine;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{timeout_at, Instant};
+use tokio_rustls::TlsAcceptor;
 
 use crate::config::{SinkArgs, SmtpCredentials};
 use crate::state::{Envelope, MailAction, Sink};
@@ -59,11 +68,14 @@ pub(crate) struct SmtpConfig {
     pub max_message_bytes: usize,
     pub credentials: Option<SmtpCredentials>,
     pub eml_dir: Option<PathBuf>,
+    /// The certificate offered over `STARTTLS` and on the implicit-TLS listener.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl SmtpConfig {
-    pub(crate) fn from_args(args: &SinkArgs) -> Self {
+    pub(crate) fn from_args(args: &SinkArgs, tls: Option<Arc<rustls::ServerConfig>>) -> Self {
         SmtpConfig {
+            tls,
             command_timeout: args.header_timeout,
             idle_timeout: args.idle_timeout,
             data_timeout: args.body_timeout,
@@ -81,11 +93,57 @@ impl SmtpConfig {
     }
 }
 
+/// How a listener's connections start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listener {
+    /// In plain text (offering `STARTTLS` when a certificate is configured).
+    Plain,
+    /// With a TLS handshake, before the greeting.
+    ImplicitTls,
+}
+
+/// The TLS side of the SMTP listeners, from `--smtp-tls-cert` and `--smtp-tls-key`; `None`
+/// without them. A file that cannot be read or used is an error: the sink does not start.
+pub(crate) fn tls_config(args: &SinkArgs) -> io::Result<Option<Arc<rustls::ServerConfig>>> {
+    let (Some(cert), Some(key)) = (&args.smtp_tls_cert, &args.smtp_tls_key) else {
+        return Ok(None);
+    };
+    let refused = |what: &str, path: &PathBuf, err: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what} {}: {err}", path.display()),
+        )
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|err| refused("--smtp-tls-cert", cert, err.to_string()))?;
+    if chain.is_empty() {
+        return Err(refused(
+            "--smtp-tls-cert",
+            cert,
+            "holds no certificate".into(),
+        ));
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key)
+        .map_err(|err| refused("--smtp-tls-key", key, err.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|config| {
+            config
+                .with_no_client_auth()
+                .with_single_cert(chain, key_der)
+        })
+        .map_err(|err| refused("--smtp-tls-cert", cert, err.to_string()))?;
+    Ok(Some(Arc::new(config)))
+}
+
 /// Serves SMTP on `listener` until `stop` turns true (or its sender goes away); then
 /// accepts no more connections, tells the ones waiting for a command `421` and waits for
 /// every connection to end (a message being received is finished first).
 pub(crate) async fn run(
     listener: TcpListener,
+    kind: Listener,
     sink: Arc<Sink>,
     config: SmtpConfig,
     stop: watch::Receiver<bool>,
@@ -103,6 +161,7 @@ pub(crate) async fn run(
                     Ok(permit) => {
                         connections.spawn(connection(
                             stream,
+                            kind,
                             peer,
                             Arc::clone(&sink),
                             Arc::clone(&config),
@@ -139,6 +198,7 @@ pub(crate) async fn run(
 
 async fn connection(
     stream: TcpStream,
+    kind: Listener,
     peer: std::net::SocketAddr,
     sink: Arc<Sink>,
     config: Arc<SmtpConfig>,
@@ -147,10 +207,29 @@ async fn connection(
 ) {
     // Replies are small and each waits for the client: no waiting for Nagle's algorithm.
     let _ = stream.set_nodelay(true);
-    let (read, write) = stream.into_split();
+    let (wire, tls): (Box<dyn Wire>, _) = match (kind, &config.tls) {
+        (Listener::ImplicitTls, Some(tls)) => {
+            let handshake = TlsAcceptor::from(Arc::clone(tls)).accept(stream);
+            match tokio::time::timeout(config.command_timeout, handshake).await {
+                Ok(Ok(tls)) => (Box::new(tls), Some("tls")),
+                // A client that does not trust the certificate ends here: not the sink's
+                // fault, so not a warning.
+                Ok(Err(err)) => {
+                    tracing::info!(%peer, error = %err, "SMTP TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::info!(%peer, "SMTP TLS handshake not finished in time");
+                    return;
+                }
+            }
+        }
+        (Listener::ImplicitTls, None) => return,
+        (Listener::Plain, _) => (Box::new(stream), None),
+    };
     let mut session = Session {
-        reader: BufReader::new(read),
-        writer: write,
+        stream: BufReader::new(wire),
+        tls,
         sink,
         config,
         stop,
@@ -181,6 +260,8 @@ enum End {
     Refused(&'static str),
     /// Reading or writing failed.
     Io(io::Error),
+    /// The TLS handshake after `STARTTLS` failed.
+    Tls(String),
 }
 
 impl std::fmt::Display for End {
@@ -193,6 +274,7 @@ impl std::fmt::Display for End {
             End::Stopping => f.write_str("the sink is stopping"),
             End::Refused(why) => write!(f, "closed by the server: {why}"),
             End::Io(err) => write!(f, "I/O error: {err}"),
+            End::Tls(err) => write!(f, "TLS handshake failed: {err}"),
         }
     }
 }
@@ -210,9 +292,16 @@ enum Data {
     TooLarge,
 }
 
+/// A connection's bytes: plain TCP, or TLS over it.
+trait Wire: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Wire for T {}
+
 struct Session {
-    reader: BufReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
+    /// Reads are buffered; writes pass straight through.
+    stream: BufReader<Box<dyn Wire>>,
+    /// `starttls` or `tls` once the session is encrypted.
+    tls: Option<&'static str>,
     sink: Arc<Sink>,
     config: Arc<SmtpConfig>,
     stop: watch::Receiver<bool>,
@@ -256,6 +345,9 @@ impl Session {
                     "ENHANCEDSTATUSCODES".to_owned(),
                     "SMTPUTF8".to_owned(),
                 ];
+                if self.starttls_offer().is_some() {
+                    lines.push("STARTTLS".to_owned());
+                }
                 if self.config.credentials.is_some() {
                     lines.push("AUTH PLAIN LOGIN".to_owned());
                 }
@@ -280,6 +372,7 @@ impl Session {
                 Err(End::Quit)
             }
             "AUTH" => self.auth(args).await,
+            "STARTTLS" => self.starttls(args).await,
             _ => self.bad("500 5.5.2 command not recognized").await,
         }
     }
@@ -307,6 +400,10 @@ impl Session {
             return self
                 .reply("552 5.3.4 message size exceeds the fixed limit")
                 .await;
+        }
+        if let Some(refusal) = self.sink.decide_sender() {
+            tracing::info!(sender = %address, reply = %refusal.line(), "SMTP sender refused");
+            return self.reply(&refusal.line()).await;
         }
         self.transaction = Some(Transaction {
             mail_from: address,
@@ -369,6 +466,7 @@ impl Session {
             mail_from: transaction.mail_from,
             rcpt_to: transaction.rcpt_to,
             authenticated_as: self.authenticated_as.clone(),
+            tls: self.tls,
         };
         match self.sink.decide_mail(envelope, &data) {
             MailAction::Refuse(refusal) => {
@@ -474,6 +572,50 @@ impl Session {
         }
     }
 
+    /// The certificate to offer over `STARTTLS`, if it is offered on this session now: a
+    /// certificate is configured, the session is not encrypted yet, and the offer is not
+    /// hidden by a fault.
+    fn starttls_offer(&self) -> Option<TlsAcceptor> {
+        if self.tls.is_some() || self.sink.starttls_hidden() {
+            return None;
+        }
+        self.config.tls.clone().map(TlsAcceptor::from)
+    }
+
+    /// `STARTTLS`: the `220`, then the handshake; the session starts again over TLS.
+    async fn starttls(&mut self, args: &str) -> Result<(), End> {
+        let Some(acceptor) = self.starttls_offer() else {
+            return self.bad("502 5.5.1 STARTTLS is not offered").await;
+        };
+        if !args.is_empty() {
+            return self.bad("501 5.5.4 STARTTLS takes no parameters").await;
+        }
+        if self.transaction.is_some() {
+            return self.reply("503 5.5.1 not during a transaction").await;
+        }
+        self.reply("220 2.0.0 ready to start TLS").await?;
+        // What the client sent after the command and before the handshake came in plain
+        // text, where anyone on the path could have written it: it goes with the buffer.
+        let plain = std::mem::replace(
+            &mut self.stream,
+            BufReader::new(Box::new(tokio::io::empty())),
+        );
+        let handshake = acceptor.accept(plain.into_inner());
+        let tls = match tokio::time::timeout(self.config.command_timeout, handshake).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(err)) => return Err(End::Tls(err.to_string())),
+            Err(_) => return Err(End::Overdue("TLS handshake")),
+        };
+        self.stream = BufReader::new(Box::new(tls));
+        self.tls = Some("starttls");
+        // RFC 3207: everything learnt before the handshake is forgotten.
+        self.greeted = false;
+        self.authenticated_as = None;
+        self.transaction = None;
+        self.between_messages = false;
+        Ok(())
+    }
+
     /// Sends a `334` challenge and reads the client's answer; `None` when the client
     /// cancels the exchange with `*` (answered `501`, counted as a bad command so that a
     /// client cannot loop on AUTH forever).
@@ -508,7 +650,7 @@ impl Session {
         let deadline = Instant::now() + limit;
         let mut line = Vec::new();
         let read = {
-            let mut reader = (&mut self.reader).take(MAX_COMMAND_LINE as u64);
+            let mut reader = (&mut self.stream).take(MAX_COMMAND_LINE as u64);
             let stop = &mut self.stop;
             tokio::select! {
                 read = timeout_at(deadline, reader.read_until(b'\n', &mut line)) => Some(read),
@@ -545,7 +687,7 @@ impl Session {
         let deadline = Instant::now() + self.config.data_timeout;
         let limit = self.config.max_message_bytes;
         let drained_limit = self.config.max_drained_bytes();
-        let reader = &mut self.reader;
+        let reader = &mut self.stream;
         let read_all = async move {
             let mut data = Vec::new();
             let mut seen = 0usize;
@@ -610,7 +752,12 @@ impl Session {
     /// not hold the connection forever.
     async fn write(&mut self, bytes: &[u8]) -> Result<(), End> {
         let deadline = Instant::now() + self.config.command_timeout;
-        match timeout_at(deadline, self.writer.write_all(bytes)).await {
+        // Flushed: a TLS session may hold written bytes until then.
+        let written = async {
+            self.stream.write_all(bytes).await?;
+            self.stream.flush().await
+        };
+        match timeout_at(deadline, written).await {
             Ok(written) => written.map_err(End::Io),
             Err(_) => Err(End::Overdue("reply")),
         }

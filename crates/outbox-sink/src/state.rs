@@ -146,6 +146,8 @@ pub struct SmtpStats {
     pub refused: u64,
     /// Recipients refused by a scripted reply.
     pub refused_recipients: u64,
+    /// Senders (`MAIL FROM`) refused by a scripted reply.
+    pub refused_senders: u64,
     /// Messages over the size limit, answered 552.
     pub too_large: u64,
 }
@@ -178,6 +180,9 @@ pub struct MailRecord {
     pub body_sha256: String,
     /// User the client authenticated as, when AUTH is configured.
     pub authenticated_as: Option<String>,
+    /// How the session was encrypted: `starttls`, `tls` (implicit), or `null` for plain
+    /// text.
+    pub tls: Option<String>,
     /// The connection was closed without answering the final dot.
     pub dropped: bool,
     /// Name of the `.eml` file in `--eml-dir`, when one was written.
@@ -190,6 +195,8 @@ pub(crate) struct Envelope {
     pub mail_from: String,
     pub rcpt_to: Vec<String>,
     pub authenticated_as: Option<String>,
+    /// `starttls` or `tls` when the session was encrypted.
+    pub tls: Option<&'static str>,
 }
 
 /// What to do with a message once its data is in.
@@ -384,6 +391,20 @@ impl Sink {
         Some(reply)
     }
 
+    /// The reply to a `MAIL FROM`: a scripted refusal, or `None` to accept the sender.
+    pub(crate) fn decide_sender(&self) -> Option<SmtpReply> {
+        let mut inner = self.lock();
+        let reply = inner.faults.smtp_mail_from_script.pop_front()?;
+        inner.smtp_stats.refused_senders += 1;
+        Some(reply)
+    }
+
+    /// Whether `EHLO` leaves `STARTTLS` out of its answer (as an attacker on the path who
+    /// strips it would).
+    pub(crate) fn starttls_hidden(&self) -> bool {
+        self.lock().faults.smtp_hide_starttls
+    }
+
     /// Counts a message over the size limit; it is answered 552 and not recorded.
     pub(crate) fn record_mail_too_large(&self) {
         self.lock().smtp_stats.too_large += 1;
@@ -440,6 +461,7 @@ impl Sink {
             sha256: sha256_hex(data),
             body_sha256: sha256_hex(&data[headers.body_offset..]),
             authenticated_as: envelope.authenticated_as,
+            tls: envelope.tls.map(str::to_owned),
             dropped: drop,
             eml_file,
         };
@@ -721,6 +743,7 @@ mod tests {
             mail_from: "alerts@example.com".to_owned(),
             rcpt_to: vec!["cfo@example.com".to_owned()],
             authenticated_as: None,
+            tls: None,
         };
         sink.decide_mail(envelope, data)
     }

@@ -467,7 +467,7 @@ async fn bad_fault_changes_are_refused_and_change_nothing() {
             "drop_response_for_keys": [], "script": [],
             "smtp_drop_rate": 0.0, "smtp_fail_rate": 0.0, "smtp_fail_reply": "451 4.3.0 try later",
             "smtp_latency_ms": 0, "smtp_drop_for_message_ids": [], "smtp_rcpt_script": [],
-            "smtp_data_script": [],
+            "smtp_data_script": [], "smtp_mail_from_script": [], "smtp_hide_starttls": false,
         })
     );
     sink.stop().await;

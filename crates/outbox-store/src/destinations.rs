@@ -52,6 +52,9 @@ pub struct EmailSettings {
     pub mail_to: Vec<String>,
     /// `en` or `es`; English when absent.
     pub locale: Option<String>,
+    /// The CA (PEM certificates) the relay's certificate must chain to instead of the
+    /// public roots, for a relay on a private PKI.
+    pub smtp_ca_pem: Option<String>,
 }
 
 impl std::fmt::Debug for EmailSettings {
@@ -66,6 +69,7 @@ impl std::fmt::Debug for EmailSettings {
             .field("mail_from", &self.mail_from)
             .field("mail_to", &self.mail_to)
             .field("locale", &self.locale)
+            .field("smtp_ca_pem", &self.smtp_ca_pem.as_ref().map(|_| "(set)"))
             .finish()
     }
 }
@@ -179,8 +183,8 @@ pub async fn create_email_with_id(
     sqlx::query(
         "INSERT INTO destinations (id, tenant_id, name, kind, url, idempotency_header, \
              on_uncertain, timeout_ms, max_in_flight, smtp_tls, smtp_username, smtp_password, \
-             mail_from, mail_to, locale) \
-         VALUES ($1, $2, $3, 'email', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+             mail_from, mail_to, locale, smtp_ca_pem) \
+         VALUES ($1, $2, $3, 'email', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     )
     .bind(id)
     .bind(new.tenant_id)
@@ -196,6 +200,7 @@ pub async fn create_email_with_id(
     .bind(&email.mail_from)
     .bind(&email.mail_to)
     .bind(&email.locale)
+    .bind(&email.smtp_ca_pem)
     .execute(db)
     .await
     .map_err(|err| {

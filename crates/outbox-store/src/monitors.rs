@@ -25,6 +25,8 @@ pub struct ContractInput {
     pub tiers: Option<Vec<u32>>,
     /// Destination names; `None`: every enabled destination.
     pub destinations: Option<Vec<String>>,
+    /// The contract's owners (mail addresses) its alerts are also mailed to.
+    pub recipients: Option<Vec<String>>,
 }
 
 /// Upserts contracts by external id, all in one statement (so a file imports whole or not
@@ -37,28 +39,60 @@ pub async fn upsert_contracts(
     let join = |v: &Option<Vec<String>>| v.as_ref().map(|v| v.join("\u{1f}"));
     let rows: Vec<bool> = sqlx::query_scalar(
         "INSERT INTO contracts (id, tenant_id, external_id, vendor, amount, currency, \
-             renewal_date, notice_days, tiers, destinations) \
+             renewal_date, notice_days, tiers, destinations, recipients) \
          SELECT id, $2, external_id, vendor, amount::numeric, currency, renewal_date::date, \
                 notice_days, string_to_array(tiers, ',')::int[], \
-                string_to_array(destinations, E'\\x1f') \
+                string_to_array(destinations, E'\\x1f'), string_to_array(recipients, E'\\x1f') \
          FROM unnest($1::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
-                     $8::int[], $9::text[], $10::text[]) \
-              AS i(id, external_id, vendor, amount, currency, renewal_date, notice_days, tiers, destinations) \
+                     $8::int[], $9::text[], $10::text[], $11::text[]) \
+              AS i(id, external_id, vendor, amount, currency, renewal_date, notice_days, tiers, \
+                   destinations, recipients) \
          ORDER BY external_id \
          ON CONFLICT (tenant_id, external_id) DO UPDATE SET \
              vendor = EXCLUDED.vendor, amount = EXCLUDED.amount, currency = EXCLUDED.currency, \
              renewal_date = EXCLUDED.renewal_date, notice_days = EXCLUDED.notice_days, \
-             tiers = EXCLUDED.tiers, destinations = EXCLUDED.destinations, updated_at = now() \
+             tiers = EXCLUDED.tiers, destinations = EXCLUDED.destinations, \
+             recipients = EXCLUDED.recipients, updated_at = now() \
          RETURNING (xmax = 0)",
     )
     .bind(contracts.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
     .bind(tenant_id)
-    .bind(contracts.iter().map(|c| c.external_id.clone()).collect::<Vec<_>>())
-    .bind(contracts.iter().map(|c| c.vendor.clone()).collect::<Vec<_>>())
-    .bind(contracts.iter().map(|c| c.amount.clone()).collect::<Vec<_>>())
-    .bind(contracts.iter().map(|c| c.currency.clone()).collect::<Vec<_>>())
-    .bind(contracts.iter().map(|c| c.renewal_date.clone()).collect::<Vec<_>>())
-    .bind(contracts.iter().map(|c| c.notice_days as i32).collect::<Vec<_>>())
+    .bind(
+        contracts
+            .iter()
+            .map(|c| c.external_id.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        contracts
+            .iter()
+            .map(|c| c.vendor.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        contracts
+            .iter()
+            .map(|c| c.amount.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        contracts
+            .iter()
+            .map(|c| c.currency.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        contracts
+            .iter()
+            .map(|c| c.renewal_date.clone())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        contracts
+            .iter()
+            .map(|c| c.notice_days as i32)
+            .collect::<Vec<_>>(),
+    )
     .bind(
         contracts
             .iter()
@@ -69,7 +103,18 @@ pub async fn upsert_contracts(
             })
             .collect::<Vec<_>>(),
     )
-    .bind(contracts.iter().map(|c| join(&c.destinations)).collect::<Vec<_>>())
+    .bind(
+        contracts
+            .iter()
+            .map(|c| join(&c.destinations))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        contracts
+            .iter()
+            .map(|c| join(&c.recipients))
+            .collect::<Vec<_>>(),
+    )
     .fetch_all(db)
     .await?;
     let inserted = rows.iter().filter(|new| **new).count() as u64;
@@ -99,6 +144,8 @@ pub struct ContractToEvaluate {
     pub tiers: Vec<i32>,
     /// Destination names, or `None` for all enabled ones.
     pub destinations: Option<Vec<String>>,
+    /// The contract's owners, if it names any.
+    pub recipients: Option<Vec<String>>,
 }
 
 /// Contracts whose action date is not more than a day in the past (UTC; the exact day
@@ -110,7 +157,7 @@ pub async fn contracts_to_evaluate(
     let rows = sqlx::query_as::<_, ContractToEvaluate>(
         "SELECT c.tenant_id, t.time_zone, c.external_id, c.vendor, c.amount::text AS amount, \
                 c.currency, c.renewal_date::text AS renewal_date, c.notice_days, \
-                COALESCE(c.tiers, t.renewal_tiers) AS tiers, c.destinations \
+                COALESCE(c.tiers, t.renewal_tiers) AS tiers, c.destinations, c.recipients \
          FROM contracts c JOIN tenants t ON t.id = c.tenant_id \
          WHERE c.renewal_date - c.notice_days >= $1::date - 1 \
          ORDER BY c.tenant_id, c.external_id",

@@ -22,6 +22,8 @@ pub struct EmailJob {
     pub earlier_revisions: Vec<Uuid>,
     /// `none`, `starttls` or `tls`.
     pub smtp_tls: String,
+    /// The CA the relay's certificate must chain to, when not the public roots.
+    pub smtp_ca_pem: Option<String>,
     /// SMTP user name, if any.
     pub smtp_username: Option<String>,
     /// SMTP password as stored (sealed or plain), if any.
@@ -34,6 +36,8 @@ pub struct EmailJob {
     pub locale: Option<String>,
     /// The tenant's locale, used when the destination has none.
     pub tenant_locale: Option<String>,
+    /// The tenant's name (whose templates render it).
+    pub tenant_name: String,
 }
 
 impl std::fmt::Debug for EmailJob {
@@ -60,8 +64,8 @@ pub async fn email_job(
                         AND e.occurrence = a.occurrence AND e.destination_id = a.destination_id \
                         AND e.revision < a.revision \
                       ORDER BY e.revision) AS earlier_revisions, \
-                d.smtp_tls, d.smtp_username, d.smtp_password, d.mail_from, d.mail_to, d.locale, \
-                t.locale AS tenant_locale \
+                d.smtp_tls, d.smtp_ca_pem, d.smtp_username, d.smtp_password, d.mail_from, d.mail_to, d.locale, \
+                t.locale AS tenant_locale, t.name AS tenant_name \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \
          JOIN tenants t ON t.id = a.tenant_id \
          WHERE a.id = $1 AND d.kind = 'email'",

@@ -2,7 +2,10 @@
 //! database on the server named by `DATABASE_URL` (default: the local server), dropped
 //! when the test ends, whether it passed or panicked.
 //!
-//! Layout: [`TestDb`] (create, migrate, connect, drop) and [`server_url`].
+//! Layout: [`TestDb`] (create, migrate, connect, drop) and [`server_url`]; [`tls`]: a CA
+//! and server certificates made at test time, for the TLS tests.
+
+pub mod tls;
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};

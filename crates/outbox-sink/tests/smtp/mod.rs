@@ -5,8 +5,10 @@
 use clap::Parser;
 use lettre::message::header::{HeaderName, HeaderValue};
 use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Certificate, CertificateStore, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
-use outbox_sink::{serve_with_smtp, SinkArgs};
+use outbox_sink::{serve_with_mail, MailListeners, SinkArgs};
+use outbox_testkit::tls::{TestCa, TlsFiles};
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -21,6 +23,8 @@ use tokio::time::Instant;
 struct TestSink {
     base: String,
     smtp_port: u16,
+    /// The implicit-TLS listener's port, when it has one.
+    smtps_port: Option<u16>,
     client: Client,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
@@ -28,18 +32,46 @@ struct TestSink {
 
 impl TestSink {
     async fn start(flags: &[&str]) -> TestSink {
+        Self::serve(flags, false).await
+    }
+
+    /// A sink presenting `files`' certificate: `STARTTLS` on its SMTP port, and an
+    /// implicit-TLS port.
+    async fn start_tls(files: &TlsFiles, flags: &[&str]) -> TestSink {
+        let (cert, key) = (files.cert(), files.key());
+        let mut all = vec![
+            "--smtp-tls-cert",
+            cert.to_str().unwrap(),
+            "--smtp-tls-key",
+            key.to_str().unwrap(),
+        ];
+        all.extend_from_slice(flags);
+        Self::serve(&all, true).await
+    }
+
+    async fn serve(flags: &[&str], implicit_tls: bool) -> TestSink {
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let smtp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let smtps = match implicit_tls {
+            true => Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            false => None,
+        };
         let base = format!("http://{}", http.local_addr().unwrap());
         let smtp_port = smtp.local_addr().unwrap().port();
+        let smtps_port = smtps.as_ref().map(|l| l.local_addr().unwrap().port());
         let args = SinkArgs::parse_from(std::iter::once("sink").chain(flags.iter().copied()));
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve_with_smtp(http, Some(smtp), args, async {
+        let mail = MailListeners {
+            smtp: Some(smtp),
+            smtps,
+        };
+        let task = tokio::spawn(serve_with_mail(http, mail, args, async {
             let _ = stopped.await;
         }));
         TestSink {
             base,
             smtp_port,
+            smtps_port,
             client: Client::builder().no_proxy().build().unwrap(),
             stop: Some(stop),
             task,
@@ -188,6 +220,7 @@ async fn a_message_is_recorded_with_its_message_id_recipients_subject_and_hash()
     assert_eq!(record["sha256"], sha256_hex(&data));
     assert_eq!(record["size"], data.len());
     assert_eq!(record["dropped"], false);
+    assert_eq!(record["tls"], Value::Null, "plain text");
     let body_start = data.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     assert_eq!(record["body_sha256"], sha256_hex(&data[body_start..]));
 
@@ -195,7 +228,8 @@ async fn a_message_is_recorded_with_its_message_id_recipients_subject_and_hash()
         sink.smtp_stats().await,
         json!({
             "messages": 1, "distinct_message_ids": 1, "duplicate_message_ids": 0,
-            "dropped": 0, "refused": 0, "refused_recipients": 0, "too_large": 0,
+            "dropped": 0, "refused": 0, "refused_recipients": 0, "refused_senders": 0,
+            "too_large": 0,
         })
     );
     sink.stop().await;
@@ -588,7 +622,7 @@ async fn a_raw_session_gets_rfc_5321_answers() {
     assert!(ehlo.contains("AUTH PLAIN LOGIN"), "{ehlo}");
     assert!(ehlo.contains("SIZE 10485760"), "{ehlo}");
     assert!(!ehlo.contains("STARTTLS"), "no TLS is offered: {ehlo}");
-    assert!(smtp.send("STARTTLS\r\n").await.starts_with("500 "));
+    assert!(smtp.send("STARTTLS\r\n").await.starts_with("502 "));
     assert!(smtp.send("NOOP\r\n").await.starts_with("250 "));
     assert!(smtp.send("VRFY cfo\r\n").await.starts_with("252 "));
     assert!(smtp.send("MAIL FROM:<a@x>\r\n").await.starts_with("530 "));
@@ -694,4 +728,142 @@ async fn the_same_seed_gives_the_same_smtp_faults() {
         first.contains(&"accepted") && first.contains(&"refused") && first.contains(&"reply lost"),
         "{first:?}"
     );
+}
+
+/// A client that trusts only `ca` (PEM), for the relay at 127.0.0.1.
+fn tls_parameters(ca: &str) -> TlsParameters {
+    TlsParameters::builder("127.0.0.1".to_owned())
+        .certificate_store(CertificateStore::None)
+        .add_root_certificate(Certificate::from_pem(ca.as_bytes()).unwrap())
+        .build_rustls()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn starttls_and_implicit_tls_deliver_and_the_inbox_says_how_each_came() {
+    let ca = TestCa::new("sink test CA");
+    let files = ca.issue(&["127.0.0.1"]);
+    let sink = TestSink::start_tls(&files, &["--smtp-auth", "relay:correct-horse"]).await;
+    let credentials = Credentials::new("relay".to_owned(), "correct-horse".to_owned());
+    let starttls = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1")
+        .port(sink.smtp_port)
+        .tls(Tls::Required(tls_parameters(&ca.pem())))
+        .credentials(credentials.clone())
+        .timeout(Some(Duration::from_secs(10)))
+        .build();
+    let implicit = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1")
+        .port(sink.smtps_port.unwrap())
+        .tls(Tls::Wrapper(tls_parameters(&ca.pem())))
+        .credentials(credentials)
+        .timeout(Some(Duration::from_secs(10)))
+        .build();
+    let first = alert_message("alert-tls-1");
+    let second = alert_message("alert-tls-2");
+    starttls.send(first.clone()).await.unwrap();
+    implicit.send(second.clone()).await.unwrap();
+    // A client that trusts another CA gets nowhere, and nothing is recorded.
+    let stranger = TestCa::new("another CA");
+    let refused = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1")
+        .port(sink.smtps_port.unwrap())
+        .tls(Tls::Wrapper(tls_parameters(&stranger.pem())))
+        .timeout(Some(Duration::from_secs(10)))
+        .build();
+    assert!(refused.send(alert_message("alert-tls-3")).await.is_err());
+
+    let messages = sink.messages(None).await;
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    for (message, sent, how) in [
+        (&messages[0], &first, "starttls"),
+        (&messages[1], &second, "tls"),
+    ] {
+        assert_eq!(message["tls"], how);
+        assert_eq!(message["authenticated_as"], "relay");
+        assert_eq!(message["sha256"], sha256_hex(&data_on_the_wire(sent)));
+    }
+    sink.stop().await;
+}
+
+#[tokio::test]
+async fn a_hidden_starttls_offer_and_a_scripted_sender_refusal_reach_a_raw_client() {
+    let files = TestCa::new("sink test CA").issue(&["127.0.0.1"]);
+    let sink = TestSink::start_tls(&files, &[]).await;
+    let (mut smtp, _) = RawSession::open(sink.smtp_port).await;
+    let ehlo = smtp.send("EHLO client.example\r\n").await;
+    assert!(ehlo.contains("STARTTLS"), "{ehlo}");
+
+    sink.faults(json!({
+        "smtp_hide_starttls": true,
+        "smtp_mail_from_script": ["451 4.7.1 sender deferred"]
+    }))
+    .await;
+    let ehlo = smtp.send("EHLO client.example\r\n").await;
+    assert!(!ehlo.contains("STARTTLS"), "{ehlo}");
+    assert!(smtp.send("STARTTLS\r\n").await.starts_with("502 "));
+    assert_eq!(
+        smtp.send("MAIL FROM:<a@x>\r\n").await,
+        "451 4.7.1 sender deferred\r\n"
+    );
+    assert!(smtp.send("MAIL FROM:<a@x>\r\n").await.starts_with("250 "));
+    assert_eq!(sink.smtp_stats().await["refused_senders"], 1);
+    sink.stop().await;
+}
+
+#[tokio::test]
+async fn commands_sent_in_plain_text_after_starttls_are_never_run_over_tls() {
+    let ca = TestCa::new("sink test CA");
+    let files = ca.issue(&["127.0.0.1"]);
+    let sink = TestSink::start_tls(&files, &[]).await;
+    let (smtp, _) = RawSession::open(sink.smtp_port).await;
+    let RawSession {
+        mut reader,
+        mut writer,
+    } = smtp;
+    writer.write_all(b"EHLO client.example\r\n").await.unwrap();
+    read_reply(&mut reader).await;
+    // An attacker on the path appends a command to the client's STARTTLS.
+    writer
+        .write_all(b"STARTTLS\r\nMAIL FROM:<injected@x>\r\n")
+        .await
+        .unwrap();
+    assert!(read_reply(&mut reader).await.starts_with("220 "));
+    let stream = reader.into_inner().reunite(writer).unwrap();
+
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(files.ca()).unwrap();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_slice(&pem).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, stream)
+        .await
+        .unwrap();
+    let (read, mut write) = tokio::io::split(tls);
+    let mut read = BufReader::new(read);
+    // Over TLS the session starts again: a transaction the injected MAIL FROM would have
+    // opened does not exist, so a second MAIL FROM is not "nested".
+    write.write_all(b"EHLO client.example\r\n").await.unwrap();
+    let mut line = String::new();
+    read.read_line(&mut line).await.unwrap();
+    assert!(line.starts_with("250-sink greets"), "{line}");
+    loop {
+        let mut more = String::new();
+        read.read_line(&mut more).await.unwrap();
+        if more.as_bytes().get(3) == Some(&b' ') {
+            break;
+        }
+    }
+    write.write_all(b"MAIL FROM:<a@x>\r\n").await.unwrap();
+    let mut reply = String::new();
+    read.read_line(&mut reply).await.unwrap();
+    assert!(reply.starts_with("250 "), "{reply}");
+    sink.stop().await;
 }
