@@ -70,3 +70,30 @@ pub async fn evidence_lines(pool: &PgPool, alert_id: Uuid) -> Result<Vec<String>
     .await?;
     Ok(lines)
 }
+
+/// An email alert's stored message, as an SMTP inbox must have received it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredMessage {
+    /// The alert.
+    pub alert_id: Uuid,
+    /// Its `Message-ID`, without the angle brackets (as an inbox records it).
+    pub message_id: String,
+    /// Hex SHA-256 of the message data as a relay receives it: the stored bytes and the
+    /// CRLF that ends the data before the final dot.
+    pub wire_sha256: String,
+}
+
+/// Every email alert's stored message (messages of email destinations only: a webhook's
+/// rendered request body is not mail).
+pub async fn stored_messages(pool: &PgPool) -> Result<Vec<StoredMessage>, StoreError> {
+    let rows = sqlx::query_as::<_, StoredMessage>(
+        "SELECT r.alert_id, btrim(r.message_id, '<>') AS message_id, \
+                encode(sha256(r.bytes || '\\x0d0a'::bytea), 'hex') AS wire_sha256 \
+         FROM rendered_messages r JOIN alerts a ON a.id = r.alert_id \
+         JOIN destinations d ON d.id = a.destination_id \
+         WHERE d.kind = 'email'",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows)
+}
