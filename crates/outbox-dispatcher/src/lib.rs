@@ -14,6 +14,9 @@
 //!   send, then sent byte for byte on every attempt over an SMTP dialogue driven command
 //!   by command (so a lost final reply is told apart from a refusal before the data), to
 //!   the relay's address vetted by the egress guard.
+//! - `email_api`: webhook destinations with a body template (HTTP email APIs): the
+//!   request body rendered once from the alert's email and stored before the first send,
+//!   then sent byte for byte by `http` on every attempt.
 //! - `recorder`: outcomes written in batches (one statement and one commit for many).
 //! - `metrics`, `server`: `/metrics`, `/healthz`, `/readyz`.
 //!
@@ -29,6 +32,7 @@
 //! single new row at once.
 
 mod classify;
+mod email_api;
 mod http;
 mod metrics;
 mod recorder;

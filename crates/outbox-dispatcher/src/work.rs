@@ -98,12 +98,29 @@ async fn send_and_judge(
             message_note = note;
             exchange
         }
+        crate::Transport::Http if row.body_template.is_some() => {
+            match crate::email_api::stored_body(shared, row).await {
+                Ok((body, note)) => {
+                    message_note = Some(note);
+                    http::send(
+                        &shared.http,
+                        &shared.config.egress,
+                        row,
+                        &shared.config.secret_keys,
+                        body,
+                    )
+                    .await
+                }
+                Err(exchange) => exchange,
+            }
+        }
         crate::Transport::Http => {
             http::send(
                 &shared.http,
                 &shared.config.egress,
                 row,
                 &shared.config.secret_keys,
+                row.payload.clone().into_bytes(),
             )
             .await
         }
@@ -237,8 +254,8 @@ async fn send_and_judge(
             )
         }
     };
-    // An email attempt names the exact message it sent: the rendered fingerprint is
-    // evidence beside the payload's.
+    // An email attempt (or an email API's) names the exact message it sent: the rendered
+    // fingerprint is evidence beside the payload's.
     let line = match message_note {
         Some(note) => format!("{line}; {note}"),
         None => line,
