@@ -20,7 +20,9 @@ pub(crate) async fn stored_body(
     row: &ClaimedAlert,
 ) -> Result<(Vec<u8>, String), Exchange> {
     let not_stored = |err: outbox_store::StoreError| {
-        Exchange::NotConnected(format!("the rendered request body could not be stored: {err}"))
+        Exchange::NotConnected(format!(
+            "the rendered request body could not be stored: {err}"
+        ))
     };
     let stored = match outbox_store::rendered::find(&shared.pool, row.alert_id)
         .await
@@ -36,7 +38,10 @@ pub(crate) async fn stored_body(
     Ok((stored.bytes, note))
 }
 
-async fn render_and_store(shared: &Shared, row: &ClaimedAlert) -> Result<RenderedMessage, Exchange> {
+async fn render_and_store(
+    shared: &Shared,
+    row: &ClaimedAlert,
+) -> Result<RenderedMessage, Exchange> {
     let job = match outbox_store::rendered::body_job(&shared.pool, row.alert_id).await {
         Ok(Some(job)) => job,
         Ok(None) => {
@@ -66,7 +71,9 @@ async fn render_and_store(shared: &Shared, row: &ClaimedAlert) -> Result<Rendere
     )
     .await
     .map_err(|err| {
-        Exchange::NotConnected(format!("the rendered request body could not be stored: {err}"))
+        Exchange::NotConnected(format!(
+            "the rendered request body could not be stored: {err}"
+        ))
     })
 }
 

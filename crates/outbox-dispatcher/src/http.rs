@@ -89,10 +89,14 @@ pub async fn send(
         // Like a signing secret: one that does not open is a configuration error.
         let token = match keys.open(alert.destination_id, stored) {
             Ok(token) => token,
-            Err(err) => return Exchange::Unsendable(format!("the API key of the destination: {err}")),
+            Err(err) => {
+                return Exchange::Unsendable(format!("the API key of the destination: {err}"))
+            }
         };
         let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {token}")) else {
-            return Exchange::Unsendable("the API key of the destination is not a valid header value".into());
+            return Exchange::Unsendable(
+                "the API key of the destination is not a valid header value".into(),
+            );
         };
         value.set_sensitive(true);
         headers.insert(reqwest::header::AUTHORIZATION, value);

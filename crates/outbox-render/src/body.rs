@@ -294,7 +294,10 @@ mod tests {
             .unwrap();
         let json: serde_json::Value = serde_json::from_slice(&body.bytes).unwrap();
         assert_eq!(json["to"], serde_json::json!(["ops@acme.example"]));
-        assert!(json["text"].as_str().unwrap().contains("\"to\": [\"evil@x\"]"));
+        assert!(json["text"]
+            .as_str()
+            .unwrap()
+            .contains("\"to\": [\"evil@x\"]"));
     }
 
     #[test]
@@ -303,10 +306,14 @@ mod tests {
         let broken = BodyTemplate::from_file_text("{\"subject\": {{ subject }\n}").unwrap_err();
         assert!(broken.to_string().contains("line"), "{broken}");
         let undefined = BodyTemplate::from_file_text("{\"s\": {{ sender }}}").unwrap();
-        let err = undefined.try_out(Locale::En, "a@b.example", &to).unwrap_err();
+        let err = undefined
+            .try_out(Locale::En, "a@b.example", &to)
+            .unwrap_err();
         assert!(err.to_string().contains("undefined"), "{err}");
         let not_json = BodyTemplate::from_file_text("subject={{ subject }}").unwrap();
-        let err = not_json.try_out(Locale::En, "a@b.example", &to).unwrap_err();
+        let err = not_json
+            .try_out(Locale::En, "a@b.example", &to)
+            .unwrap_err();
         assert!(matches!(err, BodyError::NotAnObject(_)), "{err}");
         let good = BodyTemplate::from_file_text(
             "{\"sender\": {{ from }}, \"rcpt\": {{ to[0] }}, \"vendor\": {{ payload.vendor }}}",
