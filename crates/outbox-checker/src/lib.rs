@@ -127,6 +127,8 @@ pub struct Report {
     pub unresolved_uncertain: usize,
     /// Alerts recorded as accepted that their sink never applied.
     pub phantom_acceptances: usize,
+    /// Messages in each SMTP inbox, to show the email destinations were exercised.
+    pub inbox_messages: Vec<(String, usize)>,
     /// Everything that breaks the rules above.
     pub offences: Vec<Offence>,
 }
@@ -419,6 +421,9 @@ fn check_inboxes(
             .effective_duplicates
             .push((inbox.destination.clone(), effective));
         report.wire_duplicates.push((inbox.destination.clone(), 0));
+        report
+            .inbox_messages
+            .push((inbox.destination.clone(), inbox.messages.len()));
     }
 }
 
@@ -479,6 +484,13 @@ impl fmt::Display for Report {
                 format!("effective duplicates at {sink}")
             )?;
             writeln!(f, "  {:<36} {wire}", format!("wire duplicates at {sink}"))?;
+        }
+        for (inbox, messages) in &self.inbox_messages {
+            writeln!(
+                f,
+                "  {:<36} {messages}",
+                format!("messages in inbox {inbox}")
+            )?;
         }
         writeln!(
             f,
