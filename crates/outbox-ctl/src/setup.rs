@@ -57,7 +57,7 @@ pub struct DestinationArgs {
     #[command(flatten)]
     email: Box<EmailArgs>,
     #[command(flatten)]
-    email_api: EmailApiArgs,
+    email_api: Box<EmailApiArgs>,
     /// Standard Webhooks signing secret (`whsec_...`); repeat while rotating. Visible to
     /// other users in `ps`: prefer --secret-file or --secret-stdin.
     #[arg(long = "secret", value_name = "WHSEC")]
