@@ -191,6 +191,22 @@ async fn a_retry_after_a_server_error_sends_the_same_bytes_with_the_same_key() {
     assert_eq!(records[1]["payload_sha256"], stored.sha256.as_str());
     let trail = evidence(&db, id).await.join("\n");
     assert!(trail.contains("resending with the same key"), "{trail}");
+
+    // The referee agrees: every request carried the stored body, applied once.
+    let judged = outbox_checker::Sink {
+        destination: "resend".to_owned(),
+        capability: outbox_checker::Capability::Idempotent,
+        records: records
+            .iter()
+            .map(|r| outbox_checker::SinkRecord {
+                key: r["key"].as_str().map(str::to_owned),
+                payload_sha256: r["payload_sha256"].as_str().map(str::to_owned),
+                outcome: r["outcome"].as_str().unwrap_or("").to_owned(),
+            })
+            .collect(),
+    };
+    let report = outbox_checker::check(&db.pool, 0, &[judged]).await.unwrap();
+    assert!(report.passed(), "{report}");
 }
 
 #[tokio::test]

@@ -15,7 +15,8 @@ pub struct CommittedAlert {
     pub destination: String,
     /// Its state: the outbox row's status, else its outcome (NULL when it has neither).
     pub state: Option<String>,
-    /// Hex SHA-256 of the payload bytes.
+    /// Hex SHA-256 of the bytes every request for it must carry: the payload's, or for
+    /// an email API (a webhook with a body template) the stored rendered request body's.
     pub payload_sha256: String,
     /// Flagged as possibly delivered twice.
     pub possible_duplicate: bool,
@@ -33,7 +34,10 @@ pub struct CommittedAlert {
 pub async fn committed_alerts(pool: &PgPool) -> Result<Vec<CommittedAlert>, StoreError> {
     let rows = sqlx::query_as::<_, CommittedAlert>(
         "SELECT a.id, d.name AS destination, COALESCE(o.status, a.outcome) AS state, \
-                encode(a.payload_sha256, 'hex') AS payload_sha256, a.possible_duplicate, \
+                COALESCE(CASE WHEN d.body_template IS NOT NULL THEN \
+                             (SELECT r.sha256 FROM rendered_messages r WHERE r.alert_id = a.id) END, \
+                         encode(a.payload_sha256, 'hex')) AS payload_sha256, \
+                a.possible_duplicate, \
                 o.alert_id IS NOT NULL AS queued, a.outcome IS NOT NULL AS settled, \
                 (SELECT count(*) FROM alert_events e WHERE e.alert_id = a.id) AS events, \
                 a.pruned_at IS NOT NULL AS pruned \
