@@ -13,8 +13,9 @@
 //! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and wake-ups.
 //! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval.
 //! - [`operator`]: operators' actions (replay, resolve, destinations) and statistics.
-//! - [`rendered`]: email alerts as sent: what rendering one needs, and its message's
-//!   exact bytes, stored once before the first send and reused by every attempt.
+//! - [`rendered`]: email alerts (and email API request bodies) as sent: what rendering
+//!   one needs, and its exact bytes, stored once before the first send and reused by
+//!   every attempt.
 //! - [`outbox`]: listings of the live queue and of alerts by state.
 //! - [`error`]: the store's error type, [`StoreError`].
 //!
