@@ -3,14 +3,17 @@
 //! Real processes: two deciders serving approvals (identical approvals race between
 //! them, corrections are issued while the originals are in flight) and running the
 //! renewal monitor every second over the same contracts, three dispatchers,
-//! and one sink per destination capability: idempotent with a short retention window,
-//! lookup, plain with `hold`, plain with `retry`. A seeded schedule attacks them: SIGKILL
-//! and restart of dispatchers and deciders, SIGSTOP past a lease, PostgreSQL backends
-//! terminated, a statement timeout too low to work with for a while, answers lost after
-//! acceptance, 500s, 503s and 429s, answers slower than the timeout; one dispatcher also
-//! crashes at the named crash points.
-//! Then the faults stop, a dispatcher drains, and the checker counts from the database
-//! and the sinks' own records.
+//! one sink per destination capability: idempotent with a short retention window,
+//! lookup, plain with `hold`, plain with `retry`, and an email destination (policy
+//! `hold`) on a sink's SMTP inbox. A seeded schedule attacks them: SIGKILL and restart of
+//! dispatchers and deciders, SIGSTOP past a lease, PostgreSQL backends terminated, a
+//! statement timeout too low to work with for a while, answers lost after acceptance,
+//! 500s, 503s and 429s, answers slower than the timeout; over SMTP, the connection closed
+//! after the final dot (accepted, reply lost), 451s and 550s after the data, and final
+//! replies slower than the timeout; one dispatcher also crashes at the named crash points.
+//! Then the faults stop, a dispatcher drains, and the checker counts from the database,
+//! the sinks' own records and the inbox (every Message-ID at most once, every accepted
+//! email's Message-ID there).
 //!
 //! `CHAOS_SEEDS` (default `1,2`) and `CHAOS_DURATION` (per seed, default `15s`) make it
 //! a soak test: `CHAOS_SEEDS=11 CHAOS_DURATION=10m cargo test --features failpoints
@@ -58,6 +61,12 @@ const DESTINATIONS: [(&str, Capability); 4] = [
     ("hold", Capability::PlainHold),
     ("retry", Capability::PlainRetry),
 ];
+
+/// The email destination, on the SMTP inbox; its uncertain sends are held.
+const MAIL: &str = "mail";
+
+/// Where the load's approvals go, in turn.
+const APPROVED_TO: [&str; 5] = ["idempotent", "lookup", "hold", "retry", MAIL];
 
 /// Dispatcher `n`. The third one also crashes at the named crash points now and then: the
 /// process aborts after a claim, after a send before its outcome is recorded, or inside
@@ -142,6 +151,20 @@ async fn chaos(seed: u64, run_for: Duration) {
         .await;
         sinks.push((name, capability, sink));
     }
+    // The inbox loses the reply to 10% of final dots and refuses 5% after the data
+    // (451, retried), as the webhook sinks lose and refuse answers.
+    let inbox = SmtpSink::start(&[
+        "--seed",
+        &seed_text,
+        "--smtp-drop-rate",
+        "0.1",
+        "--smtp-fail-rate",
+        "0.05",
+        "--smtp-fail-reply",
+        "451 4.3.0 try again later",
+    ])
+    .await;
+    add_email_destination(&db, tenant.id, &inbox.smtp_addr).await;
 
     // Contracts due for an alert now: the deciders' monitors approve them (to every
     // destination) while the API approvals run, every second, in both deciders.
@@ -183,7 +206,7 @@ async fn chaos(seed: u64, run_for: Duration) {
                 .unwrap();
             let mut n = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let destination = DESTINATIONS[(n % 4) as usize].0;
+                let destination = APPROVED_TO[(n % 5) as usize];
                 let body = json!({"destination": destination, "subject": format!("chaos:{n}"),
                                   "occurrence": "o", "payload": {"n": n, "text": "renewal due"}});
                 let targets: Vec<String> = bases.lock().unwrap().clone();
@@ -244,7 +267,7 @@ async fn chaos(seed: u64, run_for: Duration) {
                 faults.len()
             );
         }
-        match rng.random_range(0..7) {
+        match rng.random_range(0..8) {
             0 => {
                 let i = rng.random_range(0..dispatchers.len());
                 dispatchers[i].kill().await.unwrap();
@@ -297,6 +320,32 @@ async fn chaos(seed: u64, run_for: Duration) {
                 terminate_components(&mut admin).await;
                 faults.push("statement_timeout 5ms for 1.5s");
             }
+            7 => {
+                let fault = match rng.random_range(0..3) {
+                    0 => {
+                        inbox.sink.faults(json!({"smtp_latency_ms": 1200})).await;
+                        tokio::time::sleep(Duration::from_millis(800)).await;
+                        inbox.sink.faults(json!({"smtp_latency_ms": 0})).await;
+                        "final SMTP replies slower than the timeout"
+                    }
+                    1 => {
+                        inbox
+                            .sink
+                            .faults(json!({"smtp_data_script": [
+                                "451 4.3.0 try again later", "550 5.1.1 no such user"
+                            ]}))
+                            .await;
+                        "451 and 550 after the message data"
+                    }
+                    _ => {
+                        inbox.sink.faults(json!({"smtp_drop_rate": 0.5})).await;
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        inbox.sink.faults(json!({"smtp_drop_rate": 0.1})).await;
+                        "half the final SMTP replies lost"
+                    }
+                };
+                faults.push(fault);
+            }
             _ => {
                 let i = rng.random_range(0..deciders.len());
                 deciders[i].0.kill().await.unwrap();
@@ -320,6 +369,11 @@ async fn chaos(seed: u64, run_for: Duration) {
         sink.faults(json!({"drop_response_rate": 0.0, "fail_rate": 0.0}))
             .await;
     }
+    reqwest::Client::new()
+        .delete(format!("{}/_sink/faults", inbox.sink.base))
+        .send()
+        .await
+        .unwrap();
     for mut d in dispatchers {
         let _ = d.kill().await;
     }
@@ -355,7 +409,21 @@ async fn chaos(seed: u64, run_for: Duration) {
             records,
         });
     }
-    let report = outbox_checker::check(&db.pool, seed, &judged)
+    let mail = outbox_checker::Inbox {
+        destination: MAIL.to_owned(),
+        capability: Capability::PlainHold,
+        messages: inbox
+            .messages()
+            .await
+            .iter()
+            .map(|m| outbox_checker::InboxMessage {
+                message_id: m["message_id"].as_str().map(str::to_owned),
+                alert_id: m["alert_id"].as_str().map(str::to_owned),
+                sha256: m["sha256"].as_str().unwrap_or("").to_owned(),
+            })
+            .collect(),
+    };
+    let report = outbox_checker::check_with_inboxes(&db.pool, seed, &judged, &[mail])
         .await
         .unwrap();
     eprintln!(
@@ -373,6 +441,36 @@ async fn chaos(seed: u64, run_for: Duration) {
         report.alerts > 50,
         "the run approved too little to mean anything: {report}"
     );
+}
+
+/// The email destination `mail`, on the SMTP inbox at `smtp_addr`: no lookup, no key a
+/// relay de-duplicates by, so its uncertain sends are held.
+async fn add_email_destination(db: &TestDb, tenant: uuid::Uuid, smtp_addr: &str) {
+    let new = outbox_store::destinations::NewDestination {
+        tenant_id: tenant,
+        name: MAIL.to_owned(),
+        url: format!("smtp://{smtp_addr}"),
+        signing_secrets: vec![],
+        idempotency_header: "Idempotency-Key".to_owned(),
+        idempotency_retention: None,
+        lookup_url_template: None,
+        on_uncertain: outbox_core::OnUncertain::Hold,
+        timeout: Duration::from_millis(800),
+        max_in_flight: 16,
+    };
+    let email = outbox_store::destinations::EmailSettings {
+        smtp_tls: "none".to_owned(),
+        smtp_username: None,
+        smtp_password: None,
+        mail_from: "alerts@acme.example".to_owned(),
+        mail_to: vec!["ops@acme.example".to_owned()],
+        locale: None,
+        smtp_ca_pem: None,
+    };
+    let id = outbox_store::destinations::new_id();
+    outbox_store::destinations::create_email_with_id(&db.pool, id, &new, &email)
+        .await
+        .unwrap();
 }
 
 /// The alert id an approval answered with, if it did.

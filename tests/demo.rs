@@ -1,16 +1,40 @@
 //! `outboxctl demo` end to end: the real binaries on the sample data, with faults; it must
-//! exit 0 (its invariants held) and show its final table.
+//! exit 0 (its invariants held) and show its final table, and its inbox is checked here
+//! from the sink's own files (`--eml-dir`) against the demo's database.
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
+use std::collections::HashMap;
+
+/// An email as the sink wrote it to its folder, byte for byte as received.
+struct Received {
+    file: String,
+    text: String,
+}
+
+impl Received {
+    /// A header field's value, folded lines joined.
+    fn header(&self, name: &str) -> Option<String> {
+        let head = self.text.split("\r\n\r\n").next().unwrap_or("");
+        let unfolded = head.replace("\r\n ", " ").replace("\r\n\t", " ");
+        unfolded.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+    }
+}
+
 #[tokio::test]
-async fn the_demo_runs_and_its_invariants_hold() {
+async fn the_demo_runs_its_invariants_hold_and_each_email_arrives_once_in_its_language() {
+    let eml_dir = std::env::temp_dir().join(format!("outbox-demo-inbox-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&eml_dir);
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
         .args([
             "demo",
-            "--drop",
             "--examples",
             concat!(env!("CARGO_MANIFEST_DIR"), "/examples"),
+            "--eml-dir",
+            eml_dir.to_str().unwrap(),
         ])
         .env("DATABASE_URL", outbox_testkit::server_url())
         .output()
@@ -18,7 +42,26 @@ async fn the_demo_runs_and_its_invariants_hold() {
         .unwrap();
     let stdout = String::from_utf8(output.stdout).unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();
+    // The demo keeps its database for a look around; this test looks, then drops it.
+    let database = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("demo database: "))
+        .map(str::to_owned);
+    let verdict = match &database {
+        Some(name) => inbox_matches_the_database(name, &eml_dir).await,
+        None => Err("the demo named no database".to_owned()),
+    };
+    if let Some(name) = &database {
+        outbox_store::connect::drop_database(&outbox_testkit::server_url(), name)
+            .await
+            .unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&eml_dir);
+
     assert!(output.status.success(), "{stdout}\n{stderr}");
+    if let Err(why) = verdict {
+        panic!("{why}\n{stdout}");
+    }
     assert!(stdout.contains("invariants hold"), "{stdout}");
     assert!(stdout.contains("effective duplicates   0"), "{stdout}");
     // The demo's sink is on loopback: a demo that forgot to open it in the egress guard
@@ -35,4 +78,107 @@ async fn the_demo_runs_and_its_invariants_hold() {
         stderr.contains("one per identity, whichever run decided it"),
         "{stderr}"
     );
+    // One email of each is shown as a person reads it: the Spanish renewal, the English
+    // news, decoded.
+    assert!(
+        stdout.contains("Subject: Renovación: el contrato"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("días"), "{stdout}");
+    assert!(stdout.contains("Subject: Event on northwind: "), "{stdout}");
+    assert!(stdout.contains("Matched terms: "), "{stdout}");
+    assert!(stdout.contains("the inbox has it once"), "{stdout}");
+}
+
+/// Every accepted email alert is in the inbox exactly once by Message-ID, the held one is
+/// there once too, nothing else is there, and each mailbox got its kind of alert in its
+/// language.
+async fn inbox_matches_the_database(
+    database: &str,
+    eml_dir: &std::path::Path,
+) -> Result<(), String> {
+    let options: sqlx::postgres::PgConnectOptions = outbox_testkit::server_url()
+        .parse()
+        .map_err(|e: sqlx::Error| e.to_string())?;
+    let pool = sqlx::PgPool::connect_with(options.database(database))
+        .await
+        .map_err(|e| e.to_string())?;
+    let alerts: Vec<(uuid::Uuid, String, String, String)> = sqlx::query_as(
+        "SELECT a.id, d.name, a.subject, COALESCE(o.status, a.outcome) \
+         FROM alerts a JOIN destinations d ON d.id = a.destination_id \
+         LEFT JOIN outbox o ON o.alert_id = a.id WHERE d.kind = 'email'",
+    )
+    .fetch_all(&pool)
+    .await
+    .map_err(|e| e.to_string())?;
+    pool.close().await;
+
+    let mut received: Vec<Received> = Vec::new();
+    for entry in std::fs::read_dir(eml_dir).map_err(|e| format!("{eml_dir:?}: {e}"))? {
+        let path = entry.unwrap().path();
+        received.push(Received {
+            file: path.display().to_string(),
+            text: String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned(),
+        });
+    }
+    let mut by_message_id: HashMap<String, Vec<&Received>> = HashMap::new();
+    for message in &received {
+        let id = message
+            .header("Message-ID")
+            .ok_or(format!("{} has no Message-ID", message.file))?;
+        by_message_id.entry(id).or_default().push(message);
+    }
+
+    let count = |state: &str, destination: &str| {
+        alerts
+            .iter()
+            .filter(|(_, d, _, s)| s == state && d == destination)
+            .count()
+    };
+    if count("accepted", "cfo-mail") == 0 || count("accepted", "ops-mail") == 0 {
+        return Err(format!("both mailboxes should get mail: {alerts:?}"));
+    }
+    let held: Vec<_> = alerts.iter().filter(|(_, _, _, s)| s == "held").collect();
+    if held.len() != 1 || held[0].1 != "cfo-mail" {
+        return Err(format!("exactly the CFO's first email is held: {held:?}"));
+    }
+    let mut expected = 0;
+    for (id, destination, subject, state) in &alerts {
+        let message_id = format!("<{id}@demo.example>");
+        let copies = by_message_id.get(&message_id).map_or(0, Vec::len);
+        match state.as_str() {
+            "accepted" | "held" if copies != 1 => {
+                return Err(format!(
+                    "{state} alert {id} is in the inbox {copies} times, not once"
+                ))
+            }
+            "accepted" | "held" => expected += 1,
+            // A 451 is refused before the inbox; nothing else may stay unsettled.
+            other => return Err(format!("email alert {id} ended {other}")),
+        }
+        let message = by_message_id[&message_id][0];
+        if message.header("X-Alert-Id").as_deref() != Some(id.to_string().as_str()) {
+            return Err(format!("{} does not name alert {id}", message.file));
+        }
+        let (recipient, kind, word) = match destination.as_str() {
+            "cfo-mail" => ("cfo@demo.example", "contract:", "Proveedor:"),
+            _ => ("ops-team@demo.example", "watchlist:", "Matched terms:"),
+        };
+        if !subject.starts_with(kind) {
+            return Err(format!("{destination} got {subject}"));
+        }
+        if message.header("To").as_deref() != Some(recipient) || !message.text.contains(word) {
+            return Err(format!(
+                "{} is not the {destination} email it should be:\n{}",
+                message.file, message.text
+            ));
+        }
+    }
+    if received.len() != expected {
+        return Err(format!(
+            "{} messages in the inbox, {expected} email alerts delivered or held",
+            received.len()
+        ));
+    }
+    Ok(())
 }

@@ -719,6 +719,7 @@ async fn rewrapping_never_overwrites_a_rotation_that_happened_meanwhile() {
         signing_secrets: vec!["enc:v1:k1:stale".to_owned()],
         retiring_signing_secrets: vec![],
         smtp_password: None,
+        bearer_token: None,
     };
     let written = outbox_store::destinations::replace_stored_secrets(&db.pool, &read, &resealed)
         .await

@@ -174,6 +174,53 @@ impl Sink {
     }
 }
 
+/// A running `sink` that is also an SMTP inbox (`--smtp-listen`).
+pub struct SmtpSink {
+    pub sink: Sink,
+    /// The SMTP listener's address (`127.0.0.1:port`).
+    pub smtp_addr: String,
+}
+
+impl SmtpSink {
+    pub async fn start(args: &[&str]) -> SmtpSink {
+        let mut all = vec!["--listen", "127.0.0.1:0", "--smtp-listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let (child, base, logs) =
+            spawn_capturing(env!("CARGO_BIN_EXE_sink"), &all, &[], "sink listening").await;
+        let started = Instant::now();
+        let smtp_addr = loop {
+            let found = logs.lock().unwrap().iter().find_map(|line| {
+                let event: Value = serde_json::from_str(line).ok()?;
+                (event["fields"]["message"] == "sink SMTP listening")
+                    .then(|| event["fields"]["addr"].as_str().unwrap_or("").to_owned())
+            });
+            if let Some(addr) = found {
+                break addr;
+            }
+            assert!(started.elapsed() < DEADLINE, "no SMTP listening line");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        SmtpSink {
+            sink: Sink {
+                child,
+                base,
+                http: reqwest::Client::new(),
+            },
+            smtp_addr,
+        }
+    }
+
+    /// Every message the inbox received, in arrival order.
+    pub async fn messages(&self) -> Vec<Value> {
+        self.sink
+            .get("/_sink/messages")
+            .await
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+}
+
 /// Dispatcher arguments for tests: quick retries and polls, and loopback opened in the
 /// egress guard ([`TEST_ALLOW_PRIVATE`]), unless `extra` sets them.
 pub fn dispatcher_args<'a>(db: &'a TestDb, worker: &'a str, extra: &[&'a str]) -> Vec<String> {

@@ -16,8 +16,17 @@
 //! lookups, and effective duplicates at `retry` sinks, each of which must belong to an
 //! alert flagged `possible_duplicate`.
 //!
-//! Layout: [`SinkRecord`] and [`Sink`] (what a sink recorded), [`check`] (the counts and
-//! the offenders), [`Report`] (with its table).
+//! An email destination is judged by its SMTP inbox ([`Inbox`], the sink's
+//! `/_sink/messages`), which de-duplicates nothing, as a real one: a Message-ID there more
+//! than once is an effective duplicate (allowed only at a `retry` destination, for an
+//! alert flagged `possible_duplicate`); a message whose bytes differ from the alert's
+//! stored message is a mutated retry; a message for no committed alert is unexpected; an
+//! email alert recorded as accepted whose Message-ID is not in the inbox is a phantom
+//! acceptance.
+//!
+//! Layout: [`SinkRecord`] and [`Sink`] (what a webhook sink recorded), [`InboxMessage`]
+//! and [`Inbox`] (what an SMTP inbox recorded), [`check`] and [`check_with_inboxes`] (the
+//! counts and the offenders), [`Report`] (with its table).
 
 use outbox_core::AlertState;
 use outbox_store::PgPool;
@@ -60,6 +69,29 @@ pub struct Sink {
     pub records: Vec<SinkRecord>,
 }
 
+/// One message as an SMTP inbox recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxMessage {
+    /// Its `Message-ID`, without angle brackets.
+    pub message_id: Option<String>,
+    /// Its `X-Alert-Id` header.
+    pub alert_id: Option<String>,
+    /// Hex SHA-256 of the message data as received.
+    pub sha256: String,
+}
+
+/// An SMTP inbox serving one email destination, and what it holds.
+#[derive(Debug, Clone)]
+pub struct Inbox {
+    /// The email destination's name.
+    pub destination: String,
+    /// Its policy for uncertain sends: [`Capability::PlainHold`] or
+    /// [`Capability::PlainRetry`] (SMTP offers neither a lookup nor a key window).
+    pub capability: Capability,
+    /// Every message it received for that destination.
+    pub messages: Vec<InboxMessage>,
+}
+
 /// A broken invariant, with what is needed to understand it.
 #[derive(Debug, Clone)]
 pub struct Offence {
@@ -96,6 +128,8 @@ pub struct Report {
     pub unresolved_uncertain: usize,
     /// Alerts recorded as accepted that their sink never applied.
     pub phantom_acceptances: usize,
+    /// Messages in each SMTP inbox, to show the email destinations were exercised.
+    pub inbox_messages: Vec<(String, usize)>,
     /// Everything that breaks the rules above.
     pub offences: Vec<Offence>,
 }
@@ -107,11 +141,23 @@ impl Report {
     }
 }
 
-/// Judges a run: reads the database, compares with the sinks' records.
+/// Judges a run of webhook destinations: reads the database, compares with the sinks'
+/// records.
 pub async fn check(
     pool: &PgPool,
     seed: u64,
     sinks: &[Sink],
+) -> Result<Report, outbox_store::StoreError> {
+    check_with_inboxes(pool, seed, sinks, &[]).await
+}
+
+/// Judges a run of webhook and email destinations: reads the database, compares with the
+/// sinks' records and the inboxes' messages.
+pub async fn check_with_inboxes(
+    pool: &PgPool,
+    seed: u64,
+    sinks: &[Sink],
+    inboxes: &[Inbox],
 ) -> Result<Report, outbox_store::StoreError> {
     let alerts = outbox_store::checker::committed_alerts(pool).await?;
     let duplicated = outbox_store::checker::duplicated_identities(pool).await?;
@@ -262,6 +308,10 @@ pub async fn check(
             .wire_duplicates
             .push((sink.destination.clone(), wire));
     }
+    if !inboxes.is_empty() {
+        let stored = outbox_store::checker::stored_messages(pool).await?;
+        check_inboxes(&mut report, &by_id, &stored, inboxes);
+    }
     for alert in &alerts {
         let judged = sinks.iter().any(|s| s.destination == alert.destination);
         if judged
@@ -280,6 +330,107 @@ pub async fn check(
         }
     }
     Ok(report)
+}
+
+/// Counts what the inboxes show against the alerts (`by_id`) and their stored messages.
+fn check_inboxes(
+    report: &mut Report,
+    by_id: &HashMap<String, &outbox_store::checker::CommittedAlert>,
+    stored: &[outbox_store::checker::StoredMessage],
+    inboxes: &[Inbox],
+) {
+    let stored: HashMap<String, &outbox_store::checker::StoredMessage> =
+        stored.iter().map(|m| (m.alert_id.to_string(), m)).collect();
+    for inbox in inboxes {
+        let mut received: HashMap<&str, usize> = HashMap::new();
+        for message in &inbox.messages {
+            let key = message.alert_id.as_deref().unwrap_or("");
+            let (Some(alert), Some(expected)) = (by_id.get(key), stored.get(key)) else {
+                report.unexpected += 1;
+                report.offences.push(Offence {
+                    kind: "unexpected",
+                    alert_id: None,
+                    detail: format!(
+                        "inbox `{}` got message {} (alert {}), which no committed email alert sent",
+                        inbox.destination,
+                        message
+                            .message_id
+                            .as_deref()
+                            .unwrap_or("without a Message-ID"),
+                        message.alert_id.as_deref().unwrap_or("?")
+                    ),
+                });
+                continue;
+            };
+            if message.message_id.as_deref() != Some(expected.message_id.as_str())
+                || message.sha256 != expected.wire_sha256
+            {
+                report.mutated_retries += 1;
+                report.offences.push(Offence {
+                    kind: "mutated retry",
+                    alert_id: Some(alert.id),
+                    detail: format!(
+                        "inbox `{}` got message {} sha256:{}; stored {} sha256:{}",
+                        inbox.destination,
+                        message.message_id.as_deref().unwrap_or("?"),
+                        message.sha256,
+                        expected.message_id,
+                        expected.wire_sha256
+                    ),
+                });
+            }
+            *received.entry(key).or_default() += 1;
+        }
+        let mut effective = 0;
+        for (key, times) in &received {
+            if *times < 2 {
+                continue;
+            }
+            effective += times - 1;
+            let alert = by_id[*key];
+            let allowed = inbox.capability == Capability::PlainRetry && alert.possible_duplicate;
+            if !allowed {
+                report.offences.push(Offence {
+                    kind: "effective duplicate",
+                    alert_id: Some(alert.id),
+                    detail: format!(
+                        "Message-ID {} is in inbox `{}` {times} times{}",
+                        stored[*key].message_id,
+                        inbox.destination,
+                        if inbox.capability == Capability::PlainRetry {
+                            " without the possible_duplicate flag"
+                        } else {
+                            ""
+                        }
+                    ),
+                });
+            }
+        }
+        for alert in by_id
+            .values()
+            .filter(|a| a.destination == inbox.destination)
+        {
+            let id = alert.id.to_string();
+            if alert.state == Some(AlertState::Accepted) && !received.contains_key(id.as_str()) {
+                report.phantom_acceptances += 1;
+                report.offences.push(Offence {
+                    kind: "phantom acceptance",
+                    alert_id: Some(alert.id),
+                    detail: format!(
+                        "recorded as accepted, but its message is not in inbox `{}`",
+                        inbox.destination
+                    ),
+                });
+            }
+        }
+        report
+            .effective_duplicates
+            .push((inbox.destination.clone(), effective));
+        report.wire_duplicates.push((inbox.destination.clone(), 0));
+        report
+            .inbox_messages
+            .push((inbox.destination.clone(), inbox.messages.len()));
+    }
 }
 
 /// Prints each offence with the alert's evidence trail and the sinks' records for it.
@@ -339,6 +490,13 @@ impl fmt::Display for Report {
                 format!("effective duplicates at {sink}")
             )?;
             writeln!(f, "  {:<36} {wire}", format!("wire duplicates at {sink}"))?;
+        }
+        for (inbox, messages) in &self.inbox_messages {
+            writeln!(
+                f,
+                "  {:<36} {messages}",
+                format!("messages in inbox {inbox}")
+            )?;
         }
         writeln!(
             f,

@@ -3,7 +3,9 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-use outbox_checker::{check, explain, Capability, Sink, SinkRecord};
+use outbox_checker::{
+    check, check_with_inboxes, explain, Capability, Inbox, InboxMessage, Sink, SinkRecord,
+};
 use outbox_store::dispatch::{self, Completion, Next};
 use outbox_testkit::TestDb;
 use std::time::Duration;
@@ -252,4 +254,150 @@ async fn an_acceptance_the_sink_never_saw_is_a_phantom() {
         .unwrap();
     assert_eq!(report.phantom_acceptances, 1, "{report}");
     assert!(!report.passed());
+}
+
+/// An email destination `mail` with one alert, its message stored and the alert accepted;
+/// returns the message as an inbox records it (Message-ID without angle
+/// brackets, SHA-256 of the data as received: the bytes and the CRLF before the dot).
+async fn email_history(db: &TestDb) -> InboxMessage {
+    let tenant = outbox_store::tenants::create(&db.pool, "acme", "UTC", None)
+        .await
+        .unwrap();
+    let new = outbox_store::destinations::NewDestination {
+        tenant_id: tenant,
+        name: "mail".into(),
+        url: "smtp://127.0.0.1:25".into(),
+        signing_secrets: vec![],
+        idempotency_header: "Idempotency-Key".into(),
+        idempotency_retention: None,
+        lookup_url_template: None,
+        on_uncertain: outbox_core::OnUncertain::Hold,
+        timeout: Duration::from_secs(1),
+        max_in_flight: 4,
+    };
+    let email = outbox_store::destinations::EmailSettings {
+        smtp_tls: "none".into(),
+        smtp_username: None,
+        smtp_password: None,
+        mail_from: "alerts@acme.example".into(),
+        mail_to: vec!["ops@acme.example".into()],
+        locale: None,
+        smtp_ca_pem: None,
+    };
+    let id = outbox_store::destinations::new_id();
+    outbox_store::destinations::create_email_with_id(&db.pool, id, &new, &email)
+        .await
+        .unwrap();
+    outbox_store::alerts::approve(
+        &db.pool,
+        outbox_store::alerts::Approval {
+            tenant_id: tenant,
+            destination: "mail",
+            subject: "s",
+            occurrence: "o",
+            payload_json: "{\"n\": 1}",
+            actor: "test",
+        },
+    )
+    .await
+    .unwrap();
+    let row = dispatch::claim(&db.pool, "w", 10, Duration::from_secs(30), &[])
+        .await
+        .unwrap()
+        .remove(0);
+    let alert_id = row.alert_id;
+    let bytes = b"Message-ID: <m@acme.example>\r\n\r\nhello".to_vec();
+    let mut on_the_wire = bytes.clone();
+    on_the_wire.extend_from_slice(b"\r\n");
+    let sha = |b: &[u8]| -> String {
+        use sha2::Digest;
+        sha2::Sha256::digest(b)
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect()
+    };
+    let message_id = format!("<{alert_id}@acme.example>");
+    outbox_store::rendered::store_once(&db.pool, alert_id, &message_id, &bytes, &sha(&bytes), "v")
+        .await
+        .unwrap();
+    let done = Completion {
+        alert_id,
+        fencing_token: row.fencing_token,
+        worker: "w".into(),
+        attempt: None,
+        next: Next::Settle {
+            outcome: outbox_core::Outcome::Accepted,
+            reference: Some("Q1".into()),
+        },
+        line: "accepted".into(),
+        disable_destination: None,
+    };
+    assert!(dispatch::complete(&db.pool, &done).await.unwrap());
+    InboxMessage {
+        message_id: Some(format!("{alert_id}@acme.example")),
+        alert_id: Some(alert_id.to_string()),
+        sha256: sha(&on_the_wire),
+    }
+}
+
+fn inbox(capability: Capability, messages: Vec<InboxMessage>) -> Vec<Inbox> {
+    vec![Inbox {
+        destination: "mail".into(),
+        capability,
+        messages,
+    }]
+}
+
+#[tokio::test]
+async fn an_inbox_is_judged_by_message_id_and_the_stored_bytes() {
+    let db = TestDb::new().await;
+    let received = email_history(&db).await;
+    let judge = |messages: Vec<InboxMessage>, capability| {
+        let pool = db.pool.clone();
+        async move {
+            check_with_inboxes(&pool, 1, &[], &inbox(capability, messages))
+                .await
+                .unwrap()
+        }
+    };
+
+    let once = judge(vec![received.clone()], Capability::PlainHold).await;
+    assert!(once.passed(), "{once}");
+    assert!(
+        once.to_string().contains("messages in inbox mail"),
+        "{once}"
+    );
+
+    let twice = judge(
+        vec![received.clone(), received.clone()],
+        Capability::PlainHold,
+    )
+    .await;
+    assert_eq!(
+        twice.effective_duplicates,
+        vec![("mail".to_owned(), 1)],
+        "{twice}"
+    );
+    assert!(!twice.passed());
+    // At a `retry` destination a second copy is allowed only for a flagged alert.
+    let unflagged = judge(
+        vec![received.clone(), received.clone()],
+        Capability::PlainRetry,
+    )
+    .await;
+    assert!(!unflagged.passed(), "{unflagged}");
+
+    let missing = judge(vec![], Capability::PlainHold).await;
+    assert_eq!(missing.phantom_acceptances, 1, "{missing}");
+
+    let mut changed = received.clone();
+    changed.sha256 = "00".repeat(32);
+    let mutated = judge(vec![changed], Capability::PlainHold).await;
+    assert_eq!(mutated.mutated_retries, 1, "{mutated}");
+
+    let mut stray = received.clone();
+    stray.alert_id = Some(uuid::Uuid::now_v7().to_string());
+    let unexpected = judge(vec![received.clone(), stray], Capability::PlainHold).await;
+    assert_eq!(unexpected.unexpected, 1, "{unexpected}");
+    assert!(!unexpected.passed());
 }

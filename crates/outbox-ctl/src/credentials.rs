@@ -28,6 +28,11 @@ pub struct SecretSources {
 }
 
 impl SecretSources {
+    /// Whether the secrets are to be read from standard input.
+    pub(crate) fn reads_stdin(&self) -> bool {
+        self.secret_stdin
+    }
+
     /// The secrets of every source, each checked to be a `whsec_` secret. Errors name the
     /// source, never the secret.
     pub(crate) fn read(&self) -> anyhow::Result<Vec<String>> {
@@ -180,7 +185,8 @@ pub(crate) async fn rewrap(pool: &PgPool, keys: &SealingKeys, batch: i64) -> any
                 .signing_secrets
                 .iter()
                 .chain(&stored.retiring_signing_secrets)
-                .chain(&stored.smtp_password);
+                .chain(&stored.smtp_password)
+                .chain(&stored.bearer_token);
             if all.clone().all(|s| keys.is_current(s)) {
                 already += 1;
                 continue;
@@ -203,6 +209,7 @@ pub(crate) async fn rewrap(pool: &PgPool, keys: &SealingKeys, batch: i64) -> any
                     signing_secrets: current,
                     retiring_signing_secrets: reseal(&stored.retiring_signing_secrets)?,
                     smtp_password: reseal(stored.smtp_password.as_slice())?.pop(),
+                    bearer_token: reseal(stored.bearer_token.as_slice())?.pop(),
                 })
             });
             match resealed {

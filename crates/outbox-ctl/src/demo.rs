@@ -1,10 +1,15 @@
 //! `outboxctl demo`: the whole system on the sample data, in a database of its own.
 //!
-//! It starts a sink with faults (answers lost after acceptance, 503s), runs two deciders
-//! at once over the sample contracts and articles (the second one finding nothing left to
-//! decide), then two dispatchers, and ends with what happened to every alert, next to the
-//! sink's own counts. It exits 0 only when the invariants hold: nothing left in flight,
-//! every alert accepted, held or failed, and no alert applied twice by the sink.
+//! It starts a sink with faults (answers lost after acceptance, 503s; over SMTP, 451s and
+//! one final reply lost), runs two deciders at once over the sample contracts and articles
+//! (the second one finding nothing left to decide), then two dispatchers, and ends with
+//! what happened to every alert, next to the sink's own counts and its inbox. Two email
+//! destinations read the alerts as people do: the CFO gets the renewal alerts in Spanish,
+//! the operations team the news alerts in English; one email of each is printed as the
+//! inbox received it. It exits 0 only when the invariants hold: nothing left in flight,
+//! every alert accepted, held or failed, no alert applied twice by the sink, every
+//! accepted email in the inbox exactly once (by Message-ID, with the stored bytes), and
+//! the held email in the inbox once, explained.
 
 use anyhow::{bail, Context};
 use outbox_core::OnUncertain;
@@ -15,12 +20,30 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::mail_view;
 use crate::table::Table;
 
 /// The instant the deciders evaluate at: the sample contracts' tiers fall due around it.
 const DEMO_NOW: &str = "2027-03-01T09:00:00Z";
 /// The whole run may take this long before it is called a failure.
 const DEADLINE: Duration = Duration::from_secs(90);
+/// The sender of the demo's email; its domain names every Message-ID.
+const MAIL_FROM: &str = "alerts@demo.example";
+/// The email destinations: name, recipient, locale, and who reads it.
+const MAILBOXES: [(&str, &str, &str, &str); 2] = [
+    (
+        "cfo-mail",
+        "cfo@demo.example",
+        "es",
+        "the CFO, renewal alerts in Spanish",
+    ),
+    (
+        "ops-mail",
+        "ops-team@demo.example",
+        "en",
+        "the operations team, news alerts in English",
+    ),
+];
 
 /// `demo` flags.
 #[derive(Debug, clap::Args)]
@@ -31,6 +54,10 @@ pub struct DemoArgs {
     /// Drop the demo's database at the end instead of keeping it for a look around.
     #[arg(long)]
     drop: bool,
+    /// Also write every email the demo's inbox receives to this folder, as `.eml` files
+    /// (open them in a mail client).
+    #[arg(long)]
+    eml_dir: Option<PathBuf>,
 }
 
 pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bool> {
@@ -59,27 +86,38 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
     let pool = outbox_store::connect(&demo_url, "outboxctl-demo", 4).await?;
     outbox_store::MIGRATOR.run(&pool).await?;
 
-    let (mut sink, sink_url) = spawn_listening(
-        &binaries.join("sink"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--retention",
-            "24h",
-            "--lookup",
-            "--drop-response-rate",
-            "0.15",
-            "--fail-rate",
-            "0.1",
-            "--fail-status",
-            "503",
-            "--seed",
-            "7",
-        ],
-        "sink listening",
-    )
-    .await?;
-    eprintln!("sink with faults at {sink_url}: 15% of answers lost after acceptance, 10% 503s");
+    let mut sink_args: Vec<String> = [
+        "--listen",
+        "127.0.0.1:0",
+        "--retention",
+        "24h",
+        "--lookup",
+        "--drop-response-rate",
+        "0.15",
+        "--fail-rate",
+        "0.1",
+        "--fail-status",
+        "503",
+        "--smtp-listen",
+        "127.0.0.1:0",
+        "--smtp-fail-rate",
+        "0.1",
+        "--smtp-fail-reply",
+        "451 4.3.0 try again later",
+        "--seed",
+        "7",
+    ]
+    .map(str::to_owned)
+    .into();
+    if let Some(dir) = &args.eml_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        sink_args.extend(["--eml-dir".to_owned(), dir.display().to_string()]);
+    }
+    let (mut sink, sink_url, smtp_addr) = spawn_sink(&binaries.join("sink"), &sink_args).await?;
+    eprintln!(
+        "sink with faults at {sink_url}: 15% of answers lost after acceptance, 10% 503s; \
+         its SMTP inbox at {smtp_addr} answers 10% of messages 451"
+    );
 
     let tenant = outbox_store::tenants::create(&pool, "demo", "UTC", None).await?;
     let destination = |name: &str, configure: &dyn Fn(&mut NewDestination)| {
@@ -108,8 +146,33 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
     ] {
         outbox_store::destinations::create(&pool, &d).await?;
     }
+    for (name, to, locale, _) in MAILBOXES {
+        let new = NewDestination {
+            url: format!("smtp://{smtp_addr}"),
+            signing_secrets: vec![],
+            ..destination(name, &|_| {})
+        };
+        let email = outbox_store::destinations::EmailSettings {
+            smtp_tls: "none".to_owned(),
+            smtp_username: None,
+            smtp_password: None,
+            mail_from: MAIL_FROM.to_owned(),
+            mail_to: vec![to.to_owned()],
+            locale: Some(locale.to_owned()),
+            smtp_ca_pem: None,
+        };
+        let id = outbox_store::destinations::new_id();
+        outbox_store::destinations::create_email_with_id(&pool, id, &new, &email).await?;
+    }
+    // Contracts that name no destination go to every enabled one: the operations team's
+    // mailbox is disabled while the monitors decide, so it gets the news alerts its
+    // watchlist names it for, and no renewals. It is enabled before delivery starts.
+    outbox_store::operator::set_destination_enabled(&pool, tenant, "ops-mail", false, "demo")
+        .await?;
     eprintln!(
-        "destinations: ops (de-duplicates by key), finance (lookup by key), legal (neither: hold)"
+        "destinations: ops (de-duplicates by key), finance (lookup by key), legal (neither: hold), \
+         cfo-mail ({}), ops-mail ({}); both mailboxes hold an uncertain send",
+        MAILBOXES[0].3, MAILBOXES[1].3
     );
     outbox_decider::contracts::import(
         &pool,
@@ -124,7 +187,7 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
             tenant_id: tenant,
             name: "northwind".to_owned(),
             query: "\"northwind hosting\" outage -rumour".to_owned(),
-            destinations: vec!["ops".to_owned()],
+            destinations: vec!["ops".to_owned(), "ops-mail".to_owned()],
             group_events: true,
             group_window_secs: 48 * 3600,
         },
@@ -159,10 +222,21 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
     eprintln!("decider B: {}", decided[1]);
     eprintln!("{approved} alerts approved in all: one per identity, whichever run decided it");
 
-    // Make sure there is one alert to reconcile by hand afterwards: the first one for
-    // `legal` (no lookup, no de-duplication) has its answer lost, so it ends held.
-    if let Some(held) = outbox_store::demo::first_alert_for(&pool, "legal").await? {
-        let faults = serde_json::json!({"drop_response_for_keys": [held.to_string()]});
+    outbox_store::operator::set_destination_enabled(&pool, tenant, "ops-mail", true, "demo")
+        .await?;
+
+    // Make sure there are alerts to reconcile by hand afterwards: the first one for
+    // `legal` (no lookup, no de-duplication) has its answer lost, and so has the CFO's
+    // first email (the relay takes it, and its reply to the final dot is lost): both end
+    // held.
+    let held_webhook = outbox_store::demo::first_alert_for(&pool, "legal").await?;
+    let held_email = outbox_store::demo::first_alert_for(&pool, MAILBOXES[0].0).await?;
+    if held_webhook.is_some() || held_email.is_some() {
+        let domain = MAIL_FROM.rsplit('@').next().unwrap_or_default();
+        let faults = serde_json::json!({
+            "drop_response_for_keys": held_webhook.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "smtp_drop_for_message_ids": held_email.iter().map(|id| format!("{id}@{domain}")).collect::<Vec<_>>(),
+        });
         let answer = reqwest::Client::new()
             .post(format!("{sink_url}/_sink/faults"))
             .json(&faults)
@@ -239,6 +313,10 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
         .await?
         .json()
         .await?;
+    let inbox: Vec<serde_json::Value> = reqwest::get(format!("{sink_url}/_sink/messages"))
+        .await?
+        .json()
+        .await?;
 
     let report = outbox_store::demo::report(&pool).await?;
     let mut table = Table::new(["", "ALERTS"]);
@@ -279,17 +357,65 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
     }
     println!();
     print!("{sink_table}");
+    let mut inbox_table = Table::new(["THE SINK'S INBOX (SMTP)", ""]);
+    for (key, label) in [
+        ("messages", "messages"),
+        ("distinct_message_ids", "distinct message ids"),
+        ("duplicate_message_ids", "duplicate message ids"),
+        ("dropped", "final reply lost"),
+        ("refused", "refused (451, retried)"),
+    ] {
+        inbox_table.row([label.to_owned(), sink_stats["smtp"][key].to_string()]);
+    }
+    println!();
+    print!("{inbox_table}");
+    let in_inbox = |id: &uuid::Uuid| -> Vec<&serde_json::Value> {
+        inbox
+            .iter()
+            .filter(|m| m["alert_id"].as_str() == Some(id.to_string().as_str()))
+            .collect()
+    };
+    let mut broken = Vec::new();
     if !report.held_lines.is_empty() {
         println!();
         println!("held, and why:");
         for (id, line) in &report.held_lines {
             println!("  {id}  {}", outbox_core::untrusted::visible(line));
+            if Some(*id) != held_email {
+                continue;
+            }
+            // The relay's record settles what the dispatcher could not know.
+            match in_inbox(id).as_slice() {
+                [message] => println!(
+                    "    the inbox has it once (queue id {}, its final reply lost): it arrived, so \
+                     `outboxctl resolve {id} --accepted --reference {} --note \"in the inbox\"`",
+                    message["queue_id"].as_str().unwrap_or("?"),
+                    message["queue_id"].as_str().unwrap_or("?"),
+                ),
+                found => broken.push(format!(
+                    "the held email {id} is in the inbox {} times, not once",
+                    found.len()
+                )),
+            }
+        }
+    }
+    for (name, to, locale, reader) in MAILBOXES {
+        println!();
+        println!("one email to {to} ({reader}), as the inbox received it:");
+        let received = inbox.iter().find(|m| {
+            m["dropped"] == false
+                && m["rcpt_to"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|t| t == to))
+        });
+        match received {
+            Some(message) => print_email(&pool, message).await?,
+            None => broken.push(format!("no email reached {name} ({locale})")),
         }
     }
 
     let accepted =
         report.first_try + report.after_retry + report.by_dedup_resend + report.by_lookup;
-    let mut broken = Vec::new();
     if report.live != 0 {
         broken.push(format!("{} alerts still in flight", report.live));
     }
@@ -329,7 +455,29 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
             .collect(),
     })
     .collect();
-    let verdict = outbox_checker::check(&pool, 7, &sinks).await?;
+    // The inboxes, by the same referee: every accepted email there exactly once by
+    // Message-ID, with the bytes stored before its first send; nothing there twice.
+    let inboxes: Vec<outbox_checker::Inbox> = MAILBOXES
+        .iter()
+        .map(|(name, to, _, _)| outbox_checker::Inbox {
+            destination: (*name).to_owned(),
+            capability: outbox_checker::Capability::PlainHold,
+            messages: inbox
+                .iter()
+                .filter(|m| {
+                    m["rcpt_to"]
+                        .as_array()
+                        .is_some_and(|r| r.iter().any(|t| t == to))
+                })
+                .map(|m| outbox_checker::InboxMessage {
+                    message_id: m["message_id"].as_str().map(str::to_owned),
+                    alert_id: m["alert_id"].as_str().map(str::to_owned),
+                    sha256: m["sha256"].as_str().unwrap_or("").to_owned(),
+                })
+                .collect(),
+        })
+        .collect();
+    let verdict = outbox_checker::check_with_inboxes(&pool, 7, &sinks, &inboxes).await?;
     for offence in &verdict.offences {
         broken.push(format!("{}: {}", offence.kind, offence.detail));
     }
@@ -337,7 +485,8 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
     println!();
     if broken.is_empty() {
         println!(
-            "invariants hold: every alert settled, none applied twice ({:.1}s)",
+            "invariants hold: every alert settled, none applied twice, every accepted email \
+             in the inbox once ({:.1}s)",
             started.elapsed().as_secs_f64()
         );
     } else {
@@ -354,12 +503,43 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
     Ok(broken.is_empty())
 }
 
-/// Spawns a binary with JSON logs and returns it with the address it logged.
-async fn spawn_listening(
-    binary: &Path,
-    args: &[&str],
-    message: &str,
-) -> anyhow::Result<(Child, String)> {
+/// Prints one received email: the header fields that matter, from the message the
+/// dispatcher stored (the inbox holds the same bytes: the checker compares them), with the
+/// subject as the inbox decoded it, then the decoded text part.
+async fn print_email(
+    pool: &outbox_store::PgPool,
+    received: &serde_json::Value,
+) -> anyhow::Result<()> {
+    let alert_id: uuid::Uuid = received["alert_id"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .context("the inbox's message has no X-Alert-Id")?;
+    let stored = outbox_store::rendered::find(pool, alert_id)
+        .await?
+        .context("the alert has no stored message")?;
+    let show = outbox_core::untrusted::visible;
+    for (name, value) in mail_view::headers(&stored.bytes) {
+        let value = match (name.as_str(), received["subject"].as_str()) {
+            ("Subject", Some(decoded)) => decoded.to_owned(),
+            _ => value,
+        };
+        println!("  {name}: {}", show(&value));
+    }
+    println!();
+    let text = mail_view::text_part(&stored.bytes).unwrap_or_else(|| "(no text part)".into());
+    for line in text.trim_end().lines() {
+        if line.is_empty() {
+            println!();
+        } else {
+            println!("  {}", show(line));
+        }
+    }
+    Ok(())
+}
+
+/// Spawns the sink with JSON logs and returns it with its HTTP base URL and its SMTP
+/// listener's address, as it logged them.
+async fn spawn_sink(binary: &Path, args: &[String]) -> anyhow::Result<(Child, String, String)> {
     let mut child = Command::new(binary)
         .args(args)
         .env("LOG_FORMAT", "json")
@@ -368,14 +548,20 @@ async fn spawn_listening(
         .kill_on_drop(true)
         .spawn()?;
     let mut lines = BufReader::new(child.stderr.take().context("stderr")?).lines();
-    let addr = tokio::time::timeout(Duration::from_secs(10), async {
+    let (http, smtp) = tokio::time::timeout(Duration::from_secs(10), async {
+        let (mut http, mut smtp) = (None, None);
         while let Some(line) = lines.next_line().await? {
-            if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) {
-                if event["fields"]["message"] == message {
-                    return Ok::<_, anyhow::Error>(
-                        event["fields"]["addr"].as_str().unwrap_or("").to_owned(),
-                    );
-                }
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            let addr = event["fields"]["addr"].as_str().map(str::to_owned);
+            match event["fields"]["message"].as_str() {
+                Some("sink listening") => http = addr,
+                Some("sink SMTP listening") => smtp = addr,
+                _ => {}
+            }
+            if let (Some(http), Some(smtp)) = (&http, &smtp) {
+                return Ok::<_, anyhow::Error>((http.clone(), smtp.clone()));
             }
         }
         bail!("{} exited before listening", binary.display())
@@ -383,5 +569,5 @@ async fn spawn_listening(
     .await
     .context("waiting for the sink")??;
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok((child, format!("http://{addr}")))
+    Ok((child, format!("http://{http}"), smtp))
 }

@@ -9,6 +9,8 @@
 //!   `token create|list|revoke`.
 //! - `demo`: the whole system on the sample data, in a database of its own.
 //! - `inspect`: `alert show`, `outbox list`.
+//! - `mail_view`: a stored email read back for people (headers that matter, text part),
+//!   for the demo's printout.
 //! - `operate`: `replay`, `resolve`, `revise`, `stats`, `prune`, `destination enable|disable`.
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
 //!   `article ingest`, `tenant configure`.
@@ -25,6 +27,7 @@
 mod credentials;
 mod demo;
 mod inspect;
+mod mail_view;
 mod operate;
 mod setup;
 mod sources;

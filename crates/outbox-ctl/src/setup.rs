@@ -3,7 +3,7 @@
 use anyhow::{bail, Context};
 use outbox_core::sealing::SealingKeys;
 use outbox_core::{duration, redact, signing, DestinationKind, OnUncertain};
-use outbox_store::destinations::{EmailSettings, NewDestination};
+use outbox_store::destinations::{EmailApiSettings, EmailSettings, NewDestination};
 use outbox_store::{tenants, PgPool};
 use std::time::Duration;
 
@@ -56,6 +56,8 @@ pub struct DestinationArgs {
     url: Option<String>,
     #[command(flatten)]
     email: Box<EmailArgs>,
+    #[command(flatten)]
+    email_api: Box<EmailApiArgs>,
     /// Standard Webhooks signing secret (`whsec_...`); repeat while rotating. Visible to
     /// other users in `ps`: prefer --secret-file or --secret-stdin.
     #[arg(long = "secret", value_name = "WHSEC")]
@@ -86,6 +88,87 @@ pub struct DestinationArgs {
     /// dispatcher needs the same ranges opened to deliver there.
     #[arg(long, env = "OUTBOX_ALLOW_PRIVATE", default_value = "", value_name = "CIDR,...", value_parser = outbox_egress::AllowList::parse)]
     allow_private: outbox_egress::AllowList,
+}
+
+/// `destination add` flags for a webhook that is an HTTP email API: each alert is rendered
+/// as email and written into the API's request body (with --from, --to and --locale).
+#[derive(Debug, clap::Args)]
+pub struct EmailApiArgs {
+    /// Send each alert as the request body of an email API, rendered as email by a shipped
+    /// body template: `email-api-resend` (Resend's `POST /emails`).
+    #[arg(long, value_name = "NAME", conflicts_with = "body_template_file")]
+    body_template: Option<String>,
+    /// The same, with a body template of your own (a minijinja template writing a JSON
+    /// object; every value is written as JSON).
+    #[arg(long, value_name = "PATH")]
+    body_template_file: Option<String>,
+    /// File holding the API's key (its first line), sent as `Authorization: Bearer`.
+    #[arg(long, value_name = "PATH", conflicts_with = "bearer_token_stdin")]
+    bearer_token_file: Option<String>,
+    /// Read the API's key from standard input (its first line).
+    #[arg(long)]
+    bearer_token_stdin: bool,
+}
+
+impl EmailApiArgs {
+    fn any_given(&self) -> bool {
+        self.body_template.is_some()
+            || self.body_template_file.is_some()
+            || self.bearer_token_file.is_some()
+            || self.bearer_token_stdin
+    }
+
+    /// The body template named or read from its file, compiled; `None` when not given.
+    fn template(&self) -> anyhow::Result<Option<outbox_render::BodyTemplate>> {
+        if let Some(name) = &self.body_template {
+            return Ok(Some(
+                outbox_render::BodyTemplate::builtin(name).context("--body-template")?,
+            ));
+        }
+        let Some(path) = &self.body_template_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read(path)
+            .with_context(|| format!("--body-template-file `{path}` cannot be read"))?;
+        let text = String::from_utf8(text)
+            .map_err(|_| anyhow::anyhow!("--body-template-file `{path}` is not UTF-8 text"))?;
+        let template = outbox_render::BodyTemplate::from_file_text(&text)
+            .with_context(|| format!("--body-template-file `{path}`"))?;
+        Ok(Some(template))
+    }
+
+    /// The API key from its file or standard input, if one was given.
+    fn bearer_token(&self) -> anyhow::Result<Option<String>> {
+        let (text, source) = match (&self.bearer_token_file, self.bearer_token_stdin) {
+            (Some(path), _) => (
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("--bearer-token-file `{path}` cannot be read"))?,
+                "--bearer-token-file",
+            ),
+            (None, true) => {
+                let mut text = String::new();
+                std::io::Read::read_to_string(
+                    &mut std::io::Read::take(std::io::stdin(), 64 * 1024),
+                    &mut text,
+                )
+                .context("--bearer-token-stdin: standard input is not readable text")?;
+                (text, "--bearer-token-stdin")
+            }
+            (None, false) => return Ok(None),
+        };
+        let token = text
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches('\r');
+        if token.is_empty()
+            || token.len() > 1024
+            || token.chars().any(|c| c.is_control() || c == ' ')
+        {
+            bail!("{source} must hold a key of 1 to 1024 printable bytes without spaces on its first line");
+        }
+        Ok(Some(token.to_owned()))
+    }
 }
 
 /// `destination add --kind email` flags.
@@ -330,11 +413,30 @@ pub(crate) async fn add_destination(
 ) -> anyhow::Result<()> {
     let name = checked_name("destination", &args.name)?.to_owned();
     if args.kind == DestinationKind::Email {
+        if args.email_api.any_given() {
+            bail!("--body-template, --body-template-file and --bearer-token-* apply to webhook destinations only: an email destination renders its own message");
+        }
         return add_email_destination(pool, keys, args, name).await;
     }
-    if args.email.any_given() {
-        bail!("--smtp-*, --from, --to and --locale apply to --kind email destinations only");
+    let body_template = args.email_api.template()?;
+    let smtp_given = args.email.smtp_host.is_some()
+        || args.email.smtp_tls.is_some()
+        || args.email.smtp_user.is_some()
+        || args.email.smtp_password_file.is_some()
+        || args.email.smtp_password_stdin;
+    if smtp_given || (body_template.is_none() && args.email.any_given()) {
+        bail!("--smtp-* apply to --kind email destinations only, and --from, --to and --locale to those and to webhooks with a --body-template");
     }
+    if body_template.is_none() && args.email_api.any_given() {
+        bail!("--bearer-token-file and --bearer-token-stdin apply to webhooks with a --body-template (an email API's key)");
+    }
+    if args.email_api.bearer_token_stdin && args.secret_sources.reads_stdin() {
+        bail!("--bearer-token-stdin and --secret-stdin cannot both read standard input");
+    }
+    let email_api = match &body_template {
+        Some(template) => Some(email_api_settings(&args, template)?),
+        None => None,
+    };
     let Some(url) = args.url.clone() else {
         bail!("a webhook destination needs --url");
     };
@@ -362,33 +464,86 @@ pub(crate) async fn add_destination(
         bail!("--timeout must be at most 300s");
     }
 
+    let bearer_token = args.email_api.bearer_token()?;
+
     let tenant = tenants::find(pool, &args.tenant).await?;
     // Sealed secrets are bound to the destination's id, so the id is drawn first.
     let id = outbox_store::destinations::new_id();
     let signing_secrets = credentials::stored_form(keys, id, &args.secrets);
-    outbox_store::destinations::create_with_id(
-        pool,
-        id,
-        &NewDestination {
-            tenant_id: tenant.id,
-            name: name.clone(),
-            url,
-            signing_secrets,
-            idempotency_header: args.idempotency_header,
-            idempotency_retention: args.idempotency_retention,
-            lookup_url_template: args.lookup_url,
-            on_uncertain: args.on_uncertain,
-            timeout: args.timeout,
-            max_in_flight: args.max_in_flight,
-        },
-    )
-    .await?;
+    let new = NewDestination {
+        tenant_id: tenant.id,
+        name: name.clone(),
+        url,
+        signing_secrets,
+        idempotency_header: args.idempotency_header,
+        idempotency_retention: args.idempotency_retention,
+        lookup_url_template: args.lookup_url,
+        on_uncertain: args.on_uncertain,
+        timeout: args.timeout,
+        max_in_flight: args.max_in_flight,
+    };
+    match email_api {
+        Some(mut api) => {
+            api.bearer_token = bearer_token
+                .map(|token| credentials::stored_form(keys, id, &[token]))
+                .and_then(|stored| stored.into_iter().next());
+            outbox_store::destinations::create_email_api_with_id(pool, id, &new, &api).await?;
+        }
+        None => {
+            outbox_store::destinations::create_with_id(pool, id, &new).await?;
+        }
+    }
     println!("{id}");
     eprintln!("added destination `{name}` for tenant `{}`", tenant.name);
     for note in notes {
         eprintln!("note: {note}");
     }
     Ok(())
+}
+
+/// An email API's settings from the flags: the sender (a mail address, optionally with a
+/// display name, `Acme Alerts <alerts@acme.example>`), the recipients, the locale, and the
+/// body template, tried out on a sample renewal alert so a template that names a value it
+/// will not get, or writes no JSON object, is refused now rather than at the first send.
+fn email_api_settings(
+    args: &DestinationArgs,
+    template: &outbox_render::BodyTemplate,
+) -> anyhow::Result<EmailApiSettings> {
+    let email = &args.email;
+    let Some(from) = email.from.as_deref().map(str::trim) else {
+        bail!("a --body-template needs --from: the sender the API is asked to mail from");
+    };
+    if from.parse::<lettre::message::Mailbox>().is_err() || from.len() > 512 {
+        bail!("--from `{from}` is not a mail address (name@domain, or Name <name@domain>)");
+    }
+    if email.to.is_empty() {
+        bail!("a --body-template needs at least one --to: the recipients the API is asked to mail");
+    }
+    if email.to.len() > 50 {
+        bail!("at most 50 --to recipients for an email API");
+    }
+    let to = email
+        .to
+        .iter()
+        .map(|to| checked_address("--to", to))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let locale = email.locale.unwrap_or(outbox_render::Locale::En);
+    let flag = if args.email_api.body_template.is_some() {
+        "--body-template"
+    } else {
+        "--body-template-file"
+    };
+    template
+        .try_out(locale, from, &to)
+        .with_context(|| format!("{flag} does not render a sample alert"))?;
+    Ok(EmailApiSettings {
+        body_template: template.name().to_owned(),
+        body_template_text: (template.name() == "file").then(|| template.source().to_owned()),
+        mail_from: from.to_owned(),
+        mail_to: to,
+        locale: email.locale.map(|locale| locale.code().to_owned()),
+        bearer_token: None,
+    })
 }
 
 /// A name as operators type it: trimmed, 1 to 200 bytes, no control characters.
@@ -479,13 +634,19 @@ pub(crate) async fn list_destinations(
                 "none"
             }
             .to_owned()
+        } else if d.bearer_token_set {
+            format!("{secrets} + api key")
         } else {
             secrets
+        };
+        let kind = match &d.body_template {
+            Some(template) => format!("{} ({template})", d.kind),
+            None => d.kind.to_string(),
         };
         table.row([
             d.tenant,
             d.name,
-            d.kind.to_string(),
+            kind,
             d.url,
             dedup,
             if d.lookup_url_template.is_some() {

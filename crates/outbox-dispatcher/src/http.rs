@@ -28,13 +28,15 @@ pub fn client(guard: &Guard, connect_timeout: Duration) -> reqwest::Client {
         .expect("a client with these settings always builds")
 }
 
-/// Sends one attempt of `alert` to a vetted address, signed with its destination's secrets
-/// opened by `keys`.
+/// Sends one attempt of `alert` to a vetted address: `body` (the stored payload's bytes,
+/// or the stored rendered request body of an email API), signed with its destination's
+/// secrets opened by `keys`, with its API key when it has one.
 pub async fn send(
     http: &reqwest::Client,
     guard: &Guard,
     alert: &ClaimedAlert,
     keys: &SealingKeys,
+    body: Vec<u8>,
 ) -> Exchange {
     let id = alert.alert_id.to_string();
     let timestamp = chrono::Utc::now().timestamp();
@@ -77,17 +79,33 @@ pub async fn send(
             Ok(keys) => keys,
             Err(why) => return Exchange::Unsendable(why),
         };
-        let signature = signing::signature_header(&keys, &id, timestamp, alert.payload.as_bytes());
+        let signature = signing::signature_header(&keys, &id, timestamp, &body);
         headers.insert(
             "webhook-signature",
             HeaderValue::from_str(&signature).expect("base64 is a valid header value"),
         );
     }
+    if let Some(stored) = &alert.bearer_token {
+        // Like a signing secret: one that does not open is a configuration error.
+        let token = match keys.open(alert.destination_id, stored) {
+            Ok(token) => token,
+            Err(err) => {
+                return Exchange::Unsendable(format!("the API key of the destination: {err}"))
+            }
+        };
+        let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {token}")) else {
+            return Exchange::Unsendable(
+                "the API key of the destination is not a valid header value".into(),
+            );
+        };
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     let request = http
         .post(url)
         .headers(headers)
         .timeout(timeout_of(alert))
-        .body(alert.payload.clone());
+        .body(body);
     exchange(request, alert.reference_header.as_deref()).await
 }
 

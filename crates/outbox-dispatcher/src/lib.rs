@@ -24,6 +24,9 @@
 //! - [`TenantTemplates`] (`templates`): each tenant's own templates from
 //!   `--templates-dir`, compiled at start and reloaded on SIGHUP; the template version
 //!   says whose made a message.
+//! - `email_api`: webhook destinations with a body template (HTTP email APIs): the
+//!   request body rendered once from the alert's email and stored before the first send,
+//!   then sent byte for byte by `http` on every attempt.
 //! - `recorder`: outcomes written in batches (one statement and one commit for many).
 //! - `metrics`, `server`: `/metrics`, `/healthz`, `/readyz`.
 //!
@@ -39,6 +42,7 @@
 //! single new row at once.
 
 mod classify;
+mod email_api;
 mod http;
 mod judge;
 mod metrics;

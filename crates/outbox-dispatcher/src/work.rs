@@ -123,12 +123,30 @@ async fn send(
 async fn exchange(shared: &Shared, row: &ClaimedAlert) -> (Exchange, Option<String>) {
     match (shared.config.transport, row.kind) {
         (crate::Transport::Http, DestinationKind::Email) => crate::smtp::send(shared, row).await,
+        (crate::Transport::Http, DestinationKind::Webhook) if row.body_template.is_some() => {
+            // An email API: the request body rendered once and stored, sent as stored.
+            match crate::email_api::stored_body(shared, row).await {
+                Ok((body, note)) => (
+                    http::send(
+                        &shared.http,
+                        &shared.config.egress,
+                        row,
+                        &shared.config.secret_keys,
+                        body,
+                    )
+                    .await,
+                    Some(note),
+                ),
+                Err(exchange) => (exchange, None),
+            }
+        }
         (crate::Transport::Http, DestinationKind::Webhook) => (
             http::send(
                 &shared.http,
                 &shared.config.egress,
                 row,
                 &shared.config.secret_keys,
+                row.payload.clone().into_bytes(),
             )
             .await,
             None,

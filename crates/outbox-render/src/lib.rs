@@ -13,6 +13,9 @@
 //! - [`overrides`]: a tenant's templates from files, compiled when loaded.
 //! - [`render`]: [`Renderer::render`] → [`RenderedEmail`] with its `template_version`;
 //!   [`kind_for_alert`] picks the template kind for a stored alert.
+//! - [`body`]: request bodies for HTTP email APIs ([`BodyTemplate`]: `email-api-resend`
+//!   shipped from `templates/bodies/`, or an operator's file), the rendered email written
+//!   into JSON.
 //!
 //! Templates use minijinja with strict undefined values (a value a template names but the
 //! context lacks is an error, never an empty string) and HTML escaping for `.html`
@@ -31,12 +34,14 @@
 //!   the payload's fields sorted by name, each `{name, value}` with the value as text
 //!   (strings as they are, numbers as written, lists and maps as compact JSON).
 
+pub mod body;
 pub mod format;
 pub mod locale;
 pub mod overrides;
 pub mod render;
 pub mod templates;
 
+pub use body::{BodyError, BodyTemplate, Mail, RenderedBody};
 pub use locale::{resolve, Locale, UnknownLocale};
 pub use overrides::Overrides;
 pub use render::{kind_for_alert, RenderError, RenderedEmail, Renderer};

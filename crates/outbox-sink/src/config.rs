@@ -134,6 +134,12 @@ pub struct SinkArgs {
     #[arg(long, env = "SINK_EML_DIR")]
     pub eml_dir: Option<PathBuf>,
 
+    /// Keep each delivery's body (as text) in its record, to check what a sender wrote
+    /// (an email API's request, in tests or while setting one up). Off by default, so
+    /// memory stays flat under load.
+    #[arg(long, env = "SINK_KEEP_BODIES", value_parser = clap::builder::FalseyValueParser::new())]
+    pub keep_bodies: bool,
+
     /// `USER:PASSWORD` that SMTP clients must authenticate with (AUTH PLAIN or LOGIN)
     /// before `MAIL FROM`. Without it AUTH is not offered and not required.
     #[arg(long, env = "SINK_SMTP_AUTH", value_parser = parse_credentials, hide_env_values = true)]

@@ -24,7 +24,9 @@
 //! - `POST /<any path outside /_sink/>`: a delivery, answered `{"id": "<receipt>"}`.
 //! - `GET /requests/{key}` (with `--lookup`): the receipt of an applied key.
 //! - `GET /stats`: the counters ([`Stats`]).
-//! - `GET /_sink/records[?key=K]`: every delivery in arrival order ([`Record`]).
+//! - `GET /_sink/records[?key=K]`: every delivery in arrival order ([`Record`]; with
+//!   `--keep-bodies` each holds its body, and an `Authorization` header is kept only as a
+//!   fingerprint).
 //! - `GET /_sink/messages[?message_id=ID]`: every message accepted over SMTP, in arrival
 //!   order ([`MailRecord`]).
 //! - `POST /_sink/faults`, `DELETE /_sink/faults`: change or clear the faults.

@@ -139,7 +139,8 @@ async fn deliver(
             i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
         });
     let signature = sink.check_signature(&parts.headers, &body, now);
-    match sink.decide(&path, key, &body, signature) {
+    let authorization = Sink::authorization_of(&parts.headers);
+    match sink.decide(&path, key, &body, signature, authorization) {
         Action::Respond(response) => {
             tracing::info!(
                 path,

@@ -100,6 +100,14 @@ pub struct Record {
     pub status: Option<u16>,
     /// The connection was closed without a response.
     pub dropped: bool,
+    /// The `Authorization` header's scheme and the SHA-256 of its credentials
+    /// (`Bearer sha256:…`), so a test can check which key was sent without the sink
+    /// keeping it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub authorization: Option<String>,
+    /// The body as text (invalid UTF-8 replaced), with `--keep-bodies`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
 }
 
 /// Counters since start or the last reset, as `GET /stats` answers them.
@@ -238,6 +246,7 @@ pub struct Sink {
     seed: u64,
     smtp: bool,
     eml: bool,
+    keep_bodies: bool,
     inner: Mutex<Inner>,
 }
 
@@ -287,6 +296,7 @@ impl Sink {
             seed,
             smtp,
             eml: args.eml_dir.is_some(),
+            keep_bodies: args.keep_bodies,
             inner: Mutex::new(Inner {
                 faults: FaultSettings::from_args(args),
                 rng: StdRng::seed_from_u64(seed),
@@ -486,6 +496,17 @@ impl Sink {
     }
 
     /// The idempotency key of a request, if it has one.
+    /// The `Authorization` header as recorded: its scheme and the SHA-256 of the rest.
+    pub(crate) fn authorization_of(headers: &HeaderMap) -> Option<String> {
+        let value = headers.get(hyper::header::AUTHORIZATION)?.as_bytes();
+        let text = String::from_utf8_lossy(value);
+        let (scheme, credentials) = text.split_once(' ').unwrap_or(("", &text));
+        Some(format!(
+            "{scheme} sha256:{}",
+            sha256_hex(credentials.as_bytes())
+        ))
+    }
+
     pub(crate) fn key_of(&self, headers: &HeaderMap) -> Option<String> {
         headers
             .get(&self.idempotency_header)
@@ -539,6 +560,8 @@ impl Sink {
             receipt: None,
             status: Some(StatusCode::PAYLOAD_TOO_LARGE.as_u16()),
             dropped: false,
+            authorization: None,
+            body: None,
         };
         inner.records.push(record);
     }
@@ -553,6 +576,7 @@ impl Sink {
         key: Option<String>,
         body: &[u8],
         signature: SignatureCheck,
+        authorization: Option<String>,
     ) -> Action {
         let mut guard = self.lock();
         let inner = &mut *guard;
@@ -571,6 +595,10 @@ impl Sink {
             receipt: None,
             status: None,
             dropped: false,
+            authorization,
+            body: self
+                .keep_bodies
+                .then(|| String::from_utf8_lossy(body).into_owned()),
         };
 
         if signature.is_bad() {
@@ -735,6 +763,7 @@ mod tests {
             key.map(str::to_owned),
             b"{}",
             SignatureCheck::Unchecked,
+            None,
         )
     }
 
@@ -849,7 +878,7 @@ mod tests {
             SignatureCheck::Invalid,
             SignatureCheck::Stale,
         ] {
-            match sink.decide("/hook", Some("k".to_owned()), b"{}", check) {
+            match sink.decide("/hook", Some("k".to_owned()), b"{}", check, None) {
                 Action::Respond(response) => assert_eq!(response.status(), 401),
                 Action::Acknowledge { .. } => panic!("{check:?} was acknowledged"),
             }

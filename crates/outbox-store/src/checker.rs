@@ -16,7 +16,8 @@ pub struct CommittedAlert {
     pub destination: String,
     /// Its state: the outbox row's status, else its outcome (`None` when it has neither).
     pub state: Option<AlertState>,
-    /// Hex SHA-256 of the payload bytes.
+    /// Hex SHA-256 of the bytes every request for it must carry: the payload's, or for
+    /// an email API (a webhook with a body template) the stored rendered request body's.
     pub payload_sha256: String,
     /// Flagged as possibly delivered twice.
     pub possible_duplicate: bool,
@@ -47,7 +48,10 @@ struct CommittedRow {
 pub async fn committed_alerts(pool: &PgPool) -> Result<Vec<CommittedAlert>, StoreError> {
     let rows = sqlx::query_as::<_, CommittedRow>(
         "SELECT a.id, d.name AS destination, COALESCE(o.status, a.outcome) AS state, \
-                encode(a.payload_sha256, 'hex') AS payload_sha256, a.possible_duplicate, \
+                COALESCE(CASE WHEN d.body_template IS NOT NULL THEN \
+                             (SELECT r.sha256 FROM rendered_messages r WHERE r.alert_id = a.id) END, \
+                         encode(a.payload_sha256, 'hex')) AS payload_sha256, \
+                a.possible_duplicate, \
                 o.alert_id IS NOT NULL AS queued, a.outcome IS NOT NULL AS settled, \
                 (SELECT count(*) FROM alert_events e WHERE e.alert_id = a.id) AS events, \
                 a.pruned_at IS NOT NULL AS pruned \
@@ -97,4 +101,31 @@ pub async fn evidence_lines(pool: &PgPool, alert_id: Uuid) -> Result<Vec<String>
     .fetch_all(pool)
     .await?;
     Ok(lines)
+}
+
+/// An email alert's stored message, as an SMTP inbox must have received it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredMessage {
+    /// The alert.
+    pub alert_id: Uuid,
+    /// Its `Message-ID`, without the angle brackets (as an inbox records it).
+    pub message_id: String,
+    /// Hex SHA-256 of the message data as a relay receives it: the stored bytes and the
+    /// CRLF that ends the data before the final dot.
+    pub wire_sha256: String,
+}
+
+/// Every email alert's stored message (messages of email destinations only: a webhook's
+/// rendered request body is not mail).
+pub async fn stored_messages(pool: &PgPool) -> Result<Vec<StoredMessage>, StoreError> {
+    let rows = sqlx::query_as::<_, StoredMessage>(
+        "SELECT r.alert_id, btrim(r.message_id, '<>') AS message_id, \
+                encode(sha256(r.bytes || '\\x0d0a'::bytea), 'hex') AS wire_sha256 \
+         FROM rendered_messages r JOIN alerts a ON a.id = r.alert_id \
+         JOIN destinations d ON d.id = a.destination_id \
+         WHERE d.kind = 'email'",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows)
 }

@@ -74,6 +74,38 @@ impl std::fmt::Debug for EmailSettings {
     }
 }
 
+/// What a webhook destination that speaks to an HTTP email API adds to a
+/// [`NewDestination`]: its body template, the sender and recipients it asks the API to
+/// mail, and the API's key. The caller has checked the template and the addresses.
+#[derive(Clone)]
+pub struct EmailApiSettings {
+    /// `email-api-resend`, or `file`.
+    pub body_template: String,
+    /// The operator's template text, for `file`.
+    pub body_template_text: Option<String>,
+    /// The sender.
+    pub mail_from: String,
+    /// The recipients.
+    pub mail_to: Vec<String>,
+    /// `en` or `es`, if set (else the tenant's, else English).
+    pub locale: Option<String>,
+    /// The API key as stored (sealed with the destination's id, or plain when no key is
+    /// configured), sent as `Authorization: Bearer`.
+    pub bearer_token: Option<String>,
+}
+
+impl std::fmt::Debug for EmailApiSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmailApiSettings")
+            .field("body_template", &self.body_template)
+            .field("mail_from", &self.mail_from)
+            .field("mail_to", &self.mail_to)
+            .field("locale", &self.locale)
+            .field("bearer_token", &self.bearer_token.as_ref().map(|_| "(set)"))
+            .finish_non_exhaustive()
+    }
+}
+
 /// A destination as listed for operators. Secrets are never read back out; only their count.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct DestinationSummary {
@@ -96,6 +128,11 @@ pub struct DestinationSummary {
     pub locale: Option<String>,
     /// Whether an SMTP password is configured (it is never read back out).
     pub smtp_password_set: bool,
+    /// A webhook's body template (`email-api-resend`, `file`), when it speaks to an HTTP
+    /// email API.
+    pub body_template: Option<String>,
+    /// Whether an API key is configured (it is never read back out).
+    pub bearer_token_set: bool,
     /// Header carrying the notification id.
     pub idempotency_header: String,
     /// De-duplication window in seconds, if any.
@@ -216,6 +253,56 @@ pub async fn create_email_with_id(
     Ok(id)
 }
 
+/// Creates a webhook destination that speaks to an HTTP email API, under an id chosen by
+/// the caller (from [`new_id`]): `new` plus `api`. The API key, if any, as stored (sealed
+/// with this id).
+pub async fn create_email_api_with_id(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    new: &NewDestination,
+    api: &EmailApiSettings,
+) -> Result<Uuid, StoreError> {
+    let timeout_ms = i32::try_from(new.timeout.as_millis()).unwrap_or(i32::MAX);
+    let retention_secs = new.idempotency_retention.map(|d| d.as_secs_f64());
+    sqlx::query(
+        "INSERT INTO destinations (id, tenant_id, name, url, signing_secrets, idempotency_header, \
+             idempotency_retention, lookup_url_template, on_uncertain, timeout_ms, max_in_flight, \
+             body_template, body_template_text, mail_from, mail_to, locale, bearer_token) \
+         VALUES ($1, $2, $3, $4, $5, $6, make_interval(secs => $7), $8, $9, $10, $11, \
+                 $12, $13, $14, $15, $16, $17)",
+    )
+    .bind(id)
+    .bind(new.tenant_id)
+    .bind(&new.name)
+    .bind(&new.url)
+    .bind(&new.signing_secrets)
+    .bind(&new.idempotency_header)
+    .bind(retention_secs)
+    .bind(&new.lookup_url_template)
+    .bind(new.on_uncertain.as_str())
+    .bind(timeout_ms)
+    .bind(i32::try_from(new.max_in_flight).unwrap_or(i32::MAX))
+    .bind(&api.body_template)
+    .bind(&api.body_template_text)
+    .bind(&api.mail_from)
+    .bind(&api.mail_to)
+    .bind(&api.locale)
+    .bind(&api.bearer_token)
+    .execute(db)
+    .await
+    .map_err(|err| {
+        if StoreError::is_unique_violation(&err) {
+            StoreError::AlreadyExists {
+                what: "destination",
+                name: new.name.clone(),
+            }
+        } else {
+            StoreError::Database(err)
+        }
+    })?;
+    Ok(id)
+}
+
 /// The id of the tenant's destination called `name`. Scoped by tenant: another tenant's
 /// destination of the same name is invisible here.
 pub async fn id_by_name(
@@ -238,7 +325,8 @@ pub async fn list(
 ) -> Result<Vec<DestinationSummary>, StoreError> {
     let rows = sqlx::query_as::<_, DestinationSummary>(
         "SELECT d.id, t.name AS tenant, d.name, d.kind, d.url, d.mail_to, d.mail_from, d.locale, \
-                d.smtp_password IS NOT NULL AS smtp_password_set, d.idempotency_header, \
+                d.smtp_password IS NOT NULL AS smtp_password_set, d.body_template, \
+                d.bearer_token IS NOT NULL AS bearer_token_set, d.idempotency_header, \
                 extract(epoch FROM d.idempotency_retention)::int8 AS idempotency_retention_secs, \
                 d.lookup_url_template, d.on_uncertain, d.timeout_ms, d.max_in_flight, \
                 cardinality(d.signing_secrets) AS signing_secret_count, \
@@ -269,6 +357,8 @@ pub struct StoredSecrets {
     pub retiring_signing_secrets: Vec<String>,
     /// An email destination's SMTP password, sealed like the signing secrets.
     pub smtp_password: Option<String>,
+    /// An email API's key, sealed like the signing secrets.
+    pub bearer_token: Option<String>,
 }
 
 /// Up to `limit` destinations with any secret, after `after` in id order (keyset paging,
@@ -279,10 +369,11 @@ pub async fn stored_secrets_page(
     limit: i64,
 ) -> Result<Vec<StoredSecrets>, StoreError> {
     Ok(sqlx::query_as::<_, StoredSecrets>(
-        "SELECT id, signing_secrets, retiring_signing_secrets, smtp_password FROM destinations \
+        "SELECT id, signing_secrets, retiring_signing_secrets, smtp_password, bearer_token \
+         FROM destinations \
          WHERE ($1::uuid IS NULL OR id > $1) \
            AND (cardinality(signing_secrets || retiring_signing_secrets) > 0 \
-                OR smtp_password IS NOT NULL) \
+                OR smtp_password IS NOT NULL OR bearer_token IS NOT NULL) \
          ORDER BY id LIMIT $2",
     )
     .bind(after)
@@ -301,9 +392,9 @@ pub async fn replace_stored_secrets(
 ) -> Result<bool, StoreError> {
     let updated = sqlx::query(
         "UPDATE destinations SET signing_secrets = $4, retiring_signing_secrets = $5, \
-             smtp_password = $7 \
+             smtp_password = $7, bearer_token = $9 \
          WHERE id = $1 AND signing_secrets = $2 AND retiring_signing_secrets = $3 \
-           AND smtp_password IS NOT DISTINCT FROM $6",
+           AND smtp_password IS NOT DISTINCT FROM $6 AND bearer_token IS NOT DISTINCT FROM $8",
     )
     .bind(old.id)
     .bind(&old.signing_secrets)
@@ -312,6 +403,8 @@ pub async fn replace_stored_secrets(
     .bind(&new.retiring_signing_secrets)
     .bind(&old.smtp_password)
     .bind(&new.smtp_password)
+    .bind(&old.bearer_token)
+    .bind(&new.bearer_token)
     .execute(db)
     .await?
     .rows_affected();

@@ -95,6 +95,11 @@ pub struct ClaimedAlert {
     pub max_attempts: i32,
     /// Longest time from approval to the last retry, in seconds.
     pub max_retry_window_secs: f64,
+    /// A webhook's body template, when it speaks to an HTTP email API: then the request
+    /// body is the alert rendered once by it and stored, not the payload.
+    pub body_template: Option<String>,
+    /// The API key sent as `Authorization: Bearer`, as stored (sealed or plain).
+    pub bearer_token: Option<String>,
 }
 
 impl std::fmt::Debug for ClaimedAlert {
@@ -107,6 +112,7 @@ impl std::fmt::Debug for ClaimedAlert {
             .field("destination", &self.destination)
             .field("url", &outbox_core::redact::url(&self.url))
             .field("signing_secrets", &self.signing_secrets.len())
+            .field("body_template", &self.body_template)
             .finish_non_exhaustive()
     }
 }
@@ -191,7 +197,8 @@ pub async fn claim(
                 extract(epoch FROM d.idempotency_retention)::float8 AS idempotency_retention_secs, \
                 d.lookup_url_template, d.reference_header, d.on_uncertain, d.timeout_ms, \
                 d.max_in_flight, d.max_attempts, \
-                extract(epoch FROM d.max_retry_window)::float8 AS max_retry_window_secs \
+                extract(epoch FROM d.max_retry_window)::float8 AS max_retry_window_secs, \
+                d.body_template, d.bearer_token \
          FROM claimed c \
          JOIN alerts a ON a.id = c.alert_id \
          JOIN destinations d ON d.id = a.destination_id",

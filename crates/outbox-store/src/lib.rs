@@ -21,8 +21,9 @@
 //! - [`operator`]: operators' actions (replay, all-or-nothing replay of many, resolve, in
 //!   a transaction each around the lifecycle's transitions; destinations on and off),
 //!   statistics and retention.
-//! - [`rendered`]: email alerts as sent: what rendering one needs, and its message's
-//!   exact bytes, stored once before the first send and reused by every attempt.
+//! - [`rendered`]: email alerts (and email API request bodies) as sent: what rendering
+//!   one needs, and its exact bytes, stored once before the first send and reused by
+//!   every attempt.
 //! - [`outbox`]: listings of the live queue and of alerts by state.
 //! - [`error`]: the store's error type, [`StoreError`].
 //!

@@ -1,5 +1,6 @@
-//! Email alerts as sent: what the dispatcher needs to render an email alert's message once,
-//! and the message's exact bytes, written before its first send and read by every attempt.
+//! Email alerts as sent: what the dispatcher needs to render an email alert's message (or
+//! an email API's request body) once, and its exact bytes, written before its first send
+//! and read by every attempt.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
@@ -75,12 +76,57 @@ pub async fn email_job(
     .await?)
 }
 
-/// An email alert's message as rendered once.
+/// What rendering one alert into an HTTP email API's request body needs.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct BodyJob {
+    /// The alert.
+    pub alert_id: Uuid,
+    /// The payload's exact text.
+    pub payload: String,
+    /// The alert's occurrence (part of choosing its template kind).
+    pub occurrence: String,
+    /// 0 for the original alert, then 1, 2, ... for each correction.
+    pub revision: i32,
+    /// `email-api-resend`, or `file`.
+    pub body_template: String,
+    /// The operator's template text, for `file`.
+    pub body_template_text: Option<String>,
+    /// The sender the API is asked to mail from.
+    pub mail_from: String,
+    /// The recipients.
+    pub mail_to: Vec<String>,
+    /// `en` or `es`, if set.
+    pub locale: Option<String>,
+    /// The tenant's locale, used when the destination has none.
+    pub tenant_locale: Option<String>,
+}
+
+/// The body template settings and alert data of `alert_id`, if its destination has a
+/// body template.
+pub async fn body_job(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+) -> Result<Option<BodyJob>, StoreError> {
+    Ok(sqlx::query_as::<_, BodyJob>(
+        "SELECT a.id AS alert_id, a.payload::text AS payload, a.occurrence, a.revision, \
+                d.body_template, d.body_template_text, d.mail_from, d.mail_to, d.locale, \
+                t.locale AS tenant_locale \
+         FROM alerts a JOIN destinations d ON d.id = a.destination_id \
+         JOIN tenants t ON t.id = a.tenant_id \
+         WHERE a.id = $1 AND d.body_template IS NOT NULL",
+    )
+    .bind(alert_id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// An email alert's message (or an email API's request body) as rendered once.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct RenderedMessage {
-    /// Its `Message-ID` (with the angle brackets).
+    /// Its `Message-ID` (with the angle brackets); for a request body, the Message-ID the
+    /// alert would have as email.
     pub message_id: String,
-    /// The exact bytes sent (headers and body, CRLF line ends).
+    /// The exact bytes sent (headers and body, CRLF line ends; or the request body).
     pub bytes: Vec<u8>,
     /// SHA-256 of `bytes`, lowercase hex.
     pub sha256: String,

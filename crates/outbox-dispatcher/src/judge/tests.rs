@@ -50,6 +50,8 @@ fn claim() -> ClaimedAlert {
         max_in_flight: 16,
         max_attempts: 12,
         max_retry_window_secs: 3.0 * 86_400.0,
+        body_template: None,
+        bearer_token: None,
     }
 }
 
