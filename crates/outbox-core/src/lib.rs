@@ -4,7 +4,8 @@
 //! - [`state`]: the states an alert moves through ([`AlertState`]) and the destination's
 //!   policy for uncertain sends ([`OnUncertain`]).
 //! - [`identity`]: what makes two approvals the same alert, and the input limits
-//!   ([`MAX_IDENTITY_FIELD_BYTES`], [`MAX_PAYLOAD_BYTES`]).
+//!   ([`MAX_IDENTITY_FIELD_BYTES`], [`MAX_PAYLOAD_BYTES`]); a payload that passed them is a
+//!   [`CheckedPayload`].
 //! - [`json_limits`]: how deeply a payload may nest and how large its numbers may be
 //!   ([`MAX_PAYLOAD_DEPTH`]), checked on the text before anything parses it.
 //! - [`untrusted`]: showing text others wrote on a terminal without letting it act on
@@ -33,7 +34,8 @@ pub mod token;
 pub mod untrusted;
 
 pub use identity::{
-    IdentityError, PayloadError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES,
+    CheckedPayload, IdentityError, PayloadError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_BYTES,
+    MAX_REASON_BYTES,
 };
 pub use json_limits::{JsonLimitError, MAX_PAYLOAD_DEPTH};
 pub use state::{AlertState, OnUncertain, UnknownValue};
