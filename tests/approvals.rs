@@ -362,3 +362,97 @@ async fn tenants_never_see_or_touch_each_others_alerts_or_destinations() {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn the_created_answer_is_the_alert_as_stored() {
+    let api = Api::start().await;
+    let (status, created) = api.approve(&api.acme.token, &renewal(4)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let id = created["id"].as_str().unwrap();
+    let (status, shown) = api.get(&format!("/v1/alerts/{id}"), &api.acme.token).await;
+    assert_eq!(status, StatusCode::OK);
+    // Written and answered in one statement, read back here in another: the same alert,
+    // field by field (times, fingerprint, payload text, revisions, evidence).
+    assert_eq!(created, shown);
+}
+
+/// The next notification on the dispatchers' wake-up channel, or a failure after 10 s.
+async fn next_wake_up(listener: &mut sqlx::postgres::PgListener) -> String {
+    tokio::time::timeout(std::time::Duration::from_secs(10), listener.recv())
+        .await
+        .expect("no notification within 10 s")
+        .unwrap()
+        .payload()
+        .to_owned()
+}
+
+/// Sends `marker` on the wake-up channel, committed at once. Notifications are delivered
+/// in commit order, so whatever arrives before the marker was committed before it.
+async fn send_marker(db: &outbox_testkit::TestDb, marker: &str) {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(outbox_store::dispatch::WAKE_UP_CHANNEL)
+        .bind(marker)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_approval_wakes_dispatchers_on_its_commit_and_a_rolled_back_one_wakes_nobody() {
+    let api = Api::start().await;
+    let db = &api.db;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
+        .await
+        .unwrap();
+    listener
+        .listen(outbox_store::dispatch::WAKE_UP_CHANNEL)
+        .await
+        .unwrap();
+    let payloads: Vec<String> = (0..3)
+        .map(|i| json!({"vendor": "Acme", "n": i}).to_string())
+        .collect();
+    let approval = |i: usize| outbox_store::alerts::CheckedApproval {
+        tenant_id: api.acme.id,
+        destination: "ops",
+        subject: "contract:W-1",
+        occurrence: ["first", "second", "third"][i],
+        payload: outbox_core::CheckedPayload::check(&payloads[i]).unwrap(),
+        actor: "test",
+        notify_dispatchers: true,
+    };
+
+    // Written inside a transaction that rolls back: nothing stays, nobody is woken.
+    let mut tx = db.pool.begin().await.unwrap();
+    let written = outbox_store::alerts::approve_on(&mut tx, approval(0))
+        .await
+        .unwrap();
+    assert!(matches!(
+        written,
+        outbox_store::alerts::Approved::Created(_)
+    ));
+    tx.rollback().await.unwrap();
+    send_marker(db, "after the rollback").await;
+    assert_eq!(next_wake_up(&mut listener).await, "after the rollback");
+    assert_eq!(counts(db).await, (0, 0, 0));
+
+    // Written and not yet committed: nobody is woken until the commit.
+    let mut tx = db.pool.begin().await.unwrap();
+    outbox_store::alerts::approve_on(&mut tx, approval(1))
+        .await
+        .unwrap();
+    send_marker(db, "before the commit").await;
+    assert_eq!(next_wake_up(&mut listener).await, "before the commit");
+    tx.commit().await.unwrap();
+    assert_eq!(next_wake_up(&mut listener).await, "");
+    assert_eq!(counts(db).await, (1, 1, 1));
+
+    // Through the API on an idle server: the dispatchers are woken by the approval's own
+    // commit, so before its 201 answer arrives.
+    let mut body = renewal(5);
+    body["occurrence"] = json!("api");
+    let (status, _) = api.approve(&api.acme.token, &body).await;
+    assert_eq!(status, StatusCode::CREATED);
+    send_marker(db, "after the answer").await;
+    assert_eq!(next_wake_up(&mut listener).await, "");
+    assert_eq!(next_wake_up(&mut listener).await, "after the answer");
+}

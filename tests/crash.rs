@@ -1,8 +1,11 @@
-//! A decider killed inside the approval transaction leaves nothing behind: no alert
-//! without its outbox row, no outbox row without its alert. Real process, real SIGKILL.
+//! A decider killed in the middle of an approval leaves all of it or nothing: never an
+//! alert without its outbox row or evidence line, never an outbox row without its alert,
+//! and the client's retry makes no second alert. Real process, real SIGKILL.
 //!
-//! The decider is built with the `failpoints` feature; `FAILPOINTS` pauses it after the
-//! alert row is inserted and before the outbox row is, with the transaction open.
+//! An approval is one statement, so PostgreSQL commits all of it or none of it; what a
+//! crash can still do is leave the client without an answer after the commit. The
+//! decider is built with the `failpoints` feature; `FAILPOINTS` pauses it right after the
+//! approval's statement returned, before it answers.
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
@@ -83,23 +86,21 @@ async fn approve(http: &reqwest::Client, base: &str, token: &str) -> reqwest::Re
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn decider_killed_inside_the_approval_transaction_leaves_nothing_partial() {
+async fn decider_killed_before_answering_leaves_the_whole_approval_and_the_retry_finds_it() {
     let db = TestDb::new().await;
     let acme = add_tenant(&db, "acme", &["ops"]).await;
     let http = reqwest::Client::new();
 
-    let (mut decider, base) = start_decider(&db, Some("approve-before-outbox-insert=pause")).await;
+    let (mut decider, base) = start_decider(&db, Some("approve-after-write=pause")).await;
     let request = {
         let (http, base, token) = (http.clone(), base.clone(), acme.token.clone());
         tokio::spawn(async move { approve(&http, &base, &token).await })
     };
 
-    // The decider's session is inside a transaction that has written (the alert row).
+    // The approval is committed; the decider is paused before answering.
     wait_for_count(
         &db,
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 \
-         AND application_name = 'decider' AND state = 'idle in transaction' \
-         AND backend_xid IS NOT NULL",
+        "SELECT count(*) FROM alerts WHERE current_database() = $1",
         1,
     )
     .await;
@@ -107,29 +108,28 @@ async fn decider_killed_inside_the_approval_transaction_leaves_nothing_partial()
 
     // The client saw the connection die, not an answer.
     assert!(request.await.unwrap().is_err());
-    // PostgreSQL notices the dead session and rolls its transaction back.
-    wait_for_count(
-        &db,
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'decider'",
-        0,
-    )
-    .await;
     assert_eq!(
         counts(&db).await,
-        (0, 0, 0),
-        "no alert, no outbox row, no evidence"
+        (1, 1, 1),
+        "the alert, its outbox row and its evidence line, together"
     );
+    let written: String = sqlx::query_scalar("SELECT id::text FROM alerts")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
 
-    // The retry succeeds, once.
+    // The client's retry is recognised as the same approval: 200, the same alert.
     let (_decider, base) = start_decider(&db, None).await;
-    assert_eq!(
-        approve(&http, &base, &acme.token).await.unwrap(),
-        StatusCode::CREATED
-    );
-    assert_eq!(
-        approve(&http, &base, &acme.token).await.unwrap(),
-        StatusCode::OK
-    );
+    let retried = http
+        .post(format!("{base}/v1/alerts"))
+        .bearer_auth(&acme.token)
+        .json(&renewal(17))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retried.status(), StatusCode::OK);
+    let retried: serde_json::Value = retried.json().await.unwrap();
+    assert_eq!(retried["id"], written.as_str());
     assert_eq!(counts(&db).await, (1, 1, 1));
     let orphans: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM alerts a WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.alert_id = a.id)) \

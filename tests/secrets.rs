@@ -646,25 +646,23 @@ async fn revoked_and_expired_tokens_are_refused_with_401() {
     }
     assert!(table.stdout.contains(&ci_id) && table.stdout.contains("active"));
 
-    // Expiry: once past (as if 90 days had gone by), 401.
+    // Expiry moved into the past (as if 90 days had gone by): 401 within the bound.
     sqlx::query(
         "UPDATE api_tokens SET expires_at = now() - interval '1 second' WHERE label = 'ci'",
     )
     .execute(&db.pool)
     .await
     .unwrap();
-    let (status, body) = api.get(&probe, &expiring).await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    refused_within_the_bound(&api, &probe, &expiring, std::time::Instant::now()).await;
     assert!(ctl(db, &["token", "list"], &[], None)
         .await
         .stdout
         .contains("expired"));
 
-    // Revocation takes effect on the very next request: nothing is cached.
+    // Revocation holds within the bound, and then for approvals too.
     let revoke = ctl(db, &["token", "revoke", &fixture_id], &[], None).await;
     assert!(revoke.ok, "{}", revoke.stderr);
-    let (status, body) = api.get(&probe, &api.acme.token).await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    refused_within_the_bound(&api, &probe, &api.acme.token, std::time::Instant::now()).await;
     let (status, _) = api.approve(&api.acme.token, &common::renewal(1)).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(db.count("alerts").await, 0);
@@ -688,6 +686,69 @@ async fn revoked_and_expired_tokens_are_refused_with_401() {
         .await,
         "no token",
     );
+}
+
+/// Polls `path` with `token`, whose revocation (or expiry) was committed before `changed`:
+/// a request may still be served from the token cache while it starts within
+/// [`outbox_api::TOKEN_CACHE_TTL`] of `changed`; every request that starts later is
+/// refused, and once one is refused, all the next ones are.
+async fn refused_within_the_bound(api: &Api, path: &str, token: &str, changed: std::time::Instant) {
+    let bound = changed + outbox_api::TOKEN_CACHE_TTL;
+    loop {
+        let started = std::time::Instant::now();
+        let (status, body) = api.get(path, token).await;
+        if status == StatusCode::UNAUTHORIZED {
+            break;
+        }
+        assert!(
+            started < bound,
+            "a request that started {:?} after the change was still served: {status} {body}",
+            started - changed
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for _ in 0..3 {
+        assert_eq!(api.get(path, token).await.0, StatusCode::UNAUTHORIZED);
+    }
+}
+
+#[tokio::test]
+async fn a_revoked_token_is_refused_within_the_cache_bound_on_every_path() {
+    let api = Api::start().await;
+    let db = &api.db;
+    // The token is in use, so the decider holds its answer.
+    let (status, _) = api.approve(&api.acme.token, &common::renewal(1)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let probe = format!("/v1/alerts/{}", uuid::Uuid::now_v7());
+    assert_eq!(
+        api.get(&probe, &api.acme.token).await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM api_tokens")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    outbox_store::tokens::revoke(&db.pool, id).await.unwrap();
+    refused_within_the_bound(&api, &probe, &api.acme.token, std::time::Instant::now()).await;
+
+    // Approvals and revisions are refused too, and write nothing.
+    let before = common::counts(db).await;
+    let (status, _) = api.approve(&api.acme.token, &common::renewal(2)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let alert: uuid::Uuid = sqlx::query_scalar("SELECT id FROM alerts")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let (status, _) = api
+        .post(
+            &format!("/v1/alerts/{alert}/revisions"),
+            &api.acme.token,
+            &serde_json::json!({"payload": {"a": 1}, "reason": "after revocation"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(common::counts(db).await, before);
 }
 
 #[tokio::test]

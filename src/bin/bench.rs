@@ -31,6 +31,10 @@ enum Command {
         /// One JSON object instead of a table.
         #[arg(long)]
         json: bool,
+        /// Only these phases (`approvals`: bulk approvals with their HTTP drain, API
+        /// approvals, latency).
+        #[arg(long, value_enum, default_value = "all")]
+        only: outbox_bench::suite::Phases,
         /// The PostgreSQL server (the run creates and drops its own database there).
         #[arg(long, env = "DATABASE_URL", default_value = outbox_runtime::DEFAULT_DATABASE_URL, hide_env_values = true)]
         server_url: String,
@@ -49,6 +53,7 @@ async fn main() -> anyhow::Result<()> {
             n,
             history,
             json,
+            only,
             server_url,
         } => {
             let mut settings = if quick {
@@ -62,6 +67,7 @@ async fn main() -> anyhow::Result<()> {
             if let Some(history) = history {
                 settings.history = history;
             }
+            settings.phases = only;
             let report = outbox_bench::suite::run(settings).await?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);

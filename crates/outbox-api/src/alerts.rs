@@ -5,7 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use outbox_store::alerts::{self, AlertDetail, ApproveOutcome, ReviseOutcome};
+use outbox_store::alerts::{self, AlertDetail, Approved, ReviseOutcome};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use uuid::Uuid;
@@ -47,25 +47,35 @@ pub(crate) async fn approve(
     let occurrence = body::identity_field("occurrence", &request.occurrence)?;
     let payload = body::payload(&request.payload)?;
 
-    let outcome = alerts::approve(
+    // The first approval of a burst wakes the dispatchers from inside its own transaction;
+    // the others poke the notifier once committed.
+    let notify_dispatchers = state.wake_ups.notify_inline();
+    let outcome = alerts::approve_checked(
         &state.pool,
-        alerts::Approval {
+        alerts::CheckedApproval {
             tenant_id: caller.tenant_id,
             destination,
             subject,
             occurrence,
-            payload_json: payload,
+            payload,
             actor: &caller.actor,
+            notify_dispatchers,
         },
     )
     .await?;
     match outcome {
-        ApproveOutcome::Created(id) => created(&state, &caller, id).await,
-        ApproveOutcome::Existing(id) => {
+        Approved::Created(alert) => {
+            if !notify_dispatchers {
+                state.wake_ups.poke();
+            }
+            ApprovalCounts::count(&state.approvals.created);
+            created_answer(*alert)
+        }
+        Approved::Existing(id) => {
             ApprovalCounts::count(&state.approvals.existing);
             ok(&state, &caller, id).await
         }
-        ApproveOutcome::Conflict { original, latest } => {
+        Approved::Conflict { original, latest } => {
             ApprovalCounts::count(&state.approvals.conflicts);
             Err(Problem::new(
                 StatusCode::CONFLICT,
@@ -109,7 +119,7 @@ pub(crate) async fn revise(
     // the body says.
     let alert_id = Uuid::parse_str(&id).map_err(|_| Problem::alert_not_found(&id))?;
     let request: ReviseRequest = body::read_json(&headers, request).await?;
-    let payload = body::payload(&request.payload)?;
+    let payload = body::payload(&request.payload)?.as_str();
     let reason = body::reason(&request.reason)?;
 
     let outcome = alerts::revise(
@@ -151,13 +161,17 @@ pub(crate) async fn revise(
 async fn created(state: &AppState, caller: &Caller, id: Uuid) -> Result<Response, Problem> {
     state.wake_ups.poke();
     ApprovalCounts::count(&state.approvals.created);
-    let detail = load(state, caller, id).await?;
-    let location =
-        HeaderValue::from_str(&format!("/v1/alerts/{id}")).map_err(|_| Problem::internal())?;
+    created_answer(load(state, caller, id).await?)
+}
+
+/// `201 Created` with the alert and its `Location`.
+fn created_answer(alert: AlertDetail) -> Result<Response, Problem> {
+    let location = HeaderValue::from_str(&format!("/v1/alerts/{}", alert.id))
+        .map_err(|_| Problem::internal())?;
     Ok((
         StatusCode::CREATED,
         [(header::LOCATION, location)],
-        Json(detail),
+        Json(alert),
     )
         .into_response())
 }

@@ -7,7 +7,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use outbox_core::identity::{check_identity_field, check_reason};
 use outbox_core::json_limits::check_json_limits;
 use outbox_core::{
-    IdentityError, JsonLimitError, PayloadError, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH,
+    CheckedPayload, IdentityError, JsonLimitError, PayloadError, MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_DEPTH,
 };
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
@@ -102,13 +103,15 @@ pub(crate) fn reason(value: &Option<String>) -> Result<&str, Problem> {
 }
 
 /// The payload: a non-empty JSON object of at most [`MAX_PAYLOAD_BYTES`], kept as the
-/// exact text the caller sent (numbers keep their precision; PostgreSQL stores it).
-pub(crate) fn payload(value: &Option<Box<RawValue>>) -> Result<&str, Problem> {
+/// exact text the caller sent (numbers keep their precision; PostgreSQL stores it). Its
+/// nesting and numbers were checked with the whole body by [`parse_json`], which every
+/// body passes before its fields are read, so they are not scanned again.
+pub(crate) fn payload(value: &Option<Box<RawValue>>) -> Result<CheckedPayload<'_>, Problem> {
     let text = value
         .as_deref()
         .map(RawValue::get)
         .ok_or_else(|| invalid_field(IdentityError::Empty { field: "payload" }))?;
-    outbox_core::identity::check_payload(text).map_err(|err| match err {
+    CheckedPayload::within_scanned_document(text).map_err(|err| match err {
         PayloadError::TooLarge(_) => too_large(err.to_string()),
         PayloadError::NotAnObject => Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -118,8 +121,7 @@ pub(crate) fn payload(value: &Option<Box<RawValue>>) -> Result<&str, Problem> {
         ),
         PayloadError::Empty => invalid_field(IdentityError::Empty { field: "payload" }),
         PayloadError::BeyondLimits(_) => invalid_payload(err),
-    })?;
-    Ok(text)
+    })
 }
 
 /// A payload PostgreSQL could not store: nested too deeply or a number out of range.
@@ -171,7 +173,7 @@ mod tests {
             identity_field("destination", &approval.destination)?.to_owned(),
             identity_field("subject", &approval.subject)?.to_owned(),
             identity_field("occurrence", &approval.occurrence)?.to_owned(),
-            payload(&approval.payload)?.to_owned(),
+            payload(&approval.payload)?.as_str().to_owned(),
         ))
     }
 

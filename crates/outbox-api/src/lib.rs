@@ -5,7 +5,8 @@
 //!   shutdown, deadlines for slow clients and a cap on connections from
 //!   `outbox_runtime::http_server`).
 //! - `alerts`: `POST /v1/alerts`, `GET /v1/alerts/{id}`, `POST /v1/alerts/{id}/revisions`.
-//! - `auth`: the bearer-token extractor; a token acts for exactly one tenant.
+//! - `auth`: the bearer-token extractor; a token acts for exactly one tenant. Tokens the
+//!   database accepted are kept for at most [`TOKEN_CACHE_TTL`], the bound on revocation.
 //! - `body`: reads request bodies within the size limit and checks their fields.
 //! - `problem`: every error is `application/problem+json` with a specific `type`.
 //! - `health`: `GET /healthz` (the process runs), and on the separate operations listener
@@ -14,6 +15,11 @@
 //!
 //! Handlers hold no business rules: validation is in `outbox-core`, writes and reads in
 //! `outbox-store`, so monitors and operators approve through exactly the same path.
+//!
+//! An approval costs one round trip to the database when its token is cached: one
+//! statement writes the alert, its outbox row and its evidence line, wakes the
+//! dispatchers on its commit when it is the first of a burst, and returns what the `201`
+//! answer shows. The payload's limits are scanned once, with the rest of the body.
 
 mod alerts;
 mod auth;
@@ -29,6 +35,7 @@ use outbox_store::PgPool;
 use std::future::Future;
 use tokio::net::TcpListener;
 
+pub use auth::TOKEN_CACHE_TTL;
 pub use health::ApprovalCounts;
 pub use problem::Problem;
 
@@ -41,6 +48,8 @@ pub struct AppState {
     pub wake_ups: outbox_store::dispatch::WakeUpNotifier,
     /// Approvals answered, by result, for `/metrics`.
     pub approvals: std::sync::Arc<health::ApprovalCounts>,
+    /// Tokens the database accepted, kept for at most [`TOKEN_CACHE_TTL`].
+    tokens: std::sync::Arc<auth::TokenCache>,
 }
 
 impl AppState {
@@ -48,6 +57,7 @@ impl AppState {
         AppState {
             wake_ups: outbox_store::dispatch::WakeUpNotifier::new(pool.clone()),
             approvals: std::sync::Arc::default(),
+            tokens: std::sync::Arc::new(auth::TokenCache::new(TOKEN_CACHE_TTL)),
             pool,
         }
     }

@@ -11,6 +11,10 @@
 //! 6. on a second database: the claim's cost on an empty history and with H settled
 //!    alerts of history, and retention (`prune`) of that history.
 //!
+//! With `--only approvals` ([`Phases::Approvals`]) the run keeps what the approval path's
+//! figures need (phases 1, 4 and 5: the HTTP drain of phase 1 gives the capacity that
+//! sets the half-capacity rate) and skips the no-op drain, the processes and phase 6.
+//!
 //! Every drain is checked, not only timed: each alert accepted once, one attempt row
 //! each, and the sink saw no duplicate. A failed check fails the run.
 
@@ -54,6 +58,18 @@ pub struct SuiteSettings {
     pub max_in_flight: u32,
     /// Requests in flight to the destination per dispatcher.
     pub destination_in_flight: u32,
+    /// Which phases run.
+    pub phases: Phases,
+}
+
+/// Which phases a run goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Phases {
+    /// Every phase.
+    All,
+    /// The approval path: bulk approvals and their HTTP drain, API approvals, latency.
+    Approvals,
 }
 
 impl SuiteSettings {
@@ -71,6 +87,7 @@ impl SuiteSettings {
             batch_size: BATCH_SIZE,
             max_in_flight: MAX_IN_FLIGHT,
             destination_in_flight: DESTINATION_IN_FLIGHT,
+            phases: Phases::All,
         }
     }
 
@@ -155,8 +172,9 @@ pub struct SuiteReport {
     pub approvals_api: Approvals,
     /// Drain over HTTP, one dispatcher.
     pub deliveries_http: DrainReport,
-    /// Drain with a no-op instead of HTTP: the pipeline's ceiling.
-    pub deliveries_noop: DrainReport,
+    /// Drain with a no-op instead of HTTP: the pipeline's ceiling (not with
+    /// `--only approvals`).
+    pub deliveries_noop: Option<DrainReport>,
     /// Drains by 1, 2, 4 dispatcher processes.
     pub horizontal: Vec<DrainReport>,
     /// One alert at a time, idle system.
@@ -176,7 +194,9 @@ pub async fn run(settings: SuiteSettings) -> anyhow::Result<SuiteReport> {
     let result = run_on(&settings, &sink, &url).await;
     outbox_store::connect::drop_database(&settings.server_url, &name).await?;
     let mut report = result?;
-    report.claim_cost = Some(claim_cost(&settings).await?);
+    if settings.phases == Phases::All {
+        report.claim_cost = Some(claim_cost(&settings).await?);
+    }
     Ok(report)
 }
 
@@ -227,38 +247,42 @@ async fn run_on(
     delivered += n;
     drain::check(&deliveries_http, delivered, true)?;
 
-    workload.approve_bulk(next, n).await?;
-    next += n;
-    outbox_store::bench::vacuum_analyze(&pool).await?;
-    progress("draining with a no-op instead of HTTP");
-    let deliveries_noop = drain(
-        &pool,
-        url,
-        n,
-        drain_settings(Dispatchers::InProcess(Transport::Discard)),
-        None,
-    )
-    .await?;
-    delivered += n;
-    drain::check(&deliveries_noop, delivered, false)?;
-
+    let mut deliveries_noop = None;
     let mut horizontal = Vec::new();
-    for &k in &settings.processes {
+    if settings.phases == Phases::All {
         workload.approve_bulk(next, n).await?;
         next += n;
         outbox_store::bench::vacuum_analyze(&pool).await?;
-        progress(&format!("draining with {k} dispatcher processes"));
-        let report = drain(
+        progress("draining with a no-op instead of HTTP");
+        let noop = drain(
             &pool,
             url,
             n,
-            drain_settings(Dispatchers::Processes(k)),
-            Some(&sink.stats_url()),
+            drain_settings(Dispatchers::InProcess(Transport::Discard)),
+            None,
         )
         .await?;
         delivered += n;
-        drain::check(&report, delivered, true)?;
-        horizontal.push(report);
+        drain::check(&noop, delivered, false)?;
+        deliveries_noop = Some(noop);
+
+        for &k in &settings.processes {
+            workload.approve_bulk(next, n).await?;
+            next += n;
+            outbox_store::bench::vacuum_analyze(&pool).await?;
+            progress(&format!("draining with {k} dispatcher processes"));
+            let report = drain(
+                &pool,
+                url,
+                n,
+                drain_settings(Dispatchers::Processes(k)),
+                Some(&sink.stats_url()),
+            )
+            .await?;
+            delivered += n;
+            drain::check(&report, delivered, true)?;
+            horizontal.push(report);
+        }
     }
 
     progress(&format!(
@@ -761,10 +785,9 @@ impl SuiteReport {
             "HTTP, 1 dispatcher (in process)".to_owned(),
             &self.deliveries_http,
         );
-        drain_row(
-            "no-op instead of HTTP (ceiling)".to_owned(),
-            &self.deliveries_noop,
-        );
+        if let Some(noop) = &self.deliveries_noop {
+            drain_row("no-op instead of HTTP (ceiling)".to_owned(), noop);
+        }
         for r in &self.horizontal {
             let k = match r.settings.dispatchers {
                 Dispatchers::Processes(k) => k,

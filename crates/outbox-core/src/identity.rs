@@ -74,16 +74,60 @@ pub enum PayloadError {
 /// [`MAX_PAYLOAD_BYTES`], nested at most [`MAX_PAYLOAD_DEPTH`] levels, with numbers that
 /// PostgreSQL can store (see [`crate::json_limits`]). Members are only counted, not
 /// converted, so numbers keep their exact spelling and precision. Every path that stores
-/// a payload (the API, revisions, `outboxctl revise`, the monitors) passes here.
+/// a payload (the API, revisions, `outboxctl revise`, the monitors) passes here, or holds
+/// a [`CheckedPayload`] that did.
 pub fn check_payload(text: &str) -> Result<(), PayloadError> {
     if text.len() > MAX_PAYLOAD_BYTES {
         return Err(PayloadError::TooLarge(text.len()));
     }
     // Before parsing: the limits scan cannot be made to recurse, the parser could.
     check_json_limits(text.as_bytes(), MAX_PAYLOAD_DEPTH)?;
-    let members: std::collections::HashMap<String, serde::de::IgnoredAny> =
-        serde_json::from_str(text).map_err(|_| PayloadError::NotAnObject)?;
-    if members.is_empty() {
+    // Validates the syntax without building anything.
+    serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|_| PayloadError::NotAnObject)?;
+    check_object_shape(text)
+}
+
+/// A payload's JSON text that passed every check of [`check_payload`]. Only this module
+/// makes one, so a function that takes one (the store's approval) need not scan the text
+/// again: a payload is scanned once per approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckedPayload<'a>(&'a str);
+
+impl<'a> CheckedPayload<'a> {
+    /// Checks `text` with [`check_payload`].
+    pub fn check(text: &'a str) -> Result<Self, PayloadError> {
+        check_payload(text)?;
+        Ok(CheckedPayload(text))
+    }
+
+    /// For a payload that is a member of a JSON document which has already been scanned
+    /// by [`check_json_limits`] with one level more than [`MAX_PAYLOAD_DEPTH`] (the member
+    /// sits one level down) and then parsed: the API's request body. `text` is the member's
+    /// text exactly as the parser delimited it, so it is valid JSON within the limits, and
+    /// only its size and shape remain to be checked.
+    pub fn within_scanned_document(text: &'a str) -> Result<Self, PayloadError> {
+        if text.len() > MAX_PAYLOAD_BYTES {
+            return Err(PayloadError::TooLarge(text.len()));
+        }
+        check_object_shape(text)?;
+        Ok(CheckedPayload(text))
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &'a str {
+        self.0
+    }
+}
+
+/// Whether valid JSON text is an object with at least one member: it opens with `{`, and
+/// the next character that is not whitespace does not close it.
+fn check_object_shape(text: &str) -> Result<(), PayloadError> {
+    let is_json_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let mut bytes = text.bytes().skip_while(is_json_space);
+    if bytes.next() != Some(b'{') {
+        return Err(PayloadError::NotAnObject);
+    }
+    if bytes.find(|b| !is_json_space(b)) == Some(b'}') {
         return Err(PayloadError::Empty);
     }
     Ok(())
@@ -222,5 +266,50 @@ mod tests {
         }
         let at_limit = format!("{{\"a\": {}1{}}}", "[".repeat(63), "]".repeat(63));
         assert_eq!(check_payload(&at_limit), Ok(()));
+    }
+
+    #[test]
+    fn a_payload_is_a_json_object_with_members() {
+        for fine in [r#"{"a": 1}"#, " {\n\"a\": {}} ", r#"{"a": 1, "a": 2}"#] {
+            assert_eq!(check_payload(fine), Ok(()), "{fine}");
+            assert_eq!(CheckedPayload::check(fine).map(|p| p.as_str()), Ok(fine));
+        }
+        for empty in ["{}", " { \t\r\n } "] {
+            assert_eq!(check_payload(empty), Err(PayloadError::Empty), "{empty}");
+        }
+        for not_an_object in [
+            "[1]",
+            "1",
+            "\"{}\"",
+            "null",
+            "{",
+            r#"{"a": 1"#,
+            r#"{"a" 1}"#,
+            "",
+        ] {
+            assert_eq!(
+                check_payload(not_an_object),
+                Err(PayloadError::NotAnObject),
+                "{not_an_object}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_member_of_a_scanned_document_is_checked_for_size_and_shape_only() {
+        assert!(CheckedPayload::within_scanned_document(r#"{"a": 1}"#).is_ok());
+        assert_eq!(
+            CheckedPayload::within_scanned_document("{ }"),
+            Err(PayloadError::Empty)
+        );
+        assert_eq!(
+            CheckedPayload::within_scanned_document("[{}]"),
+            Err(PayloadError::NotAnObject)
+        );
+        let large = format!(r#"{{"a": "{}"}}"#, "x".repeat(MAX_PAYLOAD_BYTES));
+        assert_eq!(
+            CheckedPayload::within_scanned_document(&large),
+            Err(PayloadError::TooLarge(large.len()))
+        );
     }
 }

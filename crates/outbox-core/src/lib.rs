@@ -6,7 +6,8 @@
 //!   ([`AttemptKind`], [`AttemptOutcome`]), and destinations ([`DestinationKind`],
 //!   [`OnUncertain`]).
 //! - [`identity`]: what makes two approvals the same alert, and the input limits
-//!   ([`MAX_IDENTITY_FIELD_BYTES`], [`MAX_PAYLOAD_BYTES`]).
+//!   ([`MAX_IDENTITY_FIELD_BYTES`], [`MAX_PAYLOAD_BYTES`]); a payload that passed them is a
+//!   [`CheckedPayload`].
 //! - [`json_limits`]: how deeply a payload may nest and how large its numbers may be
 //!   ([`MAX_PAYLOAD_DEPTH`]), checked on the text before anything parses it.
 //! - [`untrusted`]: showing text others wrote on a terminal without letting it act on
@@ -35,7 +36,8 @@ pub mod token;
 pub mod untrusted;
 
 pub use identity::{
-    IdentityError, PayloadError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES,
+    CheckedPayload, IdentityError, PayloadError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_BYTES,
+    MAX_REASON_BYTES,
 };
 pub use json_limits::{JsonLimitError, MAX_PAYLOAD_DEPTH};
 pub use state::{

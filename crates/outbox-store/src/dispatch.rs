@@ -595,8 +595,9 @@ pub async fn notify_due(db: impl PgExecutor<'_>) -> Result<(), StoreError> {
 }
 
 /// Sends wake-ups after approvals without flooding PostgreSQL: the first approval of a
-/// burst notifies at once (low latency on an idle system); later ones inside the next
-/// 10 ms are folded into one trailing notification.
+/// burst notifies at once, inside its own transaction when it asks first
+/// ([`notify_inline`](Self::notify_inline)), so an idle system wakes on the commit; later
+/// ones inside the next 10 ms are folded into one trailing notification.
 #[derive(Debug, Clone)]
 pub struct WakeUpNotifier {
     pool: PgPool,
@@ -624,26 +625,61 @@ impl WakeUpNotifier {
     /// Says that new work is due. Never blocks; a failed notification only costs latency
     /// (dispatchers also poll).
     pub fn poke(&self) {
-        {
-            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            match *state {
-                NotifierState::Idle => *state = NotifierState::Window,
-                NotifierState::Window | NotifierState::WindowWithMore => {
-                    *state = NotifierState::WindowWithMore;
-                    return;
-                }
+        if self.open_window_or_fold() {
+            self.run_window(true);
+        }
+    }
+
+    /// For an approval about to be written: whether its own transaction should carry the
+    /// wake-up, delivered on its commit with no round trip of its own. True when no
+    /// notification went out in the last window, which this then opens; false when one
+    /// did, and the caller then [`poke`](Self::poke)s after its commit, which folds into
+    /// the window's trailing notification. PostgreSQL serialises the commits of notifying
+    /// transactions, so under load most approvals must not carry one.
+    pub fn notify_inline(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if *state != NotifierState::Idle {
+            return false;
+        }
+        *state = NotifierState::Window;
+        drop(state);
+        self.run_window(false);
+        true
+    }
+
+    /// Opens the window when none is open (true); otherwise notes that a trailing
+    /// notification is owed (false).
+    fn open_window_or_fold(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match *state {
+            NotifierState::Idle => {
+                *state = NotifierState::Window;
+                true
+            }
+            NotifierState::Window | NotifierState::WindowWithMore => {
+                *state = NotifierState::WindowWithMore;
+                false
             }
         }
+    }
+
+    /// Notifies (at once when `notify_first`), then at the end of each window again while
+    /// pokes came in during it.
+    fn run_window(&self, notify_first: bool) {
         let notifier = self.clone();
         tokio::spawn(async move {
+            let mut notify = notify_first;
             loop {
-                if let Err(err) = notify_due(&notifier.pool).await {
-                    tracing::debug!(error = %err, "wake-up notification failed");
+                if notify {
+                    if let Err(err) = notify_due(&notifier.pool).await {
+                        tracing::debug!(error = %err, "wake-up notification failed");
+                    }
                 }
                 tokio::time::sleep(Self::WINDOW).await;
                 let mut state = notifier.state.lock().unwrap_or_else(|e| e.into_inner());
                 if *state == NotifierState::WindowWithMore {
                     *state = NotifierState::Window;
+                    notify = true;
                 } else {
                     *state = NotifierState::Idle;
                     return;

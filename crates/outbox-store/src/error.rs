@@ -44,8 +44,8 @@ pub enum StoreError {
 impl StoreError {
     /// Checks a payload before it is stored, by the same rules as the API's (size,
     /// nesting, numbers PostgreSQL can hold), whichever path it came by.
-    pub(crate) fn check_payload(text: &str) -> Result<(), StoreError> {
-        outbox_core::identity::check_payload(text)
+    pub(crate) fn check_payload(text: &str) -> Result<outbox_core::CheckedPayload<'_>, StoreError> {
+        outbox_core::CheckedPayload::check(text)
             .map_err(|err| StoreError::UnstorablePayload(err.to_string()))
     }
 

@@ -220,8 +220,9 @@ pub struct MonitorAlert {
 /// Approves many alerts of one tenant in one statement: each new identity gets its alert,
 /// its pending outbox row and its evidence line together; identities that exist already
 /// are left exactly as they are (whatever today's payload would say). Rows are inserted
-/// in identity order, so concurrent deciders approving overlapping batches wait for each
-/// other briefly instead of deadlocking. Returns the ids created.
+/// in identity order (byte order, as the decider sorts them), so concurrent deciders
+/// approving overlapping batches wait for each other briefly instead of deadlocking.
+/// Returns the ids created.
 pub async fn approve_batch(
     db: impl PgExecutor<'_>,
     tenant_id: Uuid,
@@ -234,36 +235,57 @@ pub async fn approve_batch(
     for alert in alerts {
         StoreError::check_payload(&alert.payload_json)?;
     }
+    // Each payload is parsed once (the `jsonb[]` cast) and rendered once for its
+    // fingerprint; each destination's evidence line is formatted once. Sorting with the
+    // "C" collation is byte order, whatever the database's.
     let created = sqlx::query_scalar::<_, Uuid>(
         "WITH input AS ( \
-             SELECT * FROM unnest($1::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[]) \
+             SELECT * FROM unnest($1::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[]) \
                  AS i(id, destination_id, subject, occurrence, payload) \
          ), inserted AS ( \
              INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
                                  payload, payload_sha256, created_by) \
-             SELECT i.id, $2, i.subject, i.occurrence, i.destination_id, 0, i.payload::jsonb, \
-                    sha256(convert_to(i.payload::jsonb::text, 'UTF8')), $7 \
+             SELECT i.id, $2, i.subject, i.occurrence, i.destination_id, 0, i.payload, \
+                    sha256(convert_to(i.payload::text, 'UTF8')), $7 \
              FROM input i \
-             ORDER BY i.subject, i.occurrence, i.destination_id \
+             ORDER BY i.subject COLLATE \"C\", i.occurrence COLLATE \"C\", i.destination_id \
              ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
              RETURNING id, destination_id \
          ), queued AS ( \
              INSERT INTO outbox (alert_id, destination_id) \
              SELECT id, destination_id FROM inserted \
+         ), line AS MATERIALIZED ( \
+             SELECT id, format('alert approved by %s for destination `%s`; queued for delivery', \
+                               $7::text, name) AS line \
+             FROM destinations WHERE tenant_id = $2 \
          ), explained AS ( \
              INSERT INTO alert_events (alert_id, from_state, to_state, actor, line) \
-             SELECT n.id, NULL, 'pending', $7, \
-                    format('alert approved by %s for destination `%s`; queued for delivery', $7, d.name) \
-             FROM inserted n JOIN destinations d ON d.id = n.destination_id \
+             SELECT n.id, NULL, 'pending', $7, l.line \
+             FROM inserted n JOIN line l ON l.id = n.destination_id \
          ) \
          SELECT id FROM inserted",
     )
     .bind(alerts.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
     .bind(tenant_id)
     .bind(alerts.iter().map(|a| a.destination_id).collect::<Vec<_>>())
-    .bind(alerts.iter().map(|a| a.subject.clone()).collect::<Vec<_>>())
-    .bind(alerts.iter().map(|a| a.occurrence.clone()).collect::<Vec<_>>())
-    .bind(alerts.iter().map(|a| a.payload_json.clone()).collect::<Vec<_>>())
+    .bind(
+        alerts
+            .iter()
+            .map(|a| a.subject.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        alerts
+            .iter()
+            .map(|a| a.occurrence.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        alerts
+            .iter()
+            .map(|a| a.payload_json.as_str())
+            .collect::<Vec<_>>(),
+    )
     .bind(actor)
     .fetch_all(db)
     .await

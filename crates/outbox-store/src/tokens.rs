@@ -41,16 +41,29 @@ pub async fn create_expiring(
     Ok(token)
 }
 
-/// The tenant and token id a presented token's hash belongs to, unless unknown, revoked
-/// or expired. Every call reads the table (nothing is cached), so a revocation or expiry
-/// holds from the next request on. Marks the token used, at most once a minute.
+/// Who a presented token acts for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Authenticated {
+    /// The tenant it acts for.
+    pub tenant_id: Uuid,
+    /// The token's id (what `api-token:<id>` in evidence refers to).
+    pub token_id: Uuid,
+    /// When it stops working, if it expires: a caller that keeps the answer for a while
+    /// must not keep it past this.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// Who a presented token's hash acts for, unless unknown, revoked or expired. Every call
+/// reads the table, so a revocation or expiry holds from the next call on (the API keeps
+/// answers for a bounded time: see `outbox_api`'s token cache). Marks the token used, at
+/// most once a minute.
 pub async fn authenticate(
     db: impl PgExecutor<'_>,
     hash: TokenHash,
-) -> Result<Option<(Uuid, Uuid)>, StoreError> {
-    let row = sqlx::query_as::<_, (Uuid, Uuid)>(
+) -> Result<Option<Authenticated>, StoreError> {
+    let row = sqlx::query_as::<_, (Uuid, Uuid, Option<DateTime<Utc>>)>(
         "WITH valid AS ( \
-             SELECT id, tenant_id, last_used_at FROM api_tokens \
+             SELECT id, tenant_id, expires_at, last_used_at FROM api_tokens \
              WHERE token_hash = $1 AND revoked_at IS NULL \
                AND (expires_at IS NULL OR expires_at > now()) \
          ), touched AS ( \
@@ -58,12 +71,16 @@ pub async fn authenticate(
              WHERE t.id = v.id \
                AND (v.last_used_at IS NULL OR v.last_used_at < now() - interval '1 minute') \
          ) \
-         SELECT tenant_id, id FROM valid",
+         SELECT tenant_id, id, expires_at FROM valid",
     )
     .bind(hash.0.as_slice())
     .fetch_optional(db)
     .await?;
-    Ok(row)
+    Ok(row.map(|(tenant_id, token_id, expires_at)| Authenticated {
+        tenant_id,
+        token_id,
+        expires_at,
+    }))
 }
 
 /// A token as operators see it: never the token or its hash.
@@ -111,7 +128,7 @@ pub enum Revoked {
     Already(DateTime<Utc>),
 }
 
-/// Revokes token `id`: from the next request on it is refused.
+/// Revokes token `id`: from the next [`authenticate`] on it is refused.
 pub async fn revoke(db: impl PgExecutor<'_>, id: Uuid) -> Result<Revoked, StoreError> {
     // `old` is the row as it was before this statement: it tells whether this call
     // revoked the token or found it revoked already.
