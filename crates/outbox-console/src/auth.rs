@@ -76,10 +76,16 @@ fn session_cookie(headers: &HeaderMap) -> Option<&str> {
         .map(|(_, value)| value)
 }
 
-/// True unless the request names an origin other than the host it was sent to. Browsers
-/// send `Origin` on every cross-site POST; a request without it (a script, curl) is left
-/// to the form token.
+/// True unless the request says it comes from another site. Browsers mark every request
+/// with `Sec-Fetch-Site` (`same-origin` for our own forms) and send `Origin` on a POST,
+/// except that `Referrer-Policy: no-referrer` makes them send `Origin: null`. A request
+/// with neither (a script, curl) is left to the form token.
 pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        if !matches!(site.to_str(), Ok("same-origin" | "none")) {
+            return false;
+        }
+    }
     let Some(origin) = headers.get(header::ORIGIN) else {
         return true;
     };
@@ -89,6 +95,9 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
     ) else {
         return false;
     };
+    if origin == "null" {
+        return true;
+    }
     let origin_host = origin
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"));
@@ -307,6 +316,10 @@ mod tests {
         headers.insert(header::ORIGIN, HeaderValue::from_static("http://evil.example"));
         assert!(!same_origin(&headers));
         headers.insert(header::ORIGIN, HeaderValue::from_static("null"));
+        assert!(same_origin(&headers), "no-referrer makes our own forms send Origin: null");
+        headers.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
+        assert!(same_origin(&headers));
+        headers.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
         assert!(!same_origin(&headers));
     }
 }

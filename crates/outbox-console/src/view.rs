@@ -42,7 +42,7 @@ impl Views {
                 minijinja::AutoEscape::None
             }
         });
-        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::SemiStrict);
         env.add_filter("visible", visible);
         env.add_filter("when", when);
         env.add_filter("age", age);
