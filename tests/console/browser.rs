@@ -92,8 +92,17 @@ async fn browser(webdriver: &str, profile: &std::path::Path) -> Client {
 }
 
 async fn sign_in(browser: &Client, base: &str, name: &str, password: &str) {
-    browser.goto(&format!("{base}/console/login")).await.unwrap();
-    browser.find(Locator::Id("name")).await.unwrap().send_keys(name).await.unwrap();
+    browser
+        .goto(&format!("{base}/console/login"))
+        .await
+        .unwrap();
+    browser
+        .find(Locator::Id("name"))
+        .await
+        .unwrap()
+        .send_keys(name)
+        .await
+        .unwrap();
     browser
         .find(Locator::Id("password"))
         .await
@@ -101,7 +110,13 @@ async fn sign_in(browser: &Client, base: &str, name: &str, password: &str) {
         .send_keys(password)
         .await
         .unwrap();
-    browser.find(Locator::Id("sign-in")).await.unwrap().click().await.unwrap();
+    browser
+        .find(Locator::Id("sign-in"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     let who = match browser
         .wait()
         .at_most(DEADLINE)
@@ -119,7 +134,13 @@ async fn sign_in(browser: &Client, base: &str, name: &str, password: &str) {
 }
 
 async fn text_of(browser: &Client, id: &str) -> String {
-    browser.find(Locator::Id(id)).await.unwrap().text().await.unwrap()
+    browser
+        .find(Locator::Id(id))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,12 +176,18 @@ async fn an_operator_finds_a_held_alert_replays_it_and_sees_it_accepted_in_a_bro
     .await;
     let _dispatcher = spawn_dispatcher(&dispatcher_args(&db, "browser-test", &[]), None);
     let (_chromedriver, webdriver) = chromedriver().await;
-    let profile = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-{}", Uuid::new_v4()));
+    let profile =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-{}", Uuid::new_v4()));
     let browser = browser(&webdriver, &profile).await;
 
     // Signed out, every page sends the browser to the sign-in page.
     browser.goto(&format!("{base}/console")).await.unwrap();
-    assert!(browser.current_url().await.unwrap().as_str().ends_with("/console/login"));
+    assert!(browser
+        .current_url()
+        .await
+        .unwrap()
+        .as_str()
+        .ends_with("/console/login"));
     screenshot(&browser, "01-sign-in").await;
     sign_in(&browser, &base, "alice", &alice_password).await;
 
@@ -168,7 +195,9 @@ async fn an_operator_finds_a_held_alert_replays_it_and_sees_it_accepted_in_a_bro
     assert_eq!(text_of(&browser, "held-count").await, "1");
     screenshot(&browser, "02-overview").await;
     browser
-        .find(Locator::Css(&format!("#attention a[href='/console/alerts/{held}']")))
+        .find(Locator::Css(&format!(
+            "#attention a[href='/console/alerts/{held}']"
+        )))
         .await
         .unwrap()
         .click()
@@ -180,7 +209,13 @@ async fn an_operator_finds_a_held_alert_replays_it_and_sees_it_accepted_in_a_bro
     screenshot(&browser, "03-alert-held").await;
 
     // Replay it, with a note, through the confirm page.
-    browser.find(Locator::Id("replay")).await.unwrap().click().await.unwrap();
+    browser
+        .find(Locator::Id("replay"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     browser
         .wait()
         .at_most(DEADLINE)
@@ -191,44 +226,87 @@ async fn an_operator_finds_a_held_alert_replays_it_and_sees_it_accepted_in_a_bro
         .await
         .unwrap();
     screenshot(&browser, "04-confirm-replay").await;
-    browser.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
+    browser
+        .find(Locator::Id("confirm"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
 
     // The real dispatcher delivers it; the page, reloaded, says accepted.
     let started = Instant::now();
     loop {
-        browser.goto(&format!("{base}/console/alerts/{held}")).await.unwrap();
+        browser
+            .goto(&format!("{base}/console/alerts/{held}"))
+            .await
+            .unwrap();
         if text_of(&browser, "state").await == "accepted" {
             break;
         }
-        assert!(started.elapsed() < DEADLINE, "the replayed alert was never accepted");
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the replayed alert was never accepted"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let trail = text_of(&browser, "evidence").await;
-    assert!(trail.contains("replayed by alice (was held): checked with the vendor: not received"), "{trail}");
+    assert!(
+        trail.contains("replayed by alice (was held): checked with the vendor: not received"),
+        "{trail}"
+    );
     screenshot(&browser, "05-alert-accepted").await;
     // The sink's own record: the replay arrived with the alert's own key.
     assert!(!sink.records(&held.to_string()).await.is_empty());
     assert_eq!(state_of(&db, held).await, "accepted");
 
-    browser.goto(&format!("{base}/console/outbox")).await.unwrap();
-    assert!(browser.find(Locator::Css(&format!("a[href='/console/alerts/{held}']"))).await.is_ok());
+    browser
+        .goto(&format!("{base}/console/outbox"))
+        .await
+        .unwrap();
+    assert!(browser
+        .find(Locator::Css(&format!("a[href='/console/alerts/{held}']")))
+        .await
+        .is_ok());
     screenshot(&browser, "06-outbox").await;
-    browser.goto(&format!("{base}/console/destinations")).await.unwrap();
+    browser
+        .goto(&format!("{base}/console/destinations"))
+        .await
+        .unwrap();
     screenshot(&browser, "07-destinations").await;
-    browser.goto(&format!("{base}/console/audit")).await.unwrap();
+    browser
+        .goto(&format!("{base}/console/audit"))
+        .await
+        .unwrap();
     let audit = text_of(&browser, "audit").await;
-    assert!(audit.contains("alice") && audit.contains("checked with the vendor"), "{audit}");
+    assert!(
+        audit.contains("alice") && audit.contains("checked with the vendor"),
+        "{audit}"
+    );
     screenshot(&browser, "08-audit").await;
 
     // A viewer sees no action, and a POST forged with the viewer's session is refused.
     browser.delete_all_cookies().await.unwrap();
     sign_in(&browser, &base, "vera", &vera_password).await;
-    browser.goto(&format!("{base}/console/alerts/{held}")).await.unwrap();
-    assert!(browser.find(Locator::Id("actions")).await.is_err(), "a viewer sees action buttons");
+    browser
+        .goto(&format!("{base}/console/alerts/{held}"))
+        .await
+        .unwrap();
+    assert!(
+        browser.find(Locator::Id("actions")).await.is_err(),
+        "a viewer sees action buttons"
+    );
     assert!(browser.find(Locator::Id("replay")).await.is_err());
     screenshot(&browser, "09-viewer-alert").await;
-    browser.goto(&format!("{base}/console/alerts/{held}/replay")).await.unwrap();
-    assert!(browser.source().await.unwrap().contains("viewers can read but not act"));
+    browser
+        .goto(&format!("{base}/console/alerts/{held}/replay"))
+        .await
+        .unwrap();
+    assert!(browser
+        .source()
+        .await
+        .unwrap()
+        .contains("viewers can read but not act"));
     let cookie = browser.get_named_cookie("outbox_console").await.unwrap();
     browser.goto(&format!("{base}/console")).await.unwrap();
     let csrf = csrf_of(&browser.source().await.unwrap());
@@ -236,7 +314,11 @@ async fn an_operator_finds_a_held_alert_replays_it_and_sees_it_accepted_in_a_bro
     let forged = reqwest::Client::new()
         .post(format!("{base}/console/alerts/{held}/resolve"))
         .header("cookie", format!("{}={}", cookie.name(), cookie.value()))
-        .form(&[("csrf", csrf.as_str()), ("resolution", "abandon"), ("note", "forged")])
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("resolution", "abandon"),
+            ("note", "forged"),
+        ])
         .send()
         .await
         .unwrap();

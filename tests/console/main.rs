@@ -10,8 +10,8 @@ mod common;
 mod browser;
 mod http;
 
-use common::procs::*;
 use common::add_tenant;
+use common::procs::*;
 use outbox_testkit::TestDb;
 use reqwest::header::HeaderMap;
 use reqwest::StatusCode;
@@ -22,30 +22,30 @@ use uuid::Uuid;
 
 /// The console served in-process on a real socket, over its own database.
 #[derive(Debug)]
-pub struct Console {
-    pub db: TestDb,
-    pub base: String,
-    pub http: reqwest::Client,
+pub(crate) struct Console {
+    pub(crate) db: TestDb,
+    pub(crate) base: String,
+    pub(crate) http: reqwest::Client,
     server: JoinHandle<()>,
 }
 
 /// A signed-in browser, as far as HTTP goes: its cookie and its form token.
 #[derive(Debug, Clone)]
-pub struct Session {
-    pub cookie: String,
-    pub csrf: String,
+pub(crate) struct Session {
+    pub(crate) cookie: String,
+    pub(crate) csrf: String,
 }
 
 /// A page as the console answered it.
 #[derive(Debug)]
-pub struct Page {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: String,
+pub(crate) struct Page {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: String,
 }
 
 impl Page {
-    pub fn location(&self) -> &str {
+    pub(crate) fn location(&self) -> &str {
         self.headers
             .get("location")
             .map(|v| v.to_str().unwrap())
@@ -54,11 +54,11 @@ impl Page {
 }
 
 impl Console {
-    pub async fn start(db: TestDb) -> Self {
+    pub(crate) async fn start(db: TestDb) -> Self {
         Self::start_with(db, outbox_console::ConsoleConfig::default()).await
     }
 
-    pub async fn start_with(db: TestDb, config: outbox_console::ConsoleConfig) -> Self {
+    pub(crate) async fn start_with(db: TestDb, config: outbox_console::ConsoleConfig) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let pool = db.pool.clone();
@@ -87,7 +87,7 @@ impl Console {
     }
 
     /// Creates an account straight in the store; returns its password.
-    pub async fn account(&self, name: &str, role: &str, tenants: Option<&[Uuid]>) -> String {
+    pub(crate) async fn account(&self, name: &str, role: &str, tenants: Option<&[Uuid]>) -> String {
         let password = outbox_console::new_password();
         let hash = outbox_console::hash_password(&password).unwrap();
         outbox_store::operator_accounts::create(&self.db.pool, name, role, tenants, &hash)
@@ -96,9 +96,13 @@ impl Console {
         password
     }
 
-    pub async fn sign_in(&self, name: &str, password: &str) -> Session {
+    pub(crate) async fn sign_in(&self, name: &str, password: &str) -> Session {
         let page = self
-            .post(None, "/console/login", &[("name", name), ("password", password)])
+            .post(
+                None,
+                "/console/login",
+                &[("name", name), ("password", password)],
+            )
             .await;
         assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
         let set_cookie = page.headers.get("set-cookie").unwrap().to_str().unwrap();
@@ -114,12 +118,17 @@ impl Console {
     }
 
     /// An account of `role` (every tenant unless `tenants`), signed in.
-    pub async fn signed_in(&self, name: &str, role: &str, tenants: Option<&[Uuid]>) -> Session {
+    pub(crate) async fn signed_in(
+        &self,
+        name: &str,
+        role: &str,
+        tenants: Option<&[Uuid]>,
+    ) -> Session {
         let password = self.account(name, role, tenants).await;
         self.sign_in(name, &password).await
     }
 
-    pub async fn get(&self, session: Option<&Session>, path: &str) -> Page {
+    pub(crate) async fn get(&self, session: Option<&Session>, path: &str) -> Page {
         let mut request = self.http.get(format!("{}{path}", self.base));
         if let Some(session) = session {
             request = request.header("cookie", &session.cookie);
@@ -127,7 +136,12 @@ impl Console {
         page(request.send().await.unwrap()).await
     }
 
-    pub async fn post(&self, session: Option<&Session>, path: &str, form: &[(&str, &str)]) -> Page {
+    pub(crate) async fn post(
+        &self,
+        session: Option<&Session>,
+        path: &str,
+        form: &[(&str, &str)],
+    ) -> Page {
         let mut request = self.http.post(format!("{}{path}", self.base)).form(form);
         if let Some(session) = session {
             request = request.header("cookie", &session.cookie);
@@ -151,7 +165,7 @@ async fn page(response: reqwest::Response) -> Page {
 }
 
 /// The form token in a page.
-pub fn csrf_of(body: &str) -> String {
+pub(crate) fn csrf_of(body: &str) -> String {
     let marker = "name=\"csrf\" value=\"";
     let start = body.find(marker).expect("a form with a token") + marker.len();
     body[start..].split('"').next().unwrap().to_owned()
@@ -159,7 +173,7 @@ pub fn csrf_of(body: &str) -> String {
 
 /// `n` alerts held at a plain destination (`on_uncertain` hold, no keys, no lookup) whose
 /// answers the sink lost: a real dispatcher made them held. The sink then answers again.
-pub async fn held_alerts(db: &TestDb, tenant: &str, n: usize) -> (Sink, Uuid, Vec<Uuid>) {
+pub(crate) async fn held_alerts(db: &TestDb, tenant: &str, n: usize) -> (Sink, Uuid, Vec<Uuid>) {
     let sink = Sink::start(&["--drop-response-rate", "1"]).await;
     let tenant_row = add_tenant(db, tenant, &[]).await;
     add_destination(db, tenant_row.id, "ops", &sink.hook_url(), |_| {}).await;

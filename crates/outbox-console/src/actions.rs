@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use outbox_core::AlertState;
 use outbox_store::console::{self, BulkReplay};
-use outbox_store::operator::{self, Resolution};
 use outbox_store::destinations;
+use outbox_store::operator::{self, Resolution};
 use uuid::Uuid;
 
 use crate::auth::Signed;
@@ -41,12 +41,7 @@ pub(crate) async fn confirm_replay(
     signed: Signed,
     Path(id): Path<String>,
 ) -> Result<Response, PageError> {
-    if !signed.can_act() {
-        return Err(PageError::Forbidden(format!(
-            "{} is a viewer: viewers can read but not act",
-            signed.name()
-        )));
-    }
+    signed.require_operator()?;
     let detail = visible_alert(&console, &signed, alert_id(&id)?).await?;
     console.views.render(
         &signed,
@@ -124,12 +119,7 @@ pub(crate) async fn confirm_resolve(
     Path(id): Path<String>,
     Query(query): Query<ResolveQuery>,
 ) -> Result<Response, PageError> {
-    if !signed.can_act() {
-        return Err(PageError::Forbidden(format!(
-            "{} is a viewer: viewers can read but not act",
-            signed.name()
-        )));
-    }
+    signed.require_operator()?;
     let (title, explain) = resolution_text(&query.resolution)?;
     let detail = visible_alert(&console, &signed, alert_id(&id)?).await?;
     console.views.render(
@@ -177,6 +167,17 @@ pub(crate) async fn resolve(
     Ok(Redirect::to(&format!("/console/alerts/{id}")).into_response())
 }
 
+/// An on/off field of a form.
+fn switch(field: &str, value: &str) -> Result<bool, PageError> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(PageError::BadRequest(format!(
+            "`{field}` must be true or false"
+        ))),
+    }
+}
+
 /// A destination's switch.
 #[derive(Debug, serde::Deserialize)]
 pub(crate) struct EnabledForm {
@@ -194,11 +195,7 @@ pub(crate) async fn set_destination_enabled(
     Form(form): Form<EnabledForm>,
 ) -> Result<Response, PageError> {
     signed.authorize_action(&form.csrf)?;
-    let enabled = match form.enabled.as_str() {
-        "true" => true,
-        "false" => false,
-        _ => return Err(PageError::BadRequest("`enabled` must be true or false".into())),
-    };
+    let enabled = switch("enabled", &form.enabled)?;
     let not_found = || PageError::NotFound("no such destination".into());
     let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
     let destination = destinations::list(&console.pool, None)
@@ -207,13 +204,23 @@ pub(crate) async fn set_destination_enabled(
         .find(|d| d.id == id && signed.sees_tenant_named(&d.tenant))
         .ok_or_else(not_found)?;
     let tenant = outbox_store::tenants::find(&console.pool, &destination.tenant).await?;
-    operator::set_destination_enabled(&console.pool, tenant.id, &destination.name, enabled, signed.name())
-        .await?;
+    operator::set_destination_enabled(
+        &console.pool,
+        tenant.id,
+        &destination.name,
+        enabled,
+        signed.name(),
+    )
+    .await?;
     console::record_audit(
         &console.pool,
         signed.name(),
         Some(tenant.id),
-        if enabled { "destination enabled" } else { "destination disabled" },
+        if enabled {
+            "destination enabled"
+        } else {
+            "destination disabled"
+        },
         &format!("{}/{}", destination.tenant, destination.name),
         "",
     )
@@ -240,12 +247,7 @@ pub(crate) async fn bulk_dry_run(
     signed: Signed,
     Query(query): Query<ListQuery>,
 ) -> Result<Response, PageError> {
-    if !signed.can_act() {
-        return Err(PageError::Forbidden(format!(
-            "{} is a viewer: viewers can read but not act",
-            signed.name()
-        )));
-    }
+    signed.require_operator()?;
     let filter = replayable_filter(&query)?;
     let count = console::count_alerts(&console.pool, signed.scope(), &filter).await?;
     console.views.render(
@@ -295,7 +297,10 @@ pub(crate) async fn start_bulk_replay(
         signed.name(),
         None,
         "bulk replay started",
-        &format!("bulk replay {id} of {planned} ({})", form.query.query_string()),
+        &format!(
+            "bulk replay {id} of {planned} ({})",
+            form.query.query_string()
+        ),
         note,
     )
     .await?;
@@ -343,11 +348,7 @@ pub(crate) async fn set_bulk_running(
     Form(form): Form<RunningForm>,
 ) -> Result<Response, PageError> {
     signed.authorize_action(&form.csrf)?;
-    let running = match form.running.as_str() {
-        "true" => true,
-        "false" => false,
-        _ => return Err(PageError::BadRequest("`running` must be true or false".into())),
-    };
+    let running = switch("running", &form.running)?;
     let replay = visible_bulk_replay(&console, &signed, &id).await?;
     if !console::set_bulk_replay_running(&console.pool, replay.id, running).await? {
         return Err(PageError::Refused(format!(
@@ -361,7 +362,11 @@ pub(crate) async fn set_bulk_running(
         &console.pool,
         signed.name(),
         None,
-        if running { "bulk replay resumed" } else { "bulk replay stopped" },
+        if running {
+            "bulk replay resumed"
+        } else {
+            "bulk replay stopped"
+        },
         &format!("bulk replay {}", replay.id),
         "",
     )

@@ -129,7 +129,8 @@ impl Signed {
 
     /// Whether the account may see `tenant_id`.
     pub fn sees_tenant(&self, tenant_id: Uuid) -> bool {
-        self.scope().is_none_or(|tenants| tenants.contains(&tenant_id))
+        self.scope()
+            .is_none_or(|tenants| tenants.contains(&tenant_id))
     }
 
     /// Whether the account may see the tenant called `tenant`.
@@ -153,22 +154,37 @@ impl Signed {
         &self.session.csrf_token
     }
 
+    /// Whether a form carries this session's token (compared in constant time).
+    fn token_matches(&self, form_token: &str) -> bool {
+        bool::from(
+            self.session
+                .csrf_token
+                .as_bytes()
+                .ct_eq(form_token.as_bytes()),
+        )
+    }
+
     /// Checks a form's token and that the account may act: what every action does first.
     pub fn authorize_action(&self, form_token: &str) -> Result<(), PageError> {
-        let expected = self.session.csrf_token.as_bytes();
-        if !bool::from(expected.ct_eq(form_token.as_bytes())) {
+        if !self.token_matches(form_token) {
             return Err(PageError::Forbidden(
                 "the form's token does not match this session; reload the page and try again"
                     .into(),
             ));
         }
-        if !self.can_act() {
-            return Err(PageError::Forbidden(format!(
+        self.require_operator()
+    }
+
+    /// Refuses a viewer: what a page that leads to an action checks.
+    pub fn require_operator(&self) -> Result<(), PageError> {
+        if self.can_act() {
+            Ok(())
+        } else {
+            Err(PageError::Forbidden(format!(
                 "{} is a viewer: viewers can read but not act",
                 self.name()
-            )));
+            )))
         }
-        Ok(())
     }
 }
 
@@ -189,7 +205,9 @@ impl FromRequestParts<Console> for Signed {
 
 /// `GET /console/login`.
 pub(crate) async fn login_page(State(console): State<Console>) -> Result<Response, PageError> {
-    console.views.render_public("login.html", minijinja::context! {})
+    console
+        .views
+        .render_public("login.html", minijinja::context! {})
 }
 
 /// The sign-in form.
@@ -268,7 +286,7 @@ pub(crate) async fn logout(
     headers: HeaderMap,
     Form(form): Form<TokenForm>,
 ) -> Result<Response, PageError> {
-    if !bool::from(signed.csrf().as_bytes().ct_eq(form.csrf.as_bytes())) {
+    if !signed.token_matches(&form.csrf) {
         return Err(PageError::Forbidden(
             "the form's token does not match this session".into(),
         ));
@@ -279,7 +297,9 @@ pub(crate) async fn logout(
     let mut response = Redirect::to("/console/login").into_response();
     response.headers_mut().insert(
         header::SET_COOKIE,
-        HeaderValue::from_static("outbox_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0"),
+        HeaderValue::from_static(
+            "outbox_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0",
+        ),
     );
     Ok(response)
 }
@@ -311,12 +331,21 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8081"));
         assert!(same_origin(&headers));
-        headers.insert(header::ORIGIN, HeaderValue::from_static("http://127.0.0.1:8081"));
+        headers.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8081"),
+        );
         assert!(same_origin(&headers));
-        headers.insert(header::ORIGIN, HeaderValue::from_static("http://evil.example"));
+        headers.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://evil.example"),
+        );
         assert!(!same_origin(&headers));
         headers.insert(header::ORIGIN, HeaderValue::from_static("null"));
-        assert!(same_origin(&headers), "no-referrer makes our own forms send Origin: null");
+        assert!(
+            same_origin(&headers),
+            "no-referrer makes our own forms send Origin: null"
+        );
         headers.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
         assert!(same_origin(&headers));
         headers.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));

@@ -130,10 +130,7 @@ pub fn router(console: Console) -> Router {
 /// no framing, no MIME sniffing, no referrer leaving with alert ids, no caching of pages
 /// that show alerts. A POST from another origin is refused before any handler sees it
 /// (the form token is the main defence; this is a second one).
-async fn security_headers(
-    request: Request<axum::body::Body>,
-    next: Next,
-) -> Response {
+async fn security_headers(request: Request<axum::body::Body>, next: Next) -> Response {
     if request.method() == axum::http::Method::POST && !auth::same_origin(request.headers()) {
         return view::refused_cross_origin();
     }

@@ -43,7 +43,9 @@ pub(crate) async fn overview(
     let oldest_due = health
         .iter()
         .filter_map(|d| d.oldest_due_age_secs)
-        .fold(None, |max: Option<f64>, age| Some(max.map_or(age, |m| m.max(age))));
+        .fold(None, |max: Option<f64>, age| {
+            Some(max.map_or(age, |m| m.max(age)))
+        });
     let destinations: Vec<_> = health
         .iter()
         .map(|d| {
@@ -208,13 +210,22 @@ pub(crate) async fn outbox(
 ) -> Result<Response, PageError> {
     let filter = query.filter()?;
     let before = query.before()?;
-    let rows =
-        console::alerts_page(&console.pool, signed.scope(), &filter, before, PAGE_SIZE + 1).await?;
+    let rows = console::alerts_page(
+        &console.pool,
+        signed.scope(),
+        &filter,
+        before,
+        PAGE_SIZE + 1,
+    )
+    .await?;
     let more = rows.len() as i64 > PAGE_SIZE;
     let rows: Vec<_> = rows.into_iter().take(PAGE_SIZE as usize).collect();
     let filter_query = query.query_string();
     let next = more.then(|| {
-        let last = rows.last().map(|row| row.id.to_string()).unwrap_or_default();
+        let last = rows
+            .last()
+            .map(|row| row.id.to_string())
+            .unwrap_or_default();
         if filter_query.is_empty() {
             format!("/console/outbox?before={last}")
         } else {
@@ -342,8 +353,7 @@ pub(crate) async fn audit(
     Query(query): Query<AuditQuery>,
 ) -> Result<Response, PageError> {
     let operator = non_empty(&query.operator);
-    let entries =
-        console::audit(&console.pool, signed.scope(), operator.as_deref(), 200).await?;
+    let entries = console::audit(&console.pool, signed.scope(), operator.as_deref(), 200).await?;
     console.views.render(
         &signed,
         "audit.html",

@@ -16,10 +16,16 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("outbox.html", include_str!("../templates/outbox.html")),
     ("alert.html", include_str!("../templates/alert.html")),
     ("confirm.html", include_str!("../templates/confirm.html")),
-    ("destinations.html", include_str!("../templates/destinations.html")),
+    (
+        "destinations.html",
+        include_str!("../templates/destinations.html"),
+    ),
     ("audit.html", include_str!("../templates/audit.html")),
     ("bulk.html", include_str!("../templates/bulk.html")),
-    ("bulk_progress.html", include_str!("../templates/bulk_progress.html")),
+    (
+        "bulk_progress.html",
+        include_str!("../templates/bulk_progress.html"),
+    ),
 ];
 
 const STYLESHEET: &str = include_str!("../static/console.css");
@@ -241,17 +247,22 @@ mod tests {
 
     #[test]
     fn an_error_message_is_escaped() {
-        let response =
-            PageError::Refused("<script>alert(1)</script>".into()).into_response();
+        let response = PageError::Refused("<script>alert(1)</script>".into()).into_response();
         assert_eq!(response.status(), StatusCode::CONFLICT);
-        assert_eq!(escape_html("<a href=\"x\">'"), "&lt;a href=&quot;x&quot;&gt;&#x27;");
+        assert_eq!(
+            escape_html("<a href=\"x\">'"),
+            "&lt;a href=&quot;x&quot;&gt;&#x27;"
+        );
     }
 
     #[test]
     fn every_template_parses() {
         let views = Views::new();
         for (name, _) in TEMPLATES {
-            assert!(views.env.get_template(name).is_ok(), "{name} does not parse");
+            assert!(
+                views.env.get_template(name).is_ok(),
+                "{name} does not parse"
+            );
         }
     }
 

@@ -500,9 +500,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tenants,
         }) => accounts::add(&pool, &name, role, &tenants).await,
         Command::Operator(OperatorCommand::List { json }) => accounts::list(&pool, json).await,
-        Command::Operator(OperatorCommand::Remove { name }) => {
-            accounts::remove(&pool, &name).await
-        }
+        Command::Operator(OperatorCommand::Remove { name }) => accounts::remove(&pool, &name).await,
     };
     pool.close().await;
     result

@@ -9,6 +9,7 @@ use outbox_core::AlertState;
 use sqlx::{PgExecutor, Postgres, QueryBuilder};
 use uuid::Uuid;
 
+use crate::operator::first_id_at;
 use crate::outbox::OutboxEntry;
 use crate::StoreError;
 
@@ -32,22 +33,10 @@ pub struct AlertFilter {
     pub subject: Option<String>,
 }
 
-/// The smallest UUIDv7 of the millisecond `at`. Alert ids are UUIDv7 taken by the approving
-/// process, so ids walk in approval order and a time range becomes a range of the primary
-/// key, which the list walks instead of the whole table.
-pub fn first_id_at(at: DateTime<Utc>) -> Uuid {
-    let ms = u64::try_from(at.timestamp_millis())
-        .unwrap_or(0)
-        .min((1 << 48) - 1);
-    let mut bytes = [0u8; 16];
-    bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
-    bytes[6] = 0x70;
-    bytes[8] = 0x80;
-    Uuid::from_bytes(bytes)
-}
-
-/// The approving process's clock and the database's may differ: the id range is widened
-/// by this much on both sides, and `created_at` decides exactly.
+/// Alert ids are UUIDv7 taken by the approving process, so ids walk in approval order and
+/// a time range becomes a range of the primary key, which the list walks instead of the
+/// whole table. The approving process's clock and the database's may differ: the id range
+/// is widened by this much on both sides, and `created_at` decides exactly.
 const CLOCK_MARGIN_HOURS: i64 = 24;
 
 fn push_filter<'a>(
@@ -56,7 +45,10 @@ fn push_filter<'a>(
     filter: &'a AlertFilter,
 ) {
     if let Some(tenants) = scope {
-        query.push(" AND a.tenant_id = ANY(").push_bind(tenants).push(")");
+        query
+            .push(" AND a.tenant_id = ANY(")
+            .push_bind(tenants)
+            .push(")");
     }
     // By id, not by a join on the name: the planner then walks `alerts_tenant_id_idx` in id
     // order, which stays quick for a tenant with few alerts among millions.
@@ -90,7 +82,9 @@ fn push_filter<'a>(
     }
     if let Some(to) = filter.to {
         query.push(" AND a.created_at < ").push_bind(to);
-        query.push(" AND a.id < ").push_bind(first_id_at(to + margin));
+        query
+            .push(" AND a.id < ")
+            .push_bind(first_id_at(to + margin));
     }
     if let Some(subject) = &filter.subject {
         let escaped = subject
@@ -142,10 +136,7 @@ pub async fn alerts_page(
         query.push(" AND a.id < ").push_bind(before);
     }
     query.push(" ORDER BY a.id DESC LIMIT ").push_bind(limit);
-    Ok(query
-        .build_query_as::<OutboxEntry>()
-        .fetch_all(db)
-        .await?)
+    Ok(query.build_query_as::<OutboxEntry>().fetch_all(db).await?)
 }
 
 /// How many alerts match `filter` (the dry run of a bulk replay).
@@ -161,7 +152,10 @@ pub async fn count_alerts(
 }
 
 /// The tenant of an alert, if it exists.
-pub async fn alert_tenant(db: impl PgExecutor<'_>, alert_id: Uuid) -> Result<Option<Uuid>, StoreError> {
+pub async fn alert_tenant(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+) -> Result<Option<Uuid>, StoreError> {
     Ok(
         sqlx::query_scalar::<_, Uuid>("SELECT tenant_id FROM alerts WHERE id = $1")
             .bind(alert_id)
@@ -171,7 +165,10 @@ pub async fn alert_tenant(db: impl PgExecutor<'_>, alert_id: Uuid) -> Result<Opt
 }
 
 /// Tenants by name within a scope, for the filter's choices.
-pub async fn tenant_names(db: impl PgExecutor<'_>, scope: Scope<'_>) -> Result<Vec<String>, StoreError> {
+pub async fn tenant_names(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+) -> Result<Vec<String>, StoreError> {
     Ok(sqlx::query_scalar::<_, String>(
         "SELECT name FROM tenants WHERE $1::uuid[] IS NULL OR id = ANY($1) ORDER BY name",
     )
@@ -426,7 +423,10 @@ pub async fn create_bulk_replay(
 }
 
 /// A bulk replay by id.
-pub async fn bulk_replay(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<BulkReplay>, StoreError> {
+pub async fn bulk_replay(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> Result<Option<BulkReplay>, StoreError> {
     Ok(sqlx::query_as::<_, BulkReplay>(
         "SELECT id, operator, note, tenant_ids, filter, state, planned, replayed, skipped, \
                 cursor_id, created_at, updated_at \
