@@ -42,6 +42,8 @@ enum Command {
         #[arg(long, env = "DECIDER_METRICS_LISTEN")]
         metrics_listen: Option<SocketAddr>,
         #[command(flatten)]
+        console: ConsoleArgs,
+        #[command(flatten)]
         limits: ClientLimits,
         /// How often the monitors run.
         #[arg(long, env = "DECIDER_INTERVAL", default_value = "5m", value_parser = outbox_core::duration::parse_positive)]
@@ -59,7 +61,23 @@ enum Command {
     },
 }
 
-/// How long clients may take, and how many may be connected at once (both listeners).
+/// The operator console: off unless given an address.
+#[derive(Debug, clap::Args)]
+struct ConsoleArgs {
+    /// Address to serve the operator console on (`/console`), for operators' network.
+    /// Not served unless given. Accounts: `outboxctl operator add`.
+    #[arg(long, env = "DECIDER_CONSOLE_LISTEN")]
+    console_listen: Option<SocketAddr>,
+    /// Mark the console's session cookie Secure: set it when operators reach the console
+    /// over TLS (through a proxy that terminates it).
+    #[arg(long, env = "DECIDER_CONSOLE_SECURE_COOKIES")]
+    console_secure_cookies: bool,
+    /// How long a console sign-in lasts.
+    #[arg(long, env = "DECIDER_CONSOLE_SESSION_LIFETIME", default_value = "8h", value_parser = outbox_core::duration::parse_positive)]
+    console_session_lifetime: Duration,
+}
+
+/// How long clients may take, and how many may be connected at once (every listener).
 #[derive(Debug, clap::Args)]
 struct ClientLimits {
     /// Close a connection whose request head is not complete this long after the
@@ -126,6 +144,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve {
             listen,
             metrics_listen,
+            console,
             limits,
             interval,
             news,
@@ -141,8 +160,32 @@ async fn main() -> anyhow::Result<()> {
                 ),
                 None => None,
             };
+            let console_listener = match console.console_listen {
+                Some(addr) => Some(
+                    tokio::net::TcpListener::bind(addr)
+                        .await
+                        .with_context(|| format!("listening on {addr}"))?,
+                ),
+                None => None,
+            };
             let (stop, stopped) = tokio::sync::watch::channel(false);
             let mut monitors_stopped = stopped.clone();
+            let mut console_stopped = stopped.clone();
+            let console_server = console_listener.map(|listener| {
+                tokio::spawn(outbox_console::serve(
+                    listener,
+                    pool.clone(),
+                    limits.server_limits(),
+                    outbox_console::ConsoleConfig {
+                        secure_cookies: console.console_secure_cookies,
+                        session_lifetime: console.console_session_lifetime,
+                        ..outbox_console::ConsoleConfig::default()
+                    },
+                    async move {
+                        let _ = console_stopped.wait_for(|s| *s).await;
+                    },
+                ))
+            });
             let monitors = tokio::spawn(outbox_decider::run_every(
                 pool.clone(),
                 interval,
@@ -162,6 +205,9 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?;
             let _ = monitors.await;
+            if let Some(console_server) = console_server {
+                console_server.await??;
+            }
         }
         Command::RunOnce { now, news } => {
             let now = now.unwrap_or_else(jiff::Timestamp::now);

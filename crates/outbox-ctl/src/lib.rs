@@ -14,6 +14,8 @@
 //! - `operate`: `replay`, `resolve`, `revise`, `stats`, `prune`, `destination enable|disable`.
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
 //!   `article ingest`, `tenant configure`.
+//! - `accounts`: `operator add|list|remove`, the console's operator accounts (a new
+//!   account's password is printed once).
 //! - `template`: `template preview`, an alert rendered as email (`outbox-render`) and
 //!   printed instead of sent.
 //! - `table`: plain-text tables for people (`--json` gives one JSON object per line).
@@ -24,6 +26,7 @@
 //! stdout, and guidance on stderr, so scripts can capture it. Bad input exits non-zero with
 //! a one-line reason and writes nothing.
 
+mod accounts;
 mod credentials;
 mod demo;
 mod inspect;
@@ -153,6 +156,37 @@ pub enum Command {
     /// Email templates.
     #[command(subcommand)]
     Template(TemplateCommand),
+    /// Operator accounts of the console (`decider serve --console-listen`).
+    #[command(subcommand)]
+    Operator(OperatorCommand),
+}
+
+/// `operator ...`
+#[derive(Debug, Subcommand)]
+pub enum OperatorCommand {
+    /// Create an account; prints its password, which is shown only this once.
+    Add {
+        /// Its name, also the operator's name in the evidence of its actions.
+        name: String,
+        /// viewer (reads) or operator (reads and acts).
+        #[arg(long, value_enum)]
+        role: accounts::Role,
+        /// Limit it to these tenants (names or ids; repeat or separate with commas).
+        /// Default: every tenant.
+        #[arg(long = "tenant", alias = "tenants", value_delimiter = ',')]
+        tenants: Vec<String>,
+    },
+    /// List accounts (never passwords).
+    List {
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an account; its sessions end at once.
+    Remove {
+        /// Its name.
+        name: String,
+    },
 }
 
 /// `template ...`
@@ -463,6 +497,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tenant,
             actor,
         }) => operate::set_destination(&pool, &name, &tenant, true, &actor).await,
+        Command::Operator(OperatorCommand::Add {
+            name,
+            role,
+            tenants,
+        }) => accounts::add(&pool, &name, role, &tenants).await,
+        Command::Operator(OperatorCommand::List { json }) => accounts::list(&pool, json).await,
+        Command::Operator(OperatorCommand::Remove { name }) => accounts::remove(&pool, &name).await,
     };
     pool.close().await;
     result

@@ -64,7 +64,7 @@ pub async fn shutdown_signal() {
 }
 
 /// Guard that keeps crash points configured from the `FAILPOINTS` environment variable
-/// (e.g. `FAILPOINTS=approve-before-outbox-insert=pause`) for the life of the process.
+/// (e.g. `FAILPOINTS=approve-after-write=pause`) for the life of the process.
 #[derive(Debug)]
 pub struct Failpoints {
     #[cfg(feature = "failpoints")]

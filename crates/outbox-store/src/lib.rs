@@ -25,6 +25,10 @@
 //!   one needs, and its exact bytes, stored once before the first send and reused by
 //!   every attempt.
 //! - [`outbox`]: listings of the live queue and of alerts by state.
+//! - [`operator_accounts`]: the console's operator accounts and sign-in sessions.
+//! - [`console`]: the console's reads (keyset-paged alert list, destinations' last hour,
+//!   recent errors, audit log), each within an account's tenant grant, and its bulk
+//!   replays' progress.
 //! - [`error`]: the store's error type, [`StoreError`].
 //!
 //! Functions that are one statement take any `PgExecutor`, so callers can compose them in
@@ -35,6 +39,7 @@ pub mod alerts;
 pub mod bench;
 pub mod checker;
 pub mod connect;
+pub mod console;
 pub mod demo;
 pub mod destinations;
 pub mod dispatch;
@@ -42,6 +47,7 @@ pub mod error;
 pub mod lifecycle;
 pub mod monitors;
 pub mod operator;
+pub mod operator_accounts;
 pub mod outbox;
 pub mod rendered;
 pub mod tenants;

@@ -233,7 +233,7 @@ fn outcome_names(outcomes: &[Outcome]) -> Vec<&'static str> {
 /// The smallest UUIDv7 of the millisecond `at`: alert ids are UUIDv7 taken at approval,
 /// so every alert approved before `at` has a smaller id, and a walk along the primary key
 /// finds them without an index of its own.
-fn first_id_at(at: DateTime<Utc>) -> Uuid {
+pub(crate) fn first_id_at(at: DateTime<Utc>) -> Uuid {
     let ms = u64::try_from(at.timestamp_millis())
         .unwrap_or(0)
         .min((1 << 48) - 1);

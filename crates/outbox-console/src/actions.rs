@@ -1,0 +1,378 @@
+//! The actions: replay, resolve, destinations on and off, bulk replays. Each checks the
+//! session's form token and the operator role first, then the tenant grant, and then asks
+//! `outbox_store::operator`, the same functions `outboxctl` calls, with the account's name
+//! as the actor: the evidence reads exactly as after `outboxctl --actor NAME`.
+
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use outbox_core::AlertState;
+use outbox_store::console::{self, BulkReplay};
+use outbox_store::destinations;
+use outbox_store::operator::{self, Resolution};
+use uuid::Uuid;
+
+use crate::auth::Signed;
+use crate::pages::{alert_id, visible_alert, ListQuery};
+use crate::view::PageError;
+use crate::Console;
+
+/// The longest note kept, as for `outboxctl --note`.
+const NOTE_MAX: usize = 1000;
+
+fn required_note(note: &str) -> Result<&str, PageError> {
+    let note = note.trim();
+    if note.is_empty() {
+        return Err(PageError::BadRequest(
+            "a note is required: say why, it is kept with the alert's evidence".into(),
+        ));
+    }
+    if note.len() > NOTE_MAX {
+        return Err(PageError::BadRequest(format!(
+            "the note is longer than {NOTE_MAX} bytes"
+        )));
+    }
+    Ok(note)
+}
+
+/// `GET /console/alerts/{id}/replay`: the confirm page.
+pub(crate) async fn confirm_replay(
+    State(console): State<Console>,
+    signed: Signed,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    signed.require_operator()?;
+    let detail = visible_alert(&console, &signed, alert_id(&id)?).await?;
+    console.views.render(
+        &signed,
+        "confirm.html",
+        minijinja::context! {
+            a => &detail,
+            title => "Replay this alert",
+            action => format!("/console/alerts/{}/replay", detail.id),
+            explain => "It goes back in the queue with the same notification id, idempotency key and payload, and a fresh retry budget. A held alert's last attempt may have arrived: replaying it is your call, and the alert is flagged as a possible duplicate.",
+            button => "Replay",
+            resolution => "",
+        },
+    )
+}
+
+/// A replay or resolve form.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct ActionForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    note: String,
+    #[serde(default)]
+    resolution: String,
+    #[serde(default)]
+    reference: String,
+}
+
+/// `POST /console/alerts/{id}/replay`.
+pub(crate) async fn replay(
+    State(console): State<Console>,
+    signed: Signed,
+    Path(id): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Result<Response, PageError> {
+    signed.authorize_action(&form.csrf)?;
+    let id = alert_id(&id)?;
+    let note = required_note(&form.note)?;
+    visible_alert(&console, &signed, id).await?;
+    operator::replay(&console.pool, id, signed.name(), note).await?;
+    Ok(Redirect::to(&format!("/console/alerts/{id}")).into_response())
+}
+
+/// Which resolution a resolve page is for.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct ResolveQuery {
+    #[serde(rename = "as", default)]
+    resolution: String,
+}
+
+fn resolution_text(resolution: &str) -> Result<(&'static str, &'static str), PageError> {
+    match resolution {
+        "accepted" => Ok((
+            "Resolve as accepted",
+            "You found the alert at the destination: it is recorded as accepted with the destination's reference you give. Nothing is sent.",
+        )),
+        "not-delivered" => Ok((
+            "Resolve as not delivered",
+            "You established that the destination does not have it: it goes out again with the same idempotency key.",
+        )),
+        "abandon" => Ok((
+            "Abandon this alert",
+            "It is given up, visibly: it ends failed, with your note in its evidence. It can be replayed later.",
+        )),
+        other => Err(PageError::BadRequest(format!(
+            "unknown resolution `{other}` (expected accepted, not-delivered or abandon)"
+        ))),
+    }
+}
+
+/// `GET /console/alerts/{id}/resolve?as=accepted|not-delivered|abandon`: the confirm page.
+pub(crate) async fn confirm_resolve(
+    State(console): State<Console>,
+    signed: Signed,
+    Path(id): Path<String>,
+    Query(query): Query<ResolveQuery>,
+) -> Result<Response, PageError> {
+    signed.require_operator()?;
+    let (title, explain) = resolution_text(&query.resolution)?;
+    let detail = visible_alert(&console, &signed, alert_id(&id)?).await?;
+    console.views.render(
+        &signed,
+        "confirm.html",
+        minijinja::context! {
+            a => &detail,
+            title => title,
+            action => format!("/console/alerts/{}/resolve", detail.id),
+            explain => explain,
+            button => title,
+            resolution => query.resolution,
+        },
+    )
+}
+
+/// `POST /console/alerts/{id}/resolve`.
+pub(crate) async fn resolve(
+    State(console): State<Console>,
+    signed: Signed,
+    Path(id): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Result<Response, PageError> {
+    signed.authorize_action(&form.csrf)?;
+    let id = alert_id(&id)?;
+    let note = required_note(&form.note)?;
+    resolution_text(&form.resolution)?;
+    let resolution = match form.resolution.as_str() {
+        "accepted" => {
+            let reference = form.reference.trim();
+            if reference.is_empty() || reference.len() > 500 {
+                return Err(PageError::BadRequest(
+                    "name the destination's reference for the alert (at most 500 bytes)".into(),
+                ));
+            }
+            Resolution::Accepted {
+                reference: reference.to_owned(),
+            }
+        }
+        "not-delivered" => Resolution::NotDelivered,
+        _ => Resolution::Abandon,
+    };
+    visible_alert(&console, &signed, id).await?;
+    operator::resolve(&console.pool, id, &resolution, signed.name(), note).await?;
+    Ok(Redirect::to(&format!("/console/alerts/{id}")).into_response())
+}
+
+/// An on/off field of a form.
+fn switch(field: &str, value: &str) -> Result<bool, PageError> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(PageError::BadRequest(format!(
+            "`{field}` must be true or false"
+        ))),
+    }
+}
+
+/// A destination's switch.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct EnabledForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    enabled: String,
+}
+
+/// `POST /console/destinations/{id}/enabled`: on or off, recorded in the audit log.
+pub(crate) async fn set_destination_enabled(
+    State(console): State<Console>,
+    signed: Signed,
+    Path(id): Path<String>,
+    Form(form): Form<EnabledForm>,
+) -> Result<Response, PageError> {
+    signed.authorize_action(&form.csrf)?;
+    let enabled = switch("enabled", &form.enabled)?;
+    let not_found = || PageError::NotFound("no such destination".into());
+    let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
+    let destination = destinations::list(&console.pool, None)
+        .await?
+        .into_iter()
+        .find(|d| d.id == id && signed.sees_tenant_named(&d.tenant))
+        .ok_or_else(not_found)?;
+    let tenant = outbox_store::tenants::find(&console.pool, &destination.tenant).await?;
+    operator::set_destination_enabled(
+        &console.pool,
+        tenant.id,
+        &destination.name,
+        enabled,
+        signed.name(),
+    )
+    .await?;
+    console::record_audit(
+        &console.pool,
+        signed.name(),
+        Some(tenant.id),
+        if enabled {
+            "destination enabled"
+        } else {
+            "destination disabled"
+        },
+        &format!("{}/{}", destination.tenant, destination.name),
+        "",
+    )
+    .await?;
+    Ok(Redirect::to("/console/destinations").into_response())
+}
+
+/// Only held and failed alerts can be replayed: a bulk replay's filter must say which.
+fn replayable_filter(query: &ListQuery) -> Result<console::AlertFilter, PageError> {
+    let filter = query.filter()?;
+    if !matches!(filter.state, Some(AlertState::Held | AlertState::Failed)) {
+        return Err(PageError::BadRequest(
+            "a bulk replay needs state held or failed in its filter (only those can be replayed)"
+                .into(),
+        ));
+    }
+    Ok(filter)
+}
+
+/// `GET /console/bulk-replay?<filter>`: the dry run, how many would be replayed, and the
+/// form that starts it.
+pub(crate) async fn bulk_dry_run(
+    State(console): State<Console>,
+    signed: Signed,
+    Query(query): Query<ListQuery>,
+) -> Result<Response, PageError> {
+    signed.require_operator()?;
+    let filter = replayable_filter(&query)?;
+    let count = console::count_alerts(&console.pool, signed.scope(), &filter).await?;
+    console.views.render(
+        &signed,
+        "bulk.html",
+        minijinja::context! {
+            count => count,
+            state => filter.state.map(AlertState::as_str),
+            query => query.query_string(),
+            fields => query.fields().into_iter().map(|(name, value)| minijinja::context! { name => name, value => value }).collect::<Vec<_>>(),
+        },
+    )
+}
+
+/// The form that starts a bulk replay: the filter (as in the URL) and a note.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct BulkForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    note: String,
+    #[serde(flatten)]
+    query: ListQuery,
+}
+
+/// `POST /console/bulk-replay`: records the run and wakes the worker.
+pub(crate) async fn start_bulk_replay(
+    State(console): State<Console>,
+    signed: Signed,
+    Form(form): Form<BulkForm>,
+) -> Result<Response, PageError> {
+    signed.authorize_action(&form.csrf)?;
+    let note = required_note(&form.note)?;
+    let filter = replayable_filter(&form.query)?;
+    let planned = console::count_alerts(&console.pool, signed.scope(), &filter).await?;
+    let id = console::create_bulk_replay(
+        &console.pool,
+        signed.name(),
+        note,
+        signed.scope(),
+        &filter,
+        planned,
+    )
+    .await?;
+    console::record_audit(
+        &console.pool,
+        signed.name(),
+        None,
+        "bulk replay started",
+        &format!(
+            "bulk replay {id} of {planned} ({})",
+            form.query.query_string()
+        ),
+        note,
+    )
+    .await?;
+    console.bulk_wake.notify_one();
+    Ok(Redirect::to(&format!("/console/bulk-replay/{id}")).into_response())
+}
+
+/// Reads a bulk replay its account may see: one started within the account's grant.
+pub(crate) async fn visible_bulk_replay(
+    console: &Console,
+    signed: &Signed,
+    id: &str,
+) -> Result<BulkReplay, PageError> {
+    let not_found = || PageError::NotFound("no such bulk replay".into());
+    let id = Uuid::parse_str(id).map_err(|_| not_found())?;
+    let replay = console::bulk_replay(&console.pool, id)
+        .await?
+        .ok_or_else(not_found)?;
+    let within_grant = match (&replay.tenant_ids, signed.scope()) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(started), Some(mine)) => started.iter().all(|t| mine.contains(t)),
+    };
+    if within_grant {
+        Ok(replay)
+    } else {
+        Err(not_found())
+    }
+}
+
+/// Stopping or resuming a bulk replay.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct RunningForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    running: String,
+}
+
+/// `POST /console/bulk-replay/{id}/running`: stop (`false`) or resume (`true`).
+pub(crate) async fn set_bulk_running(
+    State(console): State<Console>,
+    signed: Signed,
+    Path(id): Path<String>,
+    Form(form): Form<RunningForm>,
+) -> Result<Response, PageError> {
+    signed.authorize_action(&form.csrf)?;
+    let running = switch("running", &form.running)?;
+    let replay = visible_bulk_replay(&console, &signed, &id).await?;
+    if !console::set_bulk_replay_running(&console.pool, replay.id, running).await? {
+        return Err(PageError::Refused(format!(
+            "bulk replay {} is {}; it cannot be {}",
+            replay.id,
+            replay.state,
+            if running { "resumed" } else { "stopped" }
+        )));
+    }
+    console::record_audit(
+        &console.pool,
+        signed.name(),
+        None,
+        if running {
+            "bulk replay resumed"
+        } else {
+            "bulk replay stopped"
+        },
+        &format!("bulk replay {}", replay.id),
+        "",
+    )
+    .await?;
+    if running {
+        console.bulk_wake.notify_one();
+    }
+    Ok(Redirect::to(&format!("/console/bulk-replay/{}", replay.id)).into_response())
+}

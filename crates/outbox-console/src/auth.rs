@@ -1,0 +1,354 @@
+//! Who is signed in, and what they may do.
+//!
+//! A password is shown once by `outboxctl operator add` and stored only as an argon2id
+//! hash. Signing in opens a session: a 256-bit random id in an HttpOnly, SameSite=Strict
+//! cookie (Secure when configured), stored as its SHA-256, so a copy of the database signs
+//! nobody in. Each session has its own form token; every POST must carry it, compared in
+//! constant time. A viewer reads; an operator acts; an account limited to some tenants
+//! sees and acts on those only, because its grant goes into every query.
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use outbox_store::operator_accounts::{self, Account, Session};
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use uuid::Uuid;
+
+use crate::view::PageError;
+use crate::Console;
+
+/// The session cookie's name.
+pub const COOKIE: &str = "outbox_console";
+
+/// 256 random bits, base64url.
+fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A new random password for an account (shown once, never stored).
+pub fn new_password() -> String {
+    random_token()
+}
+
+/// The argon2id hash of `password`, in PHC string form, with a random salt.
+pub fn hash_password(password: &str) -> Result<String, String> {
+    let mut salt = [0u8; 16];
+    rand::rng().fill_bytes(&mut salt);
+    let salt = SaltString::encode_b64(&salt).map_err(|err| err.to_string())?;
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|hash| hash.to_string())
+        .map_err(|err| err.to_string())
+}
+
+fn password_matches(password: &str, stored: &str) -> bool {
+    PasswordHash::new(stored)
+        .map(|hash| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &hash)
+                .is_ok()
+        })
+        .unwrap_or(false)
+}
+
+fn session_hash(session_id: &str) -> Vec<u8> {
+    Sha256::digest(session_id.as_bytes()).to_vec()
+}
+
+fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value)
+}
+
+/// True unless the request says it comes from another site. Browsers mark every request
+/// with `Sec-Fetch-Site` (`same-origin` for our own forms) and send `Origin` on a POST,
+/// except that `Referrer-Policy: no-referrer` makes them send `Origin: null`. A request
+/// with neither (a script, curl) is left to the form token.
+pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        if !matches!(site.to_str(), Ok("same-origin" | "none")) {
+            return false;
+        }
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let (Ok(origin), Some(Ok(host))) = (
+        origin.to_str(),
+        headers.get(header::HOST).map(HeaderValue::to_str),
+    ) else {
+        return false;
+    };
+    if origin == "null" {
+        return true;
+    }
+    let origin_host = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    origin_host == Some(host)
+}
+
+/// A signed-in account, extracted from the session cookie. Pages that need one redirect
+/// to the sign-in page without it.
+#[derive(Debug, Clone)]
+pub struct Signed {
+    session: Session,
+}
+
+impl Signed {
+    /// The account.
+    pub fn account(&self) -> &Account {
+        &self.session.account
+    }
+
+    /// The account's name, as it goes into the evidence.
+    pub fn name(&self) -> &str {
+        &self.session.account.name
+    }
+
+    /// The tenants it may see (`None`: every tenant).
+    pub fn scope(&self) -> Option<&[Uuid]> {
+        self.session.account.tenant_ids.as_deref()
+    }
+
+    /// Whether the account may see `tenant_id`.
+    pub fn sees_tenant(&self, tenant_id: Uuid) -> bool {
+        self.scope()
+            .is_none_or(|tenants| tenants.contains(&tenant_id))
+    }
+
+    /// Whether the account may see the tenant called `tenant`.
+    pub fn sees_tenant_named(&self, tenant: &str) -> bool {
+        self.scope().is_none()
+            || self
+                .session
+                .account
+                .tenant_names
+                .iter()
+                .any(|name| name == tenant)
+    }
+
+    /// Whether the account may act (an operator), not only read.
+    pub fn can_act(&self) -> bool {
+        self.session.account.role == "operator"
+    }
+
+    /// The session's form token.
+    pub fn csrf(&self) -> &str {
+        &self.session.csrf_token
+    }
+
+    /// Whether a form carries this session's token (compared in constant time).
+    fn token_matches(&self, form_token: &str) -> bool {
+        bool::from(
+            self.session
+                .csrf_token
+                .as_bytes()
+                .ct_eq(form_token.as_bytes()),
+        )
+    }
+
+    /// Checks a form's token and that the account may act: what every action does first.
+    pub fn authorize_action(&self, form_token: &str) -> Result<(), PageError> {
+        if !self.token_matches(form_token) {
+            return Err(PageError::Forbidden(
+                "the form's token does not match this session; reload the page and try again"
+                    .into(),
+            ));
+        }
+        self.require_operator()
+    }
+
+    /// Refuses a viewer: what a page that leads to an action checks.
+    pub fn require_operator(&self) -> Result<(), PageError> {
+        if self.can_act() {
+            Ok(())
+        } else {
+            Err(PageError::Forbidden(format!(
+                "{} is a viewer: viewers can read but not act",
+                self.name()
+            )))
+        }
+    }
+}
+
+impl FromRequestParts<Console> for Signed {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, console: &Console) -> Result<Self, Response> {
+        let Some(cookie) = session_cookie(&parts.headers) else {
+            return Err(Redirect::to("/console/login").into_response());
+        };
+        match operator_accounts::session(&console.pool, &session_hash(cookie)).await {
+            Ok(Some(session)) => Ok(Signed { session }),
+            Ok(None) => Err(Redirect::to("/console/login").into_response()),
+            Err(err) => Err(PageError::from(err).into_response()),
+        }
+    }
+}
+
+/// `GET /console/login`.
+pub(crate) async fn login_page(State(console): State<Console>) -> Result<Response, PageError> {
+    console
+        .views
+        .render_public("login.html", minijinja::context! {})
+}
+
+/// The sign-in form.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct LoginForm {
+    name: String,
+    password: String,
+}
+
+/// `POST /console/login`: checks the password, opens a session, sets its cookie.
+pub(crate) async fn login(
+    State(console): State<Console>,
+    Form(form): Form<LoginForm>,
+) -> Result<Response, PageError> {
+    let stored = operator_accounts::password_hash(&console.pool, form.name.trim()).await?;
+    // An unknown name costs the same hashing as a wrong password, so timing does not tell
+    // which names exist.
+    let (account_id, hash) = match stored {
+        Some((id, hash)) => (Some(id), hash),
+        None => (None, dummy_hash().to_owned()),
+    };
+    let password = form.password;
+    let matches = tokio::task::spawn_blocking(move || password_matches(&password, &hash))
+        .await
+        .unwrap_or(false);
+    let Some(account_id) = account_id.filter(|_| matches) else {
+        let mut page = console.views.render_public(
+            "login.html",
+            minijinja::context! { error => "unknown name or wrong password" },
+        )?;
+        *page.status_mut() = axum::http::StatusCode::UNAUTHORIZED;
+        return Ok(page);
+    };
+    let session_id = random_token();
+    operator_accounts::open_session(
+        &console.pool,
+        &session_hash(&session_id),
+        account_id,
+        &random_token(),
+        console.config.session_lifetime,
+    )
+    .await?;
+    let secure = if console.config.secure_cookies {
+        "; Secure"
+    } else {
+        ""
+    };
+    let cookie = format!(
+        "{COOKIE}={session_id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        console.config.session_lifetime.as_secs()
+    );
+    let mut response = Redirect::to("/console").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_str(&cookie).map_err(|err| PageError::Internal(err.to_string()))?,
+    );
+    Ok(response)
+}
+
+/// A fixed argon2id hash to verify against when the name is unknown.
+fn dummy_hash() -> &'static str {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| hash_password("no such operator").unwrap_or_default())
+}
+
+/// The sign-out form.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct TokenForm {
+    csrf: String,
+}
+
+/// `POST /console/logout`: ends the session (viewers too) and clears the cookie.
+pub(crate) async fn logout(
+    State(console): State<Console>,
+    signed: Signed,
+    headers: HeaderMap,
+    Form(form): Form<TokenForm>,
+) -> Result<Response, PageError> {
+    if !signed.token_matches(&form.csrf) {
+        return Err(PageError::Forbidden(
+            "the form's token does not match this session".into(),
+        ));
+    }
+    if let Some(cookie) = session_cookie(&headers) {
+        operator_accounts::close_session(&console.pool, &session_hash(cookie)).await?;
+    }
+    let mut response = Redirect::to("/console/login").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static(
+            "outbox_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0",
+        ),
+    );
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_verifies_against_its_hash_and_nothing_else() {
+        let password = new_password();
+        let hash = hash_password(&password).expect("hash");
+        assert!(hash.starts_with("$argon2id$"));
+        assert!(!hash.contains(&password));
+        assert!(password_matches(&password, &hash));
+        assert!(!password_matches("wrong", &hash));
+        assert!(!password_matches(&password, "not a hash"));
+    }
+
+    #[test]
+    fn passwords_and_session_ids_carry_256_random_bits() {
+        let a = random_token();
+        assert_eq!(URL_SAFE_NO_PAD.decode(&a).expect("base64").len(), 32);
+        assert_ne!(a, random_token());
+    }
+
+    #[test]
+    fn a_post_from_another_origin_is_told_apart() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8081"));
+        assert!(same_origin(&headers));
+        headers.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8081"),
+        );
+        assert!(same_origin(&headers));
+        headers.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://evil.example"),
+        );
+        assert!(!same_origin(&headers));
+        headers.insert(header::ORIGIN, HeaderValue::from_static("null"));
+        assert!(
+            same_origin(&headers),
+            "no-referrer makes our own forms send Origin: null"
+        );
+        headers.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
+        assert!(same_origin(&headers));
+        headers.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
+        assert!(!same_origin(&headers));
+    }
+}

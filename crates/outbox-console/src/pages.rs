@@ -1,0 +1,420 @@
+//! The pages that read. Each reads through `outbox-store` within the account's tenant grant.
+
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use chrono::{DateTime, NaiveDateTime, Utc};
+use outbox_core::AlertState;
+use outbox_store::console::{self, AlertFilter};
+use outbox_store::{alerts, destinations, operator, rendered};
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+use crate::auth::Signed;
+use crate::view::{sparkline, PageError};
+use crate::Console;
+
+/// Rows per outbox page.
+const PAGE_SIZE: i64 = 50;
+
+/// `GET /console`: what needs attention.
+pub(crate) async fn overview(
+    State(console): State<Console>,
+    signed: Signed,
+) -> Result<Response, PageError> {
+    let stats = operator::stats(&console.pool).await?;
+    let mut by_state: BTreeMap<&str, i64> = AlertState::ALL
+        .iter()
+        .map(|state| (state.as_str(), 0))
+        .collect();
+    for row in stats
+        .by_state
+        .iter()
+        .filter(|row| signed.sees_tenant_named(&row.tenant))
+    {
+        if let Some(count) = by_state.get_mut(row.state.as_str()) {
+            *count += row.count;
+        }
+    }
+    let counts: Vec<_> = AlertState::ALL
+        .iter()
+        .map(|state| minijinja::context! { state => state.as_str(), count => by_state[state.as_str()] })
+        .collect();
+    let health = console::destination_health(&console.pool, signed.scope()).await?;
+    let oldest_due = health
+        .iter()
+        .filter_map(|d| d.oldest_due_age_secs)
+        .fold(None, |max: Option<f64>, age| {
+            Some(max.map_or(age, |m| m.max(age)))
+        });
+    let destinations: Vec<_> = health
+        .iter()
+        .map(|d| {
+            minijinja::context! {
+                d => d,
+                acceptance => (d.attempts > 0).then(|| d.accepted * 100 / d.attempts),
+                chart => sparkline(&d.attempts_by_bucket, &d.accepted_by_bucket),
+            }
+        })
+        .collect();
+    let attention = |state: AlertState| AlertFilter {
+        state: Some(state),
+        ..AlertFilter::default()
+    };
+    let held_filter = attention(AlertState::Held);
+    let uncertain_filter = attention(AlertState::Uncertain);
+    let mut attention_rows =
+        console::alerts_page(&console.pool, signed.scope(), &held_filter, None, 10).await?;
+    attention_rows.extend(
+        console::alerts_page(&console.pool, signed.scope(), &uncertain_filter, None, 10).await?,
+    );
+    console.views.render(
+        &signed,
+        "overview.html",
+        minijinja::context! {
+            counts => counts,
+            held_count => by_state["held"],
+            uncertain_count => by_state["uncertain"],
+            oldest_due => oldest_due,
+            destinations => destinations,
+            disabled => health.iter().filter(|d| !d.enabled).collect::<Vec<_>>(),
+            attention => attention_rows,
+            at => stats.at,
+        },
+    )
+}
+
+/// The outbox page's query string: the filter, and the page's cursor.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct ListQuery {
+    #[serde(default)]
+    tenant: String,
+    #[serde(default)]
+    destination: String,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    from: String,
+    #[serde(default)]
+    to: String,
+    #[serde(default)]
+    subject: String,
+    #[serde(default)]
+    before: String,
+}
+
+fn non_empty(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// A time from the filter: RFC 3339, or a browser's `datetime-local` (`2026-12-01T10:00`,
+/// taken as UTC).
+fn parse_time(field: &str, text: &str) -> Result<Option<DateTime<Utc>>, PageError> {
+    let Some(text) = non_empty(text) else {
+        return Ok(None);
+    };
+    if let Ok(at) = DateTime::parse_from_rfc3339(&text) {
+        return Ok(Some(at.with_timezone(&Utc)));
+    }
+    for format in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"] {
+        if let Ok(at) = NaiveDateTime::parse_from_str(&text, format) {
+            return Ok(Some(at.and_utc()));
+        }
+    }
+    Err(PageError::BadRequest(format!(
+        "`{field}` must be a time such as 2026-12-01T10:00 (UTC) or RFC 3339"
+    )))
+}
+
+impl ListQuery {
+    /// The filter it names; a bad field is a clear refusal.
+    pub(crate) fn filter(&self) -> Result<AlertFilter, PageError> {
+        let state = match non_empty(&self.state) {
+            Some(state) => Some(
+                state
+                    .parse::<AlertState>()
+                    .map_err(|err| PageError::BadRequest(err.to_string()))?,
+            ),
+            None => None,
+        };
+        let subject = non_empty(&self.subject);
+        if subject.as_ref().is_some_and(|s| s.len() > 512) {
+            return Err(PageError::BadRequest(
+                "`subject` is longer than 512 bytes".into(),
+            ));
+        }
+        let filter = AlertFilter {
+            tenant: non_empty(&self.tenant),
+            destination: non_empty(&self.destination),
+            state,
+            from: parse_time("from", &self.from)?,
+            to: parse_time("to", &self.to)?,
+            subject,
+        };
+        Ok(filter)
+    }
+
+    fn before(&self) -> Result<Option<Uuid>, PageError> {
+        non_empty(&self.before)
+            .map(|id| {
+                Uuid::parse_str(&id)
+                    .map_err(|_| PageError::BadRequest("`before` is not an alert id".into()))
+            })
+            .transpose()
+    }
+
+    /// The filter's fields that are set, as name and value, for hidden form fields.
+    pub(crate) fn fields(&self) -> Vec<(&'static str, String)> {
+        [
+            ("tenant", &self.tenant),
+            ("destination", &self.destination),
+            ("state", &self.state),
+            ("from", &self.from),
+            ("to", &self.to),
+            ("subject", &self.subject),
+        ]
+        .into_iter()
+        .filter(|(_, value)| !value.trim().is_empty())
+        .map(|(name, value)| (name, value.trim().to_owned()))
+        .collect()
+    }
+
+    /// The filter as a query string (without the cursor), for links.
+    pub(crate) fn query_string(&self) -> String {
+        self.fields()
+            .iter()
+            .map(|(name, value)| format!("{name}={}", percent_encode(value)))
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+pub(crate) fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// `GET /console/outbox?...`: a filtered list, newest first, paged by keyset.
+pub(crate) async fn outbox(
+    State(console): State<Console>,
+    signed: Signed,
+    Query(query): Query<ListQuery>,
+) -> Result<Response, PageError> {
+    let filter = query.filter()?;
+    let before = query.before()?;
+    let rows = console::alerts_page(
+        &console.pool,
+        signed.scope(),
+        &filter,
+        before,
+        PAGE_SIZE + 1,
+    )
+    .await?;
+    let more = rows.len() as i64 > PAGE_SIZE;
+    let rows: Vec<_> = rows.into_iter().take(PAGE_SIZE as usize).collect();
+    let filter_query = query.query_string();
+    let next = more.then(|| {
+        let last = rows
+            .last()
+            .map(|row| row.id.to_string())
+            .unwrap_or_default();
+        if filter_query.is_empty() {
+            format!("/console/outbox?before={last}")
+        } else {
+            format!("/console/outbox?{filter_query}&before={last}")
+        }
+    });
+    let bulk = matches!(filter.state, Some(AlertState::Held | AlertState::Failed))
+        .then(|| format!("/console/bulk-replay?{filter_query}"));
+    console.views.render(
+        &signed,
+        "outbox.html",
+        minijinja::context! {
+            rows => rows,
+            next => next,
+            first_page => before.is_some().then(|| format!("/console/outbox?{filter_query}")),
+            bulk => bulk,
+            q => minijinja::context! {
+                tenant => query.tenant.trim(),
+                destination => query.destination.trim(),
+                state => query.state.trim(),
+                from => query.from.trim(),
+                to => query.to.trim(),
+                subject => query.subject.trim(),
+            },
+            tenants => console::tenant_names(&console.pool, signed.scope()).await?,
+            states => AlertState::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+        },
+    )
+}
+
+/// Parses an alert id from the path; a malformed one is simply not found.
+pub(crate) fn alert_id(text: &str) -> Result<Uuid, PageError> {
+    Uuid::parse_str(text).map_err(|_| PageError::NotFound("no such alert".into()))
+}
+
+/// Reads an alert the account may see; outside its tenants the alert does not exist.
+pub(crate) async fn visible_alert(
+    console: &Console,
+    signed: &Signed,
+    id: Uuid,
+) -> Result<alerts::AlertDetail, PageError> {
+    let tenant = console::alert_tenant(&console.pool, id).await?;
+    let detail = match tenant {
+        Some(tenant) if signed.sees_tenant(tenant) => {
+            alerts::detail(&console.pool, Some(tenant), id).await?
+        }
+        _ => None,
+    };
+    detail.ok_or_else(|| PageError::NotFound("no such alert".into()))
+}
+
+/// `GET /console/alerts/{id}`: identity, payload, revisions, attempts, evidence, email.
+pub(crate) async fn alert(
+    State(console): State<Console>,
+    signed: Signed,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let id = alert_id(&id)?;
+    let detail = visible_alert(&console, &signed, id).await?;
+    let payload = serde_json::from_str::<serde_json::Value>(detail.payload.get())
+        .and_then(|value| serde_json::to_string_pretty(&value))
+        .unwrap_or_else(|_| detail.payload.get().to_owned());
+    let email = rendered::find(&console.pool, id).await?.map(|message| {
+        minijinja::context! {
+            message_id => message.message_id,
+            sha256 => message.sha256,
+            template_version => message.template_version,
+            rendered_at => message.rendered_at,
+            text => String::from_utf8_lossy(&message.bytes).into_owned(),
+        }
+    });
+    let state = detail.state.as_str();
+    console.views.render(
+        &signed,
+        "alert.html",
+        minijinja::context! {
+            a => &detail,
+            payload => payload,
+            email => email,
+            can_replay => matches!(state, "held" | "failed") && detail.pruned_at.is_none(),
+            can_resolve => matches!(state, "held" | "uncertain"),
+        },
+    )
+}
+
+/// `GET /console/destinations`: each destination, its capability, health and last errors.
+pub(crate) async fn destinations(
+    State(console): State<Console>,
+    signed: Signed,
+) -> Result<Response, PageError> {
+    let all = destinations::list(&console.pool, None).await?;
+    let health = console::destination_health(&console.pool, signed.scope()).await?;
+    let errors = console::recent_errors(&console.pool, signed.scope(), 5).await?;
+    let rows: Vec<_> = all
+        .iter()
+        .filter(|d| signed.sees_tenant_named(&d.tenant))
+        .map(|d| {
+            let h = health.iter().find(|h| h.id == d.id);
+            minijinja::context! {
+                d => d,
+                h => h,
+                chart => h.map(|h| sparkline(&h.attempts_by_bucket, &h.accepted_by_bucket)),
+                errors => errors.iter().filter(|e| e.destination_id == d.id).collect::<Vec<_>>(),
+            }
+        })
+        .collect();
+    console.views.render(
+        &signed,
+        "destinations.html",
+        minijinja::context! { rows => rows },
+    )
+}
+
+/// The audit page's query.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct AuditQuery {
+    #[serde(default)]
+    operator: String,
+}
+
+/// `GET /console/audit`: operators' actions, newest first.
+pub(crate) async fn audit(
+    State(console): State<Console>,
+    signed: Signed,
+    Query(query): Query<AuditQuery>,
+) -> Result<Response, PageError> {
+    let operator = non_empty(&query.operator);
+    let entries = console::audit(&console.pool, signed.scope(), operator.as_deref(), 200).await?;
+    console.views.render(
+        &signed,
+        "audit.html",
+        minijinja::context! { entries => entries, operator => operator.unwrap_or_default() },
+    )
+}
+
+/// `GET /console/bulk-replay/{id}`: a bulk replay's progress.
+pub(crate) async fn bulk_progress(
+    State(console): State<Console>,
+    signed: Signed,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let replay = crate::actions::visible_bulk_replay(&console, &signed, &id).await?;
+    console.views.render(
+        &signed,
+        "bulk_progress.html",
+        minijinja::context! {
+            r => &replay,
+            running => replay.state == "running",
+            handled => replay.replayed + replay.skipped,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_reads_from_the_query_and_back() {
+        let query = ListQuery {
+            tenant: "acme".into(),
+            state: "held".into(),
+            subject: "contract:A&B 7".into(),
+            from: "2026-12-01T10:00".into(),
+            ..ListQuery::default()
+        };
+        let filter = query.filter().expect("filter");
+        assert_eq!(filter.state, Some(AlertState::Held));
+        assert_eq!(
+            filter.from.map(|t| t.to_rfc3339()),
+            Some("2026-12-01T10:00:00+00:00".into())
+        );
+        assert_eq!(
+            query.query_string(),
+            "tenant=acme&state=held&from=2026-12-01T10%3A00&subject=contract%3AA%26B%207"
+        );
+    }
+
+    #[test]
+    fn a_bad_filter_is_refused_by_name() {
+        let bad_state = ListQuery {
+            state: "lost".into(),
+            ..ListQuery::default()
+        };
+        assert!(matches!(bad_state.filter(), Err(PageError::BadRequest(m)) if m.contains("lost")));
+        let bad_time = ListQuery {
+            to: "yesterday".into(),
+            ..ListQuery::default()
+        };
+        assert!(matches!(bad_time.filter(), Err(PageError::BadRequest(m)) if m.contains("`to`")));
+    }
+}

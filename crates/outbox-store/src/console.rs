@@ -1,0 +1,514 @@
+//! What the operator console reads beyond `outboxctl`'s views: a keyset-paged, filtered
+//! list of alerts, per-destination figures of the last hour, recent errors, the audit log,
+//! and its bulk replays' progress. Every read takes the account's tenant grant
+//! ([`Scope`]) and applies it in SQL, so a limited account cannot read past it whatever
+//! it asks for. Actions are not here: the console acts through [`crate::operator`].
+
+use chrono::{DateTime, Utc};
+use outbox_core::AlertState;
+use sqlx::{PgExecutor, Postgres, QueryBuilder};
+use uuid::Uuid;
+
+use crate::operator::first_id_at;
+use crate::outbox::OutboxEntry;
+use crate::StoreError;
+
+/// The tenants an account may see: `None` for every tenant.
+pub type Scope<'a> = Option<&'a [Uuid]>;
+
+/// What the outbox page lists. Empty fields do not filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AlertFilter {
+    /// Tenant name.
+    pub tenant: Option<String>,
+    /// Destination name.
+    pub destination: Option<String>,
+    /// One state.
+    pub state: Option<AlertState>,
+    /// Approved at or after.
+    pub from: Option<DateTime<Utc>>,
+    /// Approved before.
+    pub to: Option<DateTime<Utc>>,
+    /// Text the subject contains (case-insensitive).
+    pub subject: Option<String>,
+}
+
+/// Alert ids are UUIDv7 taken by the approving process, so ids walk in approval order and
+/// a time range becomes a range of the primary key, which the list walks instead of the
+/// whole table. The approving process's clock and the database's may differ: the id range
+/// is widened by this much on both sides, and `created_at` decides exactly.
+const CLOCK_MARGIN_HOURS: i64 = 24;
+
+fn push_filter<'a>(
+    query: &mut QueryBuilder<'a, Postgres>,
+    scope: Scope<'a>,
+    filter: &'a AlertFilter,
+) {
+    if let Some(tenants) = scope {
+        query
+            .push(" AND a.tenant_id = ANY(")
+            .push_bind(tenants)
+            .push(")");
+    }
+    // By id, not by a join on the name: the planner then walks `alerts_tenant_id_idx` in id
+    // order, which stays quick for a tenant with few alerts among millions.
+    if let Some(tenant) = &filter.tenant {
+        query
+            .push(" AND a.tenant_id = (SELECT id FROM tenants WHERE name = ")
+            .push_bind(tenant)
+            .push(")");
+    }
+    if let Some(destination) = &filter.destination {
+        query
+            .push(" AND a.destination_id IN (SELECT id FROM destinations WHERE name = ")
+            .push_bind(destination)
+            .push(")");
+    }
+    match filter.state {
+        Some(state) if state.is_live() => {
+            query.push(" AND o.status = ").push_bind(state.as_str());
+        }
+        Some(state) => {
+            query.push(" AND a.outcome = ").push_bind(state.as_str());
+        }
+        None => {}
+    }
+    let margin = chrono::Duration::hours(CLOCK_MARGIN_HOURS);
+    if let Some(from) = filter.from {
+        query.push(" AND a.created_at >= ").push_bind(from);
+        query
+            .push(" AND a.id >= ")
+            .push_bind(first_id_at(from - margin));
+    }
+    if let Some(to) = filter.to {
+        query.push(" AND a.created_at < ").push_bind(to);
+        query
+            .push(" AND a.id < ")
+            .push_bind(first_id_at(to + margin));
+    }
+    if let Some(subject) = &filter.subject {
+        let escaped = subject
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        query
+            .push(" AND a.subject ILIKE ")
+            .push_bind(format!("%{escaped}%"))
+            .push(" ESCAPE '\\'");
+    }
+}
+
+/// The join the state filter needs: live states are read from the small outbox table.
+fn push_from(query: &mut QueryBuilder<'_, Postgres>, filter: &AlertFilter) {
+    let outbox_join = match filter.state {
+        Some(state) if state.is_live() => "JOIN",
+        _ => "LEFT JOIN",
+    };
+    query.push(format!(
+        " FROM alerts a JOIN tenants t ON t.id = a.tenant_id \
+          JOIN destinations d ON d.id = a.destination_id \
+          {outbox_join} outbox o ON o.alert_id = a.id WHERE true"
+    ));
+}
+
+/// One page of alerts matching `filter`, newest first, strictly older than `before`
+/// (the last id of the previous page): keyset paging along the primary key, so a page
+/// deep in history costs what the first one does.
+pub async fn alerts_page(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+    filter: &AlertFilter,
+    before: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<OutboxEntry>, StoreError> {
+    let mut query = QueryBuilder::<Postgres>::new(
+        "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
+                a.revision, COALESCE(o.status, a.outcome) AS state, \
+                COALESCE(o.attempts, (SELECT count(*)::int4 FROM delivery_attempts da \
+                                      WHERE da.alert_id = a.id AND da.kind = 'send')) AS attempts, \
+                a.created_at, o.next_attempt_at, \
+                (SELECT e.line FROM alert_events e WHERE e.alert_id = a.id \
+                 ORDER BY e.id DESC LIMIT 1) AS last_evidence",
+    );
+    push_from(&mut query, filter);
+    push_filter(&mut query, scope, filter);
+    if let Some(before) = before {
+        query.push(" AND a.id < ").push_bind(before);
+    }
+    query.push(" ORDER BY a.id DESC LIMIT ").push_bind(limit);
+    Ok(query.build_query_as::<OutboxEntry>().fetch_all(db).await?)
+}
+
+/// How many alerts match `filter` (the dry run of a bulk replay).
+pub async fn count_alerts(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+    filter: &AlertFilter,
+) -> Result<i64, StoreError> {
+    let mut query = QueryBuilder::<Postgres>::new("SELECT count(*)");
+    push_from(&mut query, filter);
+    push_filter(&mut query, scope, filter);
+    Ok(query.build_query_scalar::<i64>().fetch_one(db).await?)
+}
+
+/// The tenant of an alert, if it exists.
+pub async fn alert_tenant(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+) -> Result<Option<Uuid>, StoreError> {
+    Ok(
+        sqlx::query_scalar::<_, Uuid>("SELECT tenant_id FROM alerts WHERE id = $1")
+            .bind(alert_id)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
+/// Tenants by name within a scope, for the filter's choices.
+pub async fn tenant_names(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar::<_, String>(
+        "SELECT name FROM tenants WHERE $1::uuid[] IS NULL OR id = ANY($1) ORDER BY name",
+    )
+    .bind(scope)
+    .fetch_all(db)
+    .await?)
+}
+
+/// A destination's last hour, and whether it is on.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct DestinationHealth {
+    /// Its id.
+    pub id: Uuid,
+    /// Its tenant's id.
+    pub tenant_id: Uuid,
+    /// Its tenant's name.
+    pub tenant: String,
+    /// Its name.
+    pub name: String,
+    /// Whether alerts are delivered to it.
+    pub enabled: bool,
+    /// Why it is off (`disabled by NAME`, or the destination's 410).
+    pub disabled_reason: Option<String>,
+    /// Send attempts finished in the last hour.
+    pub attempts: i64,
+    /// Of those, accepted.
+    pub accepted: i64,
+    /// Of those, neither accepted nor uncertain (rejected, not processed, not sent).
+    pub errors: i64,
+    /// Uncertain ones.
+    pub uncertain: i64,
+    /// Attempts per five minutes over the last hour, oldest first (12 buckets).
+    pub attempts_by_bucket: Vec<i64>,
+    /// Accepted per five minutes over the last hour, oldest first (12 buckets).
+    pub accepted_by_bucket: Vec<i64>,
+    /// Age in seconds of its oldest due row (pending or uncertain), if any.
+    pub oldest_due_age_secs: Option<f64>,
+}
+
+/// Every destination in scope with its last hour of send attempts, by tenant and name.
+pub async fn destination_health(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+) -> Result<Vec<DestinationHealth>, StoreError> {
+    Ok(sqlx::query_as::<_, DestinationHealth>(
+        "WITH recent AS ( \
+             SELECT a.destination_id, da.outcome, \
+                    LEAST(11, GREATEST(0, floor(extract(epoch FROM da.finished_at - (now() - interval '1 hour')) / 300)))::int AS bucket \
+             FROM delivery_attempts da JOIN alerts a ON a.id = da.alert_id \
+             WHERE da.kind = 'send' AND da.finished_at > now() - interval '1 hour' \
+         ), per_bucket AS ( \
+             SELECT destination_id, bucket, count(*) AS attempts, \
+                    count(*) FILTER (WHERE outcome = 'accepted') AS accepted, \
+                    count(*) FILTER (WHERE outcome NOT IN ('accepted', 'uncertain')) AS errors, \
+                    count(*) FILTER (WHERE outcome = 'uncertain') AS uncertain \
+             FROM recent GROUP BY 1, 2 \
+         ) \
+         SELECT d.id, d.tenant_id, t.name AS tenant, d.name, d.enabled, d.disabled_reason, \
+                COALESCE((SELECT sum(p.attempts) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS attempts, \
+                COALESCE((SELECT sum(p.accepted) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS accepted, \
+                COALESCE((SELECT sum(p.errors) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS errors, \
+                COALESCE((SELECT sum(p.uncertain) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS uncertain, \
+                ARRAY(SELECT COALESCE(p.attempts, 0) FROM generate_series(0, 11) b \
+                      LEFT JOIN per_bucket p ON p.destination_id = d.id AND p.bucket = b ORDER BY b) \
+                    AS attempts_by_bucket, \
+                ARRAY(SELECT COALESCE(p.accepted, 0) FROM generate_series(0, 11) b \
+                      LEFT JOIN per_bucket p ON p.destination_id = d.id AND p.bucket = b ORDER BY b) \
+                    AS accepted_by_bucket, \
+                (SELECT extract(epoch FROM now() - min(o.next_attempt_at))::float8 FROM outbox o \
+                 WHERE o.destination_id = d.id AND o.status IN ('pending', 'uncertain') \
+                   AND o.next_attempt_at <= now()) AS oldest_due_age_secs \
+         FROM destinations d JOIN tenants t ON t.id = d.tenant_id \
+         WHERE $1::uuid[] IS NULL OR d.tenant_id = ANY($1) \
+         ORDER BY t.name, d.name",
+    )
+    .bind(scope)
+    .fetch_all(db)
+    .await?)
+}
+
+/// A recent failed or uncertain attempt at a destination.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct RecentError {
+    /// The destination.
+    pub destination_id: Uuid,
+    /// The alert.
+    pub alert_id: Uuid,
+    /// When it finished.
+    pub finished_at: DateTime<Utc>,
+    /// Its outcome.
+    pub outcome: String,
+    /// The destination's HTTP status, if it answered.
+    pub http_status: Option<i16>,
+    /// The kind of failure.
+    pub error_class: Option<String>,
+    /// The start of the destination's answer (untrusted text).
+    pub response_excerpt: Option<String>,
+}
+
+/// The last `per_destination` attempts of the last day that were not accepted, per
+/// destination in scope, newest first.
+pub async fn recent_errors(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+    per_destination: i64,
+) -> Result<Vec<RecentError>, StoreError> {
+    Ok(sqlx::query_as::<_, RecentError>(
+        "SELECT destination_id, alert_id, finished_at, outcome, http_status, error_class, \
+                response_excerpt \
+         FROM ( \
+             SELECT a.destination_id, da.alert_id, da.finished_at, da.outcome, da.http_status, \
+                    da.error_class, da.response_excerpt, \
+                    row_number() OVER (PARTITION BY a.destination_id ORDER BY da.id DESC) AS n \
+             FROM delivery_attempts da JOIN alerts a ON a.id = da.alert_id \
+             WHERE da.finished_at > now() - interval '1 day' AND da.kind = 'send' \
+               AND da.outcome <> 'accepted' \
+               AND ($1::uuid[] IS NULL OR a.tenant_id = ANY($1)) \
+         ) e WHERE n <= $2 ORDER BY destination_id, finished_at DESC",
+    )
+    .bind(scope)
+    .bind(per_destination)
+    .fetch_all(db)
+    .await?)
+}
+
+/// One line of the audit log.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct AuditEntry {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Who (the operator's name).
+    pub operator: String,
+    /// What: the state an alert went to, or a console action.
+    pub action: String,
+    /// On what: an alert id, or a destination or bulk replay.
+    pub target: String,
+    /// The alert, when it was an alert action.
+    pub alert_id: Option<Uuid>,
+    /// The evidence line or the operator's note.
+    pub note: String,
+}
+
+/// What an operator did, newest first: operators' lines in the alerts' evidence (the
+/// console's and `outboxctl --actor`'s), and console actions on destinations and bulk
+/// replays. `operator` keeps one operator's.
+pub async fn audit(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+    operator: Option<&str>,
+    limit: i64,
+) -> Result<Vec<AuditEntry>, StoreError> {
+    Ok(sqlx::query_as::<_, AuditEntry>(
+        "(SELECT e.at, substr(e.actor, 10) AS operator, e.to_state AS action, \
+                 e.alert_id::text AS target, e.alert_id, e.line AS note \
+          FROM alert_events e \
+          WHERE e.actor LIKE 'operator:%' \
+            AND ($2::text IS NULL OR e.actor = 'operator:' || $2) \
+            AND ($1::uuid[] IS NULL \
+                 OR EXISTS (SELECT 1 FROM alerts a WHERE a.id = e.alert_id AND a.tenant_id = ANY($1))) \
+          ORDER BY e.id DESC LIMIT $3) \
+         UNION ALL \
+         (SELECT c.at, c.operator, c.action, c.target, NULL::uuid, c.note \
+          FROM console_audit c \
+          WHERE ($2::text IS NULL OR c.operator = $2) \
+            AND ($1::uuid[] IS NULL OR c.tenant_id = ANY($1)) \
+          ORDER BY c.id DESC LIMIT $3) \
+         ORDER BY at DESC LIMIT $3",
+    )
+    .bind(scope)
+    .bind(operator)
+    .bind(limit)
+    .fetch_all(db)
+    .await?)
+}
+
+/// Records a console action that leaves no line in an alert's evidence.
+pub async fn record_audit(
+    db: impl PgExecutor<'_>,
+    operator: &str,
+    tenant_id: Option<Uuid>,
+    action: &str,
+    target: &str,
+    note: &str,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO console_audit (operator, tenant_id, action, target, note) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(operator)
+    .bind(tenant_id)
+    .bind(action)
+    .bind(target)
+    .bind(note)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// A bulk replay and how far it has come.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct BulkReplay {
+    /// Its id.
+    pub id: Uuid,
+    /// Who started it.
+    pub operator: String,
+    /// Their note, on every replayed alert's evidence.
+    pub note: String,
+    /// The tenants it may touch (`None`: every tenant).
+    pub tenant_ids: Option<Vec<Uuid>>,
+    /// The selection.
+    #[sqlx(json)]
+    pub filter: AlertFilter,
+    /// `running`, `stopped` or `done`.
+    pub state: String,
+    /// How many matched when it started (the dry run's count).
+    pub planned: i32,
+    /// Replayed so far.
+    pub replayed: i32,
+    /// Skipped so far (another operator or a dispatcher got there first).
+    pub skipped: i32,
+    /// The last alert handled.
+    pub cursor_id: Option<Uuid>,
+    /// When it started.
+    pub created_at: DateTime<Utc>,
+    /// When it last moved.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Records a bulk replay, running.
+pub async fn create_bulk_replay(
+    db: impl PgExecutor<'_>,
+    operator: &str,
+    note: &str,
+    scope: Scope<'_>,
+    filter: &AlertFilter,
+    planned: i64,
+) -> Result<Uuid, StoreError> {
+    let id = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO console_bulk_replays (id, operator, note, tenant_ids, filter, state, planned) \
+         VALUES ($1, $2, $3, $4, $5, 'running', $6)",
+    )
+    .bind(id)
+    .bind(operator)
+    .bind(note)
+    .bind(scope)
+    .bind(sqlx::types::Json(filter))
+    .bind(i32::try_from(planned).unwrap_or(i32::MAX))
+    .execute(db)
+    .await?;
+    Ok(id)
+}
+
+/// A bulk replay by id.
+pub async fn bulk_replay(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+) -> Result<Option<BulkReplay>, StoreError> {
+    Ok(sqlx::query_as::<_, BulkReplay>(
+        "SELECT id, operator, note, tenant_ids, filter, state, planned, replayed, skipped, \
+                cursor_id, created_at, updated_at \
+         FROM console_bulk_replays WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// Takes a running bulk replay nobody works on (none started, or its worker's lease ran
+/// out: that process stopped or died), leasing it for `lease`.
+pub async fn take_bulk_replay(
+    db: impl PgExecutor<'_>,
+    lease: std::time::Duration,
+) -> Result<Option<BulkReplay>, StoreError> {
+    Ok(sqlx::query_as::<_, BulkReplay>(
+        "WITH next AS ( \
+             SELECT id FROM console_bulk_replays \
+             WHERE state = 'running' AND (lease_until IS NULL OR lease_until < now()) \
+             ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED \
+         ) \
+         UPDATE console_bulk_replays b SET lease_until = now() + make_interval(secs => $1) \
+         FROM next WHERE b.id = next.id \
+         RETURNING b.id, b.operator, b.note, b.tenant_ids, b.filter, b.state, b.planned, \
+                   b.replayed, b.skipped, b.cursor_id, b.created_at, b.updated_at",
+    )
+    .bind(lease.as_secs_f64())
+    .fetch_optional(db)
+    .await?)
+}
+
+/// Records a batch's progress and renews the lease; returns the replay's state now
+/// (`stopped` when an operator stopped it meanwhile).
+pub async fn advance_bulk_replay(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    replayed: i32,
+    skipped: i32,
+    cursor_id: Option<Uuid>,
+    finished: bool,
+    lease: std::time::Duration,
+) -> Result<String, StoreError> {
+    Ok(sqlx::query_scalar::<_, String>(
+        "UPDATE console_bulk_replays SET replayed = replayed + $2, skipped = skipped + $3, \
+             cursor_id = COALESCE($4, cursor_id), updated_at = now(), \
+             state = CASE WHEN $5 AND state = 'running' THEN 'done' ELSE state END, \
+             lease_until = CASE WHEN $5 OR state <> 'running' THEN NULL \
+                                ELSE now() + make_interval(secs => $6) END \
+         WHERE id = $1 RETURNING state",
+    )
+    .bind(id)
+    .bind(replayed)
+    .bind(skipped)
+    .bind(cursor_id)
+    .bind(finished)
+    .bind(lease.as_secs_f64())
+    .fetch_one(db)
+    .await?)
+}
+
+/// Stops a running bulk replay, or sets a stopped one running again (it resumes after its
+/// cursor). Returns `false` when it was not in the state to change from. The lease stays:
+/// a worker in the middle of a batch finishes it, sees the state, and lets go.
+pub async fn set_bulk_replay_running(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    running: bool,
+) -> Result<bool, StoreError> {
+    let (from, to) = if running {
+        ("stopped", "running")
+    } else {
+        ("running", "stopped")
+    };
+    let changed = sqlx::query(
+        "UPDATE console_bulk_replays SET state = $3, updated_at = now() \
+         WHERE id = $1 AND state = $2",
+    )
+    .bind(id)
+    .bind(from)
+    .bind(to)
+    .execute(db)
+    .await?;
+    Ok(changed.rows_affected() == 1)
+}

@@ -1,0 +1,937 @@
+//! Every page and action over HTTP: sign-in, roles, form tokens, tenant limits, escaping,
+//! headers, paging, bulk replays. What is asserted is read back from the database.
+
+use super::*;
+use common::outboxctl;
+
+const PAGES: &[&str] = &[
+    "/console",
+    "/console/outbox",
+    "/console/outbox?state=held",
+    "/console/destinations",
+    "/console/audit",
+];
+
+fn assert_security_headers(page: &Page, path: &str) {
+    let header = |name: &str| {
+        page.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_else(|| panic!("{path}: no {name}"))
+    };
+    let csp = header("content-security-policy");
+    assert!(csp.contains("default-src 'self'"), "{path}: {csp}");
+    assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+    assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
+    assert_eq!(header("x-content-type-options"), "nosniff");
+    assert_eq!(header("referrer-policy"), "no-referrer");
+    assert_eq!(header("cache-control"), "no-store");
+}
+
+async fn evidence_and_state(db: &TestDb, id: Uuid) -> (String, Vec<String>) {
+    (state_of(db, id).await, evidence(db, id).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_and_action_needs_a_signed_in_account() {
+    let console = Console::start(TestDb::new().await).await;
+    let tenant = add_tenant(&console.db, "acme", &["ops"]).await;
+    let id = approve_many(&console.db, tenant.id, "ops", 1).await[0];
+    let alert = format!("/console/alerts/{id}");
+    for path in PAGES.iter().copied().chain([alert.as_str()]) {
+        let page = console.get(None, path).await;
+        assert_eq!(page.status, StatusCode::SEE_OTHER, "{path}");
+        assert_eq!(page.location(), "/console/login", "{path}");
+        assert_security_headers(&page, path);
+    }
+    let forged = Session {
+        cookie: "outbox_console=not-a-session".into(),
+        csrf: String::new(),
+    };
+    assert_eq!(
+        console.get(Some(&forged), "/console").await.location(),
+        "/console/login"
+    );
+    let before = evidence_and_state(&console.db, id).await;
+    let post = console
+        .post(
+            None,
+            &format!("{alert}/resolve"),
+            &[("resolution", "abandon"), ("note", "x")],
+        )
+        .await;
+    assert_eq!(post.location(), "/console/login");
+    assert_eq!(evidence_and_state(&console.db, id).await, before);
+
+    let login = console.get(None, "/console/login").await;
+    assert_eq!(login.status, StatusCode::OK);
+    assert_security_headers(&login, "/console/login");
+    let css = console.get(None, "/console/static/console.css").await;
+    assert_eq!(css.headers["content-type"], "text/css; charset=utf-8");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outboxctl_creates_accounts_whose_password_is_shown_once_and_stored_hashed() {
+    let console = Console::start(TestDb::new().await).await;
+    add_tenant(&console.db, "acme", &["ops"]).await;
+    let add = outboxctl(
+        &console.db,
+        &["operator", "add", "alice", "--role", "operator"],
+    )
+    .await;
+    assert!(add.ok, "{}", add.stderr);
+    let password = add.stdout.trim().to_owned();
+    assert!(password.len() >= 40, "{password}");
+    let stored: String =
+        sqlx::query_scalar("SELECT password_hash FROM operator_accounts WHERE name = 'alice'")
+            .fetch_one(&console.db.pool)
+            .await
+            .unwrap();
+    assert!(stored.starts_with("$argon2id$"), "{stored}");
+    assert!(!stored.contains(&password));
+
+    let limited = outboxctl(
+        &console.db,
+        &[
+            "operator",
+            "add",
+            "bob",
+            "--role",
+            "viewer",
+            "--tenants",
+            "acme",
+        ],
+    )
+    .await;
+    assert!(limited.ok, "{}", limited.stderr);
+    let list = outboxctl(&console.db, &["operator", "list"]).await;
+    assert!(
+        list.stdout.contains("alice") && list.stdout.contains("all"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        list.stdout.contains("bob") && list.stdout.contains("acme"),
+        "{}",
+        list.stdout
+    );
+    assert!(!list.stdout.contains(&password));
+
+    // Bad input: a one-line reason, a non-zero exit, nothing written.
+    for args in [
+        &["operator", "add", "<b>", "--role", "operator"][..],
+        &[
+            "operator", "add", "carol", "--role", "operator", "--tenant", "nope",
+        ][..],
+        &["operator", "add", "alice", "--role", "viewer"][..],
+        &["operator", "remove", "nobody"][..],
+    ] {
+        let run = outboxctl(&console.db, args).await;
+        assert!(!run.ok, "{args:?}");
+        assert_eq!(run.stderr.lines().count(), 1, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.starts_with("error:"), "{}", run.stderr);
+    }
+    assert_eq!(console.db.count("operator_accounts").await, 2);
+
+    let wrong = console
+        .post(
+            None,
+            "/console/login",
+            &[("name", "alice"), ("password", "guess")],
+        )
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert!(wrong.headers.get("set-cookie").is_none());
+    let nobody = console
+        .post(
+            None,
+            "/console/login",
+            &[("name", "nobody"), ("password", "guess")],
+        )
+        .await;
+    assert_eq!(nobody.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(console.db.count("console_sessions").await, 0);
+
+    let login = console
+        .post(
+            None,
+            "/console/login",
+            &[("name", "alice"), ("password", &password)],
+        )
+        .await;
+    let set_cookie = login.headers["set-cookie"].to_str().unwrap().to_owned();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+        assert!(set_cookie.contains(attribute), "{set_cookie}");
+    }
+    assert!(!set_cookie.contains("Secure"), "{set_cookie}");
+    let session_id = set_cookie
+        .split(';')
+        .next()
+        .unwrap()
+        .split_once('=')
+        .unwrap()
+        .1
+        .to_owned();
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT id_sha256 FROM console_sessions")
+        .fetch_one(&console.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 32);
+    assert_ne!(stored, session_id.as_bytes());
+
+    let session = console.sign_in("alice", &password).await;
+    assert!(console
+        .get(Some(&session), "/console")
+        .await
+        .body
+        .contains("alice"));
+    let refused = console
+        .post(Some(&session), "/console/logout", &[("csrf", "wrong")])
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    let out = console
+        .post(
+            Some(&session),
+            "/console/logout",
+            &[("csrf", &session.csrf)],
+        )
+        .await;
+    assert_eq!(out.location(), "/console/login");
+    assert_eq!(
+        console.get(Some(&session), "/console").await.location(),
+        "/console/login"
+    );
+
+    assert_eq!(
+        console.db.count("console_sessions").await,
+        1,
+        "the first sign-in is still open"
+    );
+    let removed = outboxctl(&console.db, &["operator", "remove", "alice"]).await;
+    assert!(removed.ok, "{}", removed.stderr);
+    assert_eq!(
+        console.db.count("console_sessions").await,
+        0,
+        "alice's sessions end with her"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secure_cookies_are_marked_secure() {
+    let console = Console::start_with(
+        TestDb::new().await,
+        outbox_console::ConsoleConfig {
+            secure_cookies: true,
+            ..outbox_console::ConsoleConfig::default()
+        },
+    )
+    .await;
+    let password = console.account("alice", "viewer", None).await;
+    let login = console
+        .post(
+            None,
+            "/console/login",
+            &[("name", "alice"), ("password", &password)],
+        )
+        .await;
+    assert!(login.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .contains("; Secure"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_reads_every_page_but_sees_no_action_and_cannot_act() {
+    let db = TestDb::new().await;
+    let (_sink, _, ids) = held_alerts(&db, "acme", 1).await;
+    let console = Console::start(db).await;
+    let viewer = console.signed_in("vera", "viewer", None).await;
+    let alert = format!("/console/alerts/{}", ids[0]);
+    for path in PAGES.iter().copied().chain([alert.as_str()]) {
+        let page = console.get(Some(&viewer), path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+        assert_security_headers(&page, path);
+        for action in ["Replay…", "Resolve:", "Disable</button>", "bulk-link"] {
+            assert!(
+                !page.body.contains(action),
+                "{path} shows {action} to a viewer"
+            );
+        }
+    }
+    let page = console.get(Some(&viewer), &alert).await;
+    assert!(
+        page.body.contains("held for reconciliation"),
+        "{}",
+        page.body
+    );
+
+    let before = evidence_and_state(&console.db, ids[0]).await;
+    assert_eq!(
+        console
+            .get(Some(&viewer), &format!("{alert}/replay"))
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    // A forged POST with the viewer's own valid token: refused by role.
+    let forged = console
+        .post(
+            Some(&viewer),
+            &format!("{alert}/replay"),
+            &[("csrf", &viewer.csrf), ("note", "sneaky")],
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    assert!(forged.body.contains("viewer"), "{}", forged.body);
+    assert_eq!(evidence_and_state(&console.db, ids[0]).await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_replays_with_a_note_after_a_confirm_page_and_the_evidence_names_them() {
+    let db = TestDb::new().await;
+    let (_sink, _, ids) = held_alerts(&db, "acme", 2).await;
+    let console = Console::start(db).await;
+    let alice = console.signed_in("alice", "operator", None).await;
+    let alert = format!("/console/alerts/{}", ids[0]);
+    let path = format!("{alert}/replay");
+
+    let page = console.get(Some(&alice), &alert).await;
+    assert!(
+        page.body.contains(&format!("href=\"{path}\"")),
+        "{}",
+        page.body
+    );
+    let confirm = console.get(Some(&alice), &path).await;
+    assert_eq!(confirm.status, StatusCode::OK);
+    assert!(confirm.body.contains("name=\"note\""), "{}", confirm.body);
+
+    let before = evidence_and_state(&console.db, ids[0]).await;
+    let refusals = [
+        (vec![("note", "no token")], StatusCode::FORBIDDEN),
+        (
+            vec![("csrf", "forged"), ("note", "wrong token")],
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            vec![("csrf", alice.csrf.as_str()), ("note", "  ")],
+            StatusCode::BAD_REQUEST,
+        ),
+    ];
+    for (form, status) in refusals {
+        let refused = console.post(Some(&alice), &path, &form).await;
+        assert_eq!(refused.status, status, "{form:?}: {}", refused.body);
+        assert_eq!(evidence_and_state(&console.db, ids[0]).await, before);
+    }
+    // A POST from another site's page is refused even with the right token.
+    let cross = console
+        .http
+        .post(format!("{}{path}", console.base))
+        .header("cookie", &alice.cookie)
+        .header("origin", "http://evil.example")
+        .form(&[("csrf", alice.csrf.as_str()), ("note", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross.status(), StatusCode::FORBIDDEN);
+    assert_eq!(evidence_and_state(&console.db, ids[0]).await, before);
+
+    let done = console
+        .post(
+            Some(&alice),
+            &path,
+            &[
+                ("csrf", &alice.csrf),
+                ("note", "vendor confirmed the outage"),
+            ],
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert_eq!(done.location(), alert);
+    assert_eq!(state_of(&console.db, ids[0]).await, "pending");
+    let console_line = evidence(&console.db, ids[0]).await.pop().unwrap();
+
+    // The same action through outboxctl --actor alice writes the same line.
+    let cli = outboxctl(
+        &console.db,
+        &[
+            "replay",
+            &ids[1].to_string(),
+            "--note",
+            "vendor confirmed the outage",
+            "--actor",
+            "alice",
+        ],
+    )
+    .await;
+    assert!(cli.ok, "{}", cli.stderr);
+    assert_eq!(
+        evidence(&console.db, ids[1]).await.pop().unwrap(),
+        console_line
+    );
+    let actors: Vec<String> = sqlx::query_scalar(
+        "SELECT actor FROM alert_events WHERE alert_id = ANY($1) AND actor LIKE 'operator:%'",
+    )
+    .bind(&ids)
+    .fetch_all(&console.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(actors, ["operator:alice", "operator:alice"]);
+
+    // The store's rule refuses a second replay; the page says why and nothing changes.
+    let after = evidence_and_state(&console.db, ids[0]).await;
+    let again = console
+        .post(
+            Some(&alice),
+            &path,
+            &[("csrf", &alice.csrf), ("note", "again")],
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    assert!(again.body.contains("only held or failed"), "{}", again.body);
+    assert_eq!(evidence_and_state(&console.db, ids[0]).await, after);
+
+    let audit = console.get(Some(&alice), "/console/audit").await;
+    assert!(
+        audit.body.contains("vendor confirmed the outage"),
+        "{}",
+        audit.body
+    );
+    assert!(audit.body.contains(&ids[0].to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolutions_need_a_note_and_a_confirm_and_go_through_the_store() {
+    let db = TestDb::new().await;
+    let (_sink, _, ids) = held_alerts(&db, "acme", 3).await;
+    let console = Console::start(db).await;
+    let alice = console.signed_in("alice", "operator", None).await;
+    let resolve = |id: Uuid| format!("/console/alerts/{id}/resolve");
+
+    for (resolution, id) in [
+        ("accepted", ids[0]),
+        ("not-delivered", ids[1]),
+        ("abandon", ids[2]),
+    ] {
+        let confirm = console
+            .get(Some(&alice), &format!("{}?as={resolution}", resolve(id)))
+            .await;
+        assert_eq!(confirm.status, StatusCode::OK, "{}", confirm.body);
+        assert!(confirm.body.contains(&format!("value=\"{resolution}\"")));
+    }
+    let unknown = console
+        .get(Some(&alice), &format!("{}?as=guess", resolve(ids[0])))
+        .await;
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
+
+    let before = evidence_and_state(&console.db, ids[0]).await;
+    let no_reference = console
+        .post(
+            Some(&alice),
+            &resolve(ids[0]),
+            &[
+                ("csrf", &alice.csrf),
+                ("resolution", "accepted"),
+                ("note", "seen"),
+            ],
+        )
+        .await;
+    assert_eq!(no_reference.status, StatusCode::BAD_REQUEST);
+    assert_eq!(evidence_and_state(&console.db, ids[0]).await, before);
+
+    let form = |resolution: &'static str, reference: &'static str| {
+        vec![
+            ("csrf", alice.csrf.clone()),
+            ("resolution", resolution.to_owned()),
+            ("reference", reference.to_owned()),
+            ("note", format!("checked: {resolution}")),
+        ]
+    };
+    for (id, resolution, reference, state) in [
+        (ids[0], "accepted", "INV-42", "accepted"),
+        (ids[1], "not-delivered", "", "pending"),
+        (ids[2], "abandon", "", "failed"),
+    ] {
+        let fields = form(resolution, reference);
+        let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let done = console.post(Some(&alice), &resolve(id), &fields).await;
+        assert_eq!(
+            done.status,
+            StatusCode::SEE_OTHER,
+            "{resolution}: {}",
+            done.body
+        );
+        assert_eq!(state_of(&console.db, id).await, state);
+        let line = evidence(&console.db, id).await.pop().unwrap();
+        assert!(
+            line.contains("by alice") && line.contains(&format!("checked: {resolution}")),
+            "{line}"
+        );
+    }
+    let reference: Option<String> =
+        sqlx::query_scalar("SELECT destination_reference FROM alerts WHERE id = $1")
+            .bind(ids[0])
+            .fetch_one(&console.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(reference.as_deref(), Some("INV-42"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_limited_to_a_tenant_cannot_read_or_act_past_it() {
+    let db = TestDb::new().await;
+    let (_a, acme, acme_ids) = held_alerts(&db, "acme", 2).await;
+    let (_g, _, globex_ids) = held_alerts(&db, "globex", 2).await;
+    let console = Console::start(db).await;
+    // globex's operator acts first, so the audit log has a line to hide.
+    let all = console.signed_in("root", "operator", None).await;
+    let replay = |id: Uuid| format!("/console/alerts/{id}/replay");
+    let done = console
+        .post(
+            Some(&all),
+            &replay(globex_ids[1]),
+            &[("csrf", &all.csrf), ("note", "globex secret note")],
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER);
+
+    let ann = console.signed_in("ann", "operator", Some(&[acme])).await;
+    for path in [
+        "/console",
+        "/console/outbox?state=held",
+        "/console/outbox",
+        "/console/destinations",
+        "/console/audit",
+    ] {
+        let page = console.get(Some(&ann), path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}");
+        for id in &globex_ids {
+            assert!(
+                !page.body.contains(&id.to_string()),
+                "{path} shows globex's {id}"
+            );
+        }
+        assert!(!page.body.contains("globex"), "{path} names globex");
+    }
+    let listed = console.get(Some(&ann), "/console/outbox?state=held").await;
+    assert!(acme_ids
+        .iter()
+        .all(|id| listed.body.contains(&id.to_string())));
+    let asked = console
+        .get(Some(&ann), "/console/outbox?tenant=globex")
+        .await;
+    assert!(asked.body.contains("No alert matches."), "{}", asked.body);
+    let overview = console.get(Some(&ann), "/console").await;
+    assert!(
+        overview.body.contains("id=\"held-count\">2<"),
+        "{}",
+        overview.body
+    );
+
+    let globex_alert = format!("/console/alerts/{}", globex_ids[0]);
+    assert_eq!(
+        console.get(Some(&ann), &globex_alert).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        console.get(Some(&ann), &replay(globex_ids[0])).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let before = evidence_and_state(&console.db, globex_ids[0]).await;
+    let forged = console
+        .post(
+            Some(&ann),
+            &replay(globex_ids[0]),
+            &[("csrf", &ann.csrf), ("note", "not mine")],
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::NOT_FOUND);
+    assert_eq!(evidence_and_state(&console.db, globex_ids[0]).await, before);
+
+    let globex_destination: Uuid = sqlx::query_scalar(
+        "SELECT d.id FROM destinations d JOIN tenants t ON t.id = d.tenant_id WHERE t.name = 'globex'",
+    )
+    .fetch_one(&console.db.pool)
+    .await
+    .unwrap();
+    let toggle = console
+        .post(
+            Some(&ann),
+            &format!("/console/destinations/{globex_destination}/enabled"),
+            &[("csrf", &ann.csrf), ("enabled", "false")],
+        )
+        .await;
+    assert_eq!(toggle.status, StatusCode::NOT_FOUND);
+    let enabled: bool = sqlx::query_scalar("SELECT enabled FROM destinations WHERE id = $1")
+        .bind(globex_destination)
+        .fetch_one(&console.db.pool)
+        .await
+        .unwrap();
+    assert!(enabled);
+    // Bulk replays count only the account's tenants.
+    let dry = console
+        .get(Some(&ann), "/console/bulk-replay?state=held")
+        .await;
+    assert!(dry.body.contains("id=\"dry-run-count\">2<"), "{}", dry.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_text_is_shown_as_text() {
+    let console = Console::start(TestDb::new().await).await;
+    let tenant = add_tenant(&console.db, "acme", &["ops"]).await;
+    let script = "<script>alert(1)</script>";
+    let payload = json!({"vendor": script, "note": "\"quoted\" & 'single'"}).to_string();
+    let subject = format!("contract:{script}\u{202e}gpj.exe");
+    let outcome = outbox_store::alerts::approve(
+        &console.db.pool,
+        outbox_store::alerts::Approval {
+            tenant_id: tenant.id,
+            destination: "ops",
+            subject: &subject,
+            occurrence: "2027-01-31/30d",
+            payload_json: &payload,
+            actor: "test",
+        },
+    )
+    .await
+    .unwrap();
+    let outbox_store::alerts::ApproveOutcome::Created(id) = outcome else {
+        panic!("{outcome:?}")
+    };
+    let viewer = console.signed_in("vera", "viewer", None).await;
+    for path in [
+        format!("/console/alerts/{id}"),
+        "/console/outbox".to_owned(),
+    ] {
+        let page = console.get(Some(&viewer), &path).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(!page.body.contains("<script>"), "{path}: {}", page.body);
+        assert!(
+            page.body
+                .contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
+            "{path}: {}",
+            page.body
+        );
+        assert!(
+            !page.body.contains('\u{202e}'),
+            "{path} sends the bidi override"
+        );
+        assert!(page.body.contains("\\u{202e}"), "{path}: {}", page.body);
+    }
+    // A search for markup is escaped back into the form, not run.
+    let search = console
+        .get(
+            Some(&viewer),
+            "/console/outbox?subject=%22%3E%3Cscript%3Ealert(2)%3C%2Fscript%3E",
+        )
+        .await;
+    assert!(!search.body.contains("<script>alert(2)"), "{}", search.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_list_filters_and_pages_by_keyset() {
+    let console = Console::start(TestDb::new().await).await;
+    let tenant = add_tenant(&console.db, "acme", &["ops"]).await;
+    let ids = approve_many(&console.db, tenant.id, "ops", 120).await;
+    let viewer = console.signed_in("vera", "viewer", None).await;
+
+    let mut seen = Vec::new();
+    let mut path = "/console/outbox?tenant=acme&state=pending".to_owned();
+    loop {
+        let page = console.get(Some(&viewer), &path).await;
+        assert_eq!(page.status, StatusCode::OK);
+        let rows: Vec<Uuid> = page
+            .body
+            .split("class=\"alert-link\" href=\"/console/alerts/")
+            .skip(1)
+            .map(|rest| Uuid::parse_str(&rest[..36]).unwrap())
+            .collect();
+        assert!(rows.len() <= 50);
+        seen.extend(rows);
+        match page.body.split("href=\"").find_map(|rest| {
+            let link = rest.split('"').next().unwrap();
+            (link.contains("before=") && rest.contains("id=\"older\""))
+                .then(|| link.replace("&amp;", "&").replace("&#x2f;", "/"))
+        }) {
+            Some(next) => {
+                assert!(next.contains("tenant=acme&state=pending"), "{next}");
+                path = next;
+            }
+            None => break,
+        }
+    }
+    let mut expected = ids.clone();
+    expected.reverse();
+    assert_eq!(seen, expected, "newest first, each alert once");
+
+    let one = console
+        .get(Some(&viewer), "/console/outbox?subject=A-117")
+        .await;
+    assert_eq!(one.body.matches("class=\"alert-link\"").count(), 1);
+    let future = console
+        .get(Some(&viewer), "/console/outbox?from=2999-01-01T00%3A00")
+        .await;
+    assert!(future.body.contains("No alert matches."));
+    let past = console
+        .get(Some(&viewer), "/console/outbox?to=2000-01-01T00%3A00")
+        .await;
+    assert!(past.body.contains("No alert matches."));
+    let now_range = console
+        .get(
+            Some(&viewer),
+            "/console/outbox?from=2000-01-01T00%3A00&to=2999-01-01T00%3A00",
+        )
+        .await;
+    assert_eq!(now_range.body.matches("class=\"alert-link\"").count(), 50);
+    for bad in ["state=lost", "from=yesterday", "before=nope"] {
+        let page = console
+            .get(Some(&viewer), &format!("/console/outbox?{bad}"))
+            .await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destinations_are_switched_off_and_on_by_operators_with_an_audit_line() {
+    let console = Console::start(TestDb::new().await).await;
+    add_tenant(&console.db, "acme", &["ops"]).await;
+    let alice = console.signed_in("alice", "operator", None).await;
+    let id: Uuid = sqlx::query_scalar("SELECT id FROM destinations")
+        .fetch_one(&console.db.pool)
+        .await
+        .unwrap();
+    let path = format!("/console/destinations/{id}/enabled");
+    let page = console.get(Some(&alice), "/console/destinations").await;
+    assert!(
+        page.body.contains(&format!("action=\"{path}\"")),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("<td>hold</td>"), "{}", page.body);
+
+    let switch = |value: &'static str| {
+        let (console, alice, path) = (&console, &alice, &path);
+        async move {
+            console
+                .post(
+                    Some(alice),
+                    path,
+                    &[("csrf", &alice.csrf), ("enabled", value)],
+                )
+                .await
+        }
+    };
+    let off = switch("false").await;
+    assert_eq!(off.status, StatusCode::SEE_OTHER);
+    let (enabled, reason): (bool, Option<String>) =
+        sqlx::query_as("SELECT enabled, disabled_reason FROM destinations WHERE id = $1")
+            .bind(id)
+            .fetch_one(&console.db.pool)
+            .await
+            .unwrap();
+    assert!(!enabled);
+    assert_eq!(reason.as_deref(), Some("disabled by alice"));
+    let overview = console.get(Some(&alice), "/console").await;
+    assert!(
+        overview.body.contains("disabled: disabled by alice"),
+        "{}",
+        overview.body
+    );
+    let audit = console.get(Some(&alice), "/console/audit").await;
+    assert!(
+        audit.body.contains("destination disabled"),
+        "{}",
+        audit.body
+    );
+    assert!(audit.body.contains("acme&#x2f;ops"), "{}", audit.body);
+
+    let on = switch("true").await;
+    assert_eq!(on.status, StatusCode::SEE_OTHER);
+    let enabled: bool = sqlx::query_scalar("SELECT enabled FROM destinations WHERE id = $1")
+        .bind(id)
+        .fetch_one(&console.db.pool)
+        .await
+        .unwrap();
+    assert!(enabled);
+    assert_eq!(switch("maybe").await.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_replay_counts_first_then_replays_each_alert_once_in_the_background() {
+    let db = TestDb::new().await;
+    let (_sink, _, ids) = held_alerts(&db, "acme", 7).await;
+    let console = Console::start_with(
+        db,
+        outbox_console::ConsoleConfig {
+            bulk_batch: 3,
+            ..outbox_console::ConsoleConfig::default()
+        },
+    )
+    .await;
+    let alice = console.signed_in("alice", "operator", None).await;
+    let list = console
+        .get(Some(&alice), "/console/outbox?state=held")
+        .await;
+    assert!(list.body.contains("id=\"bulk-link\""), "{}", list.body);
+
+    let events = console.db.count("alert_events").await;
+    let dry = console
+        .get(Some(&alice), "/console/bulk-replay?state=held&tenant=acme")
+        .await;
+    assert!(dry.body.contains("id=\"dry-run-count\">7<"), "{}", dry.body);
+    assert_eq!(
+        console.db.count("alert_events").await,
+        events,
+        "a dry run changes nothing"
+    );
+    let not_replayable = console
+        .get(Some(&alice), "/console/bulk-replay?state=accepted")
+        .await;
+    assert_eq!(not_replayable.status, StatusCode::BAD_REQUEST);
+
+    let started = console
+        .post(
+            Some(&alice),
+            "/console/bulk-replay",
+            &[
+                ("csrf", &alice.csrf),
+                ("state", "held"),
+                ("tenant", "acme"),
+                ("note", "relay back up"),
+            ],
+        )
+        .await;
+    assert_eq!(started.status, StatusCode::SEE_OTHER, "{}", started.body);
+    let progress = started.location().to_owned();
+    wait_for_db(
+        &console.db,
+        "SELECT count(*) FROM console_bulk_replays WHERE state = 'done' AND replayed = 7",
+        |n| n == 1,
+    )
+    .await;
+    for id in &ids {
+        assert_eq!(state_of(&console.db, *id).await, "pending");
+        let replays = evidence(&console.db, *id)
+            .await
+            .into_iter()
+            .filter(|line| line.starts_with("replayed by alice") && line.contains("relay back up"))
+            .count();
+        assert_eq!(replays, 1, "{id}");
+    }
+    let page = console.get(Some(&alice), &progress).await;
+    assert!(
+        page.body.contains("id=\"bulk-replayed\">7<"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("id=\"bulk-state\">done<"),
+        "{}",
+        page.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_replay_left_half_done_by_a_dead_worker_resumes_after_its_cursor() {
+    let db = TestDb::new().await;
+    let (_sink, _, ids) = held_alerts(&db, "acme", 5).await;
+    let filter = outbox_store::console::AlertFilter {
+        state: Some(outbox_core::AlertState::Held),
+        ..Default::default()
+    };
+    let run =
+        outbox_store::console::create_bulk_replay(&db.pool, "alice", "resume me", None, &filter, 5)
+            .await
+            .unwrap();
+    // A worker took it, replayed the two newest alerts, recorded its cursor, and died.
+    let taken = outbox_store::console::take_bulk_replay(&db.pool, Duration::from_millis(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(taken.id, run);
+    for id in ids.iter().rev().take(2) {
+        outbox_store::operator::replay(&db.pool, *id, "alice", "resume me")
+            .await
+            .unwrap();
+    }
+    outbox_store::console::advance_bulk_replay(
+        &db.pool,
+        run,
+        2,
+        0,
+        Some(ids[3]),
+        false,
+        Duration::from_millis(1),
+    )
+    .await
+    .unwrap();
+
+    let console = Console::start(db).await;
+    wait_for_db(
+        &console.db,
+        "SELECT count(*) FROM console_bulk_replays WHERE state = 'done' AND replayed = 5 AND skipped = 0",
+        |n| n == 1,
+    )
+    .await;
+    for id in &ids {
+        let replays = evidence(&console.db, *id)
+            .await
+            .into_iter()
+            .filter(|line| line.starts_with("replayed by alice"))
+            .count();
+        assert_eq!(replays, 1, "{id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
+    let db = TestDb::new().await;
+    let (_sink, _, _ids) = held_alerts(&db, "acme", 3).await;
+    let run = outbox_store::console::create_bulk_replay(
+        &db.pool,
+        "alice",
+        "later",
+        None,
+        &outbox_store::console::AlertFilter {
+            state: Some(outbox_core::AlertState::Held),
+            ..Default::default()
+        },
+        3,
+    )
+    .await
+    .unwrap();
+    assert!(
+        outbox_store::console::set_bulk_replay_running(&db.pool, run, false)
+            .await
+            .unwrap()
+    );
+    let console = Console::start(db).await;
+    let alice = console.signed_in("alice", "operator", None).await;
+    let page = console
+        .get(Some(&alice), &format!("/console/bulk-replay/{run}"))
+        .await;
+    assert!(page.body.contains("id=\"resume\""), "{}", page.body);
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM alerts WHERE outcome = 'held'")
+            .fetch_one(&console.db.pool)
+            .await
+            .unwrap(),
+        3,
+        "a stopped run replays nothing"
+    );
+    let resumed = console
+        .post(
+            Some(&alice),
+            &format!("/console/bulk-replay/{run}/running"),
+            &[("csrf", &alice.csrf), ("running", "true")],
+        )
+        .await;
+    assert_eq!(resumed.status, StatusCode::SEE_OTHER);
+    wait_for_db(
+        &console.db,
+        "SELECT count(*) FROM alerts WHERE outcome = 'held'",
+        |n| n == 0,
+    )
+    .await;
+    let audit = console.get(Some(&alice), "/console/audit").await;
+    assert!(audit.body.contains("bulk replay resumed"), "{}", audit.body);
+}

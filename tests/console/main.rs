@@ -1,0 +1,187 @@
+//! The operator console over a real database: every page and action over HTTP (`http`),
+//! and the whole path in a real headless Chromium driven through WebDriver (`browser`),
+//! with a real dispatcher and sink producing and delivering the alerts.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod browser;
+mod http;
+
+use common::add_tenant;
+use common::procs::*;
+use outbox_testkit::TestDb;
+use reqwest::header::HeaderMap;
+use reqwest::StatusCode;
+use serde_json::json;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+/// The console served in-process on a real socket, over its own database.
+#[derive(Debug)]
+pub(crate) struct Console {
+    pub(crate) db: TestDb,
+    pub(crate) base: String,
+    pub(crate) http: reqwest::Client,
+    server: JoinHandle<()>,
+}
+
+/// A signed-in browser, as far as HTTP goes: its cookie and its form token.
+#[derive(Debug, Clone)]
+pub(crate) struct Session {
+    pub(crate) cookie: String,
+    pub(crate) csrf: String,
+}
+
+/// A page as the console answered it.
+#[derive(Debug)]
+pub(crate) struct Page {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: String,
+}
+
+impl Page {
+    pub(crate) fn location(&self) -> &str {
+        self.headers
+            .get("location")
+            .map(|v| v.to_str().unwrap())
+            .unwrap_or("")
+    }
+}
+
+impl Console {
+    pub(crate) async fn start(db: TestDb) -> Self {
+        Self::start_with(db, outbox_console::ConsoleConfig::default()).await
+    }
+
+    pub(crate) async fn start_with(db: TestDb, config: outbox_console::ConsoleConfig) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let pool = db.pool.clone();
+        let server = tokio::spawn(async move {
+            outbox_console::serve(
+                listener,
+                pool,
+                outbox_runtime::http_server::ServerLimits::default(),
+                config,
+                std::future::pending(),
+            )
+            .await
+            .unwrap();
+        });
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        Console {
+            db,
+            base,
+            http,
+            server,
+        }
+    }
+
+    /// Creates an account straight in the store; returns its password.
+    pub(crate) async fn account(&self, name: &str, role: &str, tenants: Option<&[Uuid]>) -> String {
+        let password = outbox_console::new_password();
+        let hash = outbox_console::hash_password(&password).unwrap();
+        outbox_store::operator_accounts::create(&self.db.pool, name, role, tenants, &hash)
+            .await
+            .unwrap();
+        password
+    }
+
+    pub(crate) async fn sign_in(&self, name: &str, password: &str) -> Session {
+        let page = self
+            .post(
+                None,
+                "/console/login",
+                &[("name", name), ("password", password)],
+            )
+            .await;
+        assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+        let set_cookie = page.headers.get("set-cookie").unwrap().to_str().unwrap();
+        let cookie = set_cookie.split(';').next().unwrap().to_owned();
+        let mut session = Session {
+            cookie,
+            csrf: String::new(),
+        };
+        let overview = self.get(Some(&session), "/console").await;
+        assert_eq!(overview.status, StatusCode::OK, "{}", overview.body);
+        session.csrf = csrf_of(&overview.body);
+        session
+    }
+
+    /// An account of `role` (every tenant unless `tenants`), signed in.
+    pub(crate) async fn signed_in(
+        &self,
+        name: &str,
+        role: &str,
+        tenants: Option<&[Uuid]>,
+    ) -> Session {
+        let password = self.account(name, role, tenants).await;
+        self.sign_in(name, &password).await
+    }
+
+    pub(crate) async fn get(&self, session: Option<&Session>, path: &str) -> Page {
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        if let Some(session) = session {
+            request = request.header("cookie", &session.cookie);
+        }
+        page(request.send().await.unwrap()).await
+    }
+
+    pub(crate) async fn post(
+        &self,
+        session: Option<&Session>,
+        path: &str,
+        form: &[(&str, &str)],
+    ) -> Page {
+        let mut request = self.http.post(format!("{}{path}", self.base)).form(form);
+        if let Some(session) = session {
+            request = request.header("cookie", &session.cookie);
+        }
+        page(request.send().await.unwrap()).await
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn page(response: reqwest::Response) -> Page {
+    Page {
+        status: response.status(),
+        headers: response.headers().clone(),
+        body: response.text().await.unwrap(),
+    }
+}
+
+/// The form token in a page.
+pub(crate) fn csrf_of(body: &str) -> String {
+    let marker = "name=\"csrf\" value=\"";
+    let start = body.find(marker).expect("a form with a token") + marker.len();
+    body[start..].split('"').next().unwrap().to_owned()
+}
+
+/// `n` alerts held at a plain destination (`on_uncertain` hold, no keys, no lookup) whose
+/// answers the sink lost: a real dispatcher made them held. The sink then answers again.
+pub(crate) async fn held_alerts(db: &TestDb, tenant: &str, n: usize) -> (Sink, Uuid, Vec<Uuid>) {
+    let sink = Sink::start(&["--drop-response-rate", "1"]).await;
+    let tenant_row = add_tenant(db, tenant, &[]).await;
+    add_destination(db, tenant_row.id, "ops", &sink.hook_url(), |_| {}).await;
+    let ids = approve_many(db, tenant_row.id, "ops", n).await;
+    drain(db, &format!("w-{tenant}"), &[]).await;
+    for id in &ids {
+        assert_eq!(state_of(db, *id).await, "held");
+    }
+    sink.faults(json!({"drop_response_rate": 0.0})).await;
+    (sink, tenant_row.id, ids)
+}
