@@ -428,3 +428,49 @@ async fn a_named_replay_refused_for_one_alert_replays_none() {
     );
     assert_eq!(counts(&db).await, before);
 }
+
+/// A held alert that a later revision corrected may not be resolved "not delivered": that
+/// would send the outdated payload again, after its correction. Recording what happened
+/// (accepted, or abandoned) stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrected_alert_is_never_resolved_not_delivered() {
+    let (db, _sink, ids) = three_held().await;
+    let original = ids[0].to_string();
+    revise(&db, &original, r#"{"alert": 0, "text": "corrected"}"#).await;
+    let before = counts(&db).await;
+
+    refused(
+        &outboxctl(
+            &db,
+            &[
+                "resolve",
+                &original,
+                "--not-delivered",
+                "--note",
+                "not in the portal",
+            ],
+        )
+        .await,
+        "has been corrected by a later revision",
+    );
+    assert_eq!(state_of(&db, ids[0]).await, "held");
+    assert_eq!(
+        counts(&db).await,
+        before,
+        "a refused resolve writes nothing"
+    );
+
+    let abandoned = outboxctl(
+        &db,
+        &[
+            "resolve",
+            &original,
+            "--abandon",
+            "--note",
+            "the revision replaces it",
+        ],
+    )
+    .await;
+    assert!(abandoned.ok, "{}", abandoned.stderr);
+    assert_eq!(state_of(&db, ids[0]).await, "failed");
+}

@@ -330,13 +330,20 @@ impl Standing {
         Ok(refusal)
     }
 
-    /// Why an operator may not resolve this alert, or `None` when they may: only an
-    /// uncertain or held alert, and not while a dispatcher holds it.
-    pub fn resolve_refusal(&self) -> Result<Option<String>, StoreError> {
+    /// Why an operator may not resolve this alert so, or `None` when they may: only an
+    /// uncertain or held alert, not while a dispatcher holds it, and never "not delivered"
+    /// once a later revision corrected it (that would send the outdated payload again,
+    /// after the correction; recording what happened, accepted or abandoned, stays open).
+    pub fn resolve_refusal(&self, resolution: &Resolution) -> Result<Option<String>, StoreError> {
         let alert_id = self.alert_id;
         let state = self.state()?;
         let refusal = match state {
-            AlertState::Uncertain | AlertState::Held => None,
+            AlertState::Uncertain | AlertState::Held => match (resolution, self.latest_revision) {
+                (Resolution::NotDelivered, Some(latest)) => Some(format!(
+                    "alert {alert_id} has been corrected by a later revision ({latest}); sending it again would deliver the outdated payload: resolve it as accepted or abandoned"
+                )),
+                _ => None,
+            },
             AlertState::Sending => Some(format!(
                 "a dispatcher is working on alert {alert_id} right now; resolve it once it is no longer sending"
             )),
@@ -424,7 +431,7 @@ pub async fn resolve(
     note: &str,
 ) -> Result<(), StoreError> {
     let alert = standing(tx, alert_id, true).await?;
-    if let Some(why) = alert.resolve_refusal()? {
+    if let Some(why) = alert.resolve_refusal(resolution)? {
         return Err(StoreError::Refused(why));
     }
     let from = alert.state()?;
