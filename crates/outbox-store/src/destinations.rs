@@ -194,16 +194,7 @@ pub async fn create_with_id(
     .bind(i32::try_from(new.max_in_flight).unwrap_or(i32::MAX))
     .execute(db)
     .await
-    .map_err(|err| {
-        if StoreError::is_unique_violation(&err) {
-            StoreError::AlreadyExists {
-                what: "destination",
-                name: new.name.clone(),
-            }
-        } else {
-            StoreError::Database(err)
-        }
-    })?;
+    .map_err(|err| name_taken(err, &new.name))?;
     Ok(id)
 }
 
@@ -240,16 +231,7 @@ pub async fn create_email_with_id(
     .bind(&email.smtp_ca_pem)
     .execute(db)
     .await
-    .map_err(|err| {
-        if StoreError::is_unique_violation(&err) {
-            StoreError::AlreadyExists {
-                what: "destination",
-                name: new.name.clone(),
-            }
-        } else {
-            StoreError::Database(err)
-        }
-    })?;
+    .map_err(|err| name_taken(err, &new.name))?;
     Ok(id)
 }
 
@@ -290,16 +272,7 @@ pub async fn create_email_api_with_id(
     .bind(&api.bearer_token)
     .execute(db)
     .await
-    .map_err(|err| {
-        if StoreError::is_unique_violation(&err) {
-            StoreError::AlreadyExists {
-                what: "destination",
-                name: new.name.clone(),
-            }
-        } else {
-            StoreError::Database(err)
-        }
-    })?;
+    .map_err(|err| name_taken(err, &new.name))?;
     Ok(id)
 }
 
@@ -446,4 +419,16 @@ pub async fn rotate_secret(
     .await?
     .ok_or_else(|| StoreError::UnknownDestination(id.to_string()))?;
     Ok(rotation)
+}
+
+/// An insert's error, with a tenant's destination name already in use said as such.
+fn name_taken(err: sqlx::Error, name: &str) -> StoreError {
+    if StoreError::is_unique_violation(&err) {
+        StoreError::AlreadyExists {
+            what: "destination",
+            name: name.to_owned(),
+        }
+    } else {
+        StoreError::Database(err)
+    }
 }
