@@ -27,8 +27,10 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// A file in the temporary folder holding `text`, named for this test process.
+/// A file of its own per call: the tests of this binary run at once, and one removing
+/// its file must not pull it from under another.
 fn temp_file(name: &str, text: &str) -> String {
-    let path = std::env::temp_dir().join(format!("outbox-email-api-{}-{name}", std::process::id()));
+    let path = std::env::temp_dir().join(format!("outbox-email-api-{}-{name}", Uuid::new_v4()));
     std::fs::write(&path, text).unwrap();
     path.display().to_string()
 }
