@@ -39,6 +39,59 @@ pub async fn server_counters(db: impl PgExecutor<'_>) -> Result<ServerCounters, 
     Ok(ServerCounters { commits, wal_lsn })
 }
 
+/// The tables a delivery can write, whose row counters a drain reports (a table this
+/// schema does not have reads as zeros).
+pub const DELIVERY_TABLES: [&str; 5] = [
+    "outbox",
+    "alerts",
+    "alert_outcomes",
+    "delivery_attempts",
+    "alert_events",
+];
+
+/// One table's cumulative row counters, as `pg_stat_user_tables` reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowCounters {
+    /// Rows inserted (`n_tup_ins`).
+    pub inserted: i64,
+    /// Rows updated, HOT updates included (`n_tup_upd`).
+    pub updated: i64,
+    /// Of those, HOT updates: no new index entries (`n_tup_hot_upd`).
+    pub hot_updated: i64,
+    /// Rows deleted (`n_tup_del`).
+    pub deleted: i64,
+}
+
+/// Reads the row counters of `tables` in the connected database, in the order given.
+/// Backends publish these counters lazily (when a transaction ends at least a second
+/// after their last report, when they go idle for a second, and when they exit), so a
+/// caller that wants every write of a finished phase reads until the figures stop moving.
+pub async fn row_counters(
+    db: impl PgExecutor<'_>,
+    tables: &[&str],
+) -> Result<Vec<RowCounters>, StoreError> {
+    let rows: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT COALESCE(s.n_tup_ins, 0), COALESCE(s.n_tup_upd, 0), \
+                COALESCE(s.n_tup_hot_upd, 0), COALESCE(s.n_tup_del, 0) \
+         FROM unnest($1::text[]) WITH ORDINALITY AS t(name, n) \
+         LEFT JOIN pg_stat_user_tables s \
+             ON s.relname = t.name AND s.schemaname = current_schema() \
+         ORDER BY t.n",
+    )
+    .bind(tables)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(inserted, updated, hot_updated, deleted)| RowCounters {
+            inserted,
+            updated,
+            hot_updated,
+            deleted,
+        })
+        .collect())
+}
+
 /// The server settings a benchmark report names: version, `synchronous_commit`,
 /// `shared_buffers`.
 pub async fn server_settings(db: impl PgExecutor<'_>) -> Result<Vec<(String, String)>, StoreError> {
