@@ -106,7 +106,7 @@ pub async fn server_settings(db: impl PgExecutor<'_>) -> Result<Vec<(String, Str
 
 /// `VACUUM ANALYZE` of the queue and history tables, as after a bulk load.
 pub async fn vacuum_analyze(pool: &PgPool) -> Result<(), StoreError> {
-    sqlx::query("VACUUM ANALYZE outbox, alerts, alert_events, delivery_attempts")
+    sqlx::query("VACUUM ANALYZE outbox, alerts, alert_outcomes, alert_events, delivery_attempts")
         .execute(pool)
         .await?;
     Ok(())
@@ -163,11 +163,11 @@ pub struct DrainEvidence {
 pub async fn drain_evidence(db: impl PgExecutor<'_>) -> Result<DrainEvidence, StoreError> {
     let (accepted, not_accepted, attempt_rows, evidence_lines): (i64, i64, i64, i64) =
         sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE outcome = 'accepted'), \
-                    count(*) FILTER (WHERE outcome IS DISTINCT FROM 'accepted'), \
+            "SELECT count(*) FILTER (WHERE ao.outcome = 'accepted'), \
+                    count(*) FILTER (WHERE ao.outcome IS DISTINCT FROM 'accepted'), \
                     (SELECT count(*) FROM delivery_attempts), \
-                    (SELECT count(*) FROM alert_events) \
-             FROM alerts",
+                    (SELECT count(*) FROM alert_evidence) \
+             FROM alerts a LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id",
         )
         .fetch_one(db)
         .await?;
@@ -192,8 +192,9 @@ pub async fn approved_at(
     )
 }
 
-/// Adds `count` alerts settled `accepted` some days ago, each with its attempt row and
-/// evidence lines, in one statement: a history as a long-running system accumulates. Ids
+/// Adds `count` alerts settled `accepted` some days ago, each with its outcome row and its
+/// attempt row (carrying its evidence line, as a dispatcher's completion writes it), in
+/// one statement: a history as a long-running system accumulates. Ids
 /// are time-ordered like the product's own (UUIDv7 layout: milliseconds first).
 pub async fn seed_history(
     db: impl PgExecutor<'_>,
@@ -212,26 +213,24 @@ pub async fn seed_history(
              FROM generate_series($3::int8, $3::int8 + $4::int8 - 1) AS i \
          ), alerted AS ( \
              INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
-                 payload, payload_sha256, outcome, destination_reference, created_at, created_by, \
-                 settled_at) \
+                 payload, payload_sha256, created_at, created_by) \
              SELECT (lpad(to_hex((extract(epoch FROM at) * 1000)::int8), 12, '0') \
                         || '7' || substr(md5(i::text), 1, 3) || '8' || substr(md5(i::text), 4, 15))::uuid, \
                     $1, 'history:' || i, 'due', $2, 0, payload, \
-                    sha256(convert_to(payload::text, 'UTF8')), 'accepted', 'r-' || i, at, \
-                    'benchmark', at + interval '5 milliseconds' \
+                    sha256(convert_to(payload::text, 'UTF8')), at, 'benchmark' \
              FROM made \
              RETURNING id, payload_sha256, created_at \
-         ), attempted AS ( \
-             INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
-                 started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
-                 destination_reference) \
-             SELECT id, 1, 'send', 'benchmark', 0, created_at, created_at + interval '5 milliseconds', \
-                    id::text, payload_sha256, 'accepted', 200, 'r-history' \
+         ), settled AS ( \
+             INSERT INTO alert_outcomes (alert_id, outcome, destination_reference, settled_at) \
+             SELECT id, 'accepted', 'r-history', created_at + interval '5 milliseconds' \
              FROM alerted \
          ) \
-         INSERT INTO alert_events (alert_id, at, from_state, to_state, attempt, actor, line) \
-         SELECT id, created_at + interval '5 milliseconds', 'sending', 'accepted', 1, \
-                'dispatcher:benchmark', 'attempt 1 accepted by the destination (HTTP 200)' \
+         INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
+             started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
+             destination_reference, to_state, line) \
+         SELECT id, 1, 'send', 'benchmark', 0, created_at, created_at + interval '5 milliseconds', \
+                id::text, payload_sha256, 'accepted', 200, 'r-history', 'accepted', \
+                'attempt 1 accepted by the destination (HTTP 200)' \
          FROM alerted",
     )
     .bind(tenant_id)
