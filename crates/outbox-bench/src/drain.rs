@@ -115,8 +115,11 @@ pub struct DrainReport {
     pub sink_duplicates: u64,
     /// Committed transactions per delivery (the benchmark's own reads subtracted).
     pub commits_per_delivery: f64,
-    /// WAL bytes per delivery (cluster-wide).
+    /// WAL bytes per delivery (cluster-wide: other databases' writes count too).
     pub wal_bytes_per_delivery: f64,
+    /// WAL bytes per delivery of this database's own records (`pg_walinspect`), when the
+    /// server has it.
+    pub database_wal_bytes_per_delivery: Option<f64>,
     /// Row writes per delivery, by table, from the server's own row counters.
     pub row_writes: RowWrites,
     /// Busy share of all cores during the drain, percent.
@@ -148,6 +151,7 @@ pub async fn drain(
         None => SinkCounters::default(),
     };
     let own_queries = Arc::new(AtomicU64::new(0));
+    let wal_inspection = bench::enable_wal_inspection(pool).await;
     let rows_before = settled_row_counters(pool, None).await?;
     let counters_before = bench::server_counters(pool).await?;
     let host_before = HostCpu::now();
@@ -198,6 +202,14 @@ pub async fn drain(
     let commits = (counters_after.commits - counters_before.commits - own).max(0);
     let evidence = bench::drain_evidence(pool).await?;
     let row_writes = RowWrites::between(pool, &rows_before, n).await?;
+    let database_wal_bytes_per_delivery = if wal_inspection {
+        let bytes =
+            bench::database_wal_bytes(pool, counters_before.wal_lsn, counters_after.wal_lsn)
+                .await?;
+        Some(bytes as f64 / n as f64)
+    } else {
+        None
+    };
     let processes = match settings.dispatchers {
         Dispatchers::InProcess(_) => 1,
         Dispatchers::Processes(k) => i64::from(k),
@@ -213,6 +225,7 @@ pub async fn drain(
         wal_bytes_per_delivery: (counters_after.wal_lsn - counters_before.wal_lsn) as f64
             / n as f64,
         row_writes,
+        database_wal_bytes_per_delivery,
         host_cpu_busy_pct,
         driver_cpu_s,
         max_sending,

@@ -802,6 +802,13 @@ impl SuiteReport {
             "row writes per delivery, HTTP drain: {}",
             self.deliveries_http.row_writes.summary()
         );
+        if let Some(own) = self.deliveries_http.database_wal_bytes_per_delivery {
+            let _ = writeln!(
+                out,
+                "WAL per delivery of the benchmark's own database, HTTP drain: {own:.0} B (cluster-wide {:.0} B)",
+                self.deliveries_http.wal_bytes_per_delivery
+            );
+        }
         let _ = writeln!(out);
         let a = &self.approvals_bulk;
         let _ = writeln!(

@@ -92,6 +92,42 @@ pub async fn row_counters(
         .collect())
 }
 
+/// Makes `pg_walinspect` available in the connected database (the benchmark's own), for
+/// [`database_wal_bytes`]. `false` when the server does not ship it.
+pub async fn enable_wal_inspection(db: impl PgExecutor<'_>) -> bool {
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        .execute(db)
+        .await
+        .is_ok()
+}
+
+/// WAL bytes between two positions that belong to the connected database: every record
+/// that touches one of its relations (full-page images included), and the other records
+/// (commits) of the transactions that wrote those. The cluster-wide WAL position also
+/// counts what other databases on the server write meanwhile; this does not.
+pub async fn database_wal_bytes(
+    db: impl PgExecutor<'_>,
+    from_lsn: i64,
+    to_lsn: i64,
+) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "WITH records AS ( \
+             SELECT xid, record_length, \
+                    block_ref LIKE '%/' || (SELECT oid FROM pg_database \
+                                            WHERE datname = current_database()) || '/%' AS ours \
+             FROM pg_get_wal_records_info('0/0'::pg_lsn + $1::numeric, '0/0'::pg_lsn + $2::numeric) \
+         ), writers AS ( \
+             SELECT DISTINCT xid FROM records WHERE ours AND NOT xid = '0'::xid \
+         ) \
+         SELECT COALESCE(sum(record_length), 0)::int8 FROM records \
+         WHERE ours OR xid IN (SELECT xid FROM writers)",
+    )
+    .bind(from_lsn)
+    .bind(to_lsn)
+    .fetch_one(db)
+    .await?)
+}
+
 /// The server settings a benchmark report names: version, `synchronous_commit`,
 /// `shared_buffers`.
 pub async fn server_settings(db: impl PgExecutor<'_>) -> Result<Vec<(String, String)>, StoreError> {

@@ -104,7 +104,9 @@ fn push_filter<'a>(
 /// inner, so that the planner can walk that table's index in id order.
 fn push_from(query: &mut QueryBuilder<'_, Postgres>, filter: &AlertFilter) {
     let joins = match filter.state {
-        Some(state) if state.is_live() => STATE_JOINS.replacen("LEFT JOIN outbox", "JOIN outbox", 1),
+        Some(state) if state.is_live() => {
+            STATE_JOINS.replacen("LEFT JOIN outbox", "JOIN outbox", 1)
+        }
         Some(_) => STATE_JOINS.replacen("LEFT JOIN alert_outcomes", "JOIN alert_outcomes", 1),
         None => STATE_JOINS.to_owned(),
     };

@@ -763,8 +763,8 @@ pub async fn queue_figures(pool: &PgPool) -> Result<QueueFigures, StoreError> {
         .await?;
     let held: i64 =
         sqlx::query_scalar("SELECT count(*) FROM alert_outcomes WHERE outcome = 'held'")
-        .fetch_one(pool)
-        .await?;
+            .fetch_one(pool)
+            .await?;
     Ok(QueueFigures {
         live,
         oldest_due_age_secs: oldest.unwrap_or(0.0),

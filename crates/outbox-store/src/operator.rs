@@ -9,8 +9,8 @@ use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::dispatch::OLDEST_DUE_AGE_SECS;
-use crate::lifecycle::{STATE, STATE_JOINS};
 pub use crate::lifecycle::{pruned_refusal, Resolution};
+use crate::lifecycle::{STATE, STATE_JOINS};
 use crate::{lifecycle, StoreError};
 
 /// Puts a held or failed alert back in the queue: same notification id, key and payload,

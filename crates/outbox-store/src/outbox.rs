@@ -59,7 +59,8 @@ pub async fn list(
     let state = filter.state;
     let live = state.is_none_or(AlertState::is_live);
     let sql = if live {
-        format!("SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
+        format!(
+            "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
                 a.revision, o.status AS state, o.attempts, a.created_at, o.next_attempt_at, \
                 {LAST_EVIDENCE_LINE} AS last_evidence \
          FROM outbox o \
@@ -69,9 +70,11 @@ pub async fn list(
          WHERE ($1::text IS NULL OR o.status = $1) \
            AND ($3::text IS NULL OR t.name = $3) AND ($4::text IS NULL OR d.name = $4) \
            AND ($5::float8 IS NULL OR a.created_at >= now() - make_interval(secs => $5)) \
-         ORDER BY a.created_at, a.id LIMIT $2")
+         ORDER BY a.created_at, a.id LIMIT $2"
+        )
     } else {
-        format!("SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
+        format!(
+            "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
                 a.revision, ao.outcome AS state, \
                 (SELECT count(*)::int4 FROM delivery_attempts da \
                  WHERE da.alert_id = a.id AND da.kind = 'send') AS attempts, \
@@ -84,7 +87,8 @@ pub async fn list(
          WHERE ao.outcome = $1 \
            AND ($3::text IS NULL OR t.name = $3) AND ($4::text IS NULL OR d.name = $4) \
            AND ($5::float8 IS NULL OR a.created_at >= now() - make_interval(secs => $5)) \
-         ORDER BY a.created_at, a.id LIMIT $2")
+         ORDER BY a.created_at, a.id LIMIT $2"
+        )
     };
     let rows = sqlx::query_as::<_, OutboxEntry>(&sql)
         .bind(state.map(AlertState::as_str))

@@ -338,13 +338,11 @@ async fn alert_row_and_events(db: &TestDb, id: Uuid) -> (String, i64) {
 
 /// The outcome row of an alert: (outcome, reference), if it has one.
 async fn outcome_row(db: &TestDb, id: Uuid) -> Option<(String, Option<String>)> {
-    sqlx::query_as(
-        "SELECT outcome, destination_reference FROM alert_outcomes WHERE alert_id = $1",
-    )
-    .bind(id)
-    .fetch_optional(&db.pool)
-    .await
-    .unwrap()
+    sqlx::query_as("SELECT outcome, destination_reference FROM alert_outcomes WHERE alert_id = $1")
+        .bind(id)
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -425,7 +423,9 @@ async fn replay_deletes_the_outcome_and_the_redelivery_writes_it_again() {
     );
 
     let mut tx = db.pool.begin().await.unwrap();
-    replay(&mut tx, claim.alert_id, "alice", "checked").await.unwrap();
+    replay(&mut tx, claim.alert_id, "alice", "checked")
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(outcome_row(&db, claim.alert_id).await, None, "live again");
     assert_eq!(
@@ -458,7 +458,10 @@ async fn replay_deletes_the_outcome_and_the_redelivery_writes_it_again() {
         .collect();
     assert_eq!(lines.len(), 4, "{lines:?}");
     assert_eq!(lines[1], "held attempt 1 ended uncertain");
-    assert!(lines[2].starts_with("pending replayed by alice"), "{lines:?}");
+    assert!(
+        lines[2].starts_with("pending replayed by alice"),
+        "{lines:?}"
+    );
     assert_eq!(lines[3], "accepted attempt 2 ended accepted");
 }
 
@@ -482,9 +485,15 @@ async fn resolving_a_held_alert_as_accepted_records_the_operators_reference() {
     resolve(&mut tx, claimed[0].alert_id, &accepted, "alice", "portal")
         .await
         .unwrap();
-    resolve(&mut tx, claimed[1].alert_id, &Resolution::Abandon, "alice", "gone")
-        .await
-        .unwrap();
+    resolve(
+        &mut tx,
+        claimed[1].alert_id,
+        &Resolution::Abandon,
+        "alice",
+        "gone",
+    )
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(
         outcome_row(&db, claimed[0].alert_id).await,
