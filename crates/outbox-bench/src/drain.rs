@@ -151,7 +151,11 @@ pub async fn drain(
         None => SinkCounters::default(),
     };
     let own_queries = Arc::new(AtomicU64::new(0));
-    let wal_inspection = bench::enable_wal_inspection(pool).await;
+    // The WAL of the drain is read back afterwards: a slot (held by this connection)
+    // keeps checkpoints from recycling it meanwhile.
+    let mut wal_keeper = pool.acquire().await?;
+    let wal_inspection =
+        bench::enable_wal_inspection(pool).await && bench::reserve_wal(&mut wal_keeper).await;
     let rows_before = settled_row_counters(pool, None).await?;
     let counters_before = bench::server_counters(pool).await?;
     let host_before = HostCpu::now();
@@ -204,12 +208,13 @@ pub async fn drain(
     let row_writes = RowWrites::between(pool, &rows_before, n).await?;
     let database_wal_bytes_per_delivery = if wal_inspection {
         let bytes =
-            bench::database_wal_bytes(pool, counters_before.wal_lsn, counters_after.wal_lsn)
-                .await?;
-        Some(bytes as f64 / n as f64)
+            bench::database_wal_bytes(pool, counters_before.wal_lsn, counters_after.wal_lsn).await;
+        bench::release_wal(&mut wal_keeper).await?;
+        Some(bytes? as f64 / n as f64)
     } else {
         None
     };
+    drop(wal_keeper);
     let processes = match settings.dispatchers {
         Dispatchers::InProcess(_) => 1,
         Dispatchers::Processes(k) => i64::from(k),

@@ -101,6 +101,27 @@ pub async fn enable_wal_inspection(db: impl PgExecutor<'_>) -> bool {
         .is_ok()
 }
 
+/// Keeps the server's WAL from the current position on until [`release_wal`] (or until
+/// `conn`'s session ends), with a temporary physical replication slot named after the
+/// connected database, so that [`database_wal_bytes`] can still read it: on a busy
+/// server, checkpoints recycle segments within a drain. `false` when no slot could be made.
+pub async fn reserve_wal(conn: &mut sqlx::PgConnection) -> bool {
+    sqlx::query(
+        "SELECT pg_create_physical_replication_slot(current_database() || '_wal', true, true)",
+    )
+    .execute(conn)
+    .await
+    .is_ok()
+}
+
+/// Drops the slot [`reserve_wal`] made on `conn`.
+pub async fn release_wal(conn: &mut sqlx::PgConnection) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_drop_replication_slot(current_database() || '_wal')")
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// WAL bytes between two positions that belong to the connected database: every record
 /// that touches one of its relations (full-page images included), and the other records
 /// (commits) of the transactions that wrote those. The cluster-wide WAL position also
