@@ -455,12 +455,13 @@ async fn a_failed_resend_stays_uncertain_instead_of_becoming_an_ordinary_retry()
     drain(&db, "second", &["--drain-horizon", "5s"]).await;
 
     assert_eq!(state_of(&db, id).await, "accepted");
-    let transitions: Vec<(String, String)> =
-        sqlx::query_as("SELECT to_state, line FROM alert_evidence WHERE alert_id = $1 ORDER BY at, source, id")
-            .bind(id)
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let transitions: Vec<(String, String)> = sqlx::query_as(
+        "SELECT to_state, line FROM alert_evidence WHERE alert_id = $1 ORDER BY at, source, id",
+    )
+    .bind(id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
     let refused = transitions
         .iter()
         .find(|(_, line)| line.contains("HTTP 503"))

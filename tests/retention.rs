@@ -170,12 +170,13 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
         assert_eq!(kept(&db, id).await, untouched(original));
     }
     // Outcome and reference stay; `alert show` says what happened.
-    let (outcome, reference): (String, Option<String>) =
-        sqlx::query_as("SELECT outcome, destination_reference FROM alert_outcomes WHERE alert_id = $1")
-            .bind(accepted)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let (outcome, reference): (String, Option<String>) = sqlx::query_as(
+        "SELECT outcome, destination_reference FROM alert_outcomes WHERE alert_id = $1",
+    )
+    .bind(accepted)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(
         (outcome.as_str(), reference.as_deref()),
         ("accepted", Some("r-1"))
