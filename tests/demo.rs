@@ -104,9 +104,9 @@ async fn inbox_matches_the_database(
         .await
         .map_err(|e| e.to_string())?;
     let alerts: Vec<(uuid::Uuid, String, String, String)> = sqlx::query_as(
-        "SELECT a.id, d.name, a.subject, COALESCE(o.status, a.outcome) \
+        "SELECT a.id, d.name, a.subject, s.state \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \
-         LEFT JOIN outbox o ON o.alert_id = a.id WHERE d.kind = 'email'",
+         JOIN alert_states s ON s.alert_id = a.id WHERE d.kind = 'email'",
     )
     .fetch_all(&pool)
     .await

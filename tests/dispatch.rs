@@ -58,17 +58,19 @@ async fn crash_after_acceptance_at_an_idempotent_destination_delivers_once() {
     assert_eq!(stats["effective_duplicates"], 0);
     assert_eq!(state_of(&db, id).await, "accepted");
     let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alerts WHERE id = $1")
+        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
             .bind(id)
             .fetch_one(&db.pool)
             .await
             .unwrap();
     assert_eq!(reference.as_deref(), records[0]["receipt"].as_str());
-    let lines = evidence(&db, id).await;
+    let trail = evidence_by(&db, id).await;
     assert!(
-        lines.iter().any(|l| l.contains("lease of first expired")),
-        "{lines:?}"
+        trail.iter().any(|(actor, line)| actor == "dispatcher:first"
+            && line.starts_with("lease expired during attempt 1")),
+        "{trail:?}"
     );
+    let lines = evidence(&db, id).await;
     assert!(
         lines
             .iter()
@@ -220,7 +222,7 @@ async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
     let id: uuid::Uuid = alert["id"].as_str().unwrap().parse().unwrap();
     wait_for_db(
         &api.db,
-        "SELECT count(*) FROM alerts WHERE outcome = 'accepted'",
+        "SELECT count(*) FROM alert_outcomes WHERE outcome = 'accepted'",
         |n| n == 1,
     )
     .await;
@@ -246,4 +248,64 @@ async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
     );
     let ready = http.get(format!("{metrics}/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), reqwest::StatusCode::OK);
+}
+
+/// A routine delivery records its attempt (with its evidence line), its outcome and the
+/// end of its queue row; it rewrites neither the wide alert row nor adds an event row, and
+/// `outboxctl alert show` tells the same story it always did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routine_delivery_leaves_the_alert_row_alone_and_reads_as_before() {
+    let db = TestDb::new().await;
+    let sink = Sink::start(&[]).await;
+    let tenant_id = add_tenant(&db, "acme", &[]).await.id;
+    add_destination(&db, tenant_id, "ops", &sink.hook_url(), |_| {}).await;
+    let id = approve_many(&db, tenant_id, "ops", 1).await[0];
+    let row_and_events = || async {
+        sqlx::query_as::<_, (String, i64)>(
+            "SELECT a.xmin::text, (SELECT count(*) FROM alert_events e WHERE e.alert_id = a.id) \
+             FROM alerts a WHERE a.id = $1",
+        )
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let before = row_and_events().await;
+
+    drain(&db, "w1", &[]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+    assert_eq!(
+        row_and_events().await,
+        before,
+        "no write of the alert row, no event row"
+    );
+
+    let show = common::outboxctl(&db, &["alert", "show", &id.to_string()]).await;
+    assert!(show.ok, "{}", show.stderr);
+    let trail: Vec<&str> = show
+        .stdout
+        .lines()
+        .skip_while(|line| *line != "evidence")
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .collect();
+    assert_eq!(trail.len(), 2, "{}", show.stdout);
+    assert!(
+        trail[0].contains("pending")
+            && trail[0].ends_with("alert approved for destination `ops`; queued for delivery"),
+        "{}",
+        show.stdout
+    );
+    let accepted = trail[1].split_whitespace().collect::<Vec<_>>();
+    assert_eq!(
+        accepted[2..6],
+        ["accepted", "dispatcher:w1", "attempt", "1"],
+        "{}",
+        show.stdout
+    );
+    assert!(
+        trail[1].contains("accepted by the destination (HTTP 200"),
+        "{}",
+        show.stdout
+    );
 }

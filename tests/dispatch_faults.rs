@@ -114,7 +114,7 @@ async fn a_worker_stalled_past_its_lease_cannot_move_the_state_backwards() {
     // it is settled by a resend the idempotent sink recognises.
     drain(&db, "rescuer", &["--drain-horizon", "10s"]).await;
     assert_eq!(state_of(&db, id).await, "accepted");
-    let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_events")
+    let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_evidence")
         .fetch_one(&db.pool)
         .await
         .unwrap();
@@ -140,7 +140,7 @@ async fn a_worker_stalled_past_its_lease_cannot_move_the_state_backwards() {
     assert!(status.success());
 
     assert_eq!(state_of(&db, id).await, "accepted");
-    let events_after: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_events")
+    let events_after: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_evidence")
         .fetch_one(&db.pool)
         .await
         .unwrap();
@@ -392,7 +392,8 @@ async fn sigterm_finishes_sends_in_flight_and_returns_unsent_claims() {
     );
     assert_eq!(sink.stats().await["requests"], 1);
     let released: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM alert_events WHERE line LIKE 'claim given back: graceful is shutting down; nothing was sent; back to pending'",
+        "SELECT count(*) FROM alert_events WHERE actor = 'dispatcher:graceful' \
+           AND line = 'claim given back: the dispatcher is shutting down; nothing was sent; back to pending'",
     )
     .fetch_one(&db.pool)
     .await
@@ -444,7 +445,7 @@ async fn a_failed_resend_stays_uncertain_instead_of_becoming_an_ordinary_retry()
     let first = spawn_dispatcher(&dispatcher_args(&db, "first", &[]), None);
     wait_for_db(
         &db,
-        "SELECT count(*) FROM alert_events WHERE to_state = 'uncertain'",
+        "SELECT count(*) FROM alert_evidence WHERE to_state = 'uncertain'",
         |n| n == 1,
     )
     .await;
@@ -454,12 +455,13 @@ async fn a_failed_resend_stays_uncertain_instead_of_becoming_an_ordinary_retry()
     drain(&db, "second", &["--drain-horizon", "5s"]).await;
 
     assert_eq!(state_of(&db, id).await, "accepted");
-    let transitions: Vec<(String, String)> =
-        sqlx::query_as("SELECT to_state, line FROM alert_events WHERE alert_id = $1 ORDER BY id")
-            .bind(id)
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let transitions: Vec<(String, String)> = sqlx::query_as(
+        "SELECT to_state, line FROM alert_evidence WHERE alert_id = $1 ORDER BY at, source, id",
+    )
+    .bind(id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
     let refused = transitions
         .iter()
         .find(|(_, line)| line.contains("HTTP 503"))

@@ -740,8 +740,12 @@ async fn a_dispatcher_dying_after_the_send_is_replaced_and_resends_the_stored_by
     assert_eq!(got.len(), 2, "{got:?}");
     let (_, sha) = stored(&db, id).await;
     assert!(got.iter().all(|m| m["sha256"] == sha.as_str()), "{got:?}");
-    let trail = evidence(&db, id).await.join("\n");
-    assert!(trail.contains("lease of first expired"), "{trail}");
+    let trail = evidence_by(&db, id).await;
+    assert!(
+        trail.iter().any(|(actor, line)| actor == "dispatcher:first"
+            && line.starts_with("lease expired during attempt 1")),
+        "{trail:?}"
+    );
 }
 
 #[tokio::test]

@@ -148,7 +148,7 @@ async fn an_email_api_receives_the_rendered_email_in_its_shape_with_the_key_and_
     );
     // The destination's reference is the API's answer (`{"id": ...}`).
     let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alerts WHERE id = $1")
+        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
             .bind(id)
             .fetch_one(&db.pool)
             .await

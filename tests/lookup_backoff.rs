@@ -221,7 +221,7 @@ async fn a_lookup_that_recovers_still_settles_the_alert_accepted() {
     let records = sink.records(&id.to_string()).await;
     assert_eq!(records.len(), 1, "confirmed without resending: {records:?}");
     let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alerts WHERE id = $1")
+        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
             .bind(id)
             .fetch_one(&db.pool)
             .await

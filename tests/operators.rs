@@ -244,7 +244,7 @@ async fn resolving_records_what_the_operator_found() {
     assert!(accepted.ok, "{}", accepted.stderr);
     assert_eq!(accepted.stdout.trim(), "accepted");
     let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alerts WHERE id = $1")
+        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
             .bind(ids[0])
             .fetch_one(&db.pool)
             .await

@@ -31,11 +31,16 @@ async fn old_alert(
         since_epoch.subsec_nanos(),
     ));
     sqlx::query(
-        "INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, payload, \
-             payload_sha256, outcome, destination_reference, created_at, created_by, settled_at) \
-         VALUES ($1, $2, $3, 'due', $4, 0, '{\"amount\": 1}', sha256(convert_to('{\"amount\": 1}', 'UTF8')), \
-             $5, CASE WHEN $5 = 'accepted' THEN 'r-1' END, now() - $6 * interval '1 day', 'test', \
-             CASE WHEN $5 IS NOT NULL THEN now() - $6 * interval '1 day' + interval '1 second' END)",
+        "WITH approved AS ( \
+             INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
+                 payload, payload_sha256, created_at, created_by) \
+             VALUES ($1, $2, $3, 'due', $4, 0, '{\"amount\": 1}', \
+                 sha256(convert_to('{\"amount\": 1}', 'UTF8')), now() - $6 * interval '1 day', 'test') \
+             RETURNING id, created_at \
+         ) \
+         INSERT INTO alert_outcomes (alert_id, outcome, destination_reference, settled_at) \
+         SELECT id, $5, CASE WHEN $5 = 'accepted' THEN 'r-1' END, created_at + interval '1 second' \
+         FROM approved WHERE $5 IS NOT NULL",
     )
     .bind(id)
     .bind(tenant)
@@ -56,8 +61,9 @@ async fn old_alert(
     }
     sqlx::query(
         "INSERT INTO delivery_attempts (alert_id, attempt, worker, fencing_token, started_at, \
-             finished_at, idempotency_key, payload_sha256, outcome, http_status) \
-         SELECT id, 1, 'w', 1, created_at, created_at, id::text, payload_sha256, 'accepted', 200 \
+             finished_at, idempotency_key, payload_sha256, outcome, http_status, to_state, line) \
+         SELECT id, 1, 'w', 1, created_at, created_at + interval '1 second', id::text, \
+                payload_sha256, 'accepted', 200, 'accepted', 'accepted' \
          FROM alerts WHERE id = $1",
     )
     .bind(id)
@@ -65,8 +71,8 @@ async fn old_alert(
     .await
     .unwrap();
     sqlx::query(
-        "INSERT INTO alert_events (alert_id, from_state, to_state, actor, line) \
-         VALUES ($1, NULL, 'pending', 'test', 'approved'), ($1, 'sending', 'accepted', 'test', 'accepted')",
+        "INSERT INTO alert_events (alert_id, at, from_state, to_state, actor, line) \
+         SELECT id, created_at, NULL, 'pending', 'test', 'approved' FROM alerts WHERE id = $1",
     )
     .bind(id)
     .execute(&db.pool)
@@ -80,7 +86,7 @@ async fn kept(db: &TestDb, id: Uuid) -> (String, bool, i64, i64) {
     sqlx::query_as(
         "SELECT payload::text, pruned_at IS NOT NULL, \
                 (SELECT count(*) FROM delivery_attempts WHERE alert_id = a.id), \
-                (SELECT count(*) FROM alert_events WHERE alert_id = a.id) \
+                (SELECT count(*) FROM alert_evidence WHERE alert_id = a.id) \
          FROM alerts a WHERE id = $1",
     )
     .bind(id)
@@ -164,12 +170,13 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
         assert_eq!(kept(&db, id).await, untouched(original));
     }
     // Outcome and reference stay; `alert show` says what happened.
-    let (outcome, reference): (String, Option<String>) =
-        sqlx::query_as("SELECT outcome, destination_reference FROM alerts WHERE id = $1")
-            .bind(accepted)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let (outcome, reference): (String, Option<String>) = sqlx::query_as(
+        "SELECT outcome, destination_reference FROM alert_outcomes WHERE alert_id = $1",
+    )
+    .bind(accepted)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(
         (outcome.as_str(), reference.as_deref()),
         ("accepted", Some("r-1"))

@@ -370,13 +370,23 @@ pub async fn states(db: &TestDb) -> std::collections::BTreeMap<String, i64> {
         .collect()
 }
 
-/// One alert's evidence lines.
+/// One alert's evidence lines, as its trail shows them.
 pub async fn evidence(db: &TestDb, alert_id: uuid::Uuid) -> Vec<String> {
-    sqlx::query_scalar("SELECT line FROM alert_events WHERE alert_id = $1 ORDER BY id")
-        .bind(alert_id)
-        .fetch_all(&db.pool)
+    evidence_by(db, alert_id)
+        .await
+        .into_iter()
+        .map(|(_, line)| line)
+        .collect()
+}
+
+/// One alert's evidence trail: (actor, line), oldest first.
+pub async fn evidence_by(db: &TestDb, alert_id: uuid::Uuid) -> Vec<(String, String)> {
+    outbox_store::lifecycle::evidence_trail(&db.pool, alert_id)
         .await
         .unwrap()
+        .into_iter()
+        .map(|e| (e.actor, e.line))
+        .collect()
 }
 
 /// One alert's state.

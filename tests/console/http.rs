@@ -468,7 +468,7 @@ async fn resolutions_need_a_note_and_a_confirm_and_go_through_the_store() {
         );
     }
     let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alerts WHERE id = $1")
+        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
             .bind(ids[0])
             .fetch_one(&console.db.pool)
             .await
@@ -911,7 +911,7 @@ async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
         .await;
     assert!(page.body.contains("id=\"resume\""), "{}", page.body);
     assert_eq!(
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM alerts WHERE outcome = 'held'")
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM alert_outcomes WHERE outcome = 'held'")
             .fetch_one(&console.db.pool)
             .await
             .unwrap(),
@@ -928,7 +928,7 @@ async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
     assert_eq!(resumed.status, StatusCode::SEE_OTHER);
     wait_for_db(
         &console.db,
-        "SELECT count(*) FROM alerts WHERE outcome = 'held'",
+        "SELECT count(*) FROM alert_outcomes WHERE outcome = 'held'",
         |n| n == 0,
     )
     .await;

@@ -192,24 +192,9 @@ const DISPATCHER: &str = "dispatcher";
 
 /// The alert as a tenant may see it: the ids of the dispatchers that worked on it (by
 /// default `host:pid`, which tells the tenant about the operator's machines) replaced by
-/// "dispatcher" in attempts, in evidence actors and in evidence text. Operators see them
-/// with `outboxctl alert show`.
+/// "dispatcher" in attempts and in evidence actors, the only places that hold them (no
+/// evidence line names a dispatcher). Operators see them with `outboxctl alert show`.
 fn without_worker_ids(mut detail: AlertDetail) -> AlertDetail {
-    let mut workers: Vec<String> = detail
-        .attempts
-        .iter()
-        .map(|attempt| attempt.worker.clone())
-        .chain(
-            detail
-                .evidence
-                .iter()
-                .filter_map(|line| line.actor.strip_prefix("dispatcher:").map(str::to_owned)),
-        )
-        .filter(|worker| !worker.is_empty())
-        .collect();
-    // Longest first, so that an id that contains another is replaced whole.
-    workers.sort_by_key(|worker| std::cmp::Reverse(worker.len()));
-    workers.dedup();
     for attempt in &mut detail.attempts {
         DISPATCHER.clone_into(&mut attempt.worker);
     }
@@ -217,64 +202,6 @@ fn without_worker_ids(mut detail: AlertDetail) -> AlertDetail {
         if line.actor.starts_with("dispatcher:") {
             DISPATCHER.clone_into(&mut line.actor);
         }
-        for worker in &workers {
-            line.line = replace_word(&line.line, worker, DISPATCHER);
-        }
     }
     detail
-}
-
-/// `text` with every occurrence of `word` that stands alone (not inside a longer id made
-/// of letters, digits, `-`, `_`, `.` or `:`) replaced by `with`.
-fn replace_word(text: &str, word: &str, with: &str) -> String {
-    let is_id_char = |c: char| c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(word) {
-        let before = rest[..at]
-            .chars()
-            .next_back()
-            .or_else(|| out.chars().next_back());
-        let after = rest[at + word.len()..].chars().next();
-        out.push_str(&rest[..at]);
-        // A trailing `:` or `.` ends a sentence or a label rather than continuing the id.
-        let stands_alone = !before.is_some_and(is_id_char)
-            && !after.is_some_and(|c| is_id_char(c) && !matches!(c, ':' | '.'));
-        out.push_str(if stands_alone { with } else { word });
-        rest = &rest[at + word.len()..];
-    }
-    out.push_str(rest);
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn worker_ids_are_replaced_only_where_they_stand_alone() {
-        let id = "ip-10-0-3-7:4242";
-        assert_eq!(
-            replace_word(
-                &format!("lease of {id} expired during attempt 2"),
-                id,
-                "dispatcher"
-            ),
-            "lease of dispatcher expired during attempt 2"
-        );
-        assert_eq!(
-            replace_word(&format!("{id} is shutting down"), id, "dispatcher"),
-            "dispatcher is shutting down"
-        );
-        assert_eq!(
-            replace_word(&format!("claimed by {id}."), id, "dispatcher"),
-            "claimed by dispatcher."
-        );
-        // A short id inside words or longer ids is left alone.
-        assert_eq!(
-            replace_word("w was slow; swap w-2 with w", "w", "dispatcher"),
-            "dispatcher was slow; swap w-2 with dispatcher"
-        );
-        assert_eq!(replace_word("nothing here", "w9", "x"), "nothing here");
-    }
 }

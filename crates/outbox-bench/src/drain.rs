@@ -115,8 +115,13 @@ pub struct DrainReport {
     pub sink_duplicates: u64,
     /// Committed transactions per delivery (the benchmark's own reads subtracted).
     pub commits_per_delivery: f64,
-    /// WAL bytes per delivery (cluster-wide).
+    /// WAL bytes per delivery (cluster-wide: other databases' writes count too).
     pub wal_bytes_per_delivery: f64,
+    /// WAL bytes per delivery of this database's own records (`pg_walinspect`), when the
+    /// server has it.
+    pub database_wal_bytes_per_delivery: Option<f64>,
+    /// Row writes per delivery, by table, from the server's own row counters.
+    pub row_writes: RowWrites,
     /// Busy share of all cores during the drain, percent.
     pub host_cpu_busy_pct: f64,
     /// CPU seconds of this process and the dispatcher processes during the drain.
@@ -146,6 +151,12 @@ pub async fn drain(
         None => SinkCounters::default(),
     };
     let own_queries = Arc::new(AtomicU64::new(0));
+    // The WAL of the drain is read back afterwards: a slot (held by this connection)
+    // keeps checkpoints from recycling it meanwhile.
+    let mut wal_keeper = pool.acquire().await?;
+    let wal_inspection =
+        bench::enable_wal_inspection(pool).await && bench::reserve_wal(&mut wal_keeper).await;
+    let rows_before = settled_row_counters(pool, None).await?;
     let counters_before = bench::server_counters(pool).await?;
     let host_before = HostCpu::now();
     let cpu_before = process_cpu_secs();
@@ -194,6 +205,16 @@ pub async fn drain(
     let own = own_queries.load(Ordering::Relaxed) as i64 + 1;
     let commits = (counters_after.commits - counters_before.commits - own).max(0);
     let evidence = bench::drain_evidence(pool).await?;
+    let row_writes = RowWrites::between(pool, &rows_before, n).await?;
+    let database_wal_bytes_per_delivery = if wal_inspection {
+        let bytes =
+            bench::database_wal_bytes(pool, counters_before.wal_lsn, counters_after.wal_lsn).await;
+        bench::release_wal(&mut wal_keeper).await?;
+        Some(bytes? as f64 / n as f64)
+    } else {
+        None
+    };
+    drop(wal_keeper);
     let processes = match settings.dispatchers {
         Dispatchers::InProcess(_) => 1,
         Dispatchers::Processes(k) => i64::from(k),
@@ -208,6 +229,8 @@ pub async fn drain(
         commits_per_delivery: commits as f64 / n as f64,
         wal_bytes_per_delivery: (counters_after.wal_lsn - counters_before.wal_lsn) as f64
             / n as f64,
+        row_writes,
+        database_wal_bytes_per_delivery,
         host_cpu_busy_pct,
         driver_cpu_s,
         max_sending,
@@ -215,6 +238,109 @@ pub async fn drain(
         outbox_dead_tuples,
         evidence,
     })
+}
+
+/// Row writes of one table per delivery over a drain.
+#[derive(Debug, Clone, Serialize)]
+pub struct TableWrites {
+    /// The table.
+    pub table: &'static str,
+    /// Rows inserted per delivery.
+    pub inserted: f64,
+    /// Rows updated per delivery (HOT updates included).
+    pub updated: f64,
+    /// Of those, HOT updates (no new index entries) per delivery.
+    pub hot_updated: f64,
+    /// Rows deleted per delivery.
+    pub deleted: f64,
+}
+
+/// Row writes per delivery over a drain: the tables a delivery touches, and the total
+/// of inserts, updates and deletes.
+#[derive(Debug, Clone, Serialize)]
+pub struct RowWrites {
+    /// Inserts, updates and deletes per delivery, all tables together.
+    pub total: f64,
+    /// By table, in [`bench::DELIVERY_TABLES`] order.
+    pub tables: Vec<TableWrites>,
+}
+
+impl RowWrites {
+    /// The writes since `before` (read with [`settled_row_counters`] before the drain),
+    /// per delivery of `n`, once every backend has published its counters.
+    async fn between(pool: &PgPool, before: &[bench::RowCounters], n: u64) -> anyhow::Result<Self> {
+        let after = settled_row_counters(pool, Some((before, n))).await?;
+        let per = |d: i64| d as f64 / n as f64;
+        let tables: Vec<TableWrites> = bench::DELIVERY_TABLES
+            .iter()
+            .zip(before.iter().zip(&after))
+            .map(|(table, (b, a))| TableWrites {
+                table,
+                inserted: per(a.inserted - b.inserted),
+                updated: per(a.updated - b.updated),
+                hot_updated: per(a.hot_updated - b.hot_updated),
+                deleted: per(a.deleted - b.deleted),
+            })
+            .collect();
+        let total = tables
+            .iter()
+            .map(|t| t.inserted + t.updated + t.deleted)
+            .sum();
+        Ok(RowWrites { total, tables })
+    }
+
+    /// One line: `total (table ins/upd(hot)/del, ...)`, tables with no writes left out.
+    pub fn summary(&self) -> String {
+        let tables: Vec<String> = self
+            .tables
+            .iter()
+            .filter(|t| t.inserted + t.updated + t.deleted > 0.0)
+            .map(|t| {
+                format!(
+                    "{} ins {:.2} upd {:.2} (HOT {:.2}) del {:.2}",
+                    t.table, t.inserted, t.updated, t.hot_updated, t.deleted
+                )
+            })
+            .collect();
+        format!("{:.2} ({})", self.total, tables.join("; "))
+    }
+}
+
+/// The row counters of [`bench::DELIVERY_TABLES`] once they have stopped moving: the
+/// server publishes a backend's counters lazily (at the latest a second after it goes
+/// idle, and when it exits), so they are read every 250 ms until unchanged for 1.5 s.
+/// After a drain (`drained`: the counters before it and its size), they must also show
+/// an attempt row per delivery, which every delivery writes.
+async fn settled_row_counters(
+    pool: &PgPool,
+    drained: Option<(&[bench::RowCounters], u64)>,
+) -> anyhow::Result<Vec<bench::RowCounters>> {
+    let attempts = bench::DELIVERY_TABLES
+        .iter()
+        .position(|t| *t == "delivery_attempts")
+        .unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = bench::row_counters(pool, &bench::DELIVERY_TABLES).await?;
+    let mut unchanged_since = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = bench::row_counters(pool, &bench::DELIVERY_TABLES).await?;
+        if now != last {
+            last = now;
+            unchanged_since = Instant::now();
+            continue;
+        }
+        let complete = drained.is_none_or(|(before, n)| {
+            last[attempts].inserted - before[attempts].inserted >= n as i64
+        });
+        if complete && unchanged_since.elapsed() >= Duration::from_millis(1500) {
+            return Ok(last);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the server's row counters did not settle in a minute"
+        );
+    }
 }
 
 /// What every drain must show: each alert accepted once (counting `delivered_so_far`

@@ -756,12 +756,13 @@ impl SuiteReport {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "{:<34} {:>12} {:>9} {:>11} {:>11} {:>9} {:>12} {:>14}",
+            "{:<34} {:>12} {:>9} {:>11} {:>11} {:>9} {:>9} {:>12} {:>14}",
             "drain",
             "deliveries/s",
             "seconds",
             "commits/dlv",
             "WAL B/dlv",
+            "rows/dlv",
             "host CPU%",
             "max sending",
             "sink dup"
@@ -769,12 +770,13 @@ impl SuiteReport {
         let mut drain_row = |name: String, r: &DrainReport| {
             let _ = writeln!(
                 out,
-                "{:<34} {:>12.0} {:>9.2} {:>11.4} {:>11.0} {:>9.0} {:>7} / {:<4} {:>14}",
+                "{:<34} {:>12.0} {:>9.2} {:>11.4} {:>11.0} {:>9.2} {:>9.0} {:>7} / {:<4} {:>14}",
                 name,
                 r.deliveries_per_sec,
                 r.seconds,
                 r.commits_per_delivery,
                 r.wal_bytes_per_delivery,
+                r.row_writes.total,
                 r.host_cpu_busy_pct,
                 r.max_sending,
                 r.sending_bound,
@@ -794,6 +796,18 @@ impl SuiteReport {
                 Dispatchers::InProcess(_) => 1,
             };
             drain_row(format!("HTTP, {k} dispatcher process(es)"), r);
+        }
+        let _ = writeln!(
+            out,
+            "row writes per delivery, HTTP drain: {}",
+            self.deliveries_http.row_writes.summary()
+        );
+        if let Some(own) = self.deliveries_http.database_wal_bytes_per_delivery {
+            let _ = writeln!(
+                out,
+                "WAL per delivery of the benchmark's own database, HTTP drain: {own:.0} B (cluster-wide {:.0} B)",
+                self.deliveries_http.wal_bytes_per_delivery
+            );
         }
         let _ = writeln!(out);
         let a = &self.approvals_bulk;

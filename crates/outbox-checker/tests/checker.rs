@@ -109,10 +109,16 @@ async fn a_duplicate_row_inserted_by_hand_is_reported() {
         .await
         .unwrap();
     sqlx::query(
-        "INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, payload, \
-             payload_sha256, outcome, settled_at, created_by) \
-         SELECT gen_random_uuid(), tenant_id, subject, occurrence, destination_id, revision, payload, \
-                payload_sha256, outcome, settled_at, created_by FROM alerts WHERE subject = 's0'",
+        "WITH copy AS ( \
+             INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
+                 payload, payload_sha256, created_by) \
+             SELECT gen_random_uuid(), tenant_id, subject, occurrence, destination_id, revision, \
+                    payload, payload_sha256, created_by FROM alerts WHERE subject = 's0' \
+             RETURNING id \
+         ) \
+         INSERT INTO alert_outcomes (alert_id, outcome, settled_at) \
+         SELECT c.id, ao.outcome, ao.settled_at FROM copy c, alerts a \
+         JOIN alert_outcomes ao ON ao.alert_id = a.id WHERE a.subject = 's0'",
     )
     .execute(&db.pool)
     .await
@@ -227,9 +233,9 @@ async fn lost_and_uncertain_alerts_are_reported() {
     let alerts = clean_history(&db).await;
     // One alert back in the queue as uncertain, as if the drain never settled it.
     sqlx::query(
-        "WITH a AS (UPDATE alerts SET outcome = NULL, settled_at = NULL WHERE id = $1::uuid \
-                    RETURNING id, destination_id) \
-         INSERT INTO outbox (alert_id, destination_id, status) SELECT id, destination_id, 'uncertain' FROM a",
+        "WITH live_again AS (DELETE FROM alert_outcomes WHERE alert_id = $1::uuid RETURNING alert_id) \
+         INSERT INTO outbox (alert_id, destination_id, status) \
+         SELECT a.id, a.destination_id, 'uncertain' FROM alerts a JOIN live_again l ON l.alert_id = a.id",
     )
     .bind(&alerts[0].0)
     .execute(&db.pool)

@@ -591,7 +591,7 @@ async fn work_one(
         permit = limit.acquire_owned() => permit.ok(),
     };
     let finished = match permit {
-        None => work::Finished::Release(format!("{} is shutting down", shared.config.worker_id)),
+        None => work::Finished::Release(work::SHUTTING_DOWN.to_owned()),
         Some(_slot) if shared.is_disabled(claim.row.destination_id) => work::Finished::Release(
             "the destination was disabled while this claim waited".to_owned(),
         ),

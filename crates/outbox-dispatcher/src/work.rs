@@ -16,6 +16,9 @@ use crate::{http, Shared};
 /// is not started.
 const LEASE_MARGIN: Duration = Duration::from_secs(1);
 const LEASE_TOO_SHORT: &str = "the lease would run out before a request could finish";
+/// Why a claim is given back at shutdown. The dispatcher's id is the evidence's actor,
+/// never part of its line.
+pub(crate) const SHUTTING_DOWN: &str = "the dispatcher is shutting down";
 
 /// What became of a claim.
 #[derive(Debug)]
@@ -230,7 +233,7 @@ async fn resend(
 ) -> Finished {
     let row = &claim.row;
     if shared.stopping() {
-        return Finished::Release(format!("{} is shutting down", shared.config.worker_id));
+        return Finished::Release(SHUTTING_DOWN.to_owned());
     }
     if !claim.lease_allows_request() {
         return Finished::Release(LEASE_TOO_SHORT.to_owned());

@@ -19,7 +19,8 @@ use uuid::Uuid;
 
 use outbox_core::{AlertState, AttemptKind, AttemptOutcome, Outcome};
 
-use crate::lifecycle::{append_event, Event};
+pub use crate::lifecycle::EvidenceLine;
+use crate::lifecycle::{append_event, evidence_trail, Event, STATE, STATE_JOINS};
 use crate::StoreError;
 
 /// SQL for the fingerprint of a JSON text parameter; must match how payloads are sent.
@@ -568,11 +569,13 @@ pub async fn state_of(
     db: impl PgExecutor<'_>,
     alert_id: Uuid,
 ) -> Result<Option<AlertState>, StoreError> {
-    let state =
-        sqlx::query_scalar::<_, String>("SELECT state FROM alert_states WHERE alert_id = $1")
-            .bind(alert_id)
-            .fetch_optional(db)
-            .await?;
+    let state = sqlx::query_scalar::<_, Option<String>>(&format!(
+        "SELECT {STATE} FROM alerts a {STATE_JOINS} WHERE a.id = $1"
+    ))
+    .bind(alert_id)
+    .fetch_optional(db)
+    .await?
+    .flatten();
     crate::lifecycle::parse_optional(state)
 }
 
@@ -676,49 +679,6 @@ pub struct AttemptRecord {
     pub response_excerpt: Option<String>,
 }
 
-/// One line of the evidence trail.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct EvidenceLine {
-    /// When it was recorded.
-    pub at: DateTime<Utc>,
-    /// State before, if the event left a known state.
-    pub from_state: Option<AlertState>,
-    /// State after.
-    pub to_state: AlertState,
-    /// Attempt it concerns.
-    pub attempt: Option<i32>,
-    /// Who caused it.
-    pub actor: String,
-    /// What happened. May quote a destination's answer (untrusted text, kept as sent).
-    pub line: String,
-}
-
-#[derive(Debug, sqlx::FromRow)]
-struct EvidenceRow {
-    at: DateTime<Utc>,
-    from_state: Option<String>,
-    #[sqlx(try_from = "String")]
-    to_state: AlertState,
-    attempt: Option<i32>,
-    actor: String,
-    line: String,
-}
-
-impl TryFrom<EvidenceRow> for EvidenceLine {
-    type Error = StoreError;
-
-    fn try_from(row: EvidenceRow) -> Result<Self, StoreError> {
-        Ok(EvidenceLine {
-            at: row.at,
-            from_state: crate::lifecycle::parse_optional(row.from_state)?,
-            to_state: row.to_state,
-            attempt: row.attempt,
-            actor: row.actor,
-            line: row.line,
-        })
-    }
-}
-
 #[derive(Debug, sqlx::FromRow)]
 struct AlertRow {
     id: Uuid,
@@ -754,19 +714,19 @@ pub async fn detail(
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(&mut *tx)
         .await?;
-    let row = sqlx::query_as::<_, AlertRow>(
+    let row = sqlx::query_as::<_, AlertRow>(&format!(
         "SELECT a.id, a.tenant_id, t.name AS tenant, a.subject, a.occurrence, a.destination_id, \
-                d.name AS destination, a.revision, COALESCE(o.status, a.outcome) AS state, \
+                d.name AS destination, a.revision, {STATE} AS state, \
                 a.possible_duplicate, a.payload::text AS payload, \
                 encode(a.payload_sha256, 'hex') AS payload_sha256, a.reason, \
-                a.destination_reference, a.created_at, a.created_by, a.settled_at, \
+                ao.destination_reference, a.created_at, a.created_by, ao.settled_at, \
                 a.pruned_at, o.next_attempt_at \
          FROM alerts a \
          JOIN tenants t ON t.id = a.tenant_id \
          JOIN destinations d ON d.id = a.destination_id \
-         LEFT JOIN outbox o ON o.alert_id = a.id \
-         WHERE a.id = $1 AND ($2::uuid IS NULL OR a.tenant_id = $2)",
-    )
+         {STATE_JOINS} \
+         WHERE a.id = $1 AND ($2::uuid IS NULL OR a.tenant_id = $2)"
+    ))
     .bind(alert_id)
     .bind(tenant_id)
     .fetch_optional(&mut *tx)
@@ -775,12 +735,12 @@ pub async fn detail(
         return Ok(None);
     };
 
-    let revisions = sqlx::query_as::<_, RevisionSummary>(
-        "SELECT a.id, a.revision, COALESCE(o.status, a.outcome) AS state, a.reason, a.created_at \
-         FROM alerts a LEFT JOIN outbox o ON o.alert_id = a.id \
+    let revisions = sqlx::query_as::<_, RevisionSummary>(&format!(
+        "SELECT a.id, a.revision, {STATE} AS state, a.reason, a.created_at \
+         FROM alerts a {STATE_JOINS} \
          WHERE a.tenant_id = $1 AND a.subject = $2 AND a.occurrence = $3 AND a.destination_id = $4 \
-         ORDER BY a.revision",
-    )
+         ORDER BY a.revision"
+    ))
     .bind(row.tenant_id)
     .bind(&row.subject)
     .bind(&row.occurrence)
@@ -795,16 +755,7 @@ pub async fn detail(
     .bind(alert_id)
     .fetch_all(&mut *tx)
     .await?;
-    let evidence = sqlx::query_as::<_, EvidenceRow>(
-        "SELECT at, from_state, to_state, attempt, actor, line \
-         FROM alert_events WHERE alert_id = $1 ORDER BY id",
-    )
-    .bind(alert_id)
-    .fetch_all(&mut *tx)
-    .await?
-    .into_iter()
-    .map(EvidenceLine::try_from)
-    .collect::<Result<Vec<_>, _>>()?;
+    let evidence = evidence_trail(&mut *tx, alert_id).await?;
     tx.commit().await?;
 
     let payload = RawValue::from_string(row.payload)

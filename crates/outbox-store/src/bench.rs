@@ -39,6 +39,116 @@ pub async fn server_counters(db: impl PgExecutor<'_>) -> Result<ServerCounters, 
     Ok(ServerCounters { commits, wal_lsn })
 }
 
+/// The tables a delivery can write, whose row counters a drain reports (a table this
+/// schema does not have reads as zeros).
+pub const DELIVERY_TABLES: [&str; 5] = [
+    "outbox",
+    "alerts",
+    "alert_outcomes",
+    "delivery_attempts",
+    "alert_events",
+];
+
+/// One table's cumulative row counters, as `pg_stat_user_tables` reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowCounters {
+    /// Rows inserted (`n_tup_ins`).
+    pub inserted: i64,
+    /// Rows updated, HOT updates included (`n_tup_upd`).
+    pub updated: i64,
+    /// Of those, HOT updates: no new index entries (`n_tup_hot_upd`).
+    pub hot_updated: i64,
+    /// Rows deleted (`n_tup_del`).
+    pub deleted: i64,
+}
+
+/// Reads the row counters of `tables` in the connected database, in the order given.
+/// Backends publish these counters lazily (when a transaction ends at least a second
+/// after their last report, when they go idle for a second, and when they exit), so a
+/// caller that wants every write of a finished phase reads until the figures stop moving.
+pub async fn row_counters(
+    db: impl PgExecutor<'_>,
+    tables: &[&str],
+) -> Result<Vec<RowCounters>, StoreError> {
+    let rows: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT COALESCE(s.n_tup_ins, 0), COALESCE(s.n_tup_upd, 0), \
+                COALESCE(s.n_tup_hot_upd, 0), COALESCE(s.n_tup_del, 0) \
+         FROM unnest($1::text[]) WITH ORDINALITY AS t(name, n) \
+         LEFT JOIN pg_stat_user_tables s \
+             ON s.relname = t.name AND s.schemaname = current_schema() \
+         ORDER BY t.n",
+    )
+    .bind(tables)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(inserted, updated, hot_updated, deleted)| RowCounters {
+            inserted,
+            updated,
+            hot_updated,
+            deleted,
+        })
+        .collect())
+}
+
+/// Makes `pg_walinspect` available in the connected database (the benchmark's own), for
+/// [`database_wal_bytes`]. `false` when the server does not ship it.
+pub async fn enable_wal_inspection(db: impl PgExecutor<'_>) -> bool {
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        .execute(db)
+        .await
+        .is_ok()
+}
+
+/// Keeps the server's WAL from the current position on until [`release_wal`] (or until
+/// `conn`'s session ends), with a temporary physical replication slot named after the
+/// connected database, so that [`database_wal_bytes`] can still read it: on a busy
+/// server, checkpoints recycle segments within a drain. `false` when no slot could be made.
+pub async fn reserve_wal(conn: &mut sqlx::PgConnection) -> bool {
+    sqlx::query(
+        "SELECT pg_create_physical_replication_slot(current_database() || '_wal', true, true)",
+    )
+    .execute(conn)
+    .await
+    .is_ok()
+}
+
+/// Drops the slot [`reserve_wal`] made on `conn`.
+pub async fn release_wal(conn: &mut sqlx::PgConnection) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_drop_replication_slot(current_database() || '_wal')")
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// WAL bytes between two positions that belong to the connected database: every record
+/// that touches one of its relations (full-page images included), and the other records
+/// (commits) of the transactions that wrote those. The cluster-wide WAL position also
+/// counts what other databases on the server write meanwhile; this does not.
+pub async fn database_wal_bytes(
+    db: impl PgExecutor<'_>,
+    from_lsn: i64,
+    to_lsn: i64,
+) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "WITH records AS ( \
+             SELECT xid, record_length, \
+                    block_ref LIKE '%/' || (SELECT oid FROM pg_database \
+                                            WHERE datname = current_database()) || '/%' AS ours \
+             FROM pg_get_wal_records_info('0/0'::pg_lsn + $1::numeric, '0/0'::pg_lsn + $2::numeric) \
+         ), writers AS ( \
+             SELECT DISTINCT xid FROM records WHERE ours AND NOT xid = '0'::xid \
+         ) \
+         SELECT COALESCE(sum(record_length), 0)::int8 FROM records \
+         WHERE ours OR xid IN (SELECT xid FROM writers)",
+    )
+    .bind(from_lsn)
+    .bind(to_lsn)
+    .fetch_one(db)
+    .await?)
+}
+
 /// The server settings a benchmark report names: version, `synchronous_commit`,
 /// `shared_buffers`.
 pub async fn server_settings(db: impl PgExecutor<'_>) -> Result<Vec<(String, String)>, StoreError> {
@@ -53,7 +163,7 @@ pub async fn server_settings(db: impl PgExecutor<'_>) -> Result<Vec<(String, Str
 
 /// `VACUUM ANALYZE` of the queue and history tables, as after a bulk load.
 pub async fn vacuum_analyze(pool: &PgPool) -> Result<(), StoreError> {
-    sqlx::query("VACUUM ANALYZE outbox, alerts, alert_events, delivery_attempts")
+    sqlx::query("VACUUM ANALYZE outbox, alerts, alert_outcomes, alert_events, delivery_attempts")
         .execute(pool)
         .await?;
     Ok(())
@@ -110,11 +220,11 @@ pub struct DrainEvidence {
 pub async fn drain_evidence(db: impl PgExecutor<'_>) -> Result<DrainEvidence, StoreError> {
     let (accepted, not_accepted, attempt_rows, evidence_lines): (i64, i64, i64, i64) =
         sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE outcome = 'accepted'), \
-                    count(*) FILTER (WHERE outcome IS DISTINCT FROM 'accepted'), \
+            "SELECT count(*) FILTER (WHERE ao.outcome = 'accepted'), \
+                    count(*) FILTER (WHERE ao.outcome IS DISTINCT FROM 'accepted'), \
                     (SELECT count(*) FROM delivery_attempts), \
-                    (SELECT count(*) FROM alert_events) \
-             FROM alerts",
+                    (SELECT count(*) FROM alert_evidence) \
+             FROM alerts a LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id",
         )
         .fetch_one(db)
         .await?;
@@ -139,8 +249,9 @@ pub async fn approved_at(
     )
 }
 
-/// Adds `count` alerts settled `accepted` some days ago, each with its attempt row and
-/// evidence lines, in one statement: a history as a long-running system accumulates. Ids
+/// Adds `count` alerts settled `accepted` some days ago, each with its outcome row and its
+/// attempt row (carrying its evidence line, as a dispatcher's completion writes it), in
+/// one statement: a history as a long-running system accumulates. Ids
 /// are time-ordered like the product's own (UUIDv7 layout: milliseconds first).
 pub async fn seed_history(
     db: impl PgExecutor<'_>,
@@ -159,26 +270,24 @@ pub async fn seed_history(
              FROM generate_series($3::int8, $3::int8 + $4::int8 - 1) AS i \
          ), alerted AS ( \
              INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
-                 payload, payload_sha256, outcome, destination_reference, created_at, created_by, \
-                 settled_at) \
+                 payload, payload_sha256, created_at, created_by) \
              SELECT (lpad(to_hex((extract(epoch FROM at) * 1000)::int8), 12, '0') \
                         || '7' || substr(md5(i::text), 1, 3) || '8' || substr(md5(i::text), 4, 15))::uuid, \
                     $1, 'history:' || i, 'due', $2, 0, payload, \
-                    sha256(convert_to(payload::text, 'UTF8')), 'accepted', 'r-' || i, at, \
-                    'benchmark', at + interval '5 milliseconds' \
+                    sha256(convert_to(payload::text, 'UTF8')), at, 'benchmark' \
              FROM made \
              RETURNING id, payload_sha256, created_at \
-         ), attempted AS ( \
-             INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
-                 started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
-                 destination_reference) \
-             SELECT id, 1, 'send', 'benchmark', 0, created_at, created_at + interval '5 milliseconds', \
-                    id::text, payload_sha256, 'accepted', 200, 'r-history' \
+         ), settled AS ( \
+             INSERT INTO alert_outcomes (alert_id, outcome, destination_reference, settled_at) \
+             SELECT id, 'accepted', 'r-history', created_at + interval '5 milliseconds' \
              FROM alerted \
          ) \
-         INSERT INTO alert_events (alert_id, at, from_state, to_state, attempt, actor, line) \
-         SELECT id, created_at + interval '5 milliseconds', 'sending', 'accepted', 1, \
-                'dispatcher:benchmark', 'attempt 1 accepted by the destination (HTTP 200)' \
+         INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
+             started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
+             destination_reference, to_state, line) \
+         SELECT id, 1, 'send', 'benchmark', 0, created_at, created_at + interval '5 milliseconds', \
+                id::text, payload_sha256, 'accepted', 200, 'r-history', 'accepted', \
+                'attempt 1 accepted by the destination (HTTP 200)' \
          FROM alerted",
     )
     .bind(tenant_id)

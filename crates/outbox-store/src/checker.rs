@@ -5,6 +5,7 @@ use outbox_core::AlertState;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::lifecycle::{evidence_trail, STATE, STATE_JOINS};
 use crate::StoreError;
 
 /// One committed alert as the checker sees it.
@@ -46,18 +47,18 @@ struct CommittedRow {
 
 /// Every committed alert.
 pub async fn committed_alerts(pool: &PgPool) -> Result<Vec<CommittedAlert>, StoreError> {
-    let rows = sqlx::query_as::<_, CommittedRow>(
-        "SELECT a.id, d.name AS destination, COALESCE(o.status, a.outcome) AS state, \
+    let rows = sqlx::query_as::<_, CommittedRow>(&format!(
+        "SELECT a.id, d.name AS destination, {STATE} AS state, \
                 COALESCE(CASE WHEN d.body_template IS NOT NULL THEN \
                              (SELECT r.sha256 FROM rendered_messages r WHERE r.alert_id = a.id) END, \
                          encode(a.payload_sha256, 'hex')) AS payload_sha256, \
                 a.possible_duplicate, \
-                o.alert_id IS NOT NULL AS queued, a.outcome IS NOT NULL AS settled, \
-                (SELECT count(*) FROM alert_events e WHERE e.alert_id = a.id) AS events, \
+                o.alert_id IS NOT NULL AS queued, ao.alert_id IS NOT NULL AS settled, \
+                (SELECT count(*) FROM alert_evidence e WHERE e.alert_id = a.id) AS events, \
                 a.pruned_at IS NOT NULL AS pruned \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \
-         LEFT JOIN outbox o ON o.alert_id = a.id",
-    )
+         {STATE_JOINS}"
+    ))
     .fetch_all(pool)
     .await?;
     rows.into_iter()
@@ -93,14 +94,11 @@ pub async fn duplicated_identities(
 
 /// An alert's evidence lines, oldest first, for the checker's report.
 pub async fn evidence_lines(pool: &PgPool, alert_id: Uuid) -> Result<Vec<String>, StoreError> {
-    let lines = sqlx::query_scalar::<_, String>(
-        "SELECT to_char(at, 'HH24:MI:SS.MS') || ' ' || to_state || ' ' || line \
-         FROM alert_events WHERE alert_id = $1 ORDER BY id",
-    )
-    .bind(alert_id)
-    .fetch_all(pool)
-    .await?;
-    Ok(lines)
+    Ok(evidence_trail(pool, alert_id)
+        .await?
+        .into_iter()
+        .map(|e| format!("{} {} {}", e.at.format("%H:%M:%S%.3f"), e.to_state, e.line))
+        .collect())
 }
 
 /// An email alert's stored message, as an SMTP inbox must have received it.

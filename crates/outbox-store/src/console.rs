@@ -9,6 +9,7 @@ use outbox_core::AlertState;
 use sqlx::{PgExecutor, Postgres, QueryBuilder};
 use uuid::Uuid;
 
+use crate::lifecycle::{LAST_EVIDENCE_LINE, STATE, STATE_JOINS};
 use crate::operator::first_id_at;
 use crate::outbox::OutboxEntry;
 use crate::StoreError;
@@ -69,7 +70,7 @@ fn push_filter<'a>(
             query.push(" AND o.status = ").push_bind(state.as_str());
         }
         Some(state) => {
-            query.push(" AND a.outcome = ").push_bind(state.as_str());
+            query.push(" AND ao.outcome = ").push_bind(state.as_str());
         }
         None => {}
     }
@@ -98,16 +99,21 @@ fn push_filter<'a>(
     }
 }
 
-/// The join the state filter needs: live states are read from the small outbox table.
+/// The joins the state filter needs: [`STATE_JOINS`], with the table a state filter reads
+/// (live states from the small outbox table, settled ones from the outcome table) joined
+/// inner, so that the planner can walk that table's index in id order.
 fn push_from(query: &mut QueryBuilder<'_, Postgres>, filter: &AlertFilter) {
-    let outbox_join = match filter.state {
-        Some(state) if state.is_live() => "JOIN",
-        _ => "LEFT JOIN",
+    let joins = match filter.state {
+        Some(state) if state.is_live() => {
+            STATE_JOINS.replacen("LEFT JOIN outbox", "JOIN outbox", 1)
+        }
+        Some(_) => STATE_JOINS.replacen("LEFT JOIN alert_outcomes", "JOIN alert_outcomes", 1),
+        None => STATE_JOINS.to_owned(),
     };
     query.push(format!(
         " FROM alerts a JOIN tenants t ON t.id = a.tenant_id \
           JOIN destinations d ON d.id = a.destination_id \
-          {outbox_join} outbox o ON o.alert_id = a.id WHERE true"
+          {joins} WHERE true"
     ));
 }
 
@@ -121,15 +127,14 @@ pub async fn alerts_page(
     before: Option<Uuid>,
     limit: i64,
 ) -> Result<Vec<OutboxEntry>, StoreError> {
-    let mut query = QueryBuilder::<Postgres>::new(
+    let mut query = QueryBuilder::<Postgres>::new(format!(
         "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
-                a.revision, COALESCE(o.status, a.outcome) AS state, \
+                a.revision, {STATE} AS state, \
                 COALESCE(o.attempts, (SELECT count(*)::int4 FROM delivery_attempts da \
                                       WHERE da.alert_id = a.id AND da.kind = 'send')) AS attempts, \
                 a.created_at, o.next_attempt_at, \
-                (SELECT e.line FROM alert_events e WHERE e.alert_id = a.id \
-                 ORDER BY e.id DESC LIMIT 1) AS last_evidence",
-    );
+                {LAST_EVIDENCE_LINE} AS last_evidence"
+    ));
     push_from(&mut query, filter);
     push_filter(&mut query, scope, filter);
     if let Some(before) = before {

@@ -5,6 +5,7 @@
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
+use crate::lifecycle::LAST_EVIDENCE_LINE;
 use crate::StoreError;
 
 /// The oldest alert for the destination called `destination` (any tenant), if any.
@@ -37,7 +38,7 @@ pub struct Progress {
 pub async fn progress(db: impl PgExecutor<'_>) -> Result<Progress, StoreError> {
     let (total, settled, uncertain): (i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM alerts), \
-                (SELECT count(*) FROM alerts WHERE outcome IS NOT NULL), \
+                (SELECT count(*) FROM alert_outcomes), \
                 (SELECT count(*) FROM outbox WHERE status = 'uncertain')",
     )
     .fetch_one(db)
@@ -89,24 +90,25 @@ pub async fn report(pool: &PgPool) -> Result<Report, StoreError> {
                                 AND d.kind = 'send' AND d.outcome = 'uncertain') AS was_uncertain, \
                         (SELECT count(*) FROM delivery_attempts d WHERE d.alert_id = a.id \
                                 AND d.kind = 'send') AS sends \
-                 FROM alerts a WHERE a.outcome = 'accepted' \
+                 FROM alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id \
+                 WHERE ao.outcome = 'accepted' \
              ) \
              SELECT count(*) FILTER (WHERE lookup), \
                     count(*) FILTER (WHERE NOT lookup AND was_uncertain), \
                     count(*) FILTER (WHERE NOT lookup AND NOT was_uncertain AND sends > 1), \
                     count(*) FILTER (WHERE NOT lookup AND NOT was_uncertain AND sends <= 1), \
-                    (SELECT count(*) FROM alerts WHERE outcome = 'held'), \
-                    (SELECT count(*) FROM alerts WHERE outcome = 'failed'), \
+                    (SELECT count(*) FROM alert_outcomes WHERE outcome = 'held'), \
+                    (SELECT count(*) FROM alert_outcomes WHERE outcome = 'failed'), \
                     (SELECT count(*) FROM outbox) \
              FROM accepted",
     )
     .fetch_one(pool)
     .await?;
-    let held_lines = sqlx::query_as::<_, (Uuid, String)>(
-        "SELECT a.id, (SELECT e.line FROM alert_events e WHERE e.alert_id = a.id \
-                       ORDER BY e.id DESC LIMIT 1) \
-         FROM alerts a WHERE a.outcome = 'held' ORDER BY a.created_at, a.id LIMIT 10",
-    )
+    let held_lines = sqlx::query_as::<_, (Uuid, String)>(&format!(
+        "SELECT a.id, {LAST_EVIDENCE_LINE} \
+         FROM alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id \
+         WHERE ao.outcome = 'held' ORDER BY a.created_at, a.id LIMIT 10"
+    ))
     .fetch_all(pool)
     .await?;
     Ok(Report {

@@ -124,8 +124,8 @@ impl std::fmt::Debug for ClaimedAlert {
 /// commits the claim, the lease and "attempt N started": the row's attempt count, start
 /// time and lease owner, which is what the lease sweep turns into an uncertain attempt
 /// with its evidence line if the dispatcher never reports back. The finished attempt's
-/// row (`delivery_attempts`) carries the start time and worker; so a routine delivery
-/// writes one evidence line (its outcome), not two. Claims that settle an uncertain
+/// row (`delivery_attempts`) carries the start time, the worker and the evidence line (its
+/// outcome); so a routine delivery writes no evidence row of its own. Claims that settle an uncertain
 /// attempt do write a line, since they may lead to a resend. The lease is
 /// at least `lease`, and always longer than two request timeouts of the destination (plus a second).
 ///
@@ -167,7 +167,7 @@ pub async fn claim(
          ), started AS ( \
              INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
              SELECT c.alert_id, c.claimed_from, 'sending', c.attempts, 'dispatcher:' || $2, \
-                    format('claimed by %s to settle uncertain attempt %s', $2, c.attempts) \
+                    format('claimed to settle uncertain attempt %s', c.attempts) \
              FROM claimed c WHERE c.claimed_from = 'uncertain' \
          ) \
          SELECT c.alert_id, c.fencing_token, c.attempts, c.claimed_from, c.lease_expires_at, \
@@ -214,7 +214,9 @@ pub async fn claim(
 
 /// Turns `sending` rows whose lease has expired into `uncertain`: their dispatcher died or
 /// stalled after committing "attempt N started", so the send may have happened. Records
-/// the attempt as uncertain and says so in the evidence. Returns how many rows it moved.
+/// the attempt as uncertain, with its evidence line in the attempt row (a lookup's
+/// lease, which started no send, gets an evidence line of its own). The actor is the
+/// dispatcher whose lease expired. Returns how many rows it moved.
 pub async fn sweep_expired_leases(db: impl PgExecutor<'_>, limit: i64) -> Result<u64, StoreError> {
     let moved: i64 = sqlx::query_scalar(&format!(
         "WITH expired AS ( \
@@ -230,20 +232,20 @@ pub async fn sweep_expired_leases(db: impl PgExecutor<'_>, limit: i64) -> Result
              RETURNING o.alert_id \
          ), recorded AS ( \
              INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
-                 started_at, finished_at, idempotency_key, payload_sha256, outcome, error_class) \
+                 started_at, finished_at, idempotency_key, payload_sha256, outcome, error_class, \
+                 to_state, line) \
              SELECT e.alert_id, e.attempts, 'send', e.lease_owner, e.fencing_token, \
-                    e.send_started_at, now(), e.alert_id::text, a.payload_sha256, 'uncertain', 'lease_expired' \
+                    e.send_started_at, now(), e.alert_id::text, a.payload_sha256, 'uncertain', \
+                    'lease_expired', 'uncertain', \
+                    format('lease expired during attempt %s; the send may have happened; \
+destination acceptance unknown', e.attempts) \
              FROM expired e JOIN alerts a ON a.id = e.alert_id \
              WHERE e.send_started_at IS NOT NULL \
          ), explained AS ( \
              INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
-             SELECT e.alert_id, 'sending', 'uncertain', e.attempts, 'dispatcher:lease-sweep', \
-                    CASE WHEN e.send_started_at IS NOT NULL \
-                         THEN format('lease of %s expired during attempt %s; the send may have happened; \
-destination acceptance unknown', e.lease_owner, e.attempts) \
-                         ELSE format('lease of %s expired while settling attempt %s; still uncertain', \
-                                     e.lease_owner, e.attempts) END \
-             FROM expired e \
+             SELECT e.alert_id, 'sending', 'uncertain', e.attempts, 'dispatcher:' || e.lease_owner, \
+                    format('lease expired while settling attempt %s; still uncertain', e.attempts) \
+             FROM expired e WHERE e.send_started_at IS NULL \
          ) \
          SELECT count(*) FROM moved",
         requeue = requeue_assignments("'uncertain'", "now()"),
@@ -277,7 +279,7 @@ pub async fn begin_resend(
          ), started AS ( \
              INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
              SELECT alert_id, 'sending', 'sending', attempts, 'dispatcher:' || $3, \
-                    format('attempt %s started by %s: %s', attempts, $3, $4::text) \
+                    format('attempt %s started: %s', attempts, $4::text) \
              FROM resend \
          ) \
          SELECT attempts FROM resend",
@@ -759,9 +761,10 @@ pub async fn queue_figures(pool: &PgPool) -> Result<QueueFigures, StoreError> {
     let oldest: Option<f64> = sqlx::query_scalar(OLDEST_DUE_AGE_SECS)
         .fetch_one(pool)
         .await?;
-    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM alerts WHERE outcome = 'held'")
-        .fetch_one(pool)
-        .await?;
+    let held: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM alert_outcomes WHERE outcome = 'held'")
+            .fetch_one(pool)
+            .await?;
     Ok(QueueFigures {
         live,
         oldest_due_age_secs: oldest.unwrap_or(0.0),

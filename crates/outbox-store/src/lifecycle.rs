@@ -2,21 +2,28 @@
 //! an alert between states is here or is built from the pieces here:
 //!
 //! - [`settle`]: an alert leaves the live queue for an [`Outcome`] (with the destination's
-//!   reference when it was accepted). Its set-based twin is the settling step of
-//!   [`COMPLETE_BATCH`], built from the same [`settle_assignments`].
+//!   reference when it was accepted), recorded in `alert_outcomes`, never in the wide
+//!   alert row. Its set-based twin is the settling step of [`COMPLETE_BATCH`], built with
+//!   the same [`SETTLE_CONFLICT`].
 //! - requeue: a live row goes back to `pending` or `uncertain`, its claim cleared
 //!   ([`requeue_assignments`], used by the batch completion, the lease sweep and a
 //!   dispatcher's release), or a settled alert comes back to the queue with a fresh retry
 //!   budget ([`requeue_with_fresh_budget`], for replay and resolve).
-//! - [`append_event`]: a line of the evidence trail, with typed states.
+//! - [`append_event`]: a line of the evidence trail, with typed states; a dispatcher's
+//!   completion folds its line into its attempt row instead, and [`evidence_trail`] reads
+//!   both as one trail.
+//! - where an alert stands, in one place: [`STATE_JOINS`] and [`STATE`], which every
+//!   reader of a state uses.
 //! - the operator transitions [`replay`] and [`resolve`], each with its refusals
 //!   ([`Standing::replay_refusal`], [`Standing::resolve_refusal`]): every caller (the CLI,
 //!   its dry runs, bulk replays) asks these, so no copy of a rule can disagree with it.
 //!
 //! Lock order everywhere: the outbox row first, then the alert row (a dispatcher's
-//! completion holds the outbox row and then settles the alert), so operators and
-//! dispatchers wait for each other instead of deadlocking.
+//! completion holds the outbox row and then settles the alert; operators lock both before
+//! they touch its outcome row), so operators and dispatchers wait for each other instead
+//! of deadlocking.
 
+use chrono::{DateTime, Utc};
 use outbox_core::{AlertState, LiveStatus, Outcome};
 use sqlx::{PgConnection, PgExecutor};
 use std::sync::LazyLock;
@@ -59,15 +66,23 @@ pub async fn append_event(db: impl PgExecutor<'_>, event: Event<'_>) -> Result<(
     Ok(())
 }
 
-/// The `SET` list that settles an alert (`UPDATE alerts a SET ...`): its outcome, when,
-/// and the reference, keeping an earlier one when none is given. `outcome` and
-/// `reference` are SQL expressions (parameters or columns).
-pub(crate) fn settle_assignments(outcome: &str, reference: &str) -> String {
-    format!(
-        "outcome = {outcome}, settled_at = now(), \
-         destination_reference = COALESCE({reference}, a.destination_reference)"
-    )
-}
+/// How every reader finds an alert's state, joined to an alert aliased `a`: its live
+/// outbox row (`o`) and its resting place (`ao`). With [`STATE`], the one definition of an
+/// alert's state (the view `alert_states` is the same joins, for people at a psql prompt).
+pub(crate) const STATE_JOINS: &str = "LEFT JOIN outbox o ON o.alert_id = a.id \
+     LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id";
+
+/// An alert's state over [`STATE_JOINS`]: the live status while it has an outbox row,
+/// else where it came to rest.
+pub(crate) const STATE: &str = "COALESCE(o.status, ao.outcome)";
+
+/// The tail of every `INSERT INTO alert_outcomes (alert_id, outcome, destination_reference)`:
+/// a settled alert has one outcome row. An operator settling a held alert (which already
+/// has one) overwrites it, keeping an earlier reference when none is given.
+pub(crate) const SETTLE_CONFLICT: &str = "ON CONFLICT (alert_id) DO UPDATE SET \
+     outcome = EXCLUDED.outcome, settled_at = EXCLUDED.settled_at, \
+     destination_reference = COALESCE(EXCLUDED.destination_reference, \
+                                      alert_outcomes.destination_reference)";
 
 /// The `SET` list that puts a live row back in the queue with its claim cleared
 /// (`UPDATE outbox o SET ...`): the status it returns to and when it is due, both SQL
@@ -79,9 +94,10 @@ pub(crate) fn requeue_assignments(status: &str, due: &str) -> String {
     )
 }
 
-/// Settles one alert: its outbox row goes, its outcome (and reference) is recorded. The
-/// single-row form of the settling step of [`COMPLETE_BATCH`]; the caller holds the
-/// alert's locks and writes the evidence line in the same transaction.
+/// Settles one alert: its outbox row goes, its outcome (and reference) is recorded in
+/// `alert_outcomes`; the wide alert row is not written. The single-row form of the
+/// settling step of [`COMPLETE_BATCH`]; the caller holds the alert's locks and writes the
+/// evidence line in the same transaction.
 pub async fn settle(
     tx: &mut PgConnection,
     alert_id: Uuid,
@@ -93,8 +109,8 @@ pub async fn settle(
         .execute(&mut *tx)
         .await?;
     sqlx::query(&format!(
-        "UPDATE alerts a SET {} WHERE a.id = $1",
-        settle_assignments("$2", "$3")
+        "INSERT INTO alert_outcomes (alert_id, outcome, destination_reference) \
+         VALUES ($1, $2, $3) {SETTLE_CONFLICT}"
     ))
     .bind(alert_id)
     .bind(outcome.as_str())
@@ -105,14 +121,14 @@ pub async fn settle(
 }
 
 /// Back in the queue as pending, due now, with a fresh retry budget; attempt numbers go
-/// on from `last_attempt`. The alert's outcome is cleared: it is live again.
+/// on from `last_attempt`. The alert's outcome row goes: it is live again.
 pub async fn requeue_with_fresh_budget(
     tx: &mut PgConnection,
     alert_id: Uuid,
     destination_id: Uuid,
     last_attempt: i32,
 ) -> Result<(), StoreError> {
-    sqlx::query("UPDATE alerts SET outcome = NULL, settled_at = NULL WHERE id = $1")
+    sqlx::query("DELETE FROM alert_outcomes WHERE alert_id = $1")
         .bind(alert_id)
         .execute(&mut *tx)
         .await?;
@@ -133,11 +149,17 @@ pub async fn requeue_with_fresh_budget(
 
 /// Records a batch of dispatcher completions in one statement over `unnest` arrays: the
 /// set-based form of the same transitions, for speed (one plan, one round trip per
-/// batch). Built from the same pieces as the single-row forms: settling is
-/// [`settle_assignments`] after deleting the outbox row, as in [`settle`]; requeueing is
-/// [`requeue_assignments`]; the evidence goes through [`EVENT_INSERT`]. The
+/// batch). Built from the same pieces as the single-row forms: settling inserts the
+/// outcome row with [`SETTLE_CONFLICT`] after deleting the outbox row, as in [`settle`];
+/// requeueing is [`requeue_assignments`]. The
 /// `lifecycle_batch_and_single_row_settle_alike` test holds the batch and [`settle`] to the
 /// same rows.
+///
+/// Evidence: a completion that recorded an attempt (or lookup) writes its state and line
+/// into that attempt row, so a routine delivery costs four row writes (the claim's outbox
+/// update, the attempt row, the outbox row's delete, the outcome row) and no evidence row
+/// of its own; [`evidence_trail`] reads them back with the other lines. A completion
+/// without one (nothing was sent) writes its line through [`EVENT_INSERT`].
 ///
 /// Parameters, one array each, in this order: alert_id, fencing_token, worker, attempt,
 /// kind, started_at, outcome, http_status, destination_reference, error_class,
@@ -165,10 +187,11 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
          ), recorded AS ( \
              INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
                  started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
-                 destination_reference, error_class, response_excerpt) \
+                 destination_reference, error_class, response_excerpt, to_state, line) \
              SELECT f.alert_id, f.attempt, f.kind, f.worker, f.fencing_token, f.started_at, now(), \
                     f.alert_id::text, a.payload_sha256, f.outcome, f.http_status, \
-                    f.destination_reference, f.error_class, left(f.response_excerpt, 1000) \
+                    f.destination_reference, f.error_class, left(f.response_excerpt, 1000), \
+                    f.to_state, f.line \
              FROM fenced f JOIN alerts a ON a.id = f.alert_id \
              WHERE f.kind IS NOT NULL \
          ), requeued AS ( \
@@ -178,18 +201,90 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
              DELETE FROM outbox o USING fenced f \
              WHERE o.alert_id = f.alert_id AND f.settle IS NOT NULL \
          ), settled AS ( \
-             UPDATE alerts a SET {settle} \
-             FROM fenced f WHERE a.id = f.alert_id AND f.settle IS NOT NULL \
+             INSERT INTO alert_outcomes (alert_id, outcome, destination_reference) \
+             SELECT f.alert_id, f.settle, f.settle_reference FROM fenced f \
+             WHERE f.settle IS NOT NULL \
+             {SETTLE_CONFLICT} \
          ), explained AS ( \
              {EVENT_INSERT} \
              SELECT f.alert_id, 'sending', f.to_state, f.attempt, 'dispatcher:' || f.worker, f.line \
-             FROM fenced f \
+             FROM fenced f WHERE f.kind IS NULL \
          ) \
          SELECT alert_id, fencing_token FROM fenced",
         requeue = requeue_assignments("f.requeue_status", "f.requeue_at"),
-        settle = settle_assignments("f.settle", "f.settle_reference"),
     )
 });
+
+/// One alert's evidence trail, oldest first: the lines of `alert_events` and those folded
+/// into attempt rows, merged in time order (the view `alert_evidence`). Every reader of a
+/// trail (`outboxctl alert show`, the API, the console, the checker) reads it here.
+pub async fn evidence_trail(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+) -> Result<Vec<EvidenceLine>, StoreError> {
+    sqlx::query_as::<_, EvidenceRow>(&format!(
+        "SELECT at, from_state, to_state, attempt, actor, line \
+         FROM alert_evidence WHERE alert_id = $1 ORDER BY {EVIDENCE_ORDER}"
+    ))
+    .bind(alert_id)
+    .fetch_all(db)
+    .await?
+    .into_iter()
+    .map(EvidenceLine::try_from)
+    .collect()
+}
+
+/// The order of a trail in `alert_evidence`: time, then events before attempt lines
+/// within one instant, then insertion order.
+const EVIDENCE_ORDER: &str = "at, source, id";
+
+/// The latest line of the trail of the alert aliased `a`, as a scalar subquery (the
+/// listings' "last evidence" column).
+pub(crate) const LAST_EVIDENCE_LINE: &str = "(SELECT ev.line FROM alert_evidence ev \
+     WHERE ev.alert_id = a.id ORDER BY ev.at DESC, ev.source DESC, ev.id DESC LIMIT 1)";
+
+/// One line of the evidence trail.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EvidenceLine {
+    /// When it was recorded.
+    pub at: DateTime<Utc>,
+    /// State before, if the event left a known state.
+    pub from_state: Option<AlertState>,
+    /// State after.
+    pub to_state: AlertState,
+    /// Attempt it concerns.
+    pub attempt: Option<i32>,
+    /// Who caused it.
+    pub actor: String,
+    /// What happened. May quote a destination's answer (untrusted text, kept as sent).
+    pub line: String,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct EvidenceRow {
+    at: DateTime<Utc>,
+    from_state: Option<String>,
+    #[sqlx(try_from = "String")]
+    to_state: AlertState,
+    attempt: Option<i32>,
+    actor: String,
+    line: String,
+}
+
+impl TryFrom<EvidenceRow> for EvidenceLine {
+    type Error = StoreError;
+
+    fn try_from(row: EvidenceRow) -> Result<Self, StoreError> {
+        Ok(EvidenceLine {
+            at: row.at,
+            from_state: parse_optional(row.from_state)?,
+            to_state: row.to_state,
+            attempt: row.attempt,
+            actor: row.actor,
+            line: row.line,
+        })
+    }
+}
 
 /// An alert as an operator's transition finds it, read under its locks.
 #[derive(Debug, Clone)]
@@ -243,7 +338,7 @@ pub async fn standing(
     .fetch_optional(&mut *tx)
     .await?;
     let row = sqlx::query_as::<_, StandingRow>(&format!(
-        "SELECT a.outcome, a.destination_id, a.destination_reference, \
+        "SELECT ao.outcome, a.destination_id, ao.destination_reference, \
                 COALESCE((SELECT max(d.attempt) FROM delivery_attempts d \
                           WHERE d.alert_id = a.id AND d.kind = 'send'), 0) AS last_attempt, \
                 (SELECT later.id FROM alerts later \
@@ -252,7 +347,8 @@ pub async fn standing(
                    AND later.destination_id = a.destination_id AND later.revision > a.revision \
                  ORDER BY later.revision DESC LIMIT 1) AS latest_revision, \
                 a.pruned_at IS NOT NULL AS pruned \
-         FROM alerts a WHERE a.id = $1{lock_alert}"
+         FROM alerts a LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id \
+         WHERE a.id = $1{lock_alert}"
     ))
     .bind(alert_id)
     .fetch_optional(&mut *tx)

@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use crate::dispatch::OLDEST_DUE_AGE_SECS;
 pub use crate::lifecycle::{pruned_refusal, Resolution};
+use crate::lifecycle::{STATE, STATE_JOINS};
 use crate::{lifecycle, StoreError};
 
 /// Puts a held or failed alert back in the queue: same notification id, key and payload,
@@ -86,11 +87,11 @@ pub async fn settled_ids(
     destination: Option<&str>,
 ) -> Result<Vec<Uuid>, StoreError> {
     let ids = sqlx::query_scalar::<_, Uuid>(
-        "SELECT a.id FROM alerts a \
+        "SELECT a.id FROM alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id \
          JOIN tenants t ON t.id = a.tenant_id JOIN destinations d ON d.id = a.destination_id \
-         WHERE a.outcome = $1 AND a.pruned_at IS NULL AND ($2::text IS NULL OR t.name = $2) \
+         WHERE ao.outcome = $1 AND a.pruned_at IS NULL AND ($2::text IS NULL OR t.name = $2) \
            AND ($3::text IS NULL OR d.name = $3) \
-         ORDER BY a.settled_at, a.id",
+         ORDER BY ao.settled_at, a.id",
     )
     .bind(outcome.as_str())
     .bind(tenant)
@@ -162,14 +163,14 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, StoreError> {
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(&mut *tx)
         .await?;
-    let by_state = sqlx::query_as::<_, StateCount>(
-        "SELECT t.name AS tenant, d.name AS destination, COALESCE(o.status, a.outcome) AS state, \
+    let by_state = sqlx::query_as::<_, StateCount>(&format!(
+        "SELECT t.name AS tenant, d.name AS destination, {STATE} AS state, \
                 count(*) AS count \
          FROM alerts a JOIN tenants t ON t.id = a.tenant_id \
          JOIN destinations d ON d.id = a.destination_id \
-         LEFT JOIN outbox o ON o.alert_id = a.id \
-         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
-    )
+         {STATE_JOINS} \
+         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+    ))
     .fetch_all(&mut *tx)
     .await?;
     let (oldest, uncertain, held, attempts, accepted, at): (
@@ -182,7 +183,7 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, StoreError> {
     ) = sqlx::query_as(&format!(
         "SELECT ({OLDEST_DUE_AGE_SECS}), \
                     (SELECT count(*) FROM outbox WHERE status = 'uncertain'), \
-                    (SELECT count(*) FROM alerts WHERE outcome = 'held'), \
+                    (SELECT count(*) FROM alert_outcomes WHERE outcome = 'held'), \
                     (SELECT count(*) FROM delivery_attempts \
                      WHERE kind = 'send' AND finished_at > now() - interval '1 hour'), \
                     (SELECT count(*) FROM delivery_attempts \
@@ -262,15 +263,15 @@ pub async fn prune_step(
     let id_bound = first_id_at(settled_before + chrono::Duration::days(1));
     let (alerts, attempts, evidence, last): (i64, i64, i64, Option<Uuid>) = sqlx::query_as(
         "WITH candidates AS ( \
-             SELECT id FROM alerts \
-             WHERE id > $1 AND id < $2 AND outcome = ANY($3::text[]) AND settled_at < $4 \
-               AND pruned_at IS NULL \
-             ORDER BY id \
+             SELECT a.id FROM alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id \
+             WHERE ao.alert_id > $1 AND ao.alert_id < $2 AND ao.outcome = ANY($3::text[]) \
+               AND ao.settled_at < $4 AND a.pruned_at IS NULL \
+             ORDER BY ao.alert_id \
              LIMIT $5 \
-             FOR UPDATE SKIP LOCKED \
+             FOR UPDATE OF a SKIP LOCKED \
          ), attempts AS ( \
              DELETE FROM delivery_attempts WHERE alert_id IN (SELECT id FROM candidates) \
-             RETURNING 1 \
+             RETURNING line IS NOT NULL AS with_line \
          ), evidence AS ( \
              DELETE FROM alert_events WHERE alert_id IN (SELECT id FROM candidates) \
              RETURNING 1 \
@@ -282,7 +283,8 @@ pub async fn prune_step(
              RETURNING a.id \
          ) \
          SELECT (SELECT count(*) FROM pruned), (SELECT count(*) FROM attempts), \
-                (SELECT count(*) FROM evidence), \
+                (SELECT count(*) FROM evidence) \
+                    + (SELECT count(*) FROM attempts WHERE with_line), \
                 (SELECT id FROM candidates ORDER BY id DESC LIMIT 1)",
     )
     .bind(after)
@@ -309,13 +311,13 @@ pub async fn prune_preview(
     let id_bound = first_id_at(settled_before + chrono::Duration::days(1));
     let (alerts, attempts, evidence): (i64, i64, i64) = sqlx::query_as(
         "WITH candidates AS ( \
-             SELECT id FROM alerts \
-             WHERE id < $1 AND outcome = ANY($2::text[]) AND settled_at < $3 \
-               AND pruned_at IS NULL \
+             SELECT a.id FROM alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id \
+             WHERE ao.alert_id < $1 AND ao.outcome = ANY($2::text[]) AND ao.settled_at < $3 \
+               AND a.pruned_at IS NULL \
          ) \
          SELECT (SELECT count(*) FROM candidates), \
                 (SELECT count(*) FROM delivery_attempts WHERE alert_id IN (SELECT id FROM candidates)), \
-                (SELECT count(*) FROM alert_events WHERE alert_id IN (SELECT id FROM candidates))",
+                (SELECT count(*) FROM alert_evidence WHERE alert_id IN (SELECT id FROM candidates))",
     )
     .bind(id_bound)
     .bind(outcome_names(outcomes))

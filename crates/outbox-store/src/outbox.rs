@@ -5,6 +5,7 @@ use outbox_core::AlertState;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
+use crate::lifecycle::LAST_EVIDENCE_LINE;
 use crate::StoreError;
 
 /// One alert in a listing.
@@ -50,7 +51,7 @@ pub struct Filter {
 }
 
 /// Lists alerts, oldest first. Live states are read from the small outbox table; settled
-/// ones from the alerts' outcome.
+/// ones from the narrow outcome table.
 pub async fn list(
     db: impl PgExecutor<'_>,
     filter: &Filter,
@@ -58,10 +59,10 @@ pub async fn list(
     let state = filter.state;
     let live = state.is_none_or(AlertState::is_live);
     let sql = if live {
-        "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
+        format!(
+            "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
                 a.revision, o.status AS state, o.attempts, a.created_at, o.next_attempt_at, \
-                (SELECT e.line FROM alert_events e WHERE e.alert_id = a.id \
-                 ORDER BY e.id DESC LIMIT 1) AS last_evidence \
+                {LAST_EVIDENCE_LINE} AS last_evidence \
          FROM outbox o \
          JOIN alerts a ON a.id = o.alert_id \
          JOIN tenants t ON t.id = a.tenant_id \
@@ -70,23 +71,26 @@ pub async fn list(
            AND ($3::text IS NULL OR t.name = $3) AND ($4::text IS NULL OR d.name = $4) \
            AND ($5::float8 IS NULL OR a.created_at >= now() - make_interval(secs => $5)) \
          ORDER BY a.created_at, a.id LIMIT $2"
+        )
     } else {
-        "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
-                a.revision, a.outcome AS state, \
+        format!(
+            "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
+                a.revision, ao.outcome AS state, \
                 (SELECT count(*)::int4 FROM delivery_attempts da \
                  WHERE da.alert_id = a.id AND da.kind = 'send') AS attempts, \
                 a.created_at, NULL::timestamptz AS next_attempt_at, \
-                (SELECT e.line FROM alert_events e WHERE e.alert_id = a.id \
-                 ORDER BY e.id DESC LIMIT 1) AS last_evidence \
-         FROM alerts a \
+                {LAST_EVIDENCE_LINE} AS last_evidence \
+         FROM alert_outcomes ao \
+         JOIN alerts a ON a.id = ao.alert_id \
          JOIN tenants t ON t.id = a.tenant_id \
          JOIN destinations d ON d.id = a.destination_id \
-         WHERE a.outcome = $1 \
+         WHERE ao.outcome = $1 \
            AND ($3::text IS NULL OR t.name = $3) AND ($4::text IS NULL OR d.name = $4) \
            AND ($5::float8 IS NULL OR a.created_at >= now() - make_interval(secs => $5)) \
          ORDER BY a.created_at, a.id LIMIT $2"
+        )
     };
-    let rows = sqlx::query_as::<_, OutboxEntry>(sql)
+    let rows = sqlx::query_as::<_, OutboxEntry>(&sql)
         .bind(state.map(AlertState::as_str))
         .bind(filter.limit)
         .bind(&filter.tenant)

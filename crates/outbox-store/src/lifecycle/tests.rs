@@ -48,9 +48,10 @@ async fn every_typed_name_is_exactly_what_the_schema_allows() {
     let db = TestDb::new().await;
     let pairs = [
         ("outbox", "status", names(LiveStatus::ALL)),
-        ("alerts", "outcome", names(Outcome::ALL)),
+        ("alert_outcomes", "outcome", names(Outcome::ALL)),
         ("alert_events", "from_state", names(AlertState::ALL)),
         ("alert_events", "to_state", names(AlertState::ALL)),
+        ("delivery_attempts", "to_state", names(AlertState::ALL)),
         ("delivery_attempts", "kind", names(AttemptKind::ALL)),
         ("delivery_attempts", "outcome", names(AttemptOutcome::ALL)),
         ("destinations", "kind", names(DestinationKind::ALL)),
@@ -116,9 +117,9 @@ async fn claimed_alerts(db: &TestDb, n: usize) -> Vec<dispatch::ClaimedAlert> {
 /// What settling leaves: the alert's resting fields and whether it is still queued.
 async fn settled_row(db: &TestDb, id: Uuid) -> (Option<String>, Option<String>, bool, bool) {
     sqlx::query_as(
-        "SELECT a.outcome, a.destination_reference, a.settled_at IS NOT NULL, \
+        "SELECT ao.outcome, ao.destination_reference, ao.settled_at IS NOT NULL, \
                 EXISTS (SELECT 1 FROM outbox o WHERE o.alert_id = a.id) \
-         FROM alerts a WHERE a.id = $1",
+         FROM alerts a LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id WHERE a.id = $1",
     )
     .bind(id)
     .fetch_one(&db.pool)
@@ -278,4 +279,269 @@ async fn a_revision_waits_until_the_alert_it_corrects_has_settled() {
         last.iter().map(|c| c.alert_id).collect::<Vec<_>>(),
         [revision]
     );
+}
+
+/// A completion of attempt 1 of `claim` that settles it (`Some`) or requeues it.
+fn sent(claim: &dispatch::ClaimedAlert, settle: Option<(Outcome, Option<&str>)>) -> Completion {
+    let (outcome, next) = match settle {
+        Some((outcome, reference)) => (
+            if outcome == Outcome::Accepted {
+                AttemptOutcome::Accepted
+            } else {
+                AttemptOutcome::Uncertain
+            },
+            Next::Settle {
+                outcome,
+                reference: reference.map(str::to_owned),
+            },
+        ),
+        None => (
+            AttemptOutcome::NotProcessed,
+            Next::Requeue {
+                status: LiveStatus::Pending,
+                at: chrono::Utc::now(),
+            },
+        ),
+    };
+    Completion {
+        alert_id: claim.alert_id,
+        fencing_token: claim.fencing_token,
+        worker: "w".to_owned(),
+        attempt: Some(AttemptRecord {
+            kind: AttemptKind::Send,
+            attempt: claim.attempts,
+            started_at: chrono::Utc::now(),
+            outcome,
+            http_status: Some(200),
+            destination_reference: None,
+            error_class: None,
+            response_excerpt: None,
+        }),
+        next,
+        line: format!("attempt {} ended {outcome}", claim.attempts),
+        disable_destination: None,
+    }
+}
+
+/// The alert row's version (`xmin` changes with every write of the row) and its number
+/// of `alert_events` rows.
+async fn alert_row_and_events(db: &TestDb, id: Uuid) -> (String, i64) {
+    sqlx::query_as(
+        "SELECT a.xmin::text, (SELECT count(*) FROM alert_events e WHERE e.alert_id = a.id) \
+         FROM alerts a WHERE a.id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// The outcome row of an alert: (outcome, reference), if it has one.
+async fn outcome_row(db: &TestDb, id: Uuid) -> Option<(String, Option<String>)> {
+    sqlx::query_as("SELECT outcome, destination_reference FROM alert_outcomes WHERE alert_id = $1")
+        .bind(id)
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_routine_delivery_writes_neither_the_alert_row_nor_an_event_yet_its_trail_reads_whole() {
+    let db = TestDb::new().await;
+    let claim = claimed_alerts(&db, 1).await.remove(0);
+    let before = alert_row_and_events(&db, claim.alert_id).await;
+    assert_eq!(before.1, 1, "the approval's line");
+
+    let applied = dispatch::complete_batch(
+        &db.pool,
+        &[sent(&claim, Some((Outcome::Accepted, Some("ref-7"))))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(applied, [true]);
+
+    assert_eq!(
+        alert_row_and_events(&db, claim.alert_id).await,
+        before,
+        "the wide alert row was not rewritten and no event row was added"
+    );
+    assert_eq!(
+        outcome_row(&db, claim.alert_id).await,
+        Some(("accepted".to_owned(), Some("ref-7".to_owned())))
+    );
+    let alert = crate::alerts::detail(&db.pool, None, claim.alert_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(alert.state, AlertState::Accepted);
+    assert_eq!(alert.destination_reference.as_deref(), Some("ref-7"));
+    assert!(alert.settled_at.is_some());
+    let trail: Vec<_> = alert
+        .evidence
+        .iter()
+        .map(|e| {
+            (
+                e.from_state,
+                e.to_state,
+                e.attempt,
+                e.actor.as_str(),
+                e.line.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        trail,
+        [
+            (
+                None,
+                AlertState::Pending,
+                None,
+                "test",
+                "alert approved for destination `ops`; queued for delivery"
+            ),
+            (
+                Some(AlertState::Sending),
+                AlertState::Accepted,
+                Some(1),
+                "dispatcher:w",
+                "attempt 1 ended accepted"
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn replay_deletes_the_outcome_and_the_redelivery_writes_it_again() {
+    let db = TestDb::new().await;
+    let claim = claimed_alerts(&db, 1).await.remove(0);
+    dispatch::complete_batch(&db.pool, &[sent(&claim, Some((Outcome::Held, None)))])
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome_row(&db, claim.alert_id).await,
+        Some(("held".to_owned(), None))
+    );
+
+    let mut tx = db.pool.begin().await.unwrap();
+    replay(&mut tx, claim.alert_id, "alice", "checked")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(outcome_row(&db, claim.alert_id).await, None, "live again");
+    assert_eq!(
+        crate::alerts::current_state(&db.pool, claim.alert_id)
+            .await
+            .unwrap(),
+        AlertState::Pending
+    );
+
+    let again = dispatch::claim(&db.pool, "w", 10, Duration::from_secs(60), &[])
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].attempts, 2, "attempt numbers go on");
+    dispatch::complete_batch(
+        &db.pool,
+        &[sent(&again[0], Some((Outcome::Accepted, Some("ref-2"))))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        outcome_row(&db, claim.alert_id).await,
+        Some(("accepted".to_owned(), Some("ref-2".to_owned())))
+    );
+    let lines: Vec<String> = evidence_trail(&db.pool, claim.alert_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| format!("{} {}", e.to_state, e.line))
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(lines[1], "held attempt 1 ended uncertain");
+    assert!(
+        lines[2].starts_with("pending replayed by alice"),
+        "{lines:?}"
+    );
+    assert_eq!(lines[3], "accepted attempt 2 ended accepted");
+}
+
+#[tokio::test]
+async fn resolving_a_held_alert_as_accepted_records_the_operators_reference() {
+    let db = TestDb::new().await;
+    let claimed = claimed_alerts(&db, 2).await;
+    dispatch::complete_batch(
+        &db.pool,
+        &[
+            sent(&claimed[0], Some((Outcome::Held, None))),
+            sent(&claimed[1], Some((Outcome::Held, None))),
+        ],
+    )
+    .await
+    .unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    let accepted = Resolution::Accepted {
+        reference: "INV-9".to_owned(),
+    };
+    resolve(&mut tx, claimed[0].alert_id, &accepted, "alice", "portal")
+        .await
+        .unwrap();
+    resolve(
+        &mut tx,
+        claimed[1].alert_id,
+        &Resolution::Abandon,
+        "alice",
+        "gone",
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        outcome_row(&db, claimed[0].alert_id).await,
+        Some(("accepted".to_owned(), Some("INV-9".to_owned())))
+    );
+    assert_eq!(
+        outcome_row(&db, claimed[1].alert_id).await,
+        Some(("failed".to_owned(), None))
+    );
+    let alert = crate::alerts::detail(&db.pool, None, claimed[0].alert_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(alert.state, AlertState::Accepted);
+    assert_eq!(alert.destination_reference.as_deref(), Some("INV-9"));
+    // Refused once accepted, naming the reference it keeps.
+    let mut tx = db.pool.begin().await.unwrap();
+    let refused = replay(&mut tx, claimed[0].alert_id, "alice", "again")
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("reference INV-9"), "{refused}");
+}
+
+#[tokio::test]
+async fn the_state_view_and_the_readers_joins_agree() {
+    let db = TestDb::new().await;
+    let claimed = claimed_alerts(&db, 3).await;
+    dispatch::complete_batch(
+        &db.pool,
+        &[
+            sent(&claimed[0], Some((Outcome::Accepted, None))),
+            sent(&claimed[1], None),
+        ],
+    )
+    .await
+    .unwrap();
+    let by_view: Vec<(Uuid, String)> =
+        sqlx::query_as("SELECT alert_id, state FROM alert_states ORDER BY alert_id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let by_joins: Vec<(Uuid, String)> = sqlx::query_as(&format!(
+        "SELECT a.id, {STATE} FROM alerts a {STATE_JOINS} ORDER BY a.id"
+    ))
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(by_view, by_joins);
+    let states: BTreeSet<&str> = by_view.iter().map(|(_, s)| s.as_str()).collect();
+    assert_eq!(states, BTreeSet::from(["accepted", "pending", "sending"]));
 }
