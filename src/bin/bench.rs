@@ -105,7 +105,8 @@ async fn main() -> anyhow::Result<()> {
                 if json {
                     println!("{}", serde_json::to_string(&report)?);
                 } else {
-                    print!("{}", report.render());
+                    // The intervals were printed as they ended.
+                    print!("{}{}", report.header(), report.summary());
                 }
                 return Ok(());
             }

@@ -125,24 +125,34 @@ pub struct SustainedReport {
 }
 
 impl SustainedReport {
-    /// The report as text: the header and every interval's line.
+    /// The report as text: the header, every interval's line, the summary.
     pub fn render(&self) -> String {
-        let mut out = format!(
+        let mut out = self.header();
+        for interval in &self.intervals {
+            out.push_str(&interval.line());
+            out.push('\n');
+        }
+        out.push_str(&self.summary());
+        out
+    }
+
+    /// What was offered, on one line.
+    pub fn header(&self) -> String {
+        format!(
             "sustained: {:.0} approvals/s offered ({}) for {}s, one line per {}s\n",
             self.rate_per_sec,
             self.rate_source,
             self.settings.run_secs,
             self.settings.interval_secs
-        );
-        for interval in &self.intervals {
-            out.push_str(&interval.line());
-            out.push('\n');
-        }
-        out.push_str(&format!(
+        )
+    }
+
+    /// What the final check found, on one line.
+    pub fn summary(&self) -> String {
+        format!(
             "approved {}, every one accepted once; sink duplicates {}\n",
             self.approved, self.sink_duplicates
-        ));
-        out
+        )
     }
 }
 

@@ -82,13 +82,17 @@ async fn claims_racing_from_many_connections_never_overshoot_the_bound() {
             let mut conn = PgConnection::connect(&url).await.unwrap();
             let mut claimed = Vec::new();
             for _ in 0..rounds {
-                // Every claimer's statement starts at the same moment.
+                // Every claimer's statement starts at the same moment, and none commits
+                // before all of them have claimed: the claims overlap completely.
                 barrier.wait().await;
+                let mut tx = conn.begin().await.unwrap();
                 claimed.extend(
-                    dispatch::claim(&mut conn, &format!("w{c}"), 10, LEASE, &[])
+                    dispatch::claim(&mut *tx, &format!("w{c}"), 10, LEASE, &[])
                         .await
                         .unwrap(),
                 );
+                barrier.wait().await;
+                tx.commit().await.unwrap();
             }
             claimed
         });
@@ -116,41 +120,64 @@ async fn claims_racing_from_many_connections_never_overshoot_the_bound() {
 async fn a_claim_under_way_keeps_a_second_one_off_the_destination_until_it_commits() {
     let db = TestDb::new().await;
     let (plain, _) = backlog(&db, 10).await;
+    let tenant: Uuid = sqlx::query_scalar("SELECT id FROM tenants")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     let mut first = PgConnection::connect(&db.url).await.unwrap();
     let mut second = PgConnection::connect(&db.url).await.unwrap();
+    let of_plain = |rows: Vec<dispatch::ClaimedAlert>| -> Vec<dispatch::ClaimedAlert> {
+        rows.into_iter()
+            .filter(|row| row.destination_id == plain)
+            .collect()
+    };
 
-    // The first claim is still open (as if its statement were running): the second skips
-    // the destination rather than wait for it or count without it.
+    // Two rows already in flight.
+    let earlier = of_plain(dispatch::claim(&mut first, "w0", 2, LEASE, &[]).await.unwrap());
+    assert_eq!(earlier.len(), 2);
+    // A claim still open (as if its statement were running) takes the room left: 2.
     let mut open = first.begin().await.unwrap();
-    let taken = dispatch::claim(&mut *open, "w1", 3, LEASE, &[]).await.unwrap();
-    assert_eq!(taken.len(), 3);
-    let skipped = dispatch::claim(&mut second, "w2", 10, LEASE, &[]).await.unwrap();
+    let taken = of_plain(dispatch::claim(&mut *open, "w1", 10, LEASE, &[]).await.unwrap());
+    assert_eq!(taken.len(), 2);
+    // Meanwhile a row comes due that is older than every other (an approval that
+    // committed late): a second claim counting only what is committed would see room for
+    // 2, find the open claim's rows locked, take the late one and leave 5 in flight. It
+    // skips the destination instead.
+    outbox_store::alerts::approve(
+        &db.pool,
+        outbox_store::alerts::Approval {
+            tenant_id: tenant,
+            destination: "plain",
+            subject: "contract:late",
+            occurrence: "2027-01-31/30d",
+            payload_json: r#"{"alert": "late"}"#,
+            actor: "test",
+        },
+    )
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE outbox SET next_attempt_at = now() - interval '1 hour' \
+         WHERE alert_id = (SELECT id FROM alerts WHERE subject = 'contract:late')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let skipped = of_plain(dispatch::claim(&mut second, "w2", 10, LEASE, &[]).await.unwrap());
     assert!(
-        skipped.iter().all(|row| row.destination_id != plain),
-        "a second claim took rows of a destination another claim is working on"
+        skipped.is_empty(),
+        "a second claim took {} rows of a destination another claim is working on",
+        skipped.len()
     );
     open.commit().await.unwrap();
-
-    // Once it committed, the second claim sees its 3 and takes only the room left.
-    let rest = dispatch::claim(&mut second, "w2", 10, LEASE, &[]).await.unwrap();
-    let rest: Vec<_> = rest
-        .into_iter()
-        .filter(|row| row.destination_id == plain)
-        .collect();
-    assert_eq!(rest.len(), BOUND as usize - 3);
     assert_eq!(sending(&db, plain).await, i64::from(BOUND));
-    assert!(dispatch::claim(&mut second, "w2", 10, LEASE, &[])
-        .await
-        .unwrap()
-        .iter()
-        .all(|row| row.destination_id != plain));
 
-    // A row given back makes room for exactly one more.
-    assert!(dispatch::release(&db.pool, &rest[0], "w2", "test").await.unwrap());
-    let again = dispatch::claim(&mut first, "w1", 10, LEASE, &[]).await.unwrap();
-    assert_eq!(
-        again.iter().filter(|row| row.destination_id == plain).count(),
-        1
-    );
+    // Once it committed, the destination is full for everyone.
+    assert!(of_plain(dispatch::claim(&mut second, "w2", 10, LEASE, &[]).await.unwrap()).is_empty());
+
+    // A row given back makes room for exactly one more: the oldest, the late one.
+    assert!(dispatch::release(&db.pool, &taken[0], "w1", "test").await.unwrap());
+    let again = of_plain(dispatch::claim(&mut second, "w2", 10, LEASE, &[]).await.unwrap());
+    assert_eq!(again.len(), 1);
     assert_eq!(sending(&db, plain).await, i64::from(BOUND));
 }
