@@ -103,12 +103,13 @@ async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
         most = most.max(all);
         a_seen |= of_a > 0;
         b_seen |= of_b > 0;
-        if a_seen && b_seen && of_a >= 2 {
+        if a_seen && b_seen && of_a > 0 {
             break;
         }
         assert!(
             started.elapsed() < DEADLINE,
-            "both dispatchers never had rows in flight"
+            "both dispatchers never had rows in flight (a: {a_seen}, b: {b_seen}); states {:?}",
+            common::procs::states(&db).await
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
