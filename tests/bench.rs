@@ -64,7 +64,10 @@ async fn the_quick_benchmark_delivers_everything_once() {
             assert!(tables.contains(&hot), "{hot} missing: {interval}");
         }
     }
-    assert!(sustained["rate_per_sec"].as_f64().unwrap() > 0.0, "{sustained}");
+    assert!(
+        sustained["rate_per_sec"].as_f64().unwrap() > 0.0,
+        "{sustained}"
+    );
     assert!(sustained["approved"].as_u64().unwrap() > 0, "{sustained}");
     assert_eq!(sustained["failed_approvals"], 0, "{sustained}");
     assert_eq!(sustained["sink_duplicates"], 0, "{sustained}");

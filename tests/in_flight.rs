@@ -86,7 +86,10 @@ async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!(bound, 4, "the default bound of a destination nothing can settle");
+    assert_eq!(
+        bound, 4,
+        "the default bound of a destination nothing can settle"
+    );
     let bound = i64::from(bound);
     approve_many(&db, tenant.id, "plain", BACKLOG).await;
 
@@ -129,10 +132,16 @@ async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
         if db.count("outbox").await == 0 {
             break;
         }
-        assert!(started.elapsed() < 2 * DEADLINE, "the backlog never drained");
+        assert!(
+            started.elapsed() < 2 * DEADLINE,
+            "the backlog never drained"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!(most <= bound, "{most} rows in sending at once, bound {bound}");
+    assert!(
+        most <= bound,
+        "{most} rows in sending at once, bound {bound}"
+    );
     let states = common::procs::states(&db).await;
     let held = states.get("held").copied().unwrap_or(0);
     assert_eq!(held, killed_share, "held: {states:?}");

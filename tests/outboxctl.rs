@@ -296,7 +296,11 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
         &["--lookup-url", "http://127.0.0.1:9000/requests/{key}"],
     )
     .await;
-    add("chosen", &["--max-in-flight", "2", "--on-uncertain", "retry"]).await;
+    add(
+        "chosen",
+        &["--max-in-flight", "2", "--on-uncertain", "retry"],
+    )
+    .await;
     let bounds: Vec<(String, i32)> =
         sqlx::query_as("SELECT name, max_in_flight FROM destinations ORDER BY name")
             .fetch_all(&db.pool)
@@ -323,7 +327,14 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
     );
     let json = outboxctl(
         &db,
-        &["destination", "show", "lookup", "--tenant", "acme", "--json"],
+        &[
+            "destination",
+            "show",
+            "lookup",
+            "--tenant",
+            "acme",
+            "--json",
+        ],
     )
     .await;
     let shown: Value = serde_json::from_str(json.stdout.trim()).unwrap();
@@ -333,7 +344,11 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
         "a crash can leave at most 16 alerts uncertain here (settled by a lookup)"
     );
     let list = outboxctl(&db, &["destination", "list"]).await;
-    assert!(list.stdout.contains("A CRASH LEAVES AT MOST"), "{}", list.stdout);
+    assert!(
+        list.stdout.contains("A CRASH LEAVES AT MOST"),
+        "{}",
+        list.stdout
+    );
     assert!(
         list.stdout.contains("4 uncertain, held for an operator"),
         "{}",

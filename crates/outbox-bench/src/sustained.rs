@@ -206,10 +206,8 @@ async fn run_on(
         Some(rate) => (None, rate, "given".to_owned()),
         None => {
             let capacity = measure_capacity(&api, &workload, &next, sink, &settings).await?;
-            let rate = SHARE_OF_CAPACITY
-                * capacity
-                    .approvals_per_sec
-                    .min(capacity.deliveries_per_sec);
+            let rate =
+                SHARE_OF_CAPACITY * capacity.approvals_per_sec.min(capacity.deliveries_per_sec);
             let source = format!(
                 "{:.0} % of a measured capacity of {:.0}/s: {:.0} approvals/s and {:.0} deliveries/s together",
                 SHARE_OF_CAPACITY * 100.0,
@@ -351,8 +349,7 @@ async fn measure_capacity(
     Ok(Capacity {
         seconds,
         approvals_per_sec: approved as f64 / seconds,
-        deliveries_per_sec: (sink_after.distinct_keys - sink_before.distinct_keys) as f64
-            / seconds,
+        deliveries_per_sec: (sink_after.distinct_keys - sink_before.distinct_keys) as f64 / seconds,
     })
 }
 

@@ -38,7 +38,11 @@ pub fn crash_consequence(
 
 /// What becomes of the alerts a crash left uncertain at a destination with these
 /// capabilities: `held for an operator`, `settled by a lookup`, ...
-pub fn settled_by(has_lookup: bool, has_dedup_window: bool, on_uncertain: OnUncertain) -> &'static str {
+pub fn settled_by(
+    has_lookup: bool,
+    has_dedup_window: bool,
+    on_uncertain: OnUncertain,
+) -> &'static str {
     if has_lookup {
         "settled by a lookup"
     } else if has_dedup_window {

@@ -491,9 +491,9 @@ pub(crate) async fn add_destination(
         args.idempotency_retention.is_some(),
         args.on_uncertain,
     );
-    let max_in_flight = args.max_in_flight.unwrap_or_else(|| {
-        in_flight::default_max_in_flight(has_lookup, has_dedup_window)
-    });
+    let max_in_flight = args
+        .max_in_flight
+        .unwrap_or_else(|| in_flight::default_max_in_flight(has_lookup, has_dedup_window));
     let new = NewDestination {
         tenant_id: tenant.id,
         name: name.clone(),
@@ -762,14 +762,19 @@ pub(crate) async fn show_destination(
         ("de-duplication", dedup),
         (
             "lookup",
-            d.lookup_url_template.clone().unwrap_or_else(|| "no".to_owned()),
+            d.lookup_url_template
+                .clone()
+                .unwrap_or_else(|| "no".to_owned()),
         ),
         ("on uncertain", d.on_uncertain.to_string()),
         (
             "timeout",
             duration::format(Duration::from_millis(d.timeout_ms.unsigned_abs().into())),
         ),
-        ("max in flight", format!("{} ({})", d.max_in_flight, d.crash_bound)),
+        (
+            "max in flight",
+            format!("{} ({})", d.max_in_flight, d.crash_bound),
+        ),
         ("enabled", if d.enabled { "yes" } else { "no" }.to_owned()),
     ];
     if !d.mail_to.is_empty() {

@@ -61,11 +61,13 @@ async fn backlog(db: &TestDb, n: usize) -> (Uuid, Uuid) {
 
 /// Rows of `destination` in `sending`, read back from the table.
 async fn sending(db: &TestDb, destination: Uuid) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'sending' AND destination_id = $1")
-        .bind(destination)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(
+        "SELECT count(*) FROM outbox WHERE status = 'sending' AND destination_id = $1",
+    )
+    .bind(destination)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -109,7 +111,11 @@ async fn claims_racing_from_many_connections_never_overshoot_the_bound() {
     };
     // Nothing completed, so every claim of `plain` is still in flight: all of them
     // together are at most its bound, and one claimer or another filled it.
-    assert_eq!(of(plain), i64::from(BOUND), "claims of the bounded destination");
+    assert_eq!(
+        of(plain),
+        i64::from(BOUND),
+        "claims of the bounded destination"
+    );
     assert_eq!(sending(&db, plain).await, i64::from(BOUND));
     // The other destination's rows were claimed meanwhile (all 30: its bound is 100).
     assert_eq!(of(roomy), 30);
@@ -133,11 +139,19 @@ async fn a_claim_under_way_keeps_a_second_one_off_the_destination_until_it_commi
     };
 
     // Two rows already in flight.
-    let earlier = of_plain(dispatch::claim(&mut first, "w0", 2, LEASE, &[]).await.unwrap());
+    let earlier = of_plain(
+        dispatch::claim(&mut first, "w0", 2, LEASE, &[])
+            .await
+            .unwrap(),
+    );
     assert_eq!(earlier.len(), 2);
     // A claim still open (as if its statement were running) takes the room left: 2.
     let mut open = first.begin().await.unwrap();
-    let taken = of_plain(dispatch::claim(&mut *open, "w1", 10, LEASE, &[]).await.unwrap());
+    let taken = of_plain(
+        dispatch::claim(&mut *open, "w1", 10, LEASE, &[])
+            .await
+            .unwrap(),
+    );
     assert_eq!(taken.len(), 2);
     // Meanwhile a row comes due that is older than every other (an approval that
     // committed late): a second claim counting only what is committed would see room for
@@ -163,7 +177,11 @@ async fn a_claim_under_way_keeps_a_second_one_off_the_destination_until_it_commi
     .execute(&db.pool)
     .await
     .unwrap();
-    let skipped = of_plain(dispatch::claim(&mut second, "w2", 10, LEASE, &[]).await.unwrap());
+    let skipped = of_plain(
+        dispatch::claim(&mut second, "w2", 10, LEASE, &[])
+            .await
+            .unwrap(),
+    );
     assert!(
         skipped.is_empty(),
         "a second claim took {} rows of a destination another claim is working on",
@@ -173,11 +191,22 @@ async fn a_claim_under_way_keeps_a_second_one_off_the_destination_until_it_commi
     assert_eq!(sending(&db, plain).await, i64::from(BOUND));
 
     // Once it committed, the destination is full for everyone.
-    assert!(of_plain(dispatch::claim(&mut second, "w2", 10, LEASE, &[]).await.unwrap()).is_empty());
+    assert!(of_plain(
+        dispatch::claim(&mut second, "w2", 10, LEASE, &[])
+            .await
+            .unwrap()
+    )
+    .is_empty());
 
     // A row given back makes room for exactly one more: the oldest, the late one.
-    assert!(dispatch::release(&db.pool, &taken[0], "w1", "test").await.unwrap());
-    let again = of_plain(dispatch::claim(&mut second, "w2", 10, LEASE, &[]).await.unwrap());
+    assert!(dispatch::release(&db.pool, &taken[0], "w1", "test")
+        .await
+        .unwrap());
+    let again = of_plain(
+        dispatch::claim(&mut second, "w2", 10, LEASE, &[])
+            .await
+            .unwrap(),
+    );
     assert_eq!(again.len(), 1);
     assert_eq!(sending(&db, plain).await, i64::from(BOUND));
 }
