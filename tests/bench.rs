@@ -1,6 +1,7 @@
 //! The benchmark keeps working: `bench run --quick` goes through every phase (bulk and
 //! API approvals, drains over HTTP and without it, 1 and 2 dispatcher processes, latency,
-//! claim cost with history, retention) on its own database and sink. The run checks each
+//! claim cost with history, retention, a few seconds of the sustained-load mode) on its
+//! own database and sink. The run checks each
 //! drain itself (every alert accepted once, one attempt row each, no duplicate at the sink,
 //! never more rows in `sending` than the bound) and fails if one does not hold; this test
 //! reads the figures back and checks them again. It never asserts a time.
@@ -47,6 +48,29 @@ async fn the_quick_benchmark_delivers_everything_once() {
         assert!(latency["samples"].as_u64().unwrap() > 0, "{latency}");
         assert!(latency["p50_ms"].as_f64().unwrap() > 0.0, "{latency}");
     }
+    // A few seconds of the sustained-load mode: one line per second, each with the
+    // tables' tuples, and everything approved during it accepted once.
+    let sustained = &report["sustained"];
+    let intervals = sustained["intervals"].as_array().unwrap();
+    assert!(!intervals.is_empty(), "{sustained}");
+    for interval in intervals {
+        let tables: Vec<&str> = interval["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["table"].as_str().unwrap())
+            .collect();
+        for hot in ["outbox", "alerts", "delivery_attempts", "alert_events"] {
+            assert!(tables.contains(&hot), "{hot} missing: {interval}");
+        }
+    }
+    assert!(
+        sustained["rate_per_sec"].as_f64().unwrap() > 0.0,
+        "{sustained}"
+    );
+    assert!(sustained["approved"].as_u64().unwrap() > 0, "{sustained}");
+    assert_eq!(sustained["failed_approvals"], 0, "{sustained}");
+    assert_eq!(sustained["sink_duplicates"], 0, "{sustained}");
     let claim = &report["claim_cost"];
     assert_eq!(claim["pruned_alerts"], claim["history"], "{claim}");
     assert!(stderr.contains("bench: claim cost"), "{stderr}");

@@ -256,3 +256,107 @@ async fn alert_show_and_outbox_list_tell_the_story() {
         bad.stderr
     );
 }
+
+#[tokio::test]
+async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
+    let db = TestDb::new().await;
+    assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
+    let add = |name: &'static str, extra: &'static [&'static str]| {
+        let db = &db;
+        async move {
+            let mut args = vec![
+                "destination",
+                "add",
+                "--tenant",
+                "acme",
+                "--name",
+                name,
+                "--url",
+                "http://127.0.0.1:9000/hook",
+                "--allow-private",
+                common::procs::TEST_ALLOW_PRIVATE,
+            ];
+            args.extend_from_slice(extra);
+            let run = outboxctl(db, &args).await;
+            assert!(run.ok, "{}", run.stderr);
+            run
+        }
+    };
+    let plain = add("plain", &[]).await;
+    assert!(
+        plain.stderr.contains(
+            "in flight: at most 4 at once; a crash can leave at most 4 alerts uncertain here (held for an operator)"
+        ),
+        "{}",
+        plain.stderr
+    );
+    add("dedup", &["--idempotency-retention", "24h"]).await;
+    add(
+        "lookup",
+        &["--lookup-url", "http://127.0.0.1:9000/requests/{key}"],
+    )
+    .await;
+    add(
+        "chosen",
+        &["--max-in-flight", "2", "--on-uncertain", "retry"],
+    )
+    .await;
+    let bounds: Vec<(String, i32)> =
+        sqlx::query_as("SELECT name, max_in_flight FROM destinations ORDER BY name")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        bounds,
+        vec![
+            ("chosen".into(), 2),
+            ("dedup".into(), 16),
+            ("lookup".into(), 16),
+            ("plain".into(), 4)
+        ]
+    );
+
+    let show = outboxctl(&db, &["destination", "show", "chosen", "--tenant", "acme"]).await;
+    assert!(show.ok, "{}", show.stderr);
+    assert!(
+        show.stdout.contains(
+            "max in flight:  2 (a crash can leave at most 2 alerts uncertain here (resent, possibly as duplicates))"
+        ),
+        "{}",
+        show.stdout
+    );
+    let json = outboxctl(
+        &db,
+        &[
+            "destination",
+            "show",
+            "lookup",
+            "--tenant",
+            "acme",
+            "--json",
+        ],
+    )
+    .await;
+    let shown: Value = serde_json::from_str(json.stdout.trim()).unwrap();
+    assert_eq!(shown["max_in_flight"], 16);
+    assert_eq!(
+        shown["crash_bound"],
+        "a crash can leave at most 16 alerts uncertain here (settled by a lookup)"
+    );
+    let list = outboxctl(&db, &["destination", "list"]).await;
+    assert!(
+        list.stdout.contains("A CRASH LEAVES AT MOST"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        list.stdout.contains("4 uncertain, held for an operator"),
+        "{}",
+        list.stdout
+    );
+
+    assert_refused(
+        &outboxctl(&db, &["destination", "show", "nope", "--tenant", "acme"]).await,
+        "no destination `nope`",
+    );
+}

@@ -32,9 +32,20 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Only these phases (`approvals`: bulk approvals with their HTTP drain, API
-        /// approvals, latency).
+        /// approvals, latency; `sustained`: open-loop approvals at a fixed rate with a
+        /// dispatcher delivering, one line per interval).
         #[arg(long, value_enum, default_value = "all")]
         only: outbox_bench::suite::Phases,
+        /// With `--only sustained`: how long the run lasts, in minutes.
+        #[arg(long, value_parser = positive_f64)]
+        minutes: Option<f64>,
+        /// With `--only sustained`: approvals per second. Default: 70 % of a capacity
+        /// measured first.
+        #[arg(long, value_parser = positive_f64)]
+        rate: Option<f64>,
+        /// With `--only sustained`: seconds per reported interval.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        report_every: Option<u64>,
         /// The PostgreSQL server (the run creates and drops its own database there).
         #[arg(long, env = "DATABASE_URL", default_value = outbox_runtime::DEFAULT_DATABASE_URL, hide_env_values = true)]
         server_url: String,
@@ -54,6 +65,9 @@ async fn main() -> anyhow::Result<()> {
             history,
             json,
             only,
+            minutes,
+            rate,
+            report_every,
             server_url,
         } => {
             let mut settings = if quick {
@@ -68,6 +82,34 @@ async fn main() -> anyhow::Result<()> {
                 settings.history = history;
             }
             settings.phases = only;
+            if let Some(minutes) = minutes {
+                settings.sustained.run_secs = (minutes * 60.0).ceil() as u64;
+            }
+            if let Some(secs) = report_every {
+                settings.sustained.interval_secs = secs;
+            }
+            settings.sustained.rate = rate;
+            if only == outbox_bench::suite::Phases::Sustained {
+                let report = outbox_bench::sustained::run(
+                    &settings.server_url,
+                    settings.sustained.clone(),
+                    |interval| {
+                        if json {
+                            eprintln!("bench: {}", interval.line());
+                        } else {
+                            println!("{}", interval.line());
+                        }
+                    },
+                )
+                .await?;
+                if json {
+                    println!("{}", serde_json::to_string(&report)?);
+                } else {
+                    // The intervals were printed as they ended.
+                    print!("{}{}", report.header(), report.summary());
+                }
+                return Ok(());
+            }
             let report = outbox_bench::suite::run(settings).await?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
@@ -81,4 +123,12 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A number above zero (minutes, a rate).
+fn positive_f64(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value > 0.0 && value.is_finite() => Ok(value),
+        _ => Err(format!("`{text}` is not a number above 0")),
+    }
 }

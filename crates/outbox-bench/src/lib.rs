@@ -7,6 +7,8 @@
 //!   server's counters read around it and the live queue sampled during it.
 //! - `peer`: the external driver of the queue peers' harness (`RESULT {json}`).
 //! - `suite`: every figure in one run (`bench run`), on its own database and sink.
+//! - `sustained`: a long open-loop run at a share of capacity, reported interval by
+//!   interval (`bench run --only sustained`).
 //! - `measure`: CPU readings and percentiles.
 //!
 //! The SQL it needs lives in `outbox_store::bench`.
@@ -15,4 +17,5 @@ pub mod drain;
 pub mod measure;
 pub mod peer;
 pub mod suite;
+pub mod sustained;
 pub mod workload;

@@ -11,6 +11,10 @@
 //! 6. on a second database: the claim's cost on an empty history and with H settled
 //!    alerts of history, and retention (`prune`) of that history.
 //!
+//! 7. with `--quick`, a few seconds of the sustained-load mode (`crate::sustained`), so
+//!    that it keeps working; `--only sustained` ([`Phases::Sustained`]) runs it alone, for
+//!    as long as asked.
+//!
 //! With `--only approvals` ([`Phases::Approvals`]) the run keeps what the approval path's
 //! figures need (phases 1, 4 and 5: the HTTP drain of phase 1 gives the capacity that
 //! sets the half-capacity rate) and skips the no-op drain, the processes and phase 6.
@@ -30,6 +34,7 @@ use uuid::Uuid;
 use crate::drain::{self, drain, Dispatchers, DrainReport, DrainSettings, Running};
 use crate::measure::{ms, quantile};
 use crate::peer::{BATCH_SIZE, DESTINATION_IN_FLIGHT, MAX_IN_FLIGHT};
+use crate::sustained::{SustainedReport, SustainedSettings};
 use crate::workload::{DestinationSettings, Workload};
 
 /// What to run.
@@ -60,6 +65,11 @@ pub struct SuiteSettings {
     pub destination_in_flight: u32,
     /// Which phases run.
     pub phases: Phases,
+    /// The sustained-load mode (`--only sustained`).
+    pub sustained: SustainedSettings,
+    /// Whether a run of every phase includes the sustained mode too (the quick run does,
+    /// for a few seconds, so that it keeps working).
+    pub sustained_in_all: bool,
 }
 
 /// Which phases a run goes through.
@@ -70,6 +80,8 @@ pub enum Phases {
     All,
     /// The approval path: bulk approvals and their HTTP drain, API approvals, latency.
     Approvals,
+    /// The sustained-load mode alone (see `crate::sustained`).
+    Sustained,
 }
 
 impl SuiteSettings {
@@ -88,6 +100,18 @@ impl SuiteSettings {
             max_in_flight: MAX_IN_FLIGHT,
             destination_in_flight: DESTINATION_IN_FLIGHT,
             phases: Phases::All,
+            sustained: SustainedSettings {
+                run_secs: 600,
+                interval_secs: 60,
+                rate: None,
+                capacity_secs: 10,
+                capacity_clients: 32,
+                max_outstanding: 512,
+                batch_size: BATCH_SIZE,
+                max_in_flight: MAX_IN_FLIGHT,
+                destination_in_flight: DESTINATION_IN_FLIGHT,
+            },
+            sustained_in_all: false,
         }
     }
 
@@ -101,6 +125,13 @@ impl SuiteSettings {
             processes: vec![1, 2],
             idle_samples: 20,
             loaded_secs: 1,
+            sustained: SustainedSettings {
+                run_secs: 3,
+                interval_secs: 1,
+                capacity_secs: 1,
+                ..SuiteSettings::full(String::new()).sustained
+            },
+            sustained_in_all: true,
             ..SuiteSettings::full(server_url)
         }
     }
@@ -183,6 +214,8 @@ pub struct SuiteReport {
     pub latency_half_capacity: Latency,
     /// Claim cost against history, and retention.
     pub claim_cost: Option<ClaimCost>,
+    /// The sustained-load mode, when the run includes it.
+    pub sustained: Option<SustainedReport>,
 }
 
 /// Runs the suite. Progress goes to stderr.
@@ -196,6 +229,14 @@ pub async fn run(settings: SuiteSettings) -> anyhow::Result<SuiteReport> {
     let mut report = result?;
     if settings.phases == Phases::All {
         report.claim_cost = Some(claim_cost(&settings).await?);
+        if settings.sustained_in_all {
+            report.sustained = Some(
+                crate::sustained::run(&settings.server_url, settings.sustained.clone(), |i| {
+                    progress(&i.line())
+                })
+                .await?,
+            );
+        }
     }
     Ok(report)
 }
@@ -355,6 +396,7 @@ async fn run_on(
         latency_idle,
         latency_half_capacity,
         claim_cost: None,
+        sustained: None,
     })
 }
 
@@ -372,7 +414,7 @@ async fn host_facts(pool: &PgPool) -> anyhow::Result<HashMap<String, String>> {
     Ok(host)
 }
 
-fn progress(what: &str) {
+pub(crate) fn progress(what: &str) {
     eprintln!("bench: {what}");
 }
 
@@ -496,7 +538,8 @@ async fn claim_cost_on(settings: &SuiteSettings, url: &str) -> anyhow::Result<Cl
         &DestinationSettings {
             // Never contacted: claims are rolled back.
             url: "http://127.0.0.1:9/unused".to_owned(),
-            max_in_flight: settings.destination_in_flight,
+            // Room for a whole claim: the claim's cost is measured, not the bound.
+            max_in_flight: 1_000,
         },
     )
     .await?;
@@ -574,22 +617,22 @@ async fn claim_cost_on(settings: &SuiteSettings, url: &str) -> anyhow::Result<Cl
 }
 
 /// The approval API, served from this process.
-struct Api {
-    client: ApiClient,
+pub(crate) struct Api {
+    pub(crate) client: ApiClient,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 /// A client of the approval API with the benchmark tenant's token.
 #[derive(Clone)]
-struct ApiClient {
+pub(crate) struct ApiClient {
     base: String,
     token: String,
     http: reqwest::Client,
 }
 
 impl Api {
-    async fn start(pool: PgPool, workload: &Workload) -> anyhow::Result<Api> {
+    pub(crate) async fn start(pool: PgPool, workload: &Workload) -> anyhow::Result<Api> {
         let token = outbox_store::tokens::create(&pool, workload.tenant_id, Some("benchmark"))
             .await?
             .expose()
@@ -651,14 +694,14 @@ impl Api {
         })
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         let _ = self.stop.send(());
         let _ = self.task.await;
     }
 }
 
 impl ApiClient {
-    async fn approve_one(&self, workload: &Workload, i: u64) -> anyhow::Result<Uuid> {
+    pub(crate) async fn approve_one(&self, workload: &Workload, i: u64) -> anyhow::Result<Uuid> {
         let body = format!(
             r#"{{"destination":{},"subject":{},"occurrence":"firing","payload":{}}}"#,
             serde_json::Value::String(workload.destination_name.clone()),
@@ -688,12 +731,12 @@ impl ApiClient {
 
 /// Our sink, on a thread and runtime of its own so that its work is not scheduled
 /// behind the dispatcher's.
-struct OwnSink {
-    base: String,
+pub(crate) struct OwnSink {
+    pub(crate) base: String,
 }
 
 impl OwnSink {
-    fn start() -> anyhow::Result<OwnSink> {
+    pub(crate) fn start() -> anyhow::Result<OwnSink> {
         use clap::Parser;
         let args = outbox_sink::SinkArgs::try_parse_from(["sink", "--listen", "127.0.0.1:0"])?;
         let (address_tx, address_rx) = std::sync::mpsc::channel();
@@ -728,7 +771,7 @@ impl OwnSink {
         })
     }
 
-    fn stats_url(&self) -> String {
+    pub(crate) fn stats_url(&self) -> String {
         format!("{}/stats", self.base)
     }
 }
@@ -862,6 +905,9 @@ impl SuiteReport {
             "outbox dead tuples during the HTTP drain: {}",
             dead.join(" ")
         );
+        if let Some(sustained) = &self.sustained {
+            out.push_str(&sustained.render());
+        }
         out
     }
 }

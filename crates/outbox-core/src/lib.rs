@@ -5,6 +5,8 @@
 //!   live queue's status ([`LiveStatus`]), where it comes to rest ([`Outcome`]), attempts
 //!   ([`AttemptKind`], [`AttemptOutcome`]), and destinations ([`DestinationKind`],
 //!   [`OnUncertain`]).
+//! - [`in_flight`]: a destination's in-flight bound (its crash blast radius): defaults and
+//!   what it means for an operator.
 //! - [`identity`]: what makes two approvals the same alert, and the input limits
 //!   ([`MAX_IDENTITY_FIELD_BYTES`], [`MAX_PAYLOAD_BYTES`]); a payload that passed them is a
 //!   [`CheckedPayload`].
@@ -25,6 +27,7 @@
 pub mod duration;
 pub mod headers;
 pub mod identity;
+pub mod in_flight;
 pub mod json_limits;
 pub mod query;
 pub mod redact;

@@ -162,7 +162,7 @@ impl From<LiveStatus> for AlertState {
 }
 
 named_values! {
-    /// Where an alert came to rest once it left the live queue (`alerts.outcome`).
+    /// Where an alert came to rest once it left the live queue (`alert_outcomes.outcome`).
     Outcome, "outcome", "accepted, held, failed, superseded" {
         /// The destination (or its lookup, or an operator's finding) confirmed it.
         Accepted => "accepted",

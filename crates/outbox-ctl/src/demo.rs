@@ -134,6 +134,11 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
             max_in_flight: 16,
         };
         configure(&mut d);
+        // As `destination add` chooses when --max-in-flight is not given.
+        d.max_in_flight = outbox_core::in_flight::default_max_in_flight(
+            d.lookup_url_template.is_some(),
+            d.idempotency_retention.is_some(),
+        );
         d
     };
     let lookup = format!("{sink_url}/requests/{{key}}");

@@ -334,6 +334,17 @@ pub enum DestinationCommand {
         #[arg(long, env = "USER", default_value = "operator")]
         actor: String,
     },
+    /// Show one destination: its settings, and what its in-flight bound means.
+    Show {
+        /// Destination name.
+        name: String,
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// One JSON object instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// List destinations.
     List {
         /// Only this tenant's (name or id).
@@ -441,6 +452,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(TokenCommand::Revoke { id }) => credentials::revoke_token(&pool, &id).await,
         Command::Destination(DestinationCommand::Add(args)) => {
             setup::add_destination(&pool, &cli.secret_keys, args).await
+        }
+        Command::Destination(DestinationCommand::Show { name, tenant, json }) => {
+            setup::show_destination(&pool, &tenant, &name, json).await
         }
         Command::Destination(DestinationCommand::RotateSecret(args)) => {
             credentials::rotate_secret(&pool, &cli.secret_keys, args).await

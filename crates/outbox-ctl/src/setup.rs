@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context};
 use outbox_core::sealing::SealingKeys;
-use outbox_core::{duration, redact, signing, DestinationKind, OnUncertain};
+use outbox_core::{duration, in_flight, redact, signing, DestinationKind, OnUncertain};
 use outbox_store::destinations::{EmailApiSettings, EmailSettings, NewDestination};
 use outbox_store::{tenants, PgPool};
 use std::time::Duration;
@@ -80,9 +80,11 @@ pub struct DestinationArgs {
     /// Connect and total request timeout.
     #[arg(long, default_value = "10s", value_parser = duration::parse_positive)]
     timeout: Duration,
-    /// Most requests in flight to this destination at once.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    max_in_flight: u32,
+    /// Most of its alerts in `sending` at once, across every dispatcher: also the most
+    /// alerts one crash can leave uncertain there. Default: 4 when nothing can settle an
+    /// uncertain send by itself (no --lookup-url, no --idempotency-retention), else 16.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    max_in_flight: Option<u32>,
     /// Address ranges (CIDR, comma-separated) the URLs may point into although they are
     /// loopback, private, link-local, ...: for development, tests and demos only. The
     /// dispatcher needs the same ranges opened to deliver there.
@@ -364,6 +366,11 @@ async fn add_email_destination(
     )
     .await?;
 
+    // Nothing settles an email destination's uncertain send but its policy.
+    let max_in_flight = args
+        .max_in_flight
+        .unwrap_or_else(|| in_flight::default_max_in_flight(false, false));
+    let on_uncertain = args.on_uncertain;
     let tenant = tenants::find(pool, &args.tenant).await?;
     let id = outbox_store::destinations::new_id();
     let smtp_password = password
@@ -382,7 +389,7 @@ async fn add_email_destination(
             lookup_url_template: None,
             on_uncertain: args.on_uncertain,
             timeout: args.timeout,
-            max_in_flight: args.max_in_flight,
+            max_in_flight,
         },
         &EmailSettings {
             smtp_tls: tls,
@@ -399,6 +406,15 @@ async fn add_email_destination(
     eprintln!(
         "added email destination `{name}` for tenant `{}`",
         tenant.name
+    );
+    eprintln!(
+        "in flight: at most {max_in_flight} at once; {}",
+        in_flight::crash_consequence(
+            i32::try_from(max_in_flight).unwrap_or(i32::MAX),
+            false,
+            false,
+            on_uncertain,
+        )
     );
     if let Some(note) = note {
         eprintln!("note: {note}");
@@ -470,6 +486,14 @@ pub(crate) async fn add_destination(
     // Sealed secrets are bound to the destination's id, so the id is drawn first.
     let id = outbox_store::destinations::new_id();
     let signing_secrets = credentials::stored_form(keys, id, &args.secrets);
+    let (has_lookup, has_dedup_window, on_uncertain) = (
+        args.lookup_url.is_some(),
+        args.idempotency_retention.is_some(),
+        args.on_uncertain,
+    );
+    let max_in_flight = args
+        .max_in_flight
+        .unwrap_or_else(|| in_flight::default_max_in_flight(has_lookup, has_dedup_window));
     let new = NewDestination {
         tenant_id: tenant.id,
         name: name.clone(),
@@ -480,7 +504,7 @@ pub(crate) async fn add_destination(
         lookup_url_template: args.lookup_url,
         on_uncertain: args.on_uncertain,
         timeout: args.timeout,
-        max_in_flight: args.max_in_flight,
+        max_in_flight,
     };
     match email_api {
         Some(mut api) => {
@@ -495,6 +519,15 @@ pub(crate) async fn add_destination(
     }
     println!("{id}");
     eprintln!("added destination `{name}` for tenant `{}`", tenant.name);
+    eprintln!(
+        "in flight: at most {max_in_flight} at once; {}",
+        in_flight::crash_consequence(
+            i32::try_from(max_in_flight).unwrap_or(i32::MAX),
+            has_lookup,
+            has_dedup_window,
+            on_uncertain,
+        )
+    );
     for note in notes {
         eprintln!("note: {note}");
     }
@@ -587,11 +620,7 @@ pub(crate) async fn list_destinations(
         Some(tenant) => Some(tenants::find(pool, tenant).await?.id),
         None => None,
     };
-    let mut destinations = outbox_store::destinations::list(pool, tenant_id).await?;
-    for d in &mut destinations {
-        d.url = redact::url(&d.url);
-        d.lookup_url_template = d.lookup_url_template.as_deref().map(redact::url);
-    }
+    let destinations = listed_destinations(pool, tenant_id).await?;
     if json {
         for destination in &destinations {
             println!("{}", outbox_core::untrusted::to_json_line(destination)?);
@@ -608,6 +637,7 @@ pub(crate) async fn list_destinations(
         "ON UNCERTAIN",
         "TIMEOUT",
         "MAX IN FLIGHT",
+        "A CRASH LEAVES AT MOST",
         "SECRETS",
         "ENABLED",
         "RECIPIENTS",
@@ -658,12 +688,105 @@ pub(crate) async fn list_destinations(
             d.on_uncertain.to_string(),
             duration::format(Duration::from_millis(d.timeout_ms.unsigned_abs().into())),
             d.max_in_flight.to_string(),
+            format!(
+                "{} uncertain, {}",
+                d.max_in_flight,
+                in_flight::settled_by(
+                    d.lookup_url_template.is_some(),
+                    d.idempotency_retention_secs.is_some(),
+                    d.on_uncertain
+                )
+            ),
             secrets,
             if d.enabled { "yes" } else { "no" }.to_owned(),
             recipients,
         ]);
     }
     print!("{table}");
+    Ok(())
+}
+
+/// Destinations as operators see them: credentials in URLs hidden, the in-flight bound
+/// explained.
+async fn listed_destinations(
+    pool: &PgPool,
+    tenant_id: Option<uuid::Uuid>,
+) -> anyhow::Result<Vec<outbox_store::destinations::DestinationSummary>> {
+    let mut destinations = outbox_store::destinations::list(pool, tenant_id).await?;
+    for d in &mut destinations {
+        d.url = redact::url(&d.url);
+        d.lookup_url_template = d.lookup_url_template.as_deref().map(redact::url);
+        d.crash_bound = in_flight::crash_consequence(
+            d.max_in_flight,
+            d.lookup_url_template.is_some(),
+            d.idempotency_retention_secs.is_some(),
+            d.on_uncertain,
+        );
+    }
+    Ok(destinations)
+}
+
+/// `outboxctl destination show NAME --tenant T`: one destination, a line per setting.
+pub(crate) async fn show_destination(
+    pool: &PgPool,
+    tenant: &str,
+    name: &str,
+    json: bool,
+) -> anyhow::Result<()> {
+    let tenant = tenants::find(pool, tenant).await?;
+    let Some(d) = listed_destinations(pool, Some(tenant.id))
+        .await?
+        .into_iter()
+        .find(|d| d.name == name)
+    else {
+        bail!("tenant `{}` has no destination `{name}`", tenant.name);
+    };
+    if json {
+        println!("{}", outbox_core::untrusted::to_json_line(&d)?);
+        return Ok(());
+    }
+    let dedup = match d.idempotency_retention_secs {
+        Some(secs) => format!(
+            "{} for {}",
+            d.idempotency_header,
+            duration::format(Duration::from_secs(secs.unsigned_abs()))
+        ),
+        None => "no".to_owned(),
+    };
+    let mut lines = vec![
+        ("id", d.id.to_string()),
+        ("tenant", d.tenant.clone()),
+        ("name", d.name.clone()),
+        ("kind", d.kind.to_string()),
+        ("url", d.url.clone()),
+        ("de-duplication", dedup),
+        (
+            "lookup",
+            d.lookup_url_template
+                .clone()
+                .unwrap_or_else(|| "no".to_owned()),
+        ),
+        ("on uncertain", d.on_uncertain.to_string()),
+        (
+            "timeout",
+            duration::format(Duration::from_millis(d.timeout_ms.unsigned_abs().into())),
+        ),
+        (
+            "max in flight",
+            format!("{} ({})", d.max_in_flight, d.crash_bound),
+        ),
+        ("enabled", if d.enabled { "yes" } else { "no" }.to_owned()),
+    ];
+    if !d.mail_to.is_empty() {
+        lines.push(("recipients", d.mail_to.join(",")));
+    }
+    for (label, value) in lines {
+        println!(
+            "{:<16}{}",
+            format!("{label}:"),
+            outbox_core::untrusted::visible(&value)
+        );
+    }
     Ok(())
 }
 

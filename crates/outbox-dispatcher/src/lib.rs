@@ -30,9 +30,16 @@
 //! - `recorder`: outcomes written in batches (one statement and one commit for many).
 //! - `metrics`, `server`: `/metrics`, `/healthz`, `/readyz`.
 //!
-//! Bounds: a dispatcher holds at most `max_in_flight` rows in `sending` at once (claimed
-//! and not yet recorded), so the rows a crash can leave uncertain are at most
-//! `max_in_flight` per dispatcher process: the crash blast radius.
+//! Bounds: a claim never leaves more than a destination's `max_in_flight` rows in
+//! `sending`, counting every dispatcher's (the claim statement enforces it in the database,
+//! see `outbox_store::dispatch::claim`), so one crash can leave at most that many alerts
+//! uncertain at a destination, whatever the number of processes: the crash blast radius.
+//! A dispatcher also holds at most its own `--max-in-flight` rows in `sending` overall
+//! (claimed and not yet recorded). Since a claim takes no more rows of a destination than
+//! it has room for, a claimed row is sent at once rather than waiting in `sending`; the
+//! per-destination slots a process keeps are a guard for the rare case where its own rows
+//! outnumber the bound (a row taken over after its lease expired while the stalled send
+//! still runs).
 //!
 //! Throughput: claims are taken in batches into local tasks (one statement commits the
 //! leases and the "attempt started" lines of a whole batch before anything is sent), sends

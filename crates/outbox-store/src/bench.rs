@@ -325,3 +325,72 @@ pub async fn time_claims(
     }
     Ok(took)
 }
+
+/// Live and dead tuples of one table, as the statistics collector last reported them.
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+pub struct TableTuples {
+    /// The table.
+    pub table: String,
+    /// `n_live_tup`.
+    pub live: i64,
+    /// `n_dead_tup`.
+    pub dead: i64,
+}
+
+/// Live and dead tuples of every table that has been written to (inserts, updates or
+/// deletes since the statistics were reset): the hot tables, read from the catalogue
+/// itself so that a table added by a migration is reported without a list to keep.
+pub async fn written_tables(db: impl PgExecutor<'_>) -> Result<Vec<TableTuples>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT relname::text AS table, n_live_tup AS live, n_dead_tup AS dead \
+         FROM pg_stat_user_tables \
+         WHERE schemaname = 'public' AND n_tup_ins + n_tup_upd + n_tup_del > 0 \
+           AND relname <> '_sqlx_migrations' \
+         ORDER BY relname",
+    )
+    .fetch_all(db)
+    .await?)
+}
+
+/// Approval-to-acceptance latency of the sends accepted since attempt row `after_id`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AcceptedSince {
+    /// The newest attempt row read (the next call's `after_id`).
+    pub last_id: i64,
+    /// Sends accepted.
+    pub accepted: i64,
+    /// Median, ms (nearest rank).
+    pub p50_ms: f64,
+    /// 99th percentile, ms (nearest rank).
+    pub p99_ms: f64,
+}
+
+/// Latencies of the sends accepted since attempt row `after_id`, from the alert's approval
+/// to the end of the accepted attempt (the destination's 2xx). Attempt ids grow, so an
+/// interval reads only its own rows, through the primary key.
+pub async fn accepted_since(
+    db: impl PgExecutor<'_>,
+    after_id: i64,
+) -> Result<AcceptedSince, StoreError> {
+    let (last_id, accepted, p50_ms, p99_ms): (i64, i64, Option<f64>, Option<f64>) =
+        sqlx::query_as(
+            "WITH fresh AS ( \
+                 SELECT da.id, extract(epoch FROM da.finished_at - a.created_at)::float8 * 1000 AS ms \
+                 FROM delivery_attempts da JOIN alerts a ON a.id = da.alert_id \
+                 WHERE da.id > $1 AND da.kind = 'send' AND da.outcome = 'accepted' \
+             ) \
+             SELECT coalesce(max(id), $1), count(*), \
+                    percentile_disc(0.5) WITHIN GROUP (ORDER BY ms), \
+                    percentile_disc(0.99) WITHIN GROUP (ORDER BY ms) \
+             FROM fresh",
+        )
+        .bind(after_id)
+        .fetch_one(db)
+        .await?;
+    Ok(AcceptedSince {
+        last_id,
+        accepted,
+        p50_ms: p50_ms.unwrap_or_default(),
+        p99_ms: p99_ms.unwrap_or_default(),
+    })
+}

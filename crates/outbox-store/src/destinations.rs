@@ -144,8 +144,13 @@ pub struct DestinationSummary {
     pub on_uncertain: OnUncertain,
     /// Request timeout in milliseconds.
     pub timeout_ms: i32,
-    /// Concurrency limit.
+    /// Most of its alerts in `sending` at once, across every dispatcher (claims enforce
+    /// it): the most alerts one crash can leave uncertain there.
     pub max_in_flight: i32,
+    /// What that bound means, in a sentence for operators (filled by the caller, from
+    /// `outbox_core::in_flight::crash_consequence`).
+    #[sqlx(skip)]
+    pub crash_bound: String,
     /// Number of signing secrets configured.
     pub signing_secret_count: i32,
     /// Secrets replaced by a rotation that still sign until `retiring_until`.

@@ -129,8 +129,29 @@ impl std::fmt::Debug for ClaimedAlert {
 /// attempt do write a line, since they may lead to a resend. The lease is
 /// at least `lease`, and always longer than two request timeouts of the destination (plus a second).
 ///
-/// `saturated` lists destinations this dispatcher cannot send to right now (all of its
-/// slots for them are busy); their rows are left for later or for other dispatchers.
+/// **In-flight bound, across processes.** A claim never leaves more than a destination's
+/// `max_in_flight` rows in `sending`, counting every dispatcher's: those are the rows a
+/// crash can leave uncertain there. The statement works in four steps:
+/// 1. `candidates`: the oldest due rows, up to `limit`, not locked yet; destinations
+///    already at their bound by the statement's snapshot (`full_destinations`, counted
+///    from the small `sending` set, `outbox_lease_idx`) are left out, so that a full
+///    destination's backlog does not fill the window. That count is only a hint: the
+///    snapshot may be stale.
+/// 2. `room`: for each destination among them, `outbox_claim_room` (migration
+///    20261203000021) tries the destination's transaction-scoped advisory lock (a second
+///    claimer skips the destination for this round rather than wait) and, holding it,
+///    counts its `sending` rows with a fresh snapshot. The lock is held until this
+///    statement commits, so the next claimer's count includes these claims.
+/// 3. `chosen`: each destination's oldest candidates, as many as its room.
+/// 4. `due`: those rows locked (`SKIP LOCKED`), the due condition checked again on the
+///    newest row version (a row another claim took since the snapshot is skipped).
+///
+/// So claims may come back smaller than `limit` (or empty) while rows are due: a
+/// destination's rows wait in `pending` rather than in `sending`.
+///
+/// `saturated` lists destinations this dispatcher leaves out of this claim (for example
+/// one it has just seen answer 410 Gone); their rows are left for later or for other
+/// dispatchers.
 pub async fn claim(
     db: impl PgExecutor<'_>,
     worker: &str,
@@ -139,15 +160,37 @@ pub async fn claim(
     saturated: &[Uuid],
 ) -> Result<Vec<ClaimedAlert>, StoreError> {
     let rows = sqlx::query_as::<_, ClaimedAlert>(
-        "WITH due AS ( \
-             SELECT o.alert_id \
+        "WITH full_destinations AS ( \
+             SELECT s.destination_id \
+             FROM (SELECT destination_id, count(*) AS in_flight FROM outbox \
+                   WHERE status = 'sending' GROUP BY destination_id) s \
+             JOIN destinations d ON d.id = s.destination_id \
+             WHERE s.in_flight >= d.max_in_flight \
+         ), candidates AS ( \
+             SELECT o.alert_id, o.destination_id, o.next_attempt_at \
              FROM outbox o JOIN destinations d ON d.id = o.destination_id \
              WHERE o.status IN ('pending', 'uncertain') AND o.next_attempt_at <= now() \
                AND d.enabled AND o.destination_id <> ALL($4::uuid[]) \
+               AND NOT EXISTS (SELECT 1 FROM full_destinations f WHERE f.destination_id = o.destination_id) \
                AND (o.after_alert IS NULL \
                     OR NOT EXISTS (SELECT 1 FROM outbox p WHERE p.alert_id = o.after_alert)) \
              ORDER BY o.next_attempt_at \
              LIMIT $1 \
+         ), room AS ( \
+             SELECT c.destination_id, outbox_claim_room(c.destination_id, d.max_in_flight) AS room \
+             FROM (SELECT DISTINCT destination_id FROM candidates) c \
+             JOIN destinations d ON d.id = c.destination_id \
+         ), chosen AS ( \
+             SELECT c.alert_id \
+             FROM (SELECT alert_id, destination_id, row_number() OVER ( \
+                       PARTITION BY destination_id ORDER BY next_attempt_at, alert_id) AS place \
+                   FROM candidates) c \
+             JOIN room r ON r.destination_id = c.destination_id \
+             WHERE c.place <= r.room \
+         ), due AS ( \
+             SELECT o.alert_id FROM outbox o \
+             WHERE o.alert_id = ANY(ARRAY(SELECT alert_id FROM chosen)) \
+               AND o.status IN ('pending', 'uncertain') AND o.next_attempt_at <= now() \
              FOR UPDATE OF o SKIP LOCKED \
          ), claimed AS ( \
              UPDATE outbox o SET \

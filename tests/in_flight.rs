@@ -1,0 +1,165 @@
+//! The crash blast radius at a destination nothing can settle automatically: two real
+//! dispatcher processes share one plain `hold` destination (added with the default bound)
+//! with a slow sink and a backlog; the rows in `sending` for it, sampled from the database
+//! while they work, never exceed its bound, and a SIGKILL of one leaves at most the bound
+//! held, exactly the rows it had in flight.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+mod common;
+
+use common::procs::{approve_many, dispatcher_args, Sink, DEADLINE, TEST_ALLOW_PRIVATE};
+use common::{add_tenant, outboxctl};
+use outbox_testkit::TestDb;
+use serde_json::json;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+
+const BACKLOG: usize = 200;
+
+/// A dispatcher whose log goes to a file of its own (its warnings about the expired leases
+/// are expected here, and are not the test's output).
+fn dispatcher(db: &TestDb, worker: &str, logs: &std::path::Path) -> Child {
+    let log = std::fs::File::create(logs.join(format!("{worker}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_dispatcher"))
+        .args(dispatcher_args(db, worker, &["--lease", "1s"]))
+        .env_remove("FAILPOINTS")
+        .env_remove("OUTBOX_ALLOW_PRIVATE")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn dispatcher")
+}
+
+/// Rows of the destination in `sending`: all of them, and those dispatcher `a` holds.
+async fn in_flight(db: &TestDb, destination: uuid::Uuid) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE lease_owner = 'a'), \
+                count(*) FILTER (WHERE lease_owner = 'b') \
+         FROM outbox WHERE status = 'sending' AND destination_id = $1",
+    )
+    .bind(destination)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &[]).await;
+    let sink = Sink::start(&[]).await;
+    sink.faults(json!({"latency_ms": 150})).await;
+    // No lookup, no de-duplication window, `hold`: added without --max-in-flight.
+    let added = outboxctl(
+        &db,
+        &[
+            "destination",
+            "add",
+            "--tenant",
+            "acme",
+            "--name",
+            "plain",
+            "--url",
+            &sink.hook_url(),
+            "--timeout",
+            "1s",
+            "--allow-private",
+            TEST_ALLOW_PRIVATE,
+        ],
+    )
+    .await;
+    assert!(added.ok, "{}", added.stderr);
+    assert!(
+        added
+            .stderr
+            .contains("a crash can leave at most 4 alerts uncertain here (held for an operator)"),
+        "{}",
+        added.stderr
+    );
+    let destination: uuid::Uuid = added.stdout.trim().parse().unwrap();
+    let bound: i32 = sqlx::query_scalar("SELECT max_in_flight FROM destinations WHERE id = $1")
+        .bind(destination)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        bound, 4,
+        "the default bound of a destination nothing can settle"
+    );
+    let bound = i64::from(bound);
+    approve_many(&db, tenant.id, "plain", BACKLOG).await;
+
+    let logs = tempdir();
+    let mut a = dispatcher(&db, "a", &logs);
+    let _b = dispatcher(&db, "b", &logs);
+
+    // Both work; every sample stays within the bound.
+    let mut most = 0;
+    let started = Instant::now();
+    let (mut a_seen, mut b_seen) = (false, false);
+    loop {
+        let (all, of_a, of_b) = in_flight(&db, destination).await;
+        most = most.max(all);
+        a_seen |= of_a > 0;
+        b_seen |= of_b > 0;
+        if a_seen && b_seen && of_a > 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "both dispatchers never had rows in flight (a: {a_seen}, b: {b_seen}); states {:?}",
+            common::procs::states(&db).await
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    a.kill().await.unwrap();
+    // What `a` held when it died: exactly what the crash leaves uncertain.
+    let (_, killed_share, _) = in_flight(&db, destination).await;
+    assert!(
+        (1..=bound).contains(&killed_share),
+        "a had {killed_share} rows in flight"
+    );
+
+    // `b` delivers the rest; `a`'s rows become uncertain when their lease runs out, and
+    // the destination offers nothing to settle them with, so they are held.
+    loop {
+        let (all, ..) = in_flight(&db, destination).await;
+        most = most.max(all);
+        if db.count("outbox").await == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < 2 * DEADLINE,
+            "the backlog never drained"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        most <= bound,
+        "{most} rows in sending at once, bound {bound}"
+    );
+    let states = common::procs::states(&db).await;
+    let held = states.get("held").copied().unwrap_or(0);
+    assert_eq!(held, killed_share, "held: {states:?}");
+    assert!(held <= bound);
+    assert_eq!(
+        states.get("accepted").copied().unwrap_or(0),
+        BACKLOG as i64 - held,
+        "{states:?}"
+    );
+    // The sink's own count: every accepted alert once.
+    let stats = sink.stats().await;
+    assert_eq!(stats["effective_duplicates"], 0, "{stats}");
+    std::fs::remove_dir_all(&logs).ok();
+}
+
+/// A directory of its own for this test's dispatcher logs.
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("outbox-in-flight-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
