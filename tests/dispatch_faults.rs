@@ -394,6 +394,62 @@ async fn sigterm_finishes_the_send_in_flight_and_leaves_the_rest_pending() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_gives_back_claims_waiting_for_the_process_send_cap() {
+    // A destination with room for twenty, a process that sends one at a time: the claim
+    // takes all twenty, one is sent and nineteen wait in the process. On SIGTERM the one
+    // finishes and the nineteen are given back unsent, with their attempt uncounted.
+    let sink = Sink::start(&[]).await;
+    let (db, tenant) = setup(&sink, |d| {
+        d.max_in_flight = 20;
+        d.timeout = Duration::from_secs(5);
+    })
+    .await;
+    approve_many(&db, tenant, "ops", 20).await;
+    sink.faults(json!({"latency_ms": 1000})).await;
+    let args = dispatcher_args(
+        &db,
+        "graceful",
+        &["--batch-size", "20", "--max-concurrent-sends", "1"],
+    );
+    let dispatcher = spawn_dispatcher(&args, None);
+    sink.wait_for("the first request", |s| s["requests"] == 1)
+        .await;
+    let sending: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'sending'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(sending, 20, "the whole claim waits in the process");
+    signal(&dispatcher, "TERM");
+    let mut dispatcher = dispatcher;
+    let status = tokio::time::timeout(DEADLINE, dispatcher.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "exit 0 after a graceful stop: {status}");
+
+    let states = states(&db).await;
+    assert_eq!(states.get("accepted"), Some(&1), "{states:?}");
+    assert_eq!(states.get("pending"), Some(&19), "{states:?}");
+    let unsent_attempts: i64 = sqlx::query_scalar("SELECT sum(attempts) FROM outbox")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        unsent_attempts, 0,
+        "nothing was sent for them, so no attempt counts"
+    );
+    let given_back: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM alert_events WHERE actor = 'dispatcher:graceful' \
+           AND to_state = 'pending' AND line LIKE 'claim given back%'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(given_back, 19, "each give-back is in the evidence");
+    assert_eq!(sink.stats().await["requests"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resends_of_an_uncertain_alert_stop_at_the_attempt_limit_and_hold_it() {
     // Every answer is a 500: for a destination without de-duplication, each attempt may
     // have been acted on. Policy `retry` resends, but only up to the attempt limit.

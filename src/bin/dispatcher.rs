@@ -29,6 +29,11 @@ struct Cli {
     /// Most rows this process holds in `sending` at once (its crash blast radius).
     #[arg(long, env = "DISPATCHER_MAX_IN_FLIGHT", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     max_in_flight: u32,
+    /// Most sends (requests, SMTP dialogues, lookups) this process runs at once, over all
+    /// destinations (default: no cap beyond --max-in-flight and the destinations' bounds).
+    /// Rows claimed beyond it wait in the process, so claims stay large.
+    #[arg(long, env = "DISPATCHER_MAX_CONCURRENT_SENDS", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    max_concurrent_sends: Option<u32>,
     /// Minimum lease per claim; always at least two request timeouts plus 1s.
     #[arg(long, env = "DISPATCHER_LEASE", default_value = "30s", value_parser = parse_positive)]
     lease: Duration,
@@ -96,6 +101,7 @@ async fn main() -> anyhow::Result<()> {
             .unwrap_or_else(outbox_dispatcher::default_worker_id),
         batch_size: cli.batch_size,
         max_in_flight: cli.max_in_flight,
+        max_concurrent_sends: cli.max_concurrent_sends,
         lease: cli.lease,
         poll_interval: cli.poll_interval,
         retry_schedule: cli.retry_delays,

@@ -36,6 +36,8 @@ pub struct DrainSettings {
     pub batch_size: u32,
     /// Rows a dispatcher holds in `sending` at once (its crash blast radius).
     pub max_in_flight: u32,
+    /// Sends a dispatcher runs at once (`--max-concurrent-sends`).
+    pub max_concurrent_sends: u32,
     /// The sink's address: the one address the dispatchers' egress guard opens (the
     /// bench's sinks listen on loopback, which is otherwise refused).
     #[serde(skip)]
@@ -449,6 +451,7 @@ impl Running {
                     worker_id: outbox_dispatcher::default_worker_id(),
                     batch_size: settings.batch_size,
                     max_in_flight: settings.max_in_flight,
+                    max_concurrent_sends: Some(settings.max_concurrent_sends),
                     lease: Duration::from_secs(30),
                     poll_interval: Duration::from_secs(1),
                     retry_schedule: outbox_core::retry::RetrySchedule::parse("5s,30s,2m")
@@ -486,6 +489,8 @@ impl Running {
                         .arg(settings.batch_size.to_string())
                         .arg("--max-in-flight")
                         .arg(settings.max_in_flight.to_string())
+                        .arg("--max-concurrent-sends")
+                        .arg(settings.max_concurrent_sends.to_string())
                         .arg("--drain")
                         .arg("--allow-private")
                         .arg(settings.allow_private())

@@ -33,7 +33,7 @@ use uuid::Uuid;
 
 use crate::drain::{self, drain, Dispatchers, DrainReport, DrainSettings, Running};
 use crate::measure::{ms, quantile};
-use crate::peer::{BATCH_SIZE, DESTINATION_IN_FLIGHT, MAX_IN_FLIGHT};
+use crate::peer::{BATCH_SIZE, CONCURRENT_SENDS, DESTINATION_BOUND, MAX_IN_FLIGHT};
 use crate::sustained::{SustainedReport, SustainedSettings};
 use crate::workload::{DestinationSettings, Workload};
 
@@ -62,7 +62,7 @@ pub struct SuiteSettings {
     /// Rows in `sending` per dispatcher (crash blast radius).
     pub max_in_flight: u32,
     /// Requests in flight to the destination per dispatcher.
-    pub destination_in_flight: u32,
+    pub concurrent_sends: u32,
     /// Which phases run.
     pub phases: Phases,
     /// The sustained-load mode (`--only sustained`).
@@ -98,7 +98,7 @@ impl SuiteSettings {
             loaded_secs: 5,
             batch_size: BATCH_SIZE,
             max_in_flight: MAX_IN_FLIGHT,
-            destination_in_flight: DESTINATION_IN_FLIGHT,
+            concurrent_sends: CONCURRENT_SENDS,
             phases: Phases::All,
             sustained: SustainedSettings {
                 run_secs: 600,
@@ -109,7 +109,7 @@ impl SuiteSettings {
                 max_outstanding: 512,
                 batch_size: BATCH_SIZE,
                 max_in_flight: MAX_IN_FLIGHT,
-                destination_in_flight: DESTINATION_IN_FLIGHT,
+                concurrent_sends: CONCURRENT_SENDS,
             },
             sustained_in_all: false,
         }
@@ -251,7 +251,7 @@ async fn run_on(
         pool.clone(),
         &DestinationSettings {
             url: format!("{}/hook", sink.base),
-            max_in_flight: settings.destination_in_flight,
+            max_in_flight: DESTINATION_BOUND,
         },
     )
     .await?;
@@ -263,6 +263,7 @@ async fn run_on(
         dispatchers,
         batch_size: settings.batch_size,
         max_in_flight: settings.max_in_flight,
+        max_concurrent_sends: settings.concurrent_sends,
         sink_ip: drain::sink_ip(&sink.base),
     };
 
@@ -793,8 +794,8 @@ impl SuiteReport {
         );
         let _ = writeln!(
             out,
-            "settings: N={} per drain, claims of {}, at most {} rows in sending per dispatcher, {} requests in flight to the destination, signed requests",
-            s.n, s.batch_size, s.max_in_flight, s.destination_in_flight
+            "settings: N={} per drain, claims of {}, at most {} rows in sending per dispatcher, {} requests in flight per dispatcher, signed requests",
+            s.n, s.batch_size, s.max_in_flight, s.concurrent_sends
         );
         let _ = writeln!(out);
         let _ = writeln!(

@@ -46,8 +46,8 @@ pub struct SustainedSettings {
     pub batch_size: u32,
     /// Rows in `sending` held by the dispatcher.
     pub max_in_flight: u32,
-    /// The destination's in-flight bound.
-    pub destination_in_flight: u32,
+    /// Requests in flight per dispatcher (`--max-concurrent-sends`).
+    pub concurrent_sends: u32,
 }
 
 /// The capacity measured before the run.
@@ -183,7 +183,7 @@ async fn run_on(
         pool.clone(),
         &DestinationSettings {
             url: format!("{}/hook", sink.base),
-            max_in_flight: settings.destination_in_flight,
+            max_in_flight: crate::peer::DESTINATION_BOUND,
         },
     )
     .await?;
@@ -195,6 +195,7 @@ async fn run_on(
             dispatchers: Dispatchers::InProcess(Transport::Http),
             batch_size: settings.batch_size,
             max_in_flight: settings.max_in_flight,
+            max_concurrent_sends: settings.concurrent_sends,
             sink_ip: drain::sink_ip(&sink.base),
         },
     )
