@@ -77,6 +77,7 @@ pub(crate) async fn overview(
             oldest_due => oldest_due,
             destinations => destinations,
             disabled => health.iter().filter(|d| !d.enabled).collect::<Vec<_>>(),
+            auto_disabled => health.iter().filter(|d| d.auto_disabled_at.is_some()).collect::<Vec<_>>(),
             attention => attention_rows,
             at => stats.at,
         },

@@ -312,6 +312,8 @@ pub enum DestinationCommand {
     /// Replace a destination's signing secret; the old one keeps signing beside the new
     /// one for --overlap, then stops.
     RotateSecret(credentials::RotateArgs),
+    /// Change a destination's settings.
+    Update(setup::UpdateArgs),
     /// Stop delivering to a destination; its alerts wait, pending.
     Disable {
         /// Destination name.
@@ -441,6 +443,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(TokenCommand::Revoke { id }) => credentials::revoke_token(&pool, &id).await,
         Command::Destination(DestinationCommand::Add(args)) => {
             setup::add_destination(&pool, &cli.secret_keys, args).await
+        }
+        Command::Destination(DestinationCommand::Update(args)) => {
+            setup::update_destination(&pool, args).await
         }
         Command::Destination(DestinationCommand::RotateSecret(args)) => {
             credentials::rotate_secret(&pool, &cli.secret_keys, args).await

@@ -114,6 +114,9 @@ async fn send(
         shared
             .metrics
             .attempt(&row.destination, record.outcome.as_str());
+        shared
+            .tallies
+            .count(row.destination_id, &row.destination, record);
     }
     Finished::Done(Box::new(completion))
 }

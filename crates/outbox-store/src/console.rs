@@ -190,8 +190,16 @@ pub struct DestinationHealth {
     pub name: String,
     /// Whether alerts are delivered to it.
     pub enabled: bool,
-    /// Why it is off (`disabled by NAME`, or the destination's 410).
+    /// Why it is off (`disabled by NAME`, the destination's 410, or `disabled
+    /// automatically: ...` after failing for its window).
     pub disabled_reason: Option<String>,
+    /// When it was disabled automatically for failing, while it stays off for that.
+    pub auto_disabled_at: Option<DateTime<Utc>>,
+    /// Since when every send has failed, as the dispatchers last reported (`None` while
+    /// the latest send was accepted).
+    pub failing_since: Option<DateTime<Utc>>,
+    /// Its failing window in seconds (`None`: never disabled automatically).
+    pub disable_after_failing_secs: Option<i64>,
     /// Send attempts finished in the last hour.
     pub attempts: i64,
     /// Of those, accepted.
@@ -227,6 +235,9 @@ pub async fn destination_health(
              FROM recent GROUP BY 1, 2 \
          ) \
          SELECT d.id, d.tenant_id, t.name AS tenant, d.name, d.enabled, d.disabled_reason, \
+                CASE WHEN NOT d.enabled THEN h.auto_disabled_at END AS auto_disabled_at, \
+                h.failing_since, \
+                ceil(extract(epoch FROM d.disable_after_failing))::int8 AS disable_after_failing_secs, \
                 COALESCE((SELECT sum(p.attempts) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS attempts, \
                 COALESCE((SELECT sum(p.accepted) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS accepted, \
                 COALESCE((SELECT sum(p.errors) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS errors, \
@@ -241,6 +252,7 @@ pub async fn destination_health(
                  WHERE o.destination_id = d.id AND o.status IN ('pending', 'uncertain') \
                    AND o.next_attempt_at <= now()) AS oldest_due_age_secs \
          FROM destinations d JOIN tenants t ON t.id = d.tenant_id \
+         LEFT JOIN destination_health h ON h.destination_id = d.id \
          WHERE $1::uuid[] IS NULL OR d.tenant_id = ANY($1) \
          ORDER BY t.name, d.name",
     )
