@@ -93,7 +93,10 @@ async fn reports_merge_the_same_in_either_order() {
     )
     .await;
     assert_eq!(x, y);
-    assert_eq!(x.failing_since, None, "an acceptance newer than the failure clears it");
+    assert_eq!(
+        x.failing_since, None,
+        "an acceptance newer than the failure clears it"
+    );
     assert_eq!(x.last_success_at, Some(t2));
     assert_eq!(x.last_failure_at, Some(t1));
 
@@ -137,9 +140,14 @@ async fn a_report_past_the_window_disables_once_and_an_operator_gets_a_fresh_win
     let id = destination(&db, "ops").await;
     let tenant = outbox_store::tenants::find(&db.pool, "acme").await.unwrap();
     let never = destination(&db, "patient").await;
-    health::set_disable_after_failing(&db.pool, tenant.id, "ops", Some(std::time::Duration::from_secs(60)))
-        .await
-        .unwrap();
+    health::set_disable_after_failing(
+        &db.pool,
+        tenant.id,
+        "ops",
+        Some(std::time::Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
     health::set_disable_after_failing(&db.pool, tenant.id, "patient", None)
         .await
         .unwrap();
@@ -182,12 +190,11 @@ async fn a_report_past_the_window_disables_once_and_an_operator_gets_a_fresh_win
         .await
         .unwrap();
     assert!(again.is_empty());
-    let audit: Vec<(String, String, String, String)> = sqlx::query_as(
-        "SELECT operator, action, target, note FROM console_audit ORDER BY id",
-    )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
+    let audit: Vec<(String, String, String, String)> =
+        sqlx::query_as("SELECT operator, action, target, note FROM console_audit ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(
         audit,
         vec![(
@@ -298,7 +305,9 @@ async fn a_destination_failing_for_its_window_is_disabled_and_claims_stop() {
         .await
         .unwrap();
     assert!(
-        text.contains("outbox_destinations_disabled_total{destination=\"ops\",reason=\"failing\"} 1"),
+        text.contains(
+            "outbox_destinations_disabled_total{destination=\"ops\",reason=\"failing\"} 1"
+        ),
         "{text}"
     );
 
@@ -313,10 +322,14 @@ async fn a_destination_failing_for_its_window_is_disabled_and_claims_stop() {
     .await;
     let sent_before = failing.stats().await["requests"].as_i64().unwrap();
     let other = approve_many(&db, tenant.id, "fine", 1).await[0];
-    healthy.wait_for("the other alert", |s| s["applied"] == 1).await;
+    healthy
+        .wait_for("the other alert", |s| s["applied"] == 1)
+        .await;
     wait_for_db(
         &db,
-        &format!("SELECT count(*) FROM alert_states WHERE alert_id = '{other}' AND state = 'accepted'"),
+        &format!(
+            "SELECT count(*) FROM alert_states WHERE alert_id = '{other}' AND state = 'accepted'"
+        ),
         |n| n == 1,
     )
     .await;
@@ -346,13 +359,23 @@ async fn a_destination_that_recovers_within_its_window_stays_enabled() {
     let id = outbox_store::destinations::id_by_name(&db.pool, tenant.id, "ops")
         .await
         .unwrap();
-    health::set_disable_after_failing(&db.pool, tenant.id, "ops", Some(std::time::Duration::from_secs(2)))
-        .await
-        .unwrap();
+    health::set_disable_after_failing(
+        &db.pool,
+        tenant.id,
+        "ops",
+        Some(std::time::Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
     sink.faults(json!({"script": [{"status": 503}, {"status": 503}]}))
         .await;
     let first = approve_many(&db, tenant.id, "ops", 1).await[0];
-    drain(&db, "w", &["--health-report-interval", "100ms", "--drain-horizon", "5s"]).await;
+    drain(
+        &db,
+        "w",
+        &["--health-report-interval", "100ms", "--drain-horizon", "5s"],
+    )
+    .await;
     assert_eq!(state_of(&db, first).await, "accepted");
     let after_recovery = health::health(&db.pool, id).await.unwrap().unwrap();
     assert_eq!(after_recovery.failing_since, None);
@@ -447,7 +470,11 @@ async fn outboxctl_sets_and_shows_the_failing_window_and_refuses_nonsense() {
         bad.stderr
     );
     let zero = add("zero", "0s").await;
-    assert!(!zero.ok && zero.stderr.contains("greater than zero"), "{}", zero.stderr);
+    assert!(
+        !zero.ok && zero.stderr.contains("greater than zero"),
+        "{}",
+        zero.stderr
+    );
     assert_eq!(db.count("destinations").await, 0, "nothing written");
 
     assert!(add("two-days", "2d").await.ok);
@@ -460,24 +487,51 @@ async fn outboxctl_sets_and_shows_the_failing_window_and_refuses_nonsense() {
     .unwrap();
     assert_eq!(
         windows,
-        vec![("never".to_owned(), None), ("two-days".to_owned(), Some(172_800))]
+        vec![
+            ("never".to_owned(), None),
+            ("two-days".to_owned(), Some(172_800))
+        ]
     );
 
     let update = outboxctl(
         &db,
-        &["destination", "update", "two-days", "--tenant", "acme", "--disable-after-failing", "never"],
+        &[
+            "destination",
+            "update",
+            "two-days",
+            "--tenant",
+            "acme",
+            "--disable-after-failing",
+            "never",
+        ],
     )
     .await;
     assert!(update.ok, "{}", update.stderr);
     assert!(update.stderr.contains("never disabled automatically"));
     let nothing = outboxctl(&db, &["destination", "update", "never", "--tenant", "acme"]).await;
-    assert!(!nothing.ok && nothing.stderr.contains("nothing to change"), "{}", nothing.stderr);
+    assert!(
+        !nothing.ok && nothing.stderr.contains("nothing to change"),
+        "{}",
+        nothing.stderr
+    );
     let unknown = outboxctl(
         &db,
-        &["destination", "update", "nope", "--tenant", "acme", "--disable-after-failing", "1h"],
+        &[
+            "destination",
+            "update",
+            "nope",
+            "--tenant",
+            "acme",
+            "--disable-after-failing",
+            "1h",
+        ],
     )
     .await;
-    assert!(!unknown.ok && unknown.stderr.contains("no destination named `nope`"), "{}", unknown.stderr);
+    assert!(
+        !unknown.ok && unknown.stderr.contains("no destination named `nope`"),
+        "{}",
+        unknown.stderr
+    );
 
     let list = outboxctl(&db, &["destination", "list", "--tenant", "acme"]).await;
     assert!(list.ok);

@@ -136,7 +136,11 @@ pub(crate) async fn update_destination(pool: &PgPool, args: UpdateArgs) -> anyho
     let tenant = tenants::find(pool, &args.tenant).await?;
     if !outbox_store::health::set_disable_after_failing(pool, tenant.id, &args.name, window).await?
     {
-        bail!("tenant `{}` has no destination named `{}`", tenant.name, args.name);
+        bail!(
+            "tenant `{}` has no destination named `{}`",
+            tenant.name,
+            args.name
+        );
     }
     eprintln!(
         "destination `{}`: {}",
@@ -577,8 +581,7 @@ pub(crate) async fn add_destination(
             api.bearer_token = bearer_token
                 .map(|token| credentials::stored_form(keys, id, &[token]))
                 .and_then(|stored| stored.into_iter().next());
-            outbox_store::destinations::create_email_api_with_id(&mut *tx, id, &new, &api)
-                .await?;
+            outbox_store::destinations::create_email_api_with_id(&mut *tx, id, &new, &api).await?;
         }
         None => {
             outbox_store::destinations::create_with_id(&mut *tx, id, &new).await?;

@@ -146,12 +146,12 @@ pub async fn report(
              UPDATE destinations d SET enabled = false, updated_at = now(), \
                  disabled_reason = format('disabled automatically: every send has failed since %s UTC, longer than its %s window', \
                      to_char(m.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), \
-                     CASE WHEN w.secs % 86400 = 0 THEN (w.secs / 86400) || 'd' \
-                          WHEN w.secs % 3600 = 0 THEN (w.secs / 3600) || 'h' \
-                          WHEN w.secs % 60 = 0 THEN (w.secs / 60) || 'm' \
-                          ELSE w.secs || 's' END) \
-             FROM merged m, \
-                  LATERAL (SELECT ceil(extract(epoch FROM d.disable_after_failing))::int8 AS secs) w \
+                     (SELECT CASE WHEN w.secs % 86400 = 0 THEN (w.secs / 86400) || 'd' \
+                                  WHEN w.secs % 3600 = 0 THEN (w.secs / 3600) || 'h' \
+                                  WHEN w.secs % 60 = 0 THEN (w.secs / 60) || 'm' \
+                                  ELSE w.secs || 's' END \
+                      FROM (SELECT ceil(extract(epoch FROM d.disable_after_failing))::int8 AS secs) w)) \
+             FROM merged m \
              WHERE d.id = m.destination_id AND d.enabled \
                AND m.failing_since < now() - d.disable_after_failing \
              RETURNING d.id, d.tenant_id, d.name, d.disabled_reason AS reason, m.failing_since \
