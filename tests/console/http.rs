@@ -1177,3 +1177,121 @@ async fn a_destination_disabled_for_failing_is_flagged_on_the_overview() {
     let audit = console.get(Some(&viewer), "/console/audit").await;
     assert!(audit.body.contains("dispatcher:w"), "{}", audit.body);
 }
+
+/// The `href` of the element with `id` in a page, unescaped.
+fn link(page: &Page, id: &str) -> Option<String> {
+    let marker = format!("id=\"{id}\" href=\"");
+    let start = page.body.find(&marker)? + marker.len();
+    Some(
+        page.body[start..]
+            .split('"')
+            .next()?
+            .replace("&#x2f;", "/")
+            .replace("&amp;", "&"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_pages_by_keyset_with_urls_that_keep_their_lines() {
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &["ops"]).await;
+    let id = approve_many(&db, tenant.id, "ops", 1).await[0];
+    // 55 evidence lines by alice and 55 console actions by bob, all at the same instant:
+    // the order within one time must still be total.
+    sqlx::query(
+        "INSERT INTO alert_events (alert_id, at, from_state, to_state, actor, line) \
+         SELECT $1, '2026-11-30T10:00:00Z', 'held', 'pending', 'operator:alice', 'alice ' || i \
+         FROM generate_series(1, 55) i",
+    )
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO console_audit (at, operator, tenant_id, action, target, note) \
+         SELECT '2026-11-30T10:00:00Z', 'bob', $1, 'destination disabled', 'ops', 'bob ' || i \
+         FROM generate_series(1, 55) i",
+    )
+    .bind(tenant.id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let console = Console::start(db).await;
+    let viewer = console.signed_in("vera", "viewer", None).await;
+    let notes = |page: &Page| -> Vec<String> {
+        page.body
+            .split("<td class=\"line\">")
+            .skip(1)
+            .map(|cell| cell.split('<').next().unwrap().to_owned())
+            .collect()
+    };
+
+    let mut seen = Vec::new();
+    let mut urls = Vec::new();
+    let mut url = "/console/audit".to_owned();
+    loop {
+        let page = console.get(Some(&viewer), &url).await;
+        assert_eq!(page.status, StatusCode::OK, "{url}: {}", page.body);
+        seen.extend(notes(&page));
+        urls.push(url.clone());
+        match link(&page, "audit-next") {
+            Some(next) => url = next,
+            None => break,
+        }
+    }
+    assert_eq!(urls.len(), 3, "{urls:?}");
+    assert_eq!(seen.len(), 110);
+    let distinct: std::collections::BTreeSet<_> = seen.iter().collect();
+    assert_eq!(distinct.len(), 110, "no line twice, none left out");
+    // Evidence lines sort before console actions of the same time, newest id first.
+    assert_eq!(seen[0], "alice 55");
+    assert_eq!(seen[109], "bob 1");
+
+    // A newer line does not move what a page's URL shows.
+    let second = notes(&console.get(Some(&viewer), &urls[1]).await);
+    sqlx::query(
+        "INSERT INTO console_audit (operator, action, target, note) \
+         VALUES ('carol', 'destination enabled', 'ops', 'newer')",
+    )
+    .execute(&console.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(notes(&console.get(Some(&viewer), &urls[1]).await), second);
+    assert_eq!(
+        notes(&console.get(Some(&viewer), "/console/audit").await)[0],
+        "newer"
+    );
+
+    // One operator's lines, paged with the filter kept in the links.
+    let bob = console
+        .get(Some(&viewer), "/console/audit?operator=bob")
+        .await;
+    assert_eq!(notes(&bob).len(), 50);
+    let next = link(&bob, "audit-next").unwrap();
+    assert!(
+        next.starts_with("/console/audit?operator=bob&after="),
+        "{next}"
+    );
+    let rest = console.get(Some(&viewer), &next).await;
+    assert_eq!(
+        notes(&rest),
+        (1..=5)
+            .rev()
+            .map(|i| format!("bob {i}"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        link(&rest, "audit-first").unwrap(),
+        "/console/audit?operator=bob"
+    );
+
+    let bad = console
+        .get(Some(&viewer), "/console/audit?after=yesterday")
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(
+        bad.body.contains("not an audit page cursor"),
+        "{}",
+        bad.body
+    );
+}
