@@ -96,20 +96,27 @@ impl Console {
         password
     }
 
+    /// The pre-session cookie (checked for its attributes) and the token of one showing
+    /// of the sign-in form.
+    pub(crate) async fn login_form(&self) -> (String, String) {
+        let form = self.get(None, "/console/login").await;
+        let set_cookie = form.headers["set-cookie"].to_str().unwrap().to_owned();
+        for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console/login"] {
+            assert!(set_cookie.contains(attribute), "{set_cookie}");
+        }
+        let cookie = set_cookie.split(';').next().unwrap().to_owned();
+        let marker = "name=\"login_token\" value=\"";
+        let start = form.body.find(marker).expect("a sign-in token") + marker.len();
+        (
+            cookie,
+            form.body[start..].split('"').next().unwrap().to_owned(),
+        )
+    }
+
     /// Signs in the way a browser does: shows the form (which sets the pre-session
     /// cookie), then posts it with the form's token and that cookie.
     pub(crate) async fn login(&self, name: &str, password: &str) -> Page {
-        let form = self.get(None, "/console/login").await;
-        let pre_session = form.headers["set-cookie"]
-            .to_str()
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_owned();
-        let marker = "name=\"login_token\" value=\"";
-        let start = form.body.find(marker).expect("a sign-in token") + marker.len();
-        let token = form.body[start..].split('"').next().unwrap().to_owned();
+        let (pre_session, token) = self.login_form().await;
         let request = self
             .http
             .post(format!("{}/console/login", self.base))
