@@ -74,6 +74,11 @@ struct Cli {
     /// read again on SIGHUP.
     #[arg(long, env = "DISPATCHER_TEMPLATES_DIR", value_name = "DIR")]
     templates_dir: Option<std::path::PathBuf>,
+    /// How often to report sends per destination to the database, where a destination
+    /// whose every send has failed for its window (`outboxctl destination add|update
+    /// --disable-after-failing`) is disabled.
+    #[arg(long, env = "DISPATCHER_HEALTH_REPORT_INTERVAL", default_value = "5s", value_parser = parse_positive)]
+    health_report_interval: Duration,
 }
 
 #[tokio::main]
@@ -114,6 +119,7 @@ async fn main() -> anyhow::Result<()> {
         egress: outbox_egress::Guard::new(cli.allow_private),
         templates: std::sync::Arc::new(templates),
         templates_dir: cli.templates_dir,
+        health_report_interval: cli.health_report_interval,
     };
     outbox_dispatcher::run(pool, config, outbox_runtime::shutdown_signal()).await?;
     Ok(())

@@ -146,8 +146,36 @@ async fn text_of(browser: &Client, id: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_finds_a_held_alert_replays_it_and_sees_it_accepted_in_a_browser() {
     let db = TestDb::new().await;
-    let (sink, _, ids) = held_alerts(&db, "acme", 1).await;
+    let (sink, tenant, ids) = held_alerts(&db, "acme", 1).await;
     let held = ids[0];
+    // A second destination, disabled automatically after every send failed for longer
+    // than its window (as a dispatcher's health report does it), with alerts waiting.
+    add_destination(&db, tenant, "crm", "http://127.0.0.1:9/hook", |_| {}).await;
+    let crm = outbox_store::destinations::id_by_name(&db.pool, tenant, "crm")
+        .await
+        .unwrap();
+    outbox_store::health::set_disable_after_failing(
+        &db.pool,
+        tenant,
+        "crm",
+        Some(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    let disabled = outbox_store::health::report(
+        &db.pool,
+        "browser-test",
+        &[outbox_store::health::SendTally {
+            destination_id: crm,
+            first_failure: Some(chrono::Utc::now() - chrono::Duration::minutes(75)),
+            last_failure: Some(chrono::Utc::now()),
+            last_success: None,
+        }],
+    )
+    .await
+    .unwrap();
+    assert_eq!(disabled.len(), 1);
+    approve_many(&db, tenant, "crm", 4).await;
     let add = |name: &'static str, role: &'static str| {
         let db = &db;
         async move {
@@ -193,6 +221,11 @@ async fn an_operator_finds_a_held_alert_replays_it_and_sees_it_accepted_in_a_bro
 
     // The overview shows the held alert; open it.
     assert_eq!(text_of(&browser, "held-count").await, "1");
+    let flagged = text_of(&browser, "auto-disabled").await;
+    assert!(
+        flagged.contains("crm") && flagged.contains("every send has failed since"),
+        "{flagged}"
+    );
     screenshot(&browser, "02-overview").await;
     browser
         .find(Locator::Css(&format!(

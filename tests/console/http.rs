@@ -133,32 +133,21 @@ async fn outboxctl_creates_accounts_whose_password_is_shown_once_and_stored_hash
     }
     assert_eq!(console.db.count("operator_accounts").await, 2);
 
-    let wrong = console
-        .post(
-            None,
-            "/console/login",
-            &[("name", "alice"), ("password", "guess")],
-        )
-        .await;
+    let wrong = console.login("alice", "guess").await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
-    assert!(wrong.headers.get("set-cookie").is_none());
-    let nobody = console
-        .post(
-            None,
-            "/console/login",
-            &[("name", "nobody"), ("password", "guess")],
-        )
-        .await;
+    assert!(
+        wrong
+            .headers
+            .get_all("set-cookie")
+            .iter()
+            .all(|c| !c.to_str().unwrap().starts_with("outbox_console=")),
+        "no session cookie"
+    );
+    let nobody = console.login("nobody", "guess").await;
     assert_eq!(nobody.status, StatusCode::UNAUTHORIZED);
     assert_eq!(console.db.count("console_sessions").await, 0);
 
-    let login = console
-        .post(
-            None,
-            "/console/login",
-            &[("name", "alice"), ("password", &password)],
-        )
-        .await;
+    let login = console.login("alice", &password).await;
     let set_cookie = login.headers["set-cookie"].to_str().unwrap().to_owned();
     for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
         assert!(set_cookie.contains(attribute), "{set_cookie}");
@@ -227,13 +216,7 @@ async fn secure_cookies_are_marked_secure() {
     )
     .await;
     let password = console.account("alice", "viewer", None).await;
-    let login = console
-        .post(
-            None,
-            "/console/login",
-            &[("name", "alice"), ("password", &password)],
-        )
-        .await;
+    let login = console.login("alice", &password).await;
     assert!(login.headers["set-cookie"]
         .to_str()
         .unwrap()
@@ -934,4 +917,358 @@ async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
     .await;
     let audit = console.get(Some(&alice), "/console/audit").await;
     assert!(audit.body.contains("bulk replay resumed"), "{}", audit.body);
+}
+
+/// A sign-in POST as a forged form would send it: with `cookie` (if any) and `token`.
+async fn forged_login(
+    console: &Console,
+    cookie: Option<&str>,
+    token: &str,
+    password: &str,
+) -> Page {
+    let mut request = console
+        .http
+        .post(format!("{}/console/login", console.base))
+        .form(&[
+            ("name", "alice"),
+            ("password", password),
+            ("login_token", token),
+        ]);
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    let response = request.send().await.unwrap();
+    Page {
+        status: response.status(),
+        headers: response.headers().clone(),
+        body: response.text().await.unwrap(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_without_its_forms_token_and_cookie_is_refused() {
+    let console = Console::start(TestDb::new().await).await;
+    let password = console.account("alice", "operator", None).await;
+    let (cookie_a, token_a) = console.login_form().await;
+    let (cookie_b, _) = console.login_form().await;
+    assert_ne!(cookie_a, cookie_b, "each new form has its own pre-session");
+    for (what, page) in [
+        ("neither", forged_login(&console, None, "", &password).await),
+        (
+            "a token but no cookie",
+            forged_login(&console, None, &token_a, &password).await,
+        ),
+        (
+            "a cookie but no token",
+            forged_login(&console, Some(&cookie_a), "", &password).await,
+        ),
+        (
+            "another form's token",
+            forged_login(&console, Some(&cookie_b), &token_a, &password).await,
+        ),
+        (
+            "a made-up token",
+            forged_login(&console, Some(&cookie_a), "bm90LWEtdG9rZW4", &password).await,
+        ),
+    ] {
+        assert_eq!(page.status, StatusCode::FORBIDDEN, "{what}");
+        assert!(
+            page.body.contains("reload the sign-in page"),
+            "{what}: {}",
+            page.body
+        );
+    }
+    assert_eq!(console.db.count("console_sessions").await, 0);
+    assert_eq!(
+        console.db.count("console_sign_in_failures").await,
+        0,
+        "a forged form is not even counted"
+    );
+    // The same form, as shown: signed in, and the pre-session cookie is cleared.
+    let page = forged_login(&console, Some(&cookie_a), &token_a, &password).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    assert!(page
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .any(|c| c.to_str().unwrap().starts_with("outbox_console_login=;")));
+    assert_eq!(console.db.count("console_sessions").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_sign_ins_are_limited_per_name_whether_or_not_it_exists() {
+    let console = Console::start(TestDb::new().await).await;
+    let password = console.account("alice", "operator", None).await;
+    let bob_password = console.account("bob", "viewer", None).await;
+    for name in ["alice", "nobody"] {
+        for _ in 0..5 {
+            assert_eq!(
+                console.login(name, "guess").await.status,
+                StatusCode::UNAUTHORIZED,
+                "{name}"
+            );
+        }
+    }
+    // The sixth is refused before any password is checked: the right one too.
+    let alice = console.login("alice", &password).await;
+    let nobody = console.login("nobody", "guess").await;
+    for page in [&alice, &nobody] {
+        assert_eq!(page.status, StatusCode::TOO_MANY_REQUESTS);
+        let retry_after: u64 = page.headers["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=900).contains(&retry_after), "{retry_after}");
+        assert!(
+            page.body
+                .contains("too many failed sign-ins for this name or from this address"),
+            "{}",
+            page.body
+        );
+    }
+    let message = |page: &Page| {
+        let start = page.body.find("id=\"login-error\"").unwrap();
+        page.body[start..].split('<').next().unwrap().to_owned()
+    };
+    assert_eq!(
+        message(&alice),
+        message(&nobody),
+        "nothing tells which name exists"
+    );
+    assert_eq!(console.db.count("console_sessions").await, 0);
+
+    // Another name is not held back by alice's failures, and a success clears its count:
+    // four failures and a success, twice, never reach the limit of five.
+    for _ in 0..2 {
+        for _ in 0..4 {
+            assert_eq!(
+                console.login("bob", "guess").await.status,
+                StatusCode::UNAUTHORIZED
+            );
+        }
+        assert_eq!(
+            console.login("bob", &bob_password).await.status,
+            StatusCode::SEE_OTHER
+        );
+        let bob_failures: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM console_sign_in_failures WHERE account_name = 'bob'",
+        )
+        .fetch_one(&console.db.pool)
+        .await
+        .unwrap();
+        assert_eq!(bob_failures, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_sign_ins_are_limited_per_client_address() {
+    let console = Console::start_with(
+        TestDb::new().await,
+        outbox_console::ConsoleConfig {
+            sign_in_limits: outbox_store::operator_accounts::SignInLimits {
+                window: Duration::from_secs(900),
+                per_name: 100,
+                per_address: 3,
+            },
+            ..outbox_console::ConsoleConfig::default()
+        },
+    )
+    .await;
+    let password = console.account("alice", "operator", None).await;
+    for name in ["a", "b", "c"] {
+        assert_eq!(
+            console.login(name, "guess").await.status,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    let page = console.login("alice", &password).await;
+    assert_eq!(page.status, StatusCode::TOO_MANY_REQUESTS, "{}", page.body);
+    let addresses: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT host(client_addr) FROM console_sign_in_failures")
+            .fetch_all(&console.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(addresses, vec!["127.0.0.1".to_owned()]);
+    assert_eq!(console.db.count("console_sessions").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_disabled_for_failing_is_flagged_on_the_overview() {
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &["ops", "calm"]).await;
+    let ops = outbox_store::destinations::id_by_name(&db.pool, tenant.id, "ops")
+        .await
+        .unwrap();
+    let calm = outbox_store::destinations::id_by_name(&db.pool, tenant.id, "calm")
+        .await
+        .unwrap();
+    outbox_store::health::set_disable_after_failing(
+        &db.pool,
+        tenant.id,
+        "ops",
+        Some(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    let (long_ago, now) = (
+        chrono::Utc::now() - chrono::Duration::hours(2),
+        chrono::Utc::now(),
+    );
+    let failing = |id| outbox_store::health::SendTally {
+        destination_id: id,
+        first_failure: Some(long_ago),
+        last_failure: Some(now),
+        last_success: None,
+    };
+    let calm_failing = outbox_store::health::SendTally {
+        first_failure: Some(now),
+        ..failing(calm)
+    };
+    let disabled = outbox_store::health::report(&db.pool, "w", &[failing(ops), calm_failing])
+        .await
+        .unwrap();
+    assert_eq!(disabled.len(), 1);
+    let console = Console::start(db).await;
+    let viewer = console.signed_in("vera", "viewer", None).await;
+    let overview = console.get(Some(&viewer), "/console").await;
+    assert!(
+        overview.body.contains("id=\"auto-disabled\""),
+        "{}",
+        overview.body
+    );
+    assert!(
+        overview
+            .body
+            .contains("disabled automatically: every send has failed since"),
+        "{}",
+        overview.body
+    );
+    assert!(overview.body.contains("1h window"), "{}", overview.body);
+    assert!(
+        overview.body.contains("failing since"),
+        "calm is flagged as failing, still on"
+    );
+    let destinations = console.get(Some(&viewer), "/console/destinations").await;
+    assert!(destinations.body.contains("disabled automatically"));
+    let audit = console.get(Some(&viewer), "/console/audit").await;
+    assert!(audit.body.contains("dispatcher:w"), "{}", audit.body);
+}
+
+/// The `href` of the element with `id` in a page, unescaped.
+fn link(page: &Page, id: &str) -> Option<String> {
+    let marker = format!("id=\"{id}\" href=\"");
+    let start = page.body.find(&marker)? + marker.len();
+    Some(
+        page.body[start..]
+            .split('"')
+            .next()?
+            .replace("&#x2f;", "/")
+            .replace("&amp;", "&"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_pages_by_keyset_with_urls_that_keep_their_lines() {
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &["ops"]).await;
+    let id = approve_many(&db, tenant.id, "ops", 1).await[0];
+    // 55 evidence lines by alice and 55 console actions by bob, all at the same instant:
+    // the order within one time must still be total.
+    sqlx::query(
+        "INSERT INTO alert_events (alert_id, at, from_state, to_state, actor, line) \
+         SELECT $1, '2026-11-30T10:00:00Z', 'held', 'pending', 'operator:alice', 'alice ' || i \
+         FROM generate_series(1, 55) i",
+    )
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO console_audit (at, operator, tenant_id, action, target, note) \
+         SELECT '2026-11-30T10:00:00Z', 'bob', $1, 'destination disabled', 'ops', 'bob ' || i \
+         FROM generate_series(1, 55) i",
+    )
+    .bind(tenant.id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let console = Console::start(db).await;
+    let viewer = console.signed_in("vera", "viewer", None).await;
+    let notes = |page: &Page| -> Vec<String> {
+        page.body
+            .split("<td class=\"line\">")
+            .skip(1)
+            .map(|cell| cell.split('<').next().unwrap().to_owned())
+            .collect()
+    };
+
+    let mut seen = Vec::new();
+    let mut urls = Vec::new();
+    let mut url = "/console/audit".to_owned();
+    loop {
+        let page = console.get(Some(&viewer), &url).await;
+        assert_eq!(page.status, StatusCode::OK, "{url}: {}", page.body);
+        seen.extend(notes(&page));
+        urls.push(url.clone());
+        match link(&page, "audit-next") {
+            Some(next) => url = next,
+            None => break,
+        }
+    }
+    assert_eq!(urls.len(), 3, "{urls:?}");
+    assert_eq!(seen.len(), 110);
+    let distinct: std::collections::BTreeSet<_> = seen.iter().collect();
+    assert_eq!(distinct.len(), 110, "no line twice, none left out");
+    // Evidence lines sort before console actions of the same time, newest id first.
+    assert_eq!(seen[0], "alice 55");
+    assert_eq!(seen[109], "bob 1");
+
+    // A newer line does not move what a page's URL shows.
+    let second = notes(&console.get(Some(&viewer), &urls[1]).await);
+    sqlx::query(
+        "INSERT INTO console_audit (operator, action, target, note) \
+         VALUES ('carol', 'destination enabled', 'ops', 'newer')",
+    )
+    .execute(&console.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(notes(&console.get(Some(&viewer), &urls[1]).await), second);
+    assert_eq!(
+        notes(&console.get(Some(&viewer), "/console/audit").await)[0],
+        "newer"
+    );
+
+    // One operator's lines, paged with the filter kept in the links.
+    let bob = console
+        .get(Some(&viewer), "/console/audit?operator=bob")
+        .await;
+    assert_eq!(notes(&bob).len(), 50);
+    let next = link(&bob, "audit-next").unwrap();
+    assert!(
+        next.starts_with("/console/audit?operator=bob&after="),
+        "{next}"
+    );
+    let rest = console.get(Some(&viewer), &next).await;
+    assert_eq!(
+        notes(&rest),
+        (1..=5)
+            .rev()
+            .map(|i| format!("bob {i}"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        link(&rest, "audit-first").unwrap(),
+        "/console/audit?operator=bob"
+    );
+
+    let bad = console
+        .get(Some(&viewer), "/console/audit?after=yesterday")
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(
+        bad.body.contains("not an audit page cursor"),
+        "{}",
+        bad.body
+    );
 }

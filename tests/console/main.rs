@@ -96,14 +96,41 @@ impl Console {
         password
     }
 
+    /// The pre-session cookie (checked for its attributes) and the token of one showing
+    /// of the sign-in form.
+    pub(crate) async fn login_form(&self) -> (String, String) {
+        let form = self.get(None, "/console/login").await;
+        let set_cookie = form.headers["set-cookie"].to_str().unwrap().to_owned();
+        for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console/login"] {
+            assert!(set_cookie.contains(attribute), "{set_cookie}");
+        }
+        let cookie = set_cookie.split(';').next().unwrap().to_owned();
+        let marker = "name=\"login_token\" value=\"";
+        let start = form.body.find(marker).expect("a sign-in token") + marker.len();
+        (
+            cookie,
+            form.body[start..].split('"').next().unwrap().to_owned(),
+        )
+    }
+
+    /// Signs in the way a browser does: shows the form (which sets the pre-session
+    /// cookie), then posts it with the form's token and that cookie.
+    pub(crate) async fn login(&self, name: &str, password: &str) -> Page {
+        let (pre_session, token) = self.login_form().await;
+        let request = self
+            .http
+            .post(format!("{}/console/login", self.base))
+            .header("cookie", pre_session)
+            .form(&[
+                ("name", name),
+                ("password", password),
+                ("login_token", &token),
+            ]);
+        page(request.send().await.unwrap()).await
+    }
+
     pub(crate) async fn sign_in(&self, name: &str, password: &str) -> Session {
-        let page = self
-            .post(
-                None,
-                "/console/login",
-                &[("name", name), ("password", password)],
-            )
-            .await;
+        let page = self.login(name, password).await;
         assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
         let set_cookie = page.headers.get("set-cookie").unwrap().to_str().unwrap();
         let cookie = set_cookie.split(';').next().unwrap().to_owned();

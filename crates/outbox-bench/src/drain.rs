@@ -469,6 +469,7 @@ impl Running {
                     ),
                     templates: Default::default(),
                     templates_dir: None,
+                    health_report_interval: Duration::from_secs(5),
                 };
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
                 let task = tokio::spawn(outbox_dispatcher::run(dispatcher_pool, config, async {

@@ -6,6 +6,22 @@
 //! nobody in. Each session has its own form token; every POST must carry it, compared in
 //! constant time. A viewer reads; an operator acts; an account limited to some tenants
 //! sees and acts on those only, because its grant goes into every query.
+//!
+//! The sign-in form is protected too (login CSRF: a page elsewhere must not sign a
+//! browser in to an account of the attacker's choosing). Showing the form sets a
+//! pre-session cookie (random, HttpOnly, SameSite=Strict, on `/console/login` only) and
+//! puts in the form a token tied to it: an HMAC of the cookie under a key this process
+//! draws at start. A sign-in without both, or with a token of another cookie, is refused
+//! before any password is checked. The key lives in memory: after a restart, or on
+//! another console process, a form shown before is refused and the operator reloads it.
+//!
+//! Failed sign-ins are limited per account name and per client address (the console's
+//! `sign_in_limits`), counted in the database (`begin_sign_in` in
+//! `outbox_store::operator_accounts`) so that the limit holds across restarts and
+//! console processes. Past
+//! the limit a sign-in is refused with 429 and the same message whether or not the name
+//! exists, without checking the password. The address is the TCP peer's: behind a proxy
+//! that is the proxy's, which is why its limit is the higher one.
 
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
@@ -16,7 +32,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use outbox_store::operator_accounts::{self, Account, Session};
+use hmac::{Hmac, Mac};
+use outbox_runtime::http_server::PeerAddr;
+use outbox_store::operator_accounts::{self, Account, Session, SignInTurn};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -27,6 +45,52 @@ use crate::Console;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "outbox_console";
+
+/// The pre-session cookie's name: set with the sign-in form, only sent back to it.
+pub const LOGIN_COOKIE: &str = "outbox_console_login";
+
+/// How long a sign-in form stays usable.
+const LOGIN_FORM_LIFETIME_SECS: u64 = 3600;
+
+/// The key sign-in form tokens are made with: drawn once per process.
+#[derive(Clone)]
+pub(crate) struct LoginKey([u8; 32]);
+
+impl std::fmt::Debug for LoginKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LoginKey(..)")
+    }
+}
+
+impl LoginKey {
+    /// A fresh random key.
+    pub(crate) fn new() -> Self {
+        let mut key = [0u8; 32];
+        rand::rng().fill_bytes(&mut key);
+        LoginKey(key)
+    }
+
+    /// The form token tied to a pre-session cookie.
+    fn token(&self, pre_session: &str) -> String {
+        URL_SAFE_NO_PAD.encode(self.mac(pre_session).finalize().into_bytes())
+    }
+
+    /// Whether `token` is the one tied to `pre_session` (compared in constant time).
+    fn verifies(&self, pre_session: &str, token: &str) -> bool {
+        let Ok(token) = URL_SAFE_NO_PAD.decode(token) else {
+            return false;
+        };
+        self.mac(pre_session).verify_slice(&token).is_ok()
+    }
+
+    fn mac(&self, pre_session: &str) -> Hmac<Sha256> {
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes a key of any length");
+        mac.update(b"console sign-in form\0");
+        mac.update(pre_session.as_bytes());
+        mac
+    }
+}
 
 /// 256 random bits, base64url.
 fn random_token() -> String {
@@ -66,14 +130,20 @@ fn session_hash(session_id: &str) -> Vec<u8> {
 }
 
 fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    cookie(headers, COOKIE)
+}
+
+/// The value of the cookie called `wanted`, if the request carries it.
+fn cookie<'a>(headers: &'a HeaderMap, wanted: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(name, _)| *name == wanted)
         .map(|(_, value)| value)
+        .filter(|value| !value.is_empty())
 }
 
 /// True unless the request says it comes from another site. Browsers mark every request
@@ -203,11 +273,48 @@ impl FromRequestParts<Console> for Signed {
     }
 }
 
-/// `GET /console/login`.
-pub(crate) async fn login_page(State(console): State<Console>) -> Result<Response, PageError> {
-    console
-        .views
-        .render_public("login.html", minijinja::context! {})
+/// `GET /console/login`: the form, with a token tied to the pre-session cookie (set here
+/// unless the browser has one already).
+pub(crate) async fn login_page(
+    State(console): State<Console>,
+    headers: HeaderMap,
+) -> Result<Response, PageError> {
+    login_form(&console, &headers, None, axum::http::StatusCode::OK)
+}
+
+/// The sign-in form with `error`, answered with `status`; the pre-session cookie is
+/// (re)set with it.
+fn login_form(
+    console: &Console,
+    headers: &HeaderMap,
+    error: Option<&str>,
+    status: axum::http::StatusCode,
+) -> Result<Response, PageError> {
+    let pre_session = cookie(headers, LOGIN_COOKIE)
+        .filter(|value| value.len() <= 64)
+        .map(str::to_owned)
+        .unwrap_or_else(random_token);
+    let mut page = console.views.render_public(
+        "login.html",
+        minijinja::context! {
+            error => error,
+            login_token => console.login_key.token(&pre_session),
+        },
+    )?;
+    *page.status_mut() = status;
+    let secure = if console.config.secure_cookies {
+        "; Secure"
+    } else {
+        ""
+    };
+    let cookie = format!(
+        "{LOGIN_COOKIE}={pre_session}; Path=/console/login; HttpOnly; SameSite=Strict; Max-Age={LOGIN_FORM_LIFETIME_SECS}{secure}"
+    );
+    page.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_str(&cookie).map_err(|err| PageError::Internal(err.to_string()))?,
+    );
+    Ok(page)
 }
 
 /// The sign-in form.
@@ -215,14 +322,59 @@ pub(crate) async fn login_page(State(console): State<Console>) -> Result<Respons
 pub(crate) struct LoginForm {
     name: String,
     password: String,
+    #[serde(default)]
+    login_token: String,
 }
 
-/// `POST /console/login`: checks the password, opens a session, sets its cookie.
+/// Longest account name counted as typed (a valid one is at most 64 bytes).
+const MAX_COUNTED_NAME: usize = 200;
+
+/// `POST /console/login`: checks the form's token, then the failure limits, then the
+/// password; opens a session and sets its cookie.
 pub(crate) async fn login(
     State(console): State<Console>,
+    headers: HeaderMap,
+    peer: Option<axum::Extension<PeerAddr>>,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, PageError> {
-    let stored = operator_accounts::password_hash(&console.pool, form.name.trim()).await?;
+    let token_ok = cookie(&headers, LOGIN_COOKIE)
+        .is_some_and(|pre_session| console.login_key.verifies(pre_session, &form.login_token));
+    if !token_ok {
+        return Err(PageError::Forbidden(
+            "this sign-in form has expired or did not come from this console; reload the sign-in page and try again"
+                .into(),
+        ));
+    }
+    let name = form.name.trim();
+    let counted_name = match name.char_indices().nth(MAX_COUNTED_NAME) {
+        Some((cut, _)) => &name[..cut],
+        None => name,
+    };
+    let address = peer.map(|axum::Extension(PeerAddr(addr))| addr.ip());
+    if let SignInTurn::Refused { retry_after_secs } = operator_accounts::begin_sign_in(
+        &console.pool,
+        counted_name,
+        address,
+        console.config.sign_in_limits,
+    )
+    .await?
+    {
+        let minutes = (retry_after_secs + 59) / 60;
+        let message = format!(
+            "too many failed sign-ins for this name or from this address; try again in {minutes} minute{}",
+            if minutes == 1 { "" } else { "s" }
+        );
+        let mut page = login_form(
+            &console,
+            &headers,
+            Some(&message),
+            axum::http::StatusCode::TOO_MANY_REQUESTS,
+        )?;
+        page.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        return Ok(page);
+    }
+    let stored = operator_accounts::password_hash(&console.pool, name).await?;
     // An unknown name costs the same hashing as a wrong password, so timing does not tell
     // which names exist.
     let (account_id, hash) = match stored {
@@ -234,13 +386,14 @@ pub(crate) async fn login(
         .await
         .unwrap_or(false);
     let Some(account_id) = account_id.filter(|_| matches) else {
-        let mut page = console.views.render_public(
-            "login.html",
-            minijinja::context! { error => "unknown name or wrong password" },
-        )?;
-        *page.status_mut() = axum::http::StatusCode::UNAUTHORIZED;
-        return Ok(page);
+        return login_form(
+            &console,
+            &headers,
+            Some("unknown name or wrong password"),
+            axum::http::StatusCode::UNAUTHORIZED,
+        );
     };
+    operator_accounts::sign_in_succeeded(&console.pool, counted_name).await?;
     let session_id = random_token();
     operator_accounts::open_session(
         &console.pool,
@@ -263,6 +416,13 @@ pub(crate) async fn login(
     response.headers_mut().insert(
         header::SET_COOKIE,
         HeaderValue::from_str(&cookie).map_err(|err| PageError::Internal(err.to_string()))?,
+    );
+    // The pre-session has done its work.
+    response.headers_mut().append(
+        header::SET_COOKIE,
+        HeaderValue::from_static(
+            "outbox_console_login=; Path=/console/login; HttpOnly; SameSite=Strict; Max-Age=0",
+        ),
     );
     Ok(response)
 }
@@ -324,6 +484,17 @@ mod tests {
         let a = random_token();
         assert_eq!(URL_SAFE_NO_PAD.decode(&a).expect("base64").len(), 32);
         assert_ne!(a, random_token());
+    }
+
+    #[test]
+    fn a_sign_in_token_verifies_only_with_its_own_cookie_and_key() {
+        let key = LoginKey::new();
+        let token = key.token("cookie-a");
+        assert!(key.verifies("cookie-a", &token));
+        assert!(!key.verifies("cookie-b", &token));
+        assert!(!key.verifies("cookie-a", "not base64!"));
+        assert!(!key.verifies("cookie-a", ""));
+        assert!(!LoginKey::new().verifies("cookie-a", &token));
     }
 
     #[test]

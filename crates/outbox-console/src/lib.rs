@@ -8,8 +8,9 @@
 //!   security headers on every answer (`security_headers`).
 //! - `auth`: operator passwords (argon2id), sign-in sessions (256-bit random ids, stored
 //!   as SHA-256, HttpOnly SameSite=Strict cookie, Secure on request), the per-session form
-//!   token checked in constant time, and the `Signed` extractor that carries the
-//!   account's role and tenant grant into every handler.
+//!   token checked in constant time, the sign-in form's own token (tied to a pre-session
+//!   cookie), failed sign-ins limited per name and per address, and the `Signed`
+//!   extractor that carries the account's role and tenant grant into every handler.
 //! - `pages`: the pages that read: overview, outbox list (keyset-paged filters in the
 //!   URL), an alert's whole story, destinations, audit log.
 //! - `actions`: replay, resolve (each with a note and a confirm page), destinations on and
@@ -54,6 +55,8 @@ pub struct ConsoleConfig {
     pub session_lifetime: Duration,
     /// Alerts per bulk replay batch.
     pub bulk_batch: i64,
+    /// How many failed sign-ins are allowed per account name and per client address.
+    pub sign_in_limits: outbox_store::operator_accounts::SignInLimits,
 }
 
 impl Default for ConsoleConfig {
@@ -62,6 +65,13 @@ impl Default for ConsoleConfig {
             secure_cookies: false,
             session_lifetime: Duration::from_secs(8 * 3600),
             bulk_batch: 100,
+            // Five tries per name in 15 minutes; more per address, which several
+            // operators may share (a NAT, a proxy).
+            sign_in_limits: outbox_store::operator_accounts::SignInLimits {
+                window: Duration::from_secs(15 * 60),
+                per_name: 5,
+                per_address: 20,
+            },
         }
     }
 }
@@ -74,6 +84,8 @@ pub struct Console {
     views: Arc<view::Views>,
     /// Wakes the bulk replay worker when a replay is started or resumed.
     bulk_wake: Arc<tokio::sync::Notify>,
+    /// Makes the sign-in form's tokens (drawn at start).
+    login_key: auth::LoginKey,
 }
 
 impl Console {
@@ -84,6 +96,7 @@ impl Console {
             config: Arc::new(config),
             views: Arc::new(view::Views::new()),
             bulk_wake: Arc::default(),
+            login_key: auth::LoginKey::new(),
         }
     }
 }

@@ -77,6 +77,7 @@ pub(crate) async fn overview(
             oldest_due => oldest_due,
             destinations => destinations,
             disabled => health.iter().filter(|d| !d.enabled).collect::<Vec<_>>(),
+            auto_disabled => health.iter().filter(|d| d.auto_disabled_at.is_some()).collect::<Vec<_>>(),
             attention => attention_rows,
             at => stats.at,
         },
@@ -339,25 +340,60 @@ pub(crate) async fn destinations(
     )
 }
 
-/// The audit page's query.
+/// The audit page's query: one operator's lines, and the page's cursor.
 #[derive(Debug, Default, serde::Deserialize)]
 pub(crate) struct AuditQuery {
     #[serde(default)]
     operator: String,
+    #[serde(default)]
+    after: String,
 }
 
-/// `GET /console/audit`: operators' actions, newest first.
+/// Lines per audit page.
+const AUDIT_PAGE_SIZE: i64 = 50;
+
+/// `GET /console/audit?operator=...&after=...`: operators' actions, newest first, paged
+/// by keyset (a page's URL keeps showing the same lines).
 pub(crate) async fn audit(
     State(console): State<Console>,
     signed: Signed,
     Query(query): Query<AuditQuery>,
 ) -> Result<Response, PageError> {
     let operator = non_empty(&query.operator);
-    let entries = console::audit(&console.pool, signed.scope(), operator.as_deref(), 200).await?;
+    let after = non_empty(&query.after)
+        .map(|text| text.parse::<console::AuditCursor>())
+        .transpose()
+        .map_err(PageError::BadRequest)?;
+    let mut entries = console::audit(
+        &console.pool,
+        signed.scope(),
+        operator.as_deref(),
+        after,
+        AUDIT_PAGE_SIZE + 1,
+    )
+    .await?;
+    let more = entries.len() as i64 > AUDIT_PAGE_SIZE;
+    entries.truncate(AUDIT_PAGE_SIZE as usize);
+    let filter = operator
+        .as_deref()
+        .map(|name| format!("operator={}&", percent_encode(name)))
+        .unwrap_or_default();
+    let next = more
+        .then(|| {
+            entries
+                .last()
+                .map(|last| format!("/console/audit?{filter}after={}", last.cursor()))
+        })
+        .flatten();
     console.views.render(
         &signed,
         "audit.html",
-        minijinja::context! { entries => entries, operator => operator.unwrap_or_default() },
+        minijinja::context! {
+            entries => entries,
+            operator => operator.unwrap_or_default(),
+            next => next,
+            first_page => after.is_some().then(|| format!("/console/audit?{}", filter.trim_end_matches('&'))),
+        },
     )
 }
 

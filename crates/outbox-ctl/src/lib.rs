@@ -312,6 +312,8 @@ pub enum DestinationCommand {
     /// Replace a destination's signing secret; the old one keeps signing beside the new
     /// one for --overlap, then stops.
     RotateSecret(credentials::RotateArgs),
+    /// Change a destination's settings.
+    Update(setup::UpdateArgs),
     /// Stop delivering to a destination; its alerts wait, pending.
     Disable {
         /// Destination name.
@@ -455,6 +457,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Destination(DestinationCommand::Show { name, tenant, json }) => {
             setup::show_destination(&pool, &tenant, &name, json).await
+        }
+        Command::Destination(DestinationCommand::Update(args)) => {
+            setup::update_destination(&pool, args).await
         }
         Command::Destination(DestinationCommand::RotateSecret(args)) => {
             credentials::rotate_secret(&pool, &cli.secret_keys, args).await

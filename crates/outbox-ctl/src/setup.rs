@@ -85,11 +85,99 @@ pub struct DestinationArgs {
     /// uncertain send by itself (no --lookup-url, no --idempotency-retention), else 16.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     max_in_flight: Option<u32>,
+    /// Disable the destination automatically once every send to it has failed for this
+    /// long (e.g. 24h, 2d), with the reason and an audit line; `never` to keep it on.
+    #[arg(long, default_value = "24h", value_name = "DURATION|never", value_parser = parse_failing_window)]
+    disable_after_failing: FailingWindow,
     /// Address ranges (CIDR, comma-separated) the URLs may point into although they are
     /// loopback, private, link-local, ...: for development, tests and demos only. The
     /// dispatcher needs the same ranges opened to deliver there.
     #[arg(long, env = "OUTBOX_ALLOW_PRIVATE", default_value = "", value_name = "CIDR,...", value_parser = outbox_egress::AllowList::parse)]
     allow_private: outbox_egress::AllowList,
+}
+
+/// How long every send may fail before a destination is disabled: `None` for never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailingWindow(pub Option<Duration>);
+
+/// Reads `--disable-after-failing`: a positive duration, or `never`.
+fn parse_failing_window(text: &str) -> Result<FailingWindow, String> {
+    if text.trim() == "never" {
+        return Ok(FailingWindow(None));
+    }
+    let window = duration::parse_positive(text.trim())
+        .map_err(|err| format!("{err}; or `never` to keep the destination on"))?;
+    if window > MAX_FAILING_WINDOW {
+        return Err("at most 365d; or `never` to keep the destination on".to_owned());
+    }
+    Ok(FailingWindow(Some(window)))
+}
+
+/// Longest `--disable-after-failing` window (a year; `never` is the way to say longer).
+const MAX_FAILING_WINDOW: Duration = Duration::from_secs(365 * 86_400);
+
+/// `destination update` flags.
+#[derive(Debug, clap::Args)]
+pub struct UpdateArgs {
+    /// Destination name.
+    name: String,
+    /// Owning tenant (name or id).
+    #[arg(long, env = "OUTBOX_TENANT")]
+    tenant: String,
+    /// Disable the destination automatically once every send to it has failed for this
+    /// long; `never` to keep it on.
+    #[arg(long, value_name = "DURATION|never", value_parser = parse_failing_window)]
+    disable_after_failing: Option<FailingWindow>,
+}
+
+/// `destination update`: changes the settings given, and says what they are now.
+pub(crate) async fn update_destination(pool: &PgPool, args: UpdateArgs) -> anyhow::Result<()> {
+    let Some(FailingWindow(window)) = args.disable_after_failing else {
+        bail!("nothing to change: give --disable-after-failing DURATION|never");
+    };
+    let tenant = tenants::find(pool, &args.tenant).await?;
+    if !outbox_store::health::set_disable_after_failing(pool, tenant.id, &args.name, window).await?
+    {
+        bail!(
+            "tenant `{}` has no destination named `{}`",
+            tenant.name,
+            args.name
+        );
+    }
+    eprintln!(
+        "destination `{}`: {}",
+        args.name,
+        failing_window_text(window)
+    );
+    Ok(())
+}
+
+/// Sets a new destination's failing window, unless it is the column's default (24h).
+async fn set_failing_window(
+    conn: &mut outbox_store::PgConnection,
+    tenant_id: uuid::Uuid,
+    name: &str,
+    window: FailingWindow,
+) -> anyhow::Result<()> {
+    if window.0 != Some(DEFAULT_FAILING_WINDOW) {
+        outbox_store::health::set_disable_after_failing(&mut *conn, tenant_id, name, window.0)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The failing window a destination gets unless told otherwise (the column's default).
+const DEFAULT_FAILING_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// What a failing window means, in words.
+fn failing_window_text(window: Option<Duration>) -> String {
+    match window {
+        Some(window) => format!(
+            "disabled automatically once every send has failed for {}",
+            duration::format(window)
+        ),
+        None => "never disabled automatically".to_owned(),
+    }
 }
 
 /// `destination add` flags for a webhook that is an HTTP email API: each alert is rendered
@@ -376,8 +464,10 @@ async fn add_email_destination(
     let smtp_password = password
         .map(|password| credentials::stored_form(keys, id, &[password]))
         .and_then(|stored| stored.into_iter().next());
+    // The destination and its failing window are written together.
+    let mut tx = pool.begin().await?;
     outbox_store::destinations::create_email_with_id(
-        pool,
+        &mut *tx,
         id,
         &NewDestination {
             tenant_id: tenant.id,
@@ -402,6 +492,8 @@ async fn add_email_destination(
         },
     )
     .await?;
+    set_failing_window(&mut tx, tenant.id, &name, args.disable_after_failing).await?;
+    tx.commit().await?;
     println!("{id}");
     eprintln!(
         "added email destination `{name}` for tenant `{}`",
@@ -506,17 +598,21 @@ pub(crate) async fn add_destination(
         timeout: args.timeout,
         max_in_flight,
     };
+    // The destination and its failing window are written together.
+    let mut tx = pool.begin().await?;
     match email_api {
         Some(mut api) => {
             api.bearer_token = bearer_token
                 .map(|token| credentials::stored_form(keys, id, &[token]))
                 .and_then(|stored| stored.into_iter().next());
-            outbox_store::destinations::create_email_api_with_id(pool, id, &new, &api).await?;
+            outbox_store::destinations::create_email_api_with_id(&mut *tx, id, &new, &api).await?;
         }
         None => {
-            outbox_store::destinations::create_with_id(pool, id, &new).await?;
+            outbox_store::destinations::create_with_id(&mut *tx, id, &new).await?;
         }
     }
+    set_failing_window(&mut tx, tenant.id, &name, args.disable_after_failing).await?;
+    tx.commit().await?;
     println!("{id}");
     eprintln!("added destination `{name}` for tenant `{}`", tenant.name);
     eprintln!(
@@ -627,6 +723,17 @@ pub(crate) async fn list_destinations(
         }
         return Ok(());
     }
+    let destinations_off: Vec<(String, String, String)> = destinations
+        .iter()
+        .filter(|d| !d.enabled)
+        .map(|d| {
+            (
+                d.tenant.clone(),
+                d.name.clone(),
+                d.disabled_reason.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
     let mut table = Table::new([
         "TENANT",
         "NAME",
@@ -640,6 +747,7 @@ pub(crate) async fn list_destinations(
         "A CRASH LEAVES AT MOST",
         "SECRETS",
         "ENABLED",
+        "AUTO-DISABLE",
         "RECIPIENTS",
     ]);
     for d in destinations {
@@ -699,10 +807,21 @@ pub(crate) async fn list_destinations(
             ),
             secrets,
             if d.enabled { "yes" } else { "no" }.to_owned(),
+            match d.disable_after_failing_secs {
+                Some(secs) => format!(
+                    "after {} failing",
+                    duration::format(Duration::from_secs(secs.unsigned_abs()))
+                ),
+                None => "never".to_owned(),
+            },
             recipients,
         ]);
     }
     print!("{table}");
+    // Why each disabled one is off, below the table (a reason is a sentence).
+    for d in destinations_off {
+        println!("{}/{} is disabled: {}", d.0, d.1, d.2);
+    }
     Ok(())
 }
 

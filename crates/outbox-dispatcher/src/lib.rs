@@ -28,6 +28,9 @@
 //!   request body rendered once from the alert's email and stored before the first send,
 //!   then sent byte for byte by `http` on every attempt.
 //! - `recorder`: outcomes written in batches (one statement and one commit for many).
+//! - `health`: every send counted per destination in memory and reported every few
+//!   seconds; a destination whose every send has failed for its window is disabled by
+//!   the report (never on a delivery's own path).
 //! - `metrics`, `server`: `/metrics`, `/healthz`, `/readyz`.
 //!
 //! Bounds: a claim never leaves more than a destination's `max_in_flight` rows in
@@ -53,6 +56,7 @@
 
 mod classify;
 mod email_api;
+mod health;
 mod http;
 mod judge;
 mod metrics;
@@ -119,6 +123,8 @@ pub struct Config {
     pub templates: Arc<TenantTemplates>,
     /// Where they were loaded from (`--templates-dir`): read again on SIGHUP.
     pub templates_dir: Option<std::path::PathBuf>,
+    /// How often this process reports its sends per destination (destination health).
+    pub health_report_interval: Duration,
 }
 
 /// How sends reach destinations.
@@ -198,6 +204,8 @@ pub(crate) struct Shared {
     /// This process's sends at once (`Config::max_concurrent_sends`): a permit is taken
     /// after the destination's slot, in that order everywhere, and held for the exchange.
     sends: Arc<Semaphore>,
+    /// Sends counted per destination since the last health report.
+    pub(crate) tallies: health::Tallies,
 }
 
 impl Shared {
@@ -232,7 +240,8 @@ impl Shared {
     }
 }
 
-/// How long a 410 Gone keeps this process off a destination without asking the database.
+/// How long a disabled destination (410 Gone, or failing for its window) keeps this
+/// process off it without asking the database.
 const GONE_MARK: Duration = Duration::from_secs(30);
 
 /// A one-way signal, set once and seen by every clone: the dispatcher's stop (shutdown
@@ -315,7 +324,13 @@ pub async fn run(
         config,
         stop: stop.clone(),
         claims_ended,
+        tallies: health::Tallies::default(),
     });
+    tokio::spawn(health::report_every(
+        shared.clone(),
+        shared.config.health_report_interval,
+        stop.clone(),
+    ));
     if let Some(dir) = shared.config.templates_dir.clone() {
         tokio::spawn(reload_templates_on_hangup(shared.clone(), dir, stop));
     }
@@ -324,9 +339,11 @@ pub async fn run(
         tracing::info!(ranges = %shared.config.egress.allowed().describe(), "egress guard: these ranges are opened although private or reserved");
     }
 
-    let mut claims = ClaimLoop::new(shared, wake);
+    let mut claims = ClaimLoop::new(shared.clone(), wake);
     claims.run_until_stopped().await;
     let summary = claims.shut_down(&set_claims_ended).await;
+    // What was counted since the last report is not lost with the process.
+    health::report(&shared).await;
     // A drain ends without the shutdown signal: tell the helpers (the wake-up listener)
     // to stop too.
     set_stop.set();
@@ -638,6 +655,9 @@ async fn work_one(
             if let work::Finished::Done(completion) = &finished {
                 if completion.disable_destination.is_some() {
                     shared.mark_disabled(claim.row.destination_id);
+                    shared
+                        .metrics
+                        .destination_disabled(&claim.row.destination, "gone");
                 }
             }
             finished

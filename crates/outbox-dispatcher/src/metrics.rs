@@ -14,6 +14,7 @@ pub struct Metrics {
     attempts: Mutex<BTreeMap<(String, &'static str), u64>>,
     send: Mutex<BTreeMap<String, Histogram>>,
     delivery: Mutex<BTreeMap<String, Histogram>>,
+    disabled: Mutex<BTreeMap<(String, &'static str), u64>>,
 }
 
 impl Metrics {
@@ -42,6 +43,15 @@ impl Metrics {
             .observe(secs.max(0.0));
     }
 
+    /// Counts a destination this process disabled, and why: `gone` (it answered 410) or
+    /// `failing` (every send failed for its window).
+    pub fn destination_disabled(&self, destination: &str, reason: &'static str) {
+        let mut disabled = self.disabled.lock().unwrap_or_else(|e| e.into_inner());
+        *disabled
+            .entry((destination.to_owned(), reason))
+            .or_default() += 1;
+    }
+
     /// Renders everything, with the queue figures, in Prometheus text format.
     pub fn render(&self, queue: &outbox_store::dispatch::QueueFigures) -> String {
         let mut out = String::new();
@@ -60,6 +70,23 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "outbox_attempts_total{{destination=\"{}\",outcome=\"{outcome}\"}} {n}",
+                prometheus::escape(destination)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP outbox_destinations_disabled_total Destinations this dispatcher disabled, by reason (gone: a 410; failing: every send failed for its window)."
+        );
+        let _ = writeln!(out, "# TYPE outbox_destinations_disabled_total counter");
+        for ((destination, reason), n) in self
+            .disabled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "outbox_destinations_disabled_total{{destination=\"{}\",reason=\"{reason}\"}} {n}",
                 prometheus::escape(destination)
             );
         }
@@ -109,6 +136,7 @@ mod tests {
         m.send_latency("ops", Duration::from_millis(3));
         m.send_latency("ops", Duration::from_millis(300));
         m.delivered_after("ops", 0.02);
+        m.destination_disabled("ops", "failing");
         let text = m.render(&outbox_store::dispatch::QueueFigures {
             live: vec![(outbox_core::LiveStatus::Pending, 4)],
             oldest_due_age_secs: 1.5,
@@ -120,5 +148,8 @@ mod tests {
         assert!(text.contains("outbox_send_seconds_bucket{destination=\"ops\",le=\"0.005\"} 1"));
         assert!(text.contains("outbox_send_seconds_count{destination=\"ops\"} 2"));
         assert!(text.contains("outbox_approval_to_acceptance_seconds_count{destination=\"ops\"} 1"));
+        assert!(text.contains(
+            "outbox_destinations_disabled_total{destination=\"ops\",reason=\"failing\"} 1"
+        ));
     }
 }

@@ -117,6 +117,9 @@ async fn send(
         shared
             .metrics
             .attempt(&row.destination, record.outcome.as_str());
+        shared
+            .tallies
+            .count(row.destination_id, &row.destination, record);
     }
     Finished::Done(Box::new(completion))
 }

@@ -196,6 +196,7 @@ async fn connection<S, B>(
     let tracked = Tracked {
         inner: service,
         activity: Arc::clone(&activity),
+        peer,
     };
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -401,7 +402,13 @@ impl AsyncWrite for Watched {
 struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
+    peer: std::net::SocketAddr,
 }
+
+/// The address of the client at the other end of the connection, in every request's
+/// extensions (the console counts failed sign-ins by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub std::net::SocketAddr);
 
 impl<S> Service<Request<Incoming>> for Tracked<S>
 where
@@ -416,10 +423,11 @@ where
         let body_complete = request.body().is_end_stream();
         self.activity.request_started(body_complete, Instant::now());
         let finished = RequestFinished(Arc::clone(&self.activity));
-        let request = request.map(|body| RequestBody {
+        let mut request = request.map(|body| RequestBody {
             inner: body,
             activity: (!body_complete).then(|| Arc::clone(&self.activity)),
         });
+        request.extensions_mut().insert(PeerAddr(self.peer));
         let answer = self.inner.call(request);
         Box::pin(async move {
             let answer = answer.await;

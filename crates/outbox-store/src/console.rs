@@ -195,8 +195,16 @@ pub struct DestinationHealth {
     pub name: String,
     /// Whether alerts are delivered to it.
     pub enabled: bool,
-    /// Why it is off (`disabled by NAME`, or the destination's 410).
+    /// Why it is off (`disabled by NAME`, the destination's 410, or `disabled
+    /// automatically: ...` after failing for its window).
     pub disabled_reason: Option<String>,
+    /// When it was disabled automatically for failing, while it stays off for that.
+    pub auto_disabled_at: Option<DateTime<Utc>>,
+    /// Since when every send has failed, as the dispatchers last reported (`None` while
+    /// the latest send was accepted).
+    pub failing_since: Option<DateTime<Utc>>,
+    /// Its failing window in seconds (`None`: never disabled automatically).
+    pub disable_after_failing_secs: Option<i64>,
     /// Send attempts finished in the last hour.
     pub attempts: i64,
     /// Of those, accepted.
@@ -232,6 +240,9 @@ pub async fn destination_health(
              FROM recent GROUP BY 1, 2 \
          ) \
          SELECT d.id, d.tenant_id, t.name AS tenant, d.name, d.enabled, d.disabled_reason, \
+                CASE WHEN NOT d.enabled THEN h.auto_disabled_at END AS auto_disabled_at, \
+                h.failing_since, \
+                ceil(extract(epoch FROM d.disable_after_failing))::int8 AS disable_after_failing_secs, \
                 COALESCE((SELECT sum(p.attempts) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS attempts, \
                 COALESCE((SELECT sum(p.accepted) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS accepted, \
                 COALESCE((SELECT sum(p.errors) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS errors, \
@@ -246,6 +257,7 @@ pub async fn destination_health(
                  WHERE o.destination_id = d.id AND o.status IN ('pending', 'uncertain') \
                    AND o.next_attempt_at <= now()) AS oldest_due_age_secs \
          FROM destinations d JOIN tenants t ON t.id = d.tenant_id \
+         LEFT JOIN destination_health h ON h.destination_id = d.id \
          WHERE $1::uuid[] IS NULL OR d.tenant_id = ANY($1) \
          ORDER BY t.name, d.name",
     )
@@ -314,39 +326,130 @@ pub struct AuditEntry {
     pub alert_id: Option<Uuid>,
     /// The evidence line or the operator's note.
     pub note: String,
+    /// Where the line is kept: 2 for the evidence, 1 for console actions.
+    pub source: i32,
+    /// Its id there.
+    pub seq: i64,
 }
 
-/// What an operator did, newest first: operators' lines in the alerts' evidence (the
+impl AuditEntry {
+    /// The cursor of the page after this line.
+    pub fn cursor(&self) -> AuditCursor {
+        AuditCursor {
+            at: self.at,
+            source: self.source,
+            seq: self.seq,
+        }
+    }
+}
+
+/// Where an audit page starts: strictly after this line in the log's order (time, then
+/// source, then id, all descending). Written in URLs as `MICROS-SOURCE-ID`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditCursor {
+    /// The line's time.
+    pub at: DateTime<Utc>,
+    /// The line's source (see [`AuditEntry::source`]).
+    pub source: i32,
+    /// The line's id in its source.
+    pub seq: i64,
+}
+
+impl std::fmt::Display for AuditCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}-{}-{}",
+            self.at.timestamp_micros(),
+            self.source,
+            self.seq
+        )
+    }
+}
+
+impl std::str::FromStr for AuditCursor {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || format!("`{text}` is not an audit page cursor");
+        let mut parts = text.splitn(3, '-');
+        let (Some(micros), Some(source), Some(seq)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        let at = micros
+            .parse::<i64>()
+            .ok()
+            .and_then(DateTime::from_timestamp_micros)
+            .ok_or_else(bad)?;
+        let source = source
+            .parse::<i32>()
+            .ok()
+            .filter(|s| matches!(s, 1 | 2))
+            .ok_or_else(bad)?;
+        let seq = seq.parse::<i64>().map_err(|_| bad())?;
+        Ok(AuditCursor { at, source, seq })
+    }
+}
+
+/// One page of what operators did, newest first, strictly after `after` (the cursor of
+/// the previous page's last line): operators' lines in the alerts' evidence (the
 /// console's and `outboxctl --actor`'s), and console actions on destinations and bulk
-/// replays. `operator` keeps one operator's.
+/// replays (and destinations disabled automatically). `operator` keeps one operator's.
+///
+/// Keyset paging: each source walks its own index on (at, id) from the cursor on, and
+/// the two are merged by (at, source, id); so a page deep in the history costs what the
+/// first one does, and a page's URL shows the same lines later (newer lines do not push
+/// them along, as with OFFSET).
 pub async fn audit(
     db: impl PgExecutor<'_>,
     scope: Scope<'_>,
     operator: Option<&str>,
+    after: Option<AuditCursor>,
     limit: i64,
 ) -> Result<Vec<AuditEntry>, StoreError> {
-    Ok(sqlx::query_as::<_, AuditEntry>(
+    // The `at <= cursor` conjunct lets each index scan start at the cursor; the rest of
+    // the condition orders lines of the same time. Written only on pages after the
+    // first, so that each shape gets a plan of its own.
+    let (after_events, after_console) = if after.is_some() {
+        (
+            "AND e.at <= $4 AND (e.at < $4 OR 2 < $5 OR (2 = $5 AND e.id < $6))",
+            "AND c.at <= $4 AND (c.at < $4 OR 1 < $5 OR (1 = $5 AND c.id < $6))",
+        )
+    } else {
+        (
+            "AND $4::timestamptz IS NULL AND $5::int4 IS NULL AND $6::int8 IS NULL",
+            "",
+        )
+    };
+    let sql = format!(
         "(SELECT e.at, substr(e.actor, 10) AS operator, e.to_state AS action, \
-                 e.alert_id::text AS target, e.alert_id, e.line AS note \
+                 e.alert_id::text AS target, e.alert_id, e.line AS note, 2 AS source, e.id AS seq \
           FROM alert_events e \
           WHERE e.actor LIKE 'operator:%' \
             AND ($2::text IS NULL OR e.actor = 'operator:' || $2) \
             AND ($1::uuid[] IS NULL \
                  OR EXISTS (SELECT 1 FROM alerts a WHERE a.id = e.alert_id AND a.tenant_id = ANY($1))) \
-          ORDER BY e.id DESC LIMIT $3) \
+            {after_events} \
+          ORDER BY e.at DESC, e.id DESC LIMIT $3) \
          UNION ALL \
-         (SELECT c.at, c.operator, c.action, c.target, NULL::uuid, c.note \
+         (SELECT c.at, c.operator, c.action, c.target, NULL::uuid, c.note, 1 AS source, c.id AS seq \
           FROM console_audit c \
           WHERE ($2::text IS NULL OR c.operator = $2) \
             AND ($1::uuid[] IS NULL OR c.tenant_id = ANY($1)) \
-          ORDER BY c.id DESC LIMIT $3) \
-         ORDER BY at DESC LIMIT $3",
-    )
-    .bind(scope)
-    .bind(operator)
-    .bind(limit)
-    .fetch_all(db)
-    .await?)
+            {after_console} \
+          ORDER BY c.at DESC, c.id DESC LIMIT $3) \
+         ORDER BY at DESC, source DESC, seq DESC LIMIT $3"
+    );
+    Ok(sqlx::query_as::<_, AuditEntry>(&sql)
+        .bind(scope)
+        .bind(operator)
+        .bind(limit)
+        .bind(after.map(|c| c.at))
+        .bind(after.map(|c| c.source))
+        .bind(after.map(|c| c.seq))
+        .fetch_all(db)
+        .await?)
 }
 
 /// Records a console action that leaves no line in an alert's evidence.

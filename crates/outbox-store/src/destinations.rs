@@ -161,6 +161,11 @@ pub struct DestinationSummary {
     pub sealed_secret_count: i32,
     /// Whether alerts are being delivered to it.
     pub enabled: bool,
+    /// How long every send may fail before it is disabled automatically, in seconds;
+    /// `None`: never.
+    pub disable_after_failing_secs: Option<i64>,
+    /// Why it is disabled, when it is.
+    pub disabled_reason: Option<String>,
 }
 
 /// Creates a destination and returns its id.
@@ -313,7 +318,9 @@ pub async fn list(
                 CASE WHEN d.retiring_until > now() THEN d.retiring_until END AS retiring_until, \
                 (SELECT count(*)::int4 FROM unnest(d.signing_secrets || d.retiring_signing_secrets) s \
                  WHERE s LIKE 'enc:%') AS sealed_secret_count, \
-                d.enabled \
+                d.enabled, \
+                ceil(extract(epoch FROM d.disable_after_failing))::int8 AS disable_after_failing_secs, \
+                d.disabled_reason \
          FROM destinations d JOIN tenants t ON t.id = d.tenant_id \
          WHERE $1::uuid IS NULL OR d.tenant_id = $1 \
          ORDER BY t.name, d.name",

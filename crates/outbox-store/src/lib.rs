@@ -17,6 +17,8 @@
 //!   evidence line, and the operator transitions (replay, resolve) with their refusals;
 //!   the dispatcher's batch completion is built from the same pieces.
 //! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and wake-ups.
+//! - [`health`]: destination health: dispatchers' tallies of their sends merged per
+//!   destination, and the automatic disable of one failing for longer than its window.
 //! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval.
 //! - [`operator`]: operators' actions (replay, all-or-nothing replay of many, resolve, in
 //!   a transaction each around the lifecycle's transitions; destinations on and off),
@@ -44,6 +46,7 @@ pub mod demo;
 pub mod destinations;
 pub mod dispatch;
 pub mod error;
+pub mod health;
 pub mod lifecycle;
 pub mod monitors;
 pub mod operator;

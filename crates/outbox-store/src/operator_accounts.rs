@@ -160,3 +160,110 @@ pub async fn close_session(db: impl PgExecutor<'_>, id_sha256: &[u8]) -> Result<
         .await?;
     Ok(())
 }
+
+/// How failed sign-ins are limited: at most `per_name` for one account name and
+/// `per_address` from one client address within `window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignInLimits {
+    /// How long a failure counts.
+    pub window: std::time::Duration,
+    /// Failures one account name may have within the window.
+    pub per_name: i64,
+    /// Failures one client address may have within the window (higher: several operators
+    /// may share an address behind a NAT or a proxy).
+    pub per_address: i64,
+}
+
+/// Whether a sign-in may go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignInTurn {
+    /// Check the password; the attempt already counts as a failure until
+    /// [`sign_in_succeeded`] says otherwise.
+    Go,
+    /// Too many failures: do not check the password; try again after this many seconds.
+    Refused {
+        /// Seconds until the oldest counted failure stops counting.
+        retry_after_secs: i64,
+    },
+}
+
+/// Starts a sign-in as `name` (as typed: the count does not depend on whether such an
+/// account exists) from `address`: refused when the name or the address has had its
+/// limit of failures within the window; otherwise the attempt is recorded as a failure
+/// at once, before the password is checked, so that many guesses sent together are all
+/// counted. Failures older than the window are removed on the way.
+///
+/// Locking: a transaction-level advisory lock on the name, then on the address (always
+/// in that order), so two attempts for the same name or address count one after the
+/// other.
+pub async fn begin_sign_in(
+    pool: &sqlx::PgPool,
+    name: &str,
+    address: Option<std::net::IpAddr>,
+    limits: SignInLimits,
+) -> Result<SignInTurn, StoreError> {
+    let address = address.map(|a| a.to_string());
+    let window_secs = limits.window.as_secs_f64();
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock(1, hashtext($1)), \
+                pg_advisory_xact_lock(2, hashtext(COALESCE($2, '')))",
+    )
+    .bind(name)
+    .bind(&address)
+    .execute(&mut *tx)
+    .await?;
+    let (by_name, by_address, retry_after_secs): (i64, i64, i64) = sqlx::query_as(
+        "WITH pruned AS ( \
+             DELETE FROM console_sign_in_failures \
+             WHERE at < now() - make_interval(secs => $3) \
+         ), counted AS ( \
+             SELECT count(*) FILTER (WHERE account_name = $1) AS by_name, \
+                    count(*) FILTER (WHERE client_addr = $2::inet) AS by_address, \
+                    min(at) FILTER (WHERE account_name = $1) AS oldest_by_name, \
+                    min(at) FILTER (WHERE client_addr = $2::inet) AS oldest_by_address \
+             FROM console_sign_in_failures \
+             WHERE at >= now() - make_interval(secs => $3) \
+               AND (account_name = $1 OR client_addr = $2::inet) \
+         ) \
+         SELECT by_name, by_address, \
+                ceil(extract(epoch FROM GREATEST( \
+                    CASE WHEN by_name >= $4 THEN oldest_by_name END, \
+                    CASE WHEN by_address >= $5 THEN oldest_by_address END) \
+                    + make_interval(secs => $3) - now()))::int8 \
+         FROM counted",
+    )
+    .bind(name)
+    .bind(&address)
+    .bind(window_secs)
+    .bind(limits.per_name)
+    .bind(limits.per_address)
+    .fetch_one(&mut *tx)
+    .await
+    .map(|(n, a, r): (i64, i64, Option<i64>)| (n, a, r.unwrap_or(0)))?;
+    if by_name >= limits.per_name || by_address >= limits.per_address {
+        tx.commit().await?;
+        return Ok(SignInTurn::Refused {
+            retry_after_secs: retry_after_secs.max(1),
+        });
+    }
+    sqlx::query(
+        "INSERT INTO console_sign_in_failures (account_name, client_addr) VALUES ($1, $2::inet)",
+    )
+    .bind(name)
+    .bind(&address)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(SignInTurn::Go)
+}
+
+/// A sign-in as `name` succeeded: the name's failures (this attempt's too) no longer
+/// count. The address's failures under other names still do.
+pub async fn sign_in_succeeded(db: impl PgExecutor<'_>, name: &str) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM console_sign_in_failures WHERE account_name = $1")
+        .bind(name)
+        .execute(db)
+        .await?;
+    Ok(())
+}
