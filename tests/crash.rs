@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use common::{add_tenant, counts, renewal};
