@@ -2,6 +2,8 @@
 //! one subject: `cargo test --test it chaos::`). `common` holds the shared set-up; the crash
 //! tests are a binary of their own (`tests/crash.rs`), as they need the `failpoints` feature.
 
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
 mod common;
 
 mod approvals;
