@@ -17,7 +17,7 @@
 //!
 //! `CHAOS_SEEDS` (default `1,2`) and `CHAOS_DURATION` (per seed, default `15s`) make it
 //! a soak test: `CHAOS_SEEDS=11 CHAOS_DURATION=10m cargo test --features failpoints
-//! --test chaos -- --nocapture`.
+//! --test it chaos:: -- --nocapture`.
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
