@@ -9,51 +9,31 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
+#[path = "it/common/mod.rs"]
 mod common;
 
+use common::procs::{spawn_listening, Process};
 use common::{add_tenant, counts, renewal};
 use outbox_testkit::TestDb;
 use reqwest::StatusCode;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
 /// Starts `decider serve` on an ephemeral port and returns it with its address, read from
 /// its own "listening" log line.
-async fn start_decider(db: &TestDb, failpoints: Option<&str>) -> (Child, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_decider"));
-    command
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("DATABASE_URL", &db.url)
-        .env("LOG_FORMAT", "json")
-        .env_remove("FAILPOINTS")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+async fn start_decider(db: &TestDb, failpoints: Option<&str>) -> (Process, String) {
+    let mut envs = vec![("DATABASE_URL", db.url.as_str())];
     if let Some(failpoints) = failpoints {
-        command.env("FAILPOINTS", failpoints);
+        envs.push(("FAILPOINTS", failpoints));
     }
-    let mut child = command.spawn().expect("spawn decider");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = tokio::time::timeout(DEADLINE, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            if event["fields"]["message"] == "approval API listening" {
-                return event["fields"]["addr"].as_str().unwrap().to_owned();
-            }
-        }
-        panic!("decider exited before listening");
-    })
+    spawn_listening(
+        env!("CARGO_BIN_EXE_decider"),
+        &["serve", "--listen", "127.0.0.1:0"],
+        &envs,
+        "approval API listening",
+    )
     .await
-    .expect("decider did not start listening in time");
-    // Keep draining its log so it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, format!("http://{addr}"))
 }
 
 /// Polls `sql` (a count) on the test database until it equals `want`, or fails.

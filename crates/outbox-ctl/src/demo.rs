@@ -13,11 +13,11 @@
 
 use anyhow::{bail, Context};
 use outbox_core::OnUncertain;
+use outbox_runtime::process::spawn_logged;
 use outbox_store::destinations::NewDestination;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::mail_view;
@@ -542,37 +542,20 @@ async fn print_email(
     Ok(())
 }
 
-/// Spawns the sink with JSON logs and returns it with its HTTP base URL and its SMTP
-/// listener's address, as it logged them.
+/// Spawns the sink (its log read and dropped) and returns it with its HTTP base URL and
+/// its SMTP listener's address, as it announced them.
 async fn spawn_sink(binary: &Path, args: &[String]) -> anyhow::Result<(Child, String, String)> {
-    let mut child = Command::new(binary)
-        .args(args)
-        .env("LOG_FORMAT", "json")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
-    let mut lines = BufReader::new(child.stderr.take().context("stderr")?).lines();
-    let (http, smtp) = tokio::time::timeout(Duration::from_secs(10), async {
-        let (mut http, mut smtp) = (None, None);
-        while let Some(line) = lines.next_line().await? {
-            let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            let addr = event["fields"]["addr"].as_str().map(str::to_owned);
-            match event["fields"]["message"].as_str() {
-                Some("sink listening") => http = addr,
-                Some("sink SMTP listening") => smtp = addr,
-                _ => {}
-            }
-            if let (Some(http), Some(smtp)) = (&http, &smtp) {
-                return Ok::<_, anyhow::Error>((http.clone(), smtp.clone()));
-            }
-        }
-        bail!("{} exited before listening", binary.display())
-    })
-    .await
-    .context("waiting for the sink")??;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok((child, format!("http://{http}"), smtp))
+    let mut command = Command::new(binary);
+    command.args(args);
+    let mut sink = spawn_logged(command, |_| {})?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let http = sink
+        .listening("sink listening", deadline)
+        .await
+        .context("waiting for the sink")?;
+    let smtp = sink
+        .listening("sink SMTP listening", deadline)
+        .await
+        .context("waiting for the sink")?;
+    Ok((sink.child, format!("http://{http}"), smtp))
 }

@@ -4,9 +4,11 @@
 //! [`failpoints`] (crash points for tests, compiled in only with the `failpoints` feature),
 //! [`prometheus`] (histograms and queue figures in the Prometheus text format),
 //! [`http_server`] (the HTTP/1.1 server of every listening process, with deadlines for slow
-//! clients and a cap on connections), [`DEFAULT_DATABASE_URL`].
+//! clients and a cap on connections), [`process`] (one of the workspace's binaries as a
+//! child process, waited for until it announces its listener), [`DEFAULT_DATABASE_URL`].
 
 pub mod http_server;
+pub mod process;
 pub mod prometheus;
 
 /// The database every binary uses unless told otherwise: the local server, no password.

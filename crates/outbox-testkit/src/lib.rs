@@ -3,8 +3,11 @@
 //! when the test ends, whether it passed or panicked.
 //!
 //! Layout: [`TestDb`] (create, migrate, connect, drop) and [`server_url`]; [`tls`]: a CA
-//! and server certificates made at test time, for the TLS tests.
+//! and server certificates made at test time, for the TLS tests; [`process`]: the
+//! workspace's binaries as a test's child processes (log file, wait until listening, log
+//! printed when the test fails, killed when dropped).
 
+pub mod process;
 pub mod tls;
 
 use sqlx::postgres::PgConnectOptions;

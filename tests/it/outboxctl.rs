@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use common::{outboxctl, CliRun as Run};
 use common::{renewal, Api};

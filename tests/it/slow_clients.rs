@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use common::add_tenant;
 use common::procs::*;
@@ -121,7 +121,7 @@ fn host_port(base: &str) -> String {
 }
 
 /// Spawns `decider serve` on ephemeral ports with the test's deadlines, plus `extra`.
-async fn decider(db: &TestDb, extra: &[&str]) -> (tokio::process::Child, String) {
+async fn decider(db: &TestDb, extra: &[&str]) -> (Process, String) {
     let mut args = vec![
         "serve",
         "--listen",
@@ -338,7 +338,7 @@ async fn a_stop_finishes_the_request_in_progress() {
 async fn metrics_and_readiness_are_served_only_on_the_metrics_listener() {
     let db = TestDb::new().await;
     let tenant = add_tenant(&db, "acme", &["ops"]).await;
-    let (_decider, api, logs) = spawn_capturing(
+    let (mut decider, api) = spawn_listening(
         env!("CARGO_BIN_EXE_decider"),
         &[
             "serve",
@@ -355,7 +355,10 @@ async fn metrics_and_readiness_are_served_only_on_the_metrics_listener() {
         "approval API listening",
     )
     .await;
-    let metrics = metrics_address(&logs);
+    let metrics = format!(
+        "http://{}",
+        decider.listening("decider metrics listening").await
+    );
     let http = client();
     let approval = http
         .post(format!("{api}/v1/alerts"))
@@ -396,7 +399,7 @@ async fn metrics_and_readiness_are_served_only_on_the_metrics_listener() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_metrics_listener_no_metrics_are_served() {
     let db = TestDb::new().await;
-    let (_decider, api, logs) = spawn_capturing(
+    let (decider, api) = spawn_listening(
         env!("CARGO_BIN_EXE_decider"),
         &[
             "serve",
@@ -413,23 +416,11 @@ async fn without_a_metrics_listener_no_metrics_are_served() {
     .await;
     let response = client().get(format!("{api}/metrics")).send().await.unwrap();
     assert_eq!(response.status(), reqwest::StatusCode::NOT_FOUND);
-    assert!(!logs
-        .lock()
-        .unwrap()
+    // A metrics listener would have been announced before the API's listener.
+    assert!(!decider
+        .log_lines()
         .iter()
         .any(|line| line.contains("decider metrics listening")));
-}
-
-/// The address of the decider's metrics listener, from its log line (written before the
-/// API's, which the spawn waited for).
-fn metrics_address(logs: &std::sync::Mutex<Vec<String>>) -> String {
-    let logs = logs.lock().unwrap();
-    let line = logs
-        .iter()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .find(|event| event["fields"]["message"] == "decider metrics listening")
-        .expect("no metrics listener logged");
-    format!("http://{}", line["fields"]["addr"].as_str().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

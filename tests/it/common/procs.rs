@@ -1,96 +1,33 @@
 //! Real processes for end-to-end tests: the sink, dispatchers, and polling with deadlines.
+//! Every process is an `outbox_testkit::process::Process`: its log in a file, printed when
+//! the test fails.
 
 use outbox_testkit::TestDb;
 use serde_json::{json, Value};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
-pub const DEADLINE: Duration = Duration::from_secs(60);
+pub use outbox_testkit::process::{Process, DEADLINE};
 
 /// The range the tests open in the egress guard: their sinks and fake feeds listen on
 /// 127.0.0.1, which the dispatcher, the decider and outboxctl otherwise refuse.
 pub const TEST_ALLOW_PRIVATE: &str = "127.0.0.0/8";
 
-/// Spawns a binary with JSON logs and returns it with the address from its first log line
-/// whose message is `listening_message`. Its log lines go to the test's stderr, so a
-/// failing test shows them.
+/// Spawns a binary and returns it with the base URL (`http://addr`) of the listener it
+/// announced with `listening_message`.
 pub async fn spawn_listening(
     binary: &str,
     args: &[&str],
     envs: &[(&str, &str)],
     listening_message: &str,
-) -> (Child, String) {
-    let (child, base, _) = spawn_logging(binary, args, envs, listening_message, false).await;
-    (child, base)
-}
-
-/// Like [`spawn_listening`], but keeps every log line the process writes, for tests about
-/// what logs contain.
-pub async fn spawn_capturing(
-    binary: &str,
-    args: &[&str],
-    envs: &[(&str, &str)],
-    listening_message: &str,
-) -> (Child, String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    spawn_logging(binary, args, envs, listening_message, true).await
-}
-
-/// Spawns with JSON logs, waits for `listening_message`, echoes every line to the test's
-/// stderr and, with `keep`, also keeps them.
-async fn spawn_logging(
-    binary: &str,
-    args: &[&str],
-    envs: &[(&str, &str)],
-    listening_message: &str,
-    keep: bool,
-) -> (Child, String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    let mut command = Command::new(binary);
-    command
-        .args(args)
-        .env("LOG_FORMAT", "json")
-        .env_remove("FAILPOINTS")
-        .env_remove("OUTBOX_ALLOW_PRIVATE")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for (k, v) in envs {
-        command.env(k, v);
-    }
-    let mut child = command.spawn().expect("spawn");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let captured: std::sync::Arc<std::sync::Mutex<Vec<String>>> = std::sync::Arc::default();
-    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-    let kept = captured.clone();
-    let message = listening_message.to_owned();
-    let name = binary.rsplit('/').next().unwrap_or(binary).to_owned();
-    tokio::spawn(async move {
-        let mut addr_tx = Some(addr_tx);
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Ok(event) = serde_json::from_str::<Value>(&line) {
-                if event["fields"]["message"] == message.as_str() {
-                    if let Some(tx) = addr_tx.take() {
-                        let _ = tx.send(event["fields"]["addr"].as_str().unwrap_or("").to_owned());
-                    }
-                }
-            }
-            eprintln!("[{name}] {line}");
-            if keep {
-                kept.lock().unwrap().push(line);
-            }
-        }
-    });
-    let addr = tokio::time::timeout(DEADLINE, addr_rx)
-        .await
-        .expect("process did not start listening in time")
-        .expect("process exited before listening");
-    (child, format!("http://{addr}"), captured)
+) -> (Process, String) {
+    let mut process = Process::spawn(binary, args, envs);
+    let addr = process.listening(listening_message).await;
+    (process, format!("http://{addr}"))
 }
 
 /// A running `sink`.
 pub struct Sink {
-    pub child: Child,
+    pub child: Process,
     pub base: String,
     http: reqwest::Client,
 }
@@ -185,21 +122,9 @@ impl SmtpSink {
     pub async fn start(args: &[&str]) -> SmtpSink {
         let mut all = vec!["--listen", "127.0.0.1:0", "--smtp-listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
-        let (child, base, logs) =
-            spawn_capturing(env!("CARGO_BIN_EXE_sink"), &all, &[], "sink listening").await;
-        let started = Instant::now();
-        let smtp_addr = loop {
-            let found = logs.lock().unwrap().iter().find_map(|line| {
-                let event: Value = serde_json::from_str(line).ok()?;
-                (event["fields"]["message"] == "sink SMTP listening")
-                    .then(|| event["fields"]["addr"].as_str().unwrap_or("").to_owned())
-            });
-            if let Some(addr) = found {
-                break addr;
-            }
-            assert!(started.elapsed() < DEADLINE, "no SMTP listening line");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let (mut child, base) =
+            spawn_listening(env!("CARGO_BIN_EXE_sink"), &all, &[], "sink listening").await;
+        let smtp_addr = child.listening("sink SMTP listening").await;
         SmtpSink {
             sink: Sink {
                 child,
@@ -243,45 +168,24 @@ pub fn dispatcher_args<'a>(db: &'a TestDb, worker: &'a str, extra: &[&'a str]) -
 }
 
 /// Starts a dispatcher that keeps running.
-pub fn spawn_dispatcher(args: &[String], failpoints: Option<&str>) -> Child {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_dispatcher"));
-    command
-        .args(args)
-        .env_remove("FAILPOINTS")
-        .env_remove("OUTBOX_ALLOW_PRIVATE")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+pub fn spawn_dispatcher(args: &[String], failpoints: Option<&str>) -> Process {
+    let mut envs = vec![("RUST_LOG", "warn")];
     if let Some(failpoints) = failpoints {
-        command.env("FAILPOINTS", failpoints);
+        envs.push(("FAILPOINTS", failpoints));
     }
-    let mut child = command.spawn().expect("spawn dispatcher");
-    // Faults the tests inject make dispatchers log warnings and errors. They go to the
-    // test's captured output (shown when the test fails), not to the terminal.
-    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            eprintln!("[dispatcher] {line}");
-        }
-    });
-    child
+    Process::spawn(env!("CARGO_BIN_EXE_dispatcher"), args, &envs)
 }
 
 /// Runs a dispatcher with `--drain` until it exits by itself; asserts it exits 0.
 pub async fn drain(db: &TestDb, worker: &str, extra: &[&str]) {
     let mut args = dispatcher_args(db, worker, extra);
     args.push("--drain".into());
-    let mut child = spawn_dispatcher(&args, None);
-    let status = tokio::time::timeout(DEADLINE, child.wait())
-        .await
-        .expect("dispatcher --drain did not finish")
-        .unwrap();
+    let status = spawn_dispatcher(&args, None).exit_status().await;
     assert!(status.success(), "dispatcher exited with {status}");
 }
 
 /// Sends a signal to a child process.
-pub fn signal(child: &Child, signal: &str) {
+pub fn signal(child: &tokio::process::Child, signal: &str) {
     let pid = child.id().expect("child is running").to_string();
     let status = std::process::Command::new("kill")
         .args([format!("-{signal}"), pid])

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use common::procs::{add_destination, spawn_listening, DEADLINE};
 use jiff::civil::Date;
@@ -251,7 +251,7 @@ async fn cron_firing_fifty_times_and_four_deciders_at_once_make_one_alert_per_id
     assert_eq!(most, 1);
 }
 
-const ARTICLES: &str = include_str!("fixtures/articles.json");
+const ARTICLES: &str = include_str!("../fixtures/articles.json");
 
 async fn watchlist(db: &TestDb, t: uuid::Uuid, name: &str, query: &str, group: bool) {
     outbox_store::monitors::add_watchlist_entry(

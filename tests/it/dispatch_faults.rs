@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use common::add_tenant;
 use common::procs::*;

@@ -17,11 +17,11 @@
 //!
 //! `CHAOS_SEEDS` (default `1,2`) and `CHAOS_DURATION` (per seed, default `15s`) make it
 //! a soak test: `CHAOS_SEEDS=11 CHAOS_DURATION=10m cargo test --features failpoints
-//! --test chaos -- --nocapture`.
+//! --test it chaos:: -- --nocapture`.
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use common::add_tenant;
 use common::procs::*;
@@ -32,7 +32,6 @@ use serde_json::json;
 use sqlx::Connection;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::process::Child;
 
 fn seeds() -> Vec<u64> {
     std::env::var("CHAOS_SEEDS")
@@ -71,7 +70,7 @@ const APPROVED_TO: [&str; 5] = ["idempotent", "lookup", "hold", "retry", MAIL];
 /// Dispatcher `n`. The third one also crashes at the named crash points now and then: the
 /// process aborts after a claim, after a send before its outcome is recorded, or inside
 /// the completion's transaction (the fault loop restarts it).
-fn dispatcher(db: &TestDb, n: usize) -> Child {
+fn dispatcher(db: &TestDb, n: usize) -> Process {
     let args = dispatcher_args(
         db,
         &format!("chaos-{n}"),
@@ -92,7 +91,7 @@ fn dispatcher(db: &TestDb, n: usize) -> Child {
     spawn_dispatcher(&args, crash_points)
 }
 
-async fn decider(db: &TestDb) -> (Child, String) {
+async fn decider(db: &TestDb) -> (Process, String) {
     spawn_listening(
         env!("CARGO_BIN_EXE_decider"),
         &[
@@ -186,7 +185,7 @@ async fn chaos(seed: u64, run_for: Duration) {
     .await
     .unwrap();
 
-    let mut dispatchers: Vec<Child> = (0..3).map(|n| dispatcher(&db, n)).collect();
+    let mut dispatchers: Vec<Process> = (0..3).map(|n| dispatcher(&db, n)).collect();
     let mut deciders = Vec::new();
     for _ in 0..2 {
         deciders.push(decider(&db).await);

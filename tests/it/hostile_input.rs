@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use common::procs::{add_destination, drain, wait_for_db};
 use common::{add_tenant, counts, outboxctl, renewal, Api, CliRun};

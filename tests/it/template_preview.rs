@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use common::{add_tenant, counts, outboxctl, CliRun};
 use outbox_store::alerts::{approve, Approval, ApproveOutcome};

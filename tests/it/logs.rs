@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use common::add_tenant;
 use common::procs::*;
@@ -21,7 +21,7 @@ async fn logs_carry_the_alert_and_never_a_token_or_a_secret() {
     })
     .await;
     let debug = [("RUST_LOG", "debug")];
-    let (_decider, api, decider_logs) = spawn_capturing(
+    let (mut decider, api) = spawn_listening(
         env!("CARGO_BIN_EXE_decider"),
         &[
             "serve",
@@ -38,18 +38,13 @@ async fn logs_carry_the_alert_and_never_a_token_or_a_secret() {
         "approval API listening",
     )
     .await;
-    // The metrics listener is logged before the API's line, which the spawn waited for.
-    let decider_metrics = decider_logs
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .find(|event| event["fields"]["message"] == "decider metrics listening")
-        .map(|event| format!("http://{}", event["fields"]["addr"].as_str().unwrap()))
-        .expect("the decider's metrics listener");
+    let decider_metrics = format!(
+        "http://{}",
+        decider.listening("decider metrics listening").await
+    );
     let args = dispatcher_args(&db, "logger", &["--metrics-listen", "127.0.0.1:0"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (_dispatcher, metrics, dispatcher_logs) = spawn_capturing(
+    let (dispatcher, metrics) = spawn_listening(
         env!("CARGO_BIN_EXE_dispatcher"),
         &args,
         &debug,
@@ -124,8 +119,8 @@ async fn logs_carry_the_alert_and_never_a_token_or_a_secret() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 
-    let decider_logs = decider_logs.lock().unwrap().join("\n");
-    let dispatcher_logs = dispatcher_logs.lock().unwrap().join("\n");
+    let decider_logs = decider.log_lines().join("\n");
+    let dispatcher_logs = dispatcher.log_lines().join("\n");
     for (name, logs) in [("decider", &decider_logs), ("dispatcher", &dispatcher_logs)] {
         assert!(!logs.is_empty(), "{name} logged nothing");
         assert!(!logs.contains(&tenant.token), "{name} logged the API token");

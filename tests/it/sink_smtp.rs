@@ -4,11 +4,11 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use base64::Engine;
 use common::procs::*;
-use std::time::{Duration, Instant};
+
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -42,7 +42,7 @@ async fn exchange(
 async fn the_sink_binary_takes_mail_over_smtp_and_never_logs_the_password() {
     let eml_dir = std::env::temp_dir().join(format!("outbox-sink-smtp-{}", std::process::id()));
     let credentials = format!("relay:{PASSWORD}");
-    let (mut child, base, logs) = spawn_capturing(
+    let (mut child, base) = spawn_listening(
         env!("CARGO_BIN_EXE_sink"),
         &[
             "--listen",
@@ -58,20 +58,7 @@ async fn the_sink_binary_takes_mail_over_smtp_and_never_logs_the_password() {
         "sink listening",
     )
     .await;
-    // The SMTP address is logged right after the HTTP one.
-    let started = Instant::now();
-    let smtp_addr = loop {
-        let found = logs.lock().unwrap().iter().find_map(|line| {
-            let event: serde_json::Value = serde_json::from_str(line).ok()?;
-            (event["fields"]["message"] == "sink SMTP listening")
-                .then(|| event["fields"]["addr"].as_str().unwrap().to_owned())
-        });
-        if let Some(addr) = found {
-            break addr;
-        }
-        assert!(started.elapsed() < DEADLINE, "no SMTP listening line");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let smtp_addr = child.listening("sink SMTP listening").await;
 
     let (read, mut writer) = TcpStream::connect(&smtp_addr).await.unwrap().into_split();
     let mut reader = BufReader::new(read);
@@ -120,12 +107,9 @@ async fn the_sink_binary_takes_mail_over_smtp_and_never_logs_the_password() {
     assert!(written.ends_with("\r\n\r\nHola.\r\n"), "{written}");
 
     signal(&child, "TERM");
-    let status = tokio::time::timeout(DEADLINE, child.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = child.exit_status().await;
     assert!(status.success());
-    let logs = logs.lock().unwrap();
+    let logs = child.log_lines();
     assert!(logs
         .iter()
         .any(|line| line.contains("SMTP client authenticated")));

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use base64::Engine;
 use common::outboxctl;
@@ -16,7 +16,6 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::process::Child;
 use uuid::Uuid;
 
 const PASSWORD: &str = "s3cret-relay-pass";
@@ -25,12 +24,11 @@ const RENEWAL: &str = r#"{"kind": "contract_renewal", "contract": "A-17", "vendo
 
 /// A running SMTP inbox: the sink with `--smtp-listen` (and `--smtps-listen` when given).
 struct Inbox {
-    _child: Child,
+    child: Process,
     base: String,
     smtp_port: String,
     /// The implicit-TLS listener's port, when it has one.
     smtps_port: Option<String>,
-    logs: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     http: reqwest::Client,
 }
 
@@ -38,19 +36,18 @@ impl Inbox {
     async fn start(extra: &[&str]) -> Inbox {
         let mut args = vec!["--listen", "127.0.0.1:0", "--smtp-listen", "127.0.0.1:0"];
         args.extend_from_slice(extra);
-        let (child, base, logs) =
-            spawn_capturing(env!("CARGO_BIN_EXE_sink"), &args, &[], "sink listening").await;
-        let smtp_port = listening_port(&logs, "sink SMTP listening").await;
+        let (mut child, base) =
+            spawn_listening(env!("CARGO_BIN_EXE_sink"), &args, &[], "sink listening").await;
+        let smtp_port = port(&child.listening("sink SMTP listening").await);
         let smtps_port = match extra.contains(&"--smtps-listen") {
-            true => Some(listening_port(&logs, "sink SMTPS listening").await),
+            true => Some(port(&child.listening("sink SMTPS listening").await)),
             false => None,
         };
         Inbox {
-            _child: child,
+            child,
             base,
             smtp_port,
             smtps_port,
-            logs,
             http: reqwest::Client::new(),
         }
     }
@@ -73,9 +70,8 @@ impl Inbox {
 
     /// Whether the sink logged a line containing `text`.
     fn logged(&self, text: &str) -> bool {
-        self.logs
-            .lock()
-            .unwrap()
+        self.child
+            .log_lines()
             .iter()
             .any(|line| line.contains(text))
     }
@@ -107,21 +103,9 @@ impl Inbox {
     }
 }
 
-/// The port of the address a process logged with `message`.
-async fn listening_port(logs: &std::sync::Mutex<Vec<String>>, message: &str) -> String {
-    let started = Instant::now();
-    loop {
-        let found = logs.lock().unwrap().iter().find_map(|line| {
-            let event: Value = serde_json::from_str(line).ok()?;
-            (event["fields"]["message"] == message)
-                .then(|| event["fields"]["addr"].as_str().unwrap().to_owned())
-        });
-        if let Some(addr) = found {
-            return addr.rsplit(':').next().unwrap().to_owned();
-        }
-        assert!(started.elapsed() < DEADLINE, "no `{message}` line");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// The port of a listener's address (`127.0.0.1:port`).
+fn port(addr: &str) -> String {
+    addr.rsplit(':').next().unwrap().to_owned()
 }
 
 /// Adds tenant `acme` (once) and an email destination through the real `outboxctl`.
@@ -1245,7 +1229,7 @@ async fn sighup_reloads_the_tenants_templates_for_the_next_alert() {
     std::fs::write(&subject, "Before: {{ contract }}").unwrap();
     let args = dispatcher_args(&db, "w1", &["--templates-dir", templates.to_str().unwrap()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (dispatcher, _, logs) = spawn_capturing(
+    let (dispatcher, _) = spawn_listening(
         env!("CARGO_BIN_EXE_dispatcher"),
         &args,
         &[("RUST_LOG", "info")],
@@ -1265,9 +1249,8 @@ async fn sighup_reloads_the_tenants_templates_for_the_next_alert() {
         .unwrap();
     assert!(hangup.success());
     let started = Instant::now();
-    while !logs
-        .lock()
-        .unwrap()
+    while !dispatcher
+        .log_lines()
         .iter()
         .any(|l| l.contains("templates reloaded"))
     {

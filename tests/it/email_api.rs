@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use common::outboxctl;
 use common::procs::*;

@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;

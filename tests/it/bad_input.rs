@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use common::{counts, renewal, Api};
 use reqwest::StatusCode;

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use base64::Engine;
 use common::procs::*;

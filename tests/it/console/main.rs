@@ -4,8 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 
 mod browser;
 mod http;

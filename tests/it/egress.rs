@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-mod common;
+use crate::common;
 
 use common::procs::{
     add_destination, approve_many, drain, evidence, state_of, Sink, TEST_ALLOW_PRIVATE,

@@ -1,0 +1,250 @@
+//! The workspace's binaries as child processes of a test: [`Process::spawn`] starts one with
+//! its log (JSON lines, stderr) in a file of its own under a directory per test,
+//! [`Process::listening`] waits for a listener's announcement with a [`DEADLINE`], and a
+//! process dropped while its test panics prints the end of its log into the test's output.
+//! A process is killed when dropped; a test that passes leaves no log file behind.
+//!
+//! The logs go to files, not to the test's output, so a passing test prints nothing of
+//! what its processes log (the faults the tests inject make them log warnings and errors).
+//! Log files are under `target/tmp/process-logs/<test name>/`.
+
+use outbox_runtime::process::{spawn_logged, LoggedChild};
+use std::ffi::OsStr;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::process::{Child, Command};
+
+/// How long a test waits for a process to announce itself or to exit.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// At most this many of a log's last lines are printed when a test fails.
+const PRINTED_LINES: usize = 300;
+
+/// Numbers the log files of one test run, so that two processes of the same binary in one
+/// test never share a file.
+static SPAWNED: AtomicUsize = AtomicUsize::new(0);
+
+/// A running workspace binary with its log in a file; killed when dropped.
+#[derive(Debug)]
+pub struct Process {
+    logged: LoggedChild,
+    /// The binary's file name, for messages.
+    name: String,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Starts `binary` with `args` and `envs`, its log going to a file of the test's own.
+    /// Crash points and egress openings (`FAILPOINTS`, `OUTBOX_ALLOW_PRIVATE`) come only
+    /// from `envs`, never from the environment the tests run in.
+    pub fn spawn<A: AsRef<OsStr>>(binary: &str, args: &[A], envs: &[(&str, &str)]) -> Process {
+        let name = Path::new(binary)
+            .file_name()
+            .map_or_else(|| binary.to_owned(), |n| n.to_string_lossy().into_owned());
+        let (log, mut file) = log_file(&name);
+        let mut command = Command::new(binary);
+        command
+            .args(args)
+            .env_remove("FAILPOINTS")
+            .env_remove("OUTBOX_ALLOW_PRIVATE");
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        // One write per line, so a reader of the file sees whole lines.
+        let logged = spawn_logged(command, move |line| {
+            let _ = file.write_all(format!("{line}\n").as_bytes());
+        })
+        .unwrap_or_else(|err| panic!("{err}"));
+        Process { logged, name, log }
+    }
+
+    /// The address the process announced with `message` (e.g. "sink listening"), waiting
+    /// for it up to [`DEADLINE`].
+    pub async fn listening(&mut self, message: &str) -> String {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        match self.logged.listening(message, deadline).await {
+            Ok(addr) => addr,
+            Err(err) => panic!("{err}; its log: {}", self.log.display()),
+        }
+    }
+
+    /// Every line the process has logged so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The file its log goes to.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// Waits for the process to exit by itself, up to [`DEADLINE`], and for the last of
+    /// its log to reach the file.
+    pub async fn exit_status(&mut self) -> ExitStatus {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        let status = match tokio::time::timeout_at(deadline, self.logged.child.wait()).await {
+            Ok(status) => status.expect("waiting for a child"),
+            Err(_) => panic!("{} did not exit in time", self.name),
+        };
+        assert!(
+            self.logged.log_ended(deadline).await,
+            "{}'s log did not end after it exited",
+            self.name
+        );
+        status
+    }
+}
+
+/// The child itself: its id, `kill`, `wait`.
+impl std::ops::Deref for Process {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        &self.logged.child
+    }
+}
+
+impl std::ops::DerefMut for Process {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.logged.child
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.logged.child.start_kill();
+        if std::thread::panicking() {
+            let lines = self.log_lines();
+            let skipped = lines.len().saturating_sub(PRINTED_LINES);
+            eprintln!(
+                "---- {} log ({}{}) ----\n{}\n---- end of {} log ----",
+                self.name,
+                self.log.display(),
+                if skipped > 0 {
+                    format!(", its last {PRINTED_LINES} lines")
+                } else {
+                    String::new()
+                },
+                lines[skipped..].join("\n"),
+                self.name
+            );
+        } else {
+            let _ = std::fs::remove_file(&self.log);
+            // The test's directory goes too once its last process is gone.
+            if let Some(dir) = self.log.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+}
+
+/// A new log file for `binary` in the current test's directory. libtest names each test's
+/// thread after the test (`module::name`); a process started elsewhere goes under the
+/// thread's name or `other`.
+fn log_file(binary: &str) -> (PathBuf, std::fs::File) {
+    let thread = std::thread::current();
+    let test: String = thread
+        .name()
+        .unwrap_or("other")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let dir = logs_root().join(test);
+    let n = SPAWNED.fetch_add(1, Ordering::Relaxed);
+    let log = dir.join(format!("{binary}-{}-{n}.log", std::process::id()));
+    // Twice: the test's last other process may remove the directory in between.
+    let mut created = Err(std::io::ErrorKind::NotFound.into());
+    for _ in 0..2 {
+        created = std::fs::create_dir_all(&dir).and_then(|()| std::fs::File::create(&log));
+        if created.is_ok() {
+            break;
+        }
+    }
+    match created {
+        Ok(file) => (log, file),
+        Err(err) => panic!("creating {}: {err}", log.display()),
+    }
+}
+
+/// `target/tmp/process-logs`: a test binary runs from `target/<profile>/deps/`, and cargo
+/// gives integration tests `target/tmp` for their files; elsewhere, the system's temporary
+/// directory.
+fn logs_root() -> PathBuf {
+    let target = std::env::current_exe().ok().and_then(|exe| {
+        let deps = exe.parent()?;
+        (deps.file_name()? == "deps").then(|| deps.parent()?.parent().map(Path::to_path_buf))?
+    });
+    target
+        .map_or_else(std::env::temp_dir, |target| target.join("tmp"))
+        .join("process-logs")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+mod tests {
+    use super::*;
+
+    /// A stand-in for a workspace binary: `sh` logging `lines` as the binaries do, then
+    /// staying up (or exiting, with `exit`).
+    fn shell(lines: &[&str], exit: bool) -> Process {
+        let mut script: String = lines.iter().map(|l| format!("echo '{l}' >&2; ")).collect();
+        script.push_str(if exit { "exit 3" } else { "exec sleep 60" });
+        Process::spawn("sh", &["-c", &script], &[])
+    }
+
+    #[tokio::test]
+    async fn a_listener_is_found_by_its_announcement_and_the_log_kept_while_it_runs() {
+        let mut process = shell(
+            &[
+                "not json",
+                r#"{"fields":{"message":"metrics listening","addr":"127.0.0.1:9001"}}"#,
+                r#"{"fields":{"message":"api listening","addr":"127.0.0.1:9002"}}"#,
+            ],
+            false,
+        );
+        assert_eq!(process.listening("api listening").await, "127.0.0.1:9002");
+        assert_eq!(
+            process.listening("metrics listening").await,
+            "127.0.0.1:9001"
+        );
+        let lines = process.log_lines();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines[0], "not json");
+        let log = process.log_path().to_owned();
+        assert!(log.starts_with(logs_root()), "{}", log.display());
+        drop(process);
+        assert!(!log.exists(), "a passing test's log stays behind");
+    }
+
+    #[tokio::test]
+    async fn a_process_that_exits_without_its_announcement_fails_the_wait() {
+        let mut process = shell(&[r#"{"fields":{"message":"starting"}}"#], true);
+        let waited = tokio::spawn(async move { process.listening("api listening").await });
+        let panic = waited.await.unwrap_err().into_panic();
+        let message = panic.downcast_ref::<String>().unwrap();
+        assert!(
+            message.contains("exited before logging \"api listening\""),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn exit_status_waits_for_the_end_of_the_log() {
+        let mut process = shell(&["first", "last"], true);
+        assert_eq!(process.exit_status().await.code(), Some(3));
+        assert_eq!(process.log_lines(), ["first", "last"]);
+    }
+}

@@ -1,0 +1,31 @@
+//! The end-to-end tests, one module per subject, in one test binary (`cargo test --test it`;
+//! one subject: `cargo test --test it chaos::`). `common` holds the shared set-up; the crash
+//! tests are a binary of their own (`tests/crash.rs`), as they need the `failpoints` feature.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+mod common;
+
+mod approvals;
+mod bad_input;
+mod bench;
+mod chaos;
+#[path = "console/main.rs"]
+mod console;
+mod demo;
+mod dispatch;
+mod dispatch_faults;
+mod egress;
+mod email;
+mod email_api;
+mod hostile_input;
+mod logs;
+mod lookup_backoff;
+mod monitors;
+mod operators;
+mod outboxctl;
+mod retention;
+mod secrets;
+mod sink_smtp;
+mod slow_clients;
+mod template_preview;
