@@ -13,12 +13,14 @@ mod chaos;
 #[path = "console/main.rs"]
 mod console;
 mod demo;
+mod destination_health;
 mod dispatch;
 mod dispatch_faults;
 mod egress;
 mod email;
 mod email_api;
 mod hostile_input;
+mod in_flight;
 mod logs;
 mod lookup_backoff;
 mod monitors;

@@ -4,34 +4,22 @@
 //! while they work, never exceed its bound, and a SIGKILL of one leaves at most the bound
 //! held, exactly the rows it had in flight.
 
-#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
-
-mod common;
-
-use common::procs::{approve_many, dispatcher_args, Sink, DEADLINE, TEST_ALLOW_PRIVATE};
-use common::{add_tenant, outboxctl};
+use crate::common;
+use crate::common::procs::{
+    approve_many, dispatcher_args, spawn_dispatcher, Sink, DEADLINE, TEST_ALLOW_PRIVATE,
+};
+use crate::common::{add_tenant, outboxctl};
+use outbox_testkit::process::Process;
 use outbox_testkit::TestDb;
 use serde_json::json;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::process::{Child, Command};
 
 const BACKLOG: usize = 200;
 
-/// A dispatcher whose log goes to a file of its own (its warnings about the expired leases
-/// are expected here, and are not the test's output).
-fn dispatcher(db: &TestDb, worker: &str, logs: &std::path::Path) -> Child {
-    let log = std::fs::File::create(logs.join(format!("{worker}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_dispatcher"))
-        .args(dispatcher_args(db, worker, &["--lease", "1s"]))
-        .env_remove("FAILPOINTS")
-        .env_remove("OUTBOX_ALLOW_PRIVATE")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn dispatcher")
+/// A dispatcher with a short lease (its warnings about the expired leases are expected
+/// here; they go to its log file, which the harness prints only if the test fails).
+fn dispatcher(db: &TestDb, worker: &str) -> Process {
+    spawn_dispatcher(&dispatcher_args(db, worker, &["--lease", "1s"]), None)
 }
 
 /// Rows of the destination in `sending`: all of them, and those dispatcher `a` holds.
@@ -93,9 +81,8 @@ async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
     let bound = i64::from(bound);
     approve_many(&db, tenant.id, "plain", BACKLOG).await;
 
-    let logs = tempdir();
-    let mut a = dispatcher(&db, "a", &logs);
-    let mut b = dispatcher(&db, "b", &logs);
+    let mut a = dispatcher(&db, "a");
+    let mut b = dispatcher(&db, "b");
 
     // Both claim from the same destination; whichever holds rows first is killed (which
     // of the two wins the destination's claims is a race, and not what is tested).
@@ -156,12 +143,4 @@ async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
     // The sink's own count: every accepted alert once.
     let stats = sink.stats().await;
     assert_eq!(stats["effective_duplicates"], 0, "{stats}");
-    std::fs::remove_dir_all(&logs).ok();
-}
-
-/// A directory of its own for this test's dispatcher logs.
-fn tempdir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("outbox-in-flight-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }

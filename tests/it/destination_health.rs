@@ -3,13 +3,9 @@
 //! the merge of many dispatchers' reports is right whatever order they arrive in. Store
 //! level for the merge; real dispatchers and sinks for the rest.
 
-#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
-
-mod common;
-
+use crate::common::procs::*;
+use crate::common::{add_tenant, outboxctl};
 use chrono::{DateTime, Duration as Span, Utc};
-use common::procs::*;
-use common::{add_tenant, outboxctl};
 use outbox_store::health::{self, SendTally};
 use outbox_testkit::TestDb;
 use serde_json::json;
