@@ -224,7 +224,7 @@ async fn chaos(seed: u64, run_for: Duration) {
                 for send in sends {
                     answers.push(send.await.unwrap());
                 }
-                if n % 7 == 0 {
+                if n.is_multiple_of(7) {
                     if let Some(id) = answers.into_iter().flatten().next() {
                         let base = &targets[0];
                         let _ = http

@@ -128,7 +128,7 @@ pub fn alert_payload(run: &str, i: u64) -> String {
         "alert_id": format!("{run}-{i}"),
         "tenant": format!("tenant-{}", i % 97),
         "rule": format!("rule-{}", i % 13),
-        "severity": if i % 10 == 0 { "critical" } else { "warning" },
+        "severity": if i.is_multiple_of(10) { "critical" } else { "warning" },
         "status": "firing",
         "starts_at": "2024-01-01T00:00:00.000Z",
         "title": format!("CPU usage above threshold on host-{}", i % 1000),
