@@ -209,7 +209,7 @@ async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
     wait_for_db(
         &api.db,
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dispatcher' \
-         AND state = 'idle' AND query LIKE 'WITH due AS%'",
+         AND state = 'idle' AND query LIKE 'WITH full_destinations AS%'",
         |n| n >= 1,
     )
     .await;
