@@ -106,7 +106,9 @@ impl SuiteSettings {
                 rate: None,
                 capacity_secs: 10,
                 capacity_clients: 32,
-                max_outstanding: 512,
+                // Well under the API's 512 connections, with room for the capacity
+                // phase's clients and the dispatcher's wake-ups.
+                max_outstanding: 256,
                 batch_size: BATCH_SIZE,
                 max_in_flight: MAX_IN_FLIGHT,
                 concurrent_sends: CONCURRENT_SENDS,

@@ -278,16 +278,25 @@ async fn run_on(
     offer.await??;
     let approved = approved.load(Ordering::Relaxed);
     let failed_approvals = failed.load(Ordering::Relaxed);
-    anyhow::ensure!(
-        failed_approvals == 0,
-        "{failed_approvals} approvals failed during the run"
-    );
     let total = next.load(Ordering::Relaxed);
-    anyhow::ensure!(
-        total - offered_from == approved,
-        "{approved} of {} approvals answered",
-        total - offered_from
-    );
+    let answered = if failed_approvals > 0 {
+        Err(anyhow::anyhow!(
+            "{failed_approvals} approvals failed during the run"
+        ))
+    } else if total - offered_from != approved {
+        Err(anyhow::anyhow!(
+            "{approved} of {} approvals answered",
+            total - offered_from
+        ))
+    } else {
+        Ok(())
+    };
+    if let Err(err) = answered {
+        // Stopped before the verdict, so that the database is never dropped under them.
+        running.stop().await?;
+        api.stop().await;
+        return Err(err);
+    }
     wait_until_settled(&pool, &http, sink, total).await?;
     running.stop().await?;
     api.stop().await;
