@@ -8,6 +8,7 @@ use crate::common;
 
 use common::add_tenant;
 use common::procs::*;
+use outbox_testkit::process::Process;
 use outbox_testkit::TestDb;
 use serde_json::json;
 use std::time::Duration;
@@ -371,26 +372,7 @@ async fn sigterm_finishes_the_send_in_flight_and_leaves_the_rest_pending() {
         .await
         .unwrap();
     assert_eq!(sending, 1, "only the destination's bound is claimed");
-    signal(&dispatcher, "TERM");
-    let mut dispatcher = dispatcher;
-    let status = tokio::time::timeout(DEADLINE, dispatcher.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(status.success(), "exit 0 after a graceful stop: {status}");
-
-    let states = states(&db).await;
-    assert_eq!(states.get("accepted"), Some(&1), "{states:?}");
-    assert_eq!(states.get("pending"), Some(&19), "{states:?}");
-    let unsent_attempts: i64 = sqlx::query_scalar("SELECT sum(attempts) FROM outbox")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(
-        unsent_attempts, 0,
-        "nothing was sent for them, so no attempt counts"
-    );
-    assert_eq!(sink.stats().await["requests"], 1);
+    stop_gracefully_with_one_sent(dispatcher, &db, &sink).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -419,15 +401,29 @@ async fn sigterm_gives_back_claims_waiting_for_the_process_send_cap() {
         .await
         .unwrap();
     assert_eq!(sending, 20, "the whole claim waits in the process");
+    stop_gracefully_with_one_sent(dispatcher, &db, &sink).await;
+    let given_back: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM alert_events WHERE actor = 'dispatcher:graceful' \
+           AND to_state = 'pending' AND line LIKE 'claim given back%'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(given_back, 19, "each give-back is in the evidence");
+}
+
+/// SIGTERM while one of twenty is being sent: the dispatcher exits 0 once that send is
+/// done; it is accepted, the other nineteen are pending again with no attempt counted, and
+/// the sink saw one request.
+async fn stop_gracefully_with_one_sent(mut dispatcher: Process, db: &TestDb, sink: &Sink) {
     signal(&dispatcher, "TERM");
-    let mut dispatcher = dispatcher;
     let status = tokio::time::timeout(DEADLINE, dispatcher.wait())
         .await
         .unwrap()
         .unwrap();
     assert!(status.success(), "exit 0 after a graceful stop: {status}");
 
-    let states = states(&db).await;
+    let states = states(db).await;
     assert_eq!(states.get("accepted"), Some(&1), "{states:?}");
     assert_eq!(states.get("pending"), Some(&19), "{states:?}");
     let unsent_attempts: i64 = sqlx::query_scalar("SELECT sum(attempts) FROM outbox")
@@ -438,14 +434,6 @@ async fn sigterm_gives_back_claims_waiting_for_the_process_send_cap() {
         unsent_attempts, 0,
         "nothing was sent for them, so no attempt counts"
     );
-    let given_back: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM alert_events WHERE actor = 'dispatcher:graceful' \
-           AND to_state = 'pending' AND line LIKE 'claim given back%'",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(given_back, 19, "each give-back is in the evidence");
     assert_eq!(sink.stats().await["requests"], 1);
 }
 
