@@ -165,6 +165,11 @@ pub struct Latency {
     pub p99_ms: f64,
     /// Slowest, ms.
     pub max_ms: f64,
+    /// Median of the part before the claim: approval to the start of the first send
+    /// (the claim's database clock), ms.
+    pub to_claim_p50_ms: f64,
+    /// 99th percentile of that part, ms.
+    pub to_claim_p99_ms: f64,
 }
 
 /// The claim's cost with and without history.
@@ -483,10 +488,25 @@ async fn latency(
     ids: &[Uuid],
     offered: f64,
 ) -> anyhow::Result<Latency> {
-    let approved: HashMap<Uuid, DateTime<Utc>> = outbox_store::bench::approved_at(pool, ids)
-        .await?
-        .into_iter()
-        .collect();
+    // The sink may have answered the last alerts before their attempts are recorded: wait
+    // (with a deadline) until every alert has its send attempt.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let approved: HashMap<Uuid, (DateTime<Utc>, DateTime<Utc>)> = loop {
+        let rows = outbox_store::bench::approved_and_claimed_at(pool, ids).await?;
+        let recorded: HashMap<_, _> = rows
+            .iter()
+            .filter_map(|(id, approved, claimed)| claimed.map(|c| (*id, (*approved, c))))
+            .collect();
+        if recorded.len() == rows.len() {
+            break recorded;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{} alerts still have no recorded send attempt",
+            rows.len() - recorded.len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     let records: Vec<serde_json::Value> = http
         .get(format!("{}/_sink/records", sink.base))
         .send()
@@ -495,13 +515,15 @@ async fn latency(
         .json()
         .await?;
     let mut took = Vec::new();
+    let mut to_claim = Vec::new();
     for record in records {
         let Some(id) = record["key"].as_str().and_then(|k| Uuid::parse_str(k).ok()) else {
             continue;
         };
-        let Some(approved_at) = approved.get(&id) else {
+        let Some((approved_at, claimed_at)) = approved.get(&id) else {
             continue;
         };
+        to_claim.push((*claimed_at - *approved_at).to_std().unwrap_or_default());
         let received = record["at"]
             .as_str()
             .and_then(|at| DateTime::parse_from_rfc3339(at).ok())
@@ -521,6 +543,8 @@ async fn latency(
         p50_ms: quantile(&took, 0.5).map(ms).unwrap_or_default(),
         p99_ms: quantile(&took, 0.99).map(ms).unwrap_or_default(),
         max_ms: quantile(&took, 1.0).map(ms).unwrap_or_default(),
+        to_claim_p50_ms: quantile(&to_claim, 0.5).map(ms).unwrap_or_default(),
+        to_claim_p99_ms: quantile(&to_claim, 0.99).map(ms).unwrap_or_default(),
     })
 }
 
@@ -879,8 +903,9 @@ impl SuiteReport {
             };
             let _ = writeln!(
                 out,
-                "{name}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} alerts{offered})",
-                l.p50_ms, l.p99_ms, l.max_ms, l.samples
+                "{name}: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} alerts{offered}); \
+                 approval to claim p50 {:.1} ms, p99 {:.1} ms",
+                l.p50_ms, l.p99_ms, l.max_ms, l.samples, l.to_claim_p50_ms, l.to_claim_p99_ms
             );
         }
         if let Some(c) = &self.claim_cost {

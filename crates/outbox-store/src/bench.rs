@@ -236,17 +236,22 @@ pub async fn drain_evidence(db: impl PgExecutor<'_>) -> Result<DrainEvidence, St
     })
 }
 
-/// Approval times of the given alerts, to measure approval-to-acceptance latency.
-pub async fn approved_at(
+/// When each of the given alerts was approved, and when its first send started (the
+/// claim's clock), to measure approval-to-acceptance latency and the part of it spent
+/// before a dispatcher claimed the alert.
+pub async fn approved_and_claimed_at(
     db: impl PgExecutor<'_>,
     ids: &[Uuid],
-) -> Result<Vec<(Uuid, DateTime<Utc>)>, StoreError> {
-    Ok(
-        sqlx::query_as("SELECT id, created_at FROM alerts WHERE id = ANY($1::uuid[])")
-            .bind(ids)
-            .fetch_all(db)
-            .await?,
+) -> Result<Vec<(Uuid, DateTime<Utc>, Option<DateTime<Utc>>)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT a.id, a.created_at, \
+                (SELECT min(da.started_at) FROM delivery_attempts da \
+                 WHERE da.alert_id = a.id AND da.kind = 'send') \
+         FROM alerts a WHERE a.id = ANY($1::uuid[])",
     )
+    .bind(ids)
+    .fetch_all(db)
+    .await?)
 }
 
 /// Adds `count` alerts settled `accepted` some days ago, each with its outcome row and its
