@@ -166,9 +166,17 @@ pub async fn requeue_with_fresh_budget(
 /// response_excerpt, requeue_status, requeue_at, settle, settle_reference, to_state, line.
 /// Returns `(alert_id, fencing_token)` of every completion whose claim was still current.
 ///
-/// Fencing and locking: each input row probes its outbox row by alert and fencing token
-/// with `FOR UPDATE` in a `LATERAL` (one primary-key lookup each, whatever the statistics
-/// say); a completion whose claim was taken over matches nothing and writes nothing.
+/// Fencing and locking: the outbox row's own `DELETE` (to settle) or `UPDATE` (to
+/// requeue) is the fence. Each matches the row by alert and fencing token, so a completion
+/// whose claim was taken over matches nothing, and only the rows these statements
+/// return go on to the attempt, outcome and evidence inserts. Under READ COMMITTED a
+/// `DELETE` or `UPDATE` that meets a row another transaction is changing (the lease sweep,
+/// an operator) waits for it and checks the token again on the row's newest version, so
+/// the fence holds without a `SELECT ... FOR UPDATE` first. That lock was a write of its
+/// own (the row's header and a WAL record) on every delivery; without it a delivery
+/// writes about 55 bytes less WAL (1,290 to 1,235 B in `bench run --only approvals`).
+/// The `a_completion_that_waits_on_a_takeover_writes_nothing` test holds the fence to
+/// that.
 pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH input AS ( \
@@ -178,12 +186,23 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
              AS i(alert_id, fencing_token, worker, attempt, kind, started_at, outcome, http_status, \
                   destination_reference, error_class, response_excerpt, requeue_status, requeue_at, \
                   settle, settle_reference, to_state, line) \
+         ), removed AS ( \
+             DELETE FROM outbox o USING input i \
+             WHERE o.alert_id = i.alert_id AND o.fencing_token = i.fencing_token \
+               AND i.settle IS NOT NULL \
+             RETURNING i.alert_id, i.fencing_token \
+         ), requeued AS ( \
+             UPDATE outbox o SET {requeue} \
+             FROM input i \
+             WHERE o.alert_id = i.alert_id AND o.fencing_token = i.fencing_token \
+               AND i.requeue_status IS NOT NULL \
+             RETURNING i.alert_id, i.fencing_token \
          ), fenced AS ( \
-             SELECT i.* FROM input i CROSS JOIN LATERAL ( \
-                 SELECT 1 FROM outbox o \
-                 WHERE o.alert_id = i.alert_id AND o.fencing_token = i.fencing_token \
-                 FOR UPDATE \
-             ) AS current_claim \
+             SELECT i.* FROM input i \
+             JOIN (SELECT alert_id, fencing_token FROM removed \
+                   UNION ALL SELECT alert_id, fencing_token FROM requeued) AS current_claim \
+               ON current_claim.alert_id = i.alert_id \
+              AND current_claim.fencing_token = i.fencing_token \
          ), recorded AS ( \
              INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
                  started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
@@ -194,12 +213,6 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
                     f.to_state, f.line \
              FROM fenced f JOIN alerts a ON a.id = f.alert_id \
              WHERE f.kind IS NOT NULL \
-         ), requeued AS ( \
-             UPDATE outbox o SET {requeue} \
-             FROM fenced f WHERE o.alert_id = f.alert_id AND f.requeue_status IS NOT NULL \
-         ), removed AS ( \
-             DELETE FROM outbox o USING fenced f \
-             WHERE o.alert_id = f.alert_id AND f.settle IS NOT NULL \
          ), settled AS ( \
              INSERT INTO alert_outcomes (alert_id, outcome, destination_reference) \
              SELECT f.alert_id, f.settle, f.settle_reference FROM fenced f \
@@ -211,7 +224,7 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
              FROM fenced f WHERE f.kind IS NULL \
          ) \
          SELECT alert_id, fencing_token FROM fenced",
-        requeue = requeue_assignments("f.requeue_status", "f.requeue_at"),
+        requeue = requeue_assignments("i.requeue_status", "i.requeue_at"),
     )
 });
 

@@ -545,3 +545,133 @@ async fn the_state_view_and_the_readers_joins_agree() {
     let states: BTreeSet<&str> = by_view.iter().map(|(_, s)| s.as_str()).collect();
     assert_eq!(states, BTreeSet::from(["accepted", "pending", "sending"]));
 }
+
+/// A send attempt accepted by the destination, for completions in these tests.
+fn accepted_send(claim: &dispatch::ClaimedAlert, next: Next) -> Completion {
+    Completion {
+        alert_id: claim.alert_id,
+        fencing_token: claim.fencing_token,
+        worker: "w".to_owned(),
+        attempt: Some(AttemptRecord {
+            kind: AttemptKind::Send,
+            attempt: claim.attempts,
+            started_at: chrono::Utc::now(),
+            outcome: AttemptOutcome::Accepted,
+            http_status: Some(200),
+            destination_reference: None,
+            error_class: None,
+            response_excerpt: None,
+        }),
+        next,
+        line: "accepted".to_owned(),
+        disable_destination: None,
+    }
+}
+
+/// What a row left behind in the tables: (outbox status, outcome, attempt rows).
+async fn left_behind(db: &TestDb, id: Uuid) -> (Option<String>, Option<String>, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT status FROM outbox WHERE alert_id = $1), \
+                (SELECT outcome FROM alert_outcomes WHERE alert_id = $1), \
+                (SELECT count(*) FROM delivery_attempts WHERE alert_id = $1)",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// The batch completion's fence is its own DELETE or UPDATE of the outbox row, matched by
+/// fencing token: a completion that meets the row while another transaction is taking
+/// the claim over (as the lease sweep does) waits for it, checks the token again on the
+/// row's newest version, and then writes nothing at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_that_waits_on_a_takeover_writes_nothing() {
+    let db = TestDb::new().await;
+    let claimed = claimed_alerts(&db, 2).await;
+    let requeue_later = Next::Requeue {
+        status: LiveStatus::Pending,
+        at: chrono::Utc::now() + chrono::Duration::hours(1),
+    };
+    for (claim, next) in claimed.iter().zip([
+        Next::Settle {
+            outcome: Outcome::Accepted,
+            reference: None,
+        },
+        requeue_later,
+    ]) {
+        // The takeover: the row goes back to `uncertain` with its claim cleared, and is
+        // held uncommitted while the completion runs.
+        let mut takeover = db.pool.begin().await.unwrap();
+        sqlx::query(&format!(
+            "UPDATE outbox SET {} WHERE alert_id = $1",
+            requeue_assignments("'uncertain'", "now()")
+        ))
+        .bind(claim.alert_id)
+        .execute(&mut *takeover)
+        .await
+        .unwrap();
+
+        let pool = db.pool.clone();
+        let done = accepted_send(claim, next);
+        let completion =
+            tokio::spawn(async move { dispatch::complete_batch(&pool, &[done]).await });
+        // The completion must be waiting on the row's lock before the takeover commits.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let waiting: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                   AND query LIKE '%removed AS (%')",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            if waiting {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the completion never waited on the row"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        takeover.commit().await.unwrap();
+
+        let applied = completion.await.unwrap().unwrap();
+        assert_eq!(applied, [false], "the claim had been taken over");
+        assert_eq!(
+            left_behind(&db, claim.alert_id).await,
+            (Some("uncertain".to_owned()), None, 0),
+            "the takeover's row stands, with no outcome and no attempt row"
+        );
+    }
+}
+
+/// A stale completion and the current one of the same alert in one batch: only the
+/// current claim's is applied, and the alert settles once.
+#[tokio::test]
+async fn in_one_batch_only_the_current_claims_completion_applies() {
+    let db = TestDb::new().await;
+    let claim = claimed_alerts(&db, 1).await.remove(0);
+    let mut stale = claim.clone();
+    stale.fencing_token -= 1;
+    let settle = || Next::Settle {
+        outcome: Outcome::Accepted,
+        reference: None,
+    };
+    let applied = dispatch::complete_batch(
+        &db.pool,
+        &[
+            accepted_send(&stale, settle()),
+            accepted_send(&claim, settle()),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(applied, [false, true]);
+    assert_eq!(
+        left_behind(&db, claim.alert_id).await,
+        (None, Some("accepted".to_owned()), 1)
+    );
+}
