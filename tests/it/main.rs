@@ -26,6 +26,7 @@ mod lookup_backoff;
 mod monitors;
 mod operators;
 mod outboxctl;
+mod queue_upkeep;
 mod retention;
 mod secrets;
 mod sink_smtp;

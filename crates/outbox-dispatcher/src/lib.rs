@@ -31,6 +31,8 @@
 //! - `health`: every send counted per destination in memory and reported every few
 //!   seconds; a destination whose every send has failed for its window is disabled by
 //!   the report (never on a delivery's own path).
+//! - `upkeep`: the live queue's own vacuum, once its dead tuples pass
+//!   `--queue-vacuum-after` (autovacuum may visit too rarely, or not at all).
 //! - `metrics`, `server`: `/metrics`, `/healthz`, `/readyz`.
 //!
 //! Bounds: a claim never leaves more than a destination's `max_in_flight` rows in
@@ -65,6 +67,7 @@ mod relay;
 mod server;
 mod smtp;
 mod templates;
+mod upkeep;
 mod work;
 
 use outbox_core::retry::RetrySchedule;
@@ -125,7 +128,14 @@ pub struct Config {
     pub templates_dir: Option<std::path::PathBuf>,
     /// How often this process reports its sends per destination (destination health).
     pub health_report_interval: Duration,
+    /// Vacuum `outbox` once it has this many dead tuples (`None`: leave it to
+    /// autovacuum).
+    pub queue_vacuum_after: Option<u64>,
 }
+
+/// `--queue-vacuum-after`'s default: the outbox table is vacuumed once it has this many
+/// dead tuples (25,000 deliveries' worth), a few seconds of a busy drain.
+pub const DEFAULT_QUEUE_VACUUM_AFTER: u64 = 50_000;
 
 /// How sends reach destinations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -331,6 +341,13 @@ pub async fn run(
         shared.config.health_report_interval,
         stop.clone(),
     ));
+    if let Some(after) = shared.config.queue_vacuum_after {
+        tokio::spawn(upkeep::vacuum_queue_when_due(
+            shared.clone(),
+            after,
+            stop.clone(),
+        ));
+    }
     if let Some(dir) = shared.config.templates_dir.clone() {
         tokio::spawn(reload_templates_on_hangup(shared.clone(), dir, stop));
     }

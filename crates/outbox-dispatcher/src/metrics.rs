@@ -15,6 +15,7 @@ pub struct Metrics {
     send: Mutex<BTreeMap<String, Histogram>>,
     delivery: Mutex<BTreeMap<String, Histogram>>,
     disabled: Mutex<BTreeMap<(String, &'static str), u64>>,
+    queue_vacuums: std::sync::atomic::AtomicU64,
 }
 
 impl Metrics {
@@ -50,6 +51,12 @@ impl Metrics {
         *disabled
             .entry((destination.to_owned(), reason))
             .or_default() += 1;
+    }
+
+    /// Counts a vacuum of the outbox table run by this process.
+    pub fn queue_vacuumed(&self) {
+        self.queue_vacuums
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Renders everything, with the queue figures, in Prometheus text format.
@@ -90,6 +97,17 @@ impl Metrics {
                 prometheus::escape(destination)
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP outbox_queue_vacuums_total Vacuums of the outbox table this dispatcher ran (its dead tuples had passed --queue-vacuum-after)."
+        );
+        let _ = writeln!(out, "# TYPE outbox_queue_vacuums_total counter");
+        let _ = writeln!(
+            out,
+            "outbox_queue_vacuums_total {}",
+            self.queue_vacuums
+                .load(std::sync::atomic::Ordering::Relaxed)
+        );
         let _ = writeln!(
             out,
             "# HELP outbox_send_seconds Time from request to answer (or failure)."

@@ -17,6 +17,8 @@
 //!   evidence line, and the operator transitions (replay, resolve) with their refusals;
 //!   the dispatcher's batch completion is built from the same pieces.
 //! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and wake-ups.
+//! - [`upkeep`]: the live queue's own vacuum, which dispatchers run once its dead tuples
+//!   pass a threshold.
 //! - [`health`]: destination health: dispatchers' tallies of their sends merged per
 //!   destination, and the automatic disable of one failing for longer than its window.
 //! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval.
@@ -55,6 +57,7 @@ pub mod outbox;
 pub mod rendered;
 pub mod tenants;
 pub mod tokens;
+pub mod upkeep;
 
 pub use connect::{connect, connect_with_retry, MIGRATOR};
 pub use error::StoreError;

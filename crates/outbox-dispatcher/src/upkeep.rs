@@ -1,0 +1,65 @@
+//! The live queue's vacuum, the dispatcher's half (`outbox_store::upkeep` says why): every
+//! [`CHECK_EVERY`], one look at `outbox`'s dead tuples; past the threshold, a `VACUUM` of
+//! it. Several dispatchers may look at once; a vacuum already under way makes the others
+//! skip theirs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::{Shared, Signal};
+
+/// How often a dispatcher looks at the queue's dead tuples.
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// Vacuums `outbox` whenever its dead tuples have reached `after_dead_tuples`, until
+/// `stop`. Does nothing (after saying so once) when this role may not vacuum it.
+pub(crate) async fn vacuum_queue_when_due(
+    shared: Arc<Shared>,
+    after_dead_tuples: u64,
+    mut stop: Signal,
+) {
+    match outbox_store::upkeep::may_vacuum_queue(&shared.pool).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::info!(
+                "this role does not own the outbox table: its vacuum is left to autovacuum"
+            );
+            return;
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot tell whether this role may vacuum the outbox table; leaving it to autovacuum");
+            return;
+        }
+    }
+    let threshold = i64::try_from(after_dead_tuples).unwrap_or(i64::MAX);
+    loop {
+        tokio::select! {
+            () = stop.wait() => return,
+            () = tokio::time::sleep(CHECK_EVERY) => {}
+        }
+        let dead = match outbox_store::upkeep::queue_dead_tuples(&shared.pool).await {
+            Ok(dead) => dead,
+            Err(err) => {
+                tracing::debug!(error = %err, "reading the outbox table's dead tuples failed");
+                continue;
+            }
+        };
+        if dead < threshold {
+            continue;
+        }
+        let started = Instant::now();
+        match outbox_store::upkeep::vacuum_queue(&shared.pool).await {
+            Ok(()) => {
+                shared.metrics.queue_vacuumed();
+                tracing::debug!(
+                    dead_tuples = dead,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "vacuumed the outbox table"
+                );
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, dead_tuples = dead, "vacuuming the outbox table failed")
+            }
+        }
+    }
+}

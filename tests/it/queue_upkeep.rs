@@ -1,0 +1,82 @@
+//! The live queue's own vacuum: a dispatcher vacuums `outbox` once its dead tuples pass
+//! `--queue-vacuum-after`, whether or not autovacuum would. Read from the server's own
+//! statistics (`pg_stat_user_tables`), which count manual vacuums apart from autovacuum's.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+use crate::common;
+
+use common::add_tenant;
+use common::procs::*;
+use outbox_testkit::TestDb;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_vacuums_the_queue_once_its_dead_tuples_pass_the_threshold() {
+    let sink = Sink::start(&[]).await;
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &[]).await;
+    add_destination(&db, tenant.id, "ops", &sink.hook_url(), |_| {}).await;
+    // Autovacuum must not be what clears them, wherever the server runs it.
+    sqlx::query("ALTER TABLE outbox SET (autovacuum_enabled = false)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    approve_many(&db, tenant.id, "ops", 400).await;
+
+    let _dispatcher = spawn_dispatcher(
+        &dispatcher_args(&db, "upkeep", &["--queue-vacuum-after", "300"]),
+        None,
+    );
+    wait_for_db(
+        &db,
+        "SELECT count(*) FROM alert_outcomes WHERE outcome = 'accepted'",
+        |n| n == 400,
+    )
+    .await;
+    assert_eq!(sink.stats().await["distinct_keys"], 400);
+
+    // 400 deliveries leave 800 dead tuples in `outbox` (each row updated by its claim,
+    // then deleted); once the server counts them, the dispatcher vacuums the table.
+    wait_for_db(
+        &db,
+        "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox'",
+        |n| n >= 1,
+    )
+    .await;
+    let (dead, autovacuums): (i64, i64) = sqlx::query_as(
+        "SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(dead < 300, "{dead} dead tuples left after the vacuum");
+    assert_eq!(autovacuums, 0, "the dispatcher's vacuum, not autovacuum's");
+}
+
+#[tokio::test]
+async fn the_vacuum_threshold_must_be_a_positive_number_or_off() {
+    let db = TestDb::new().await;
+    for bad in ["0", "1.5", "lots"] {
+        let args = dispatcher_args(&db, "bad", &["--queue-vacuum-after", bad]);
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
+            .args(&args)
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success(),
+            "--queue-vacuum-after {bad} was taken"
+        );
+        assert!(
+            stderr.contains("--queue-vacuum-after")
+                && stderr.contains("neither a positive number of dead tuples nor `off`"),
+            "{bad}: {stderr}"
+        );
+    }
+    let nothing: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery_attempts")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(nothing, 0);
+}
