@@ -546,28 +546,6 @@ async fn the_state_view_and_the_readers_joins_agree() {
     assert_eq!(states, BTreeSet::from(["accepted", "pending", "sending"]));
 }
 
-/// A send attempt accepted by the destination, for completions in these tests.
-fn accepted_send(claim: &dispatch::ClaimedAlert, next: Next) -> Completion {
-    Completion {
-        alert_id: claim.alert_id,
-        fencing_token: claim.fencing_token,
-        worker: "w".to_owned(),
-        attempt: Some(AttemptRecord {
-            kind: AttemptKind::Send,
-            attempt: claim.attempts,
-            started_at: chrono::Utc::now(),
-            outcome: AttemptOutcome::Accepted,
-            http_status: Some(200),
-            destination_reference: None,
-            error_class: None,
-            response_excerpt: None,
-        }),
-        next,
-        line: "accepted".to_owned(),
-        disable_destination: None,
-    }
-}
-
 /// What a row left behind in the tables: (outbox status, outcome, attempt rows).
 async fn left_behind(db: &TestDb, id: Uuid) -> (Option<String>, Option<String>, i64) {
     sqlx::query_as(
@@ -589,17 +567,8 @@ async fn left_behind(db: &TestDb, id: Uuid) -> (Option<String>, Option<String>, 
 async fn a_completion_that_waits_on_a_takeover_writes_nothing() {
     let db = TestDb::new().await;
     let claimed = claimed_alerts(&db, 2).await;
-    let requeue_later = Next::Requeue {
-        status: LiveStatus::Pending,
-        at: chrono::Utc::now() + chrono::Duration::hours(1),
-    };
-    for (claim, next) in claimed.iter().zip([
-        Next::Settle {
-            outcome: Outcome::Accepted,
-            reference: None,
-        },
-        requeue_later,
-    ]) {
+    // One settles, one requeues (what `sent` builds for `Some` and `None`).
+    for (claim, settle) in claimed.iter().zip([Some((Outcome::Accepted, None)), None]) {
         // The takeover: the row goes back to `uncertain` with its claim cleared, and is
         // held uncommitted while the completion runs.
         let mut takeover = db.pool.begin().await.unwrap();
@@ -613,7 +582,7 @@ async fn a_completion_that_waits_on_a_takeover_writes_nothing() {
         .unwrap();
 
         let pool = db.pool.clone();
-        let done = accepted_send(claim, next);
+        let done = sent(claim, settle);
         let completion =
             tokio::spawn(async move { dispatch::complete_batch(&pool, &[done]).await });
         // The completion must be waiting on the row's lock before the takeover commits.
@@ -656,15 +625,11 @@ async fn in_one_batch_only_the_current_claims_completion_applies() {
     let claim = claimed_alerts(&db, 1).await.remove(0);
     let mut stale = claim.clone();
     stale.fencing_token -= 1;
-    let settle = || Next::Settle {
-        outcome: Outcome::Accepted,
-        reference: None,
-    };
     let applied = dispatch::complete_batch(
         &db.pool,
         &[
-            accepted_send(&stale, settle()),
-            accepted_send(&claim, settle()),
+            sent(&stale, Some((Outcome::Accepted, None))),
+            sent(&claim, Some((Outcome::Accepted, None))),
         ],
     )
     .await
