@@ -644,6 +644,10 @@ async fn claim_cost_on(settings: &SuiteSettings, url: &str) -> anyhow::Result<Cl
 }
 
 /// The approval API, served from this process.
+/// How long the benchmark's API clients keep an idle connection: under the API's idle
+/// timeout (75 s, outbox-runtime's `ServerLimits::DEFAULT_IDLE_TIMEOUT`).
+const API_CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 pub(crate) struct Api {
     pub(crate) client: ApiClient,
     stop: tokio::sync::oneshot::Sender<()>,
@@ -674,7 +678,13 @@ impl Api {
             client: ApiClient {
                 base,
                 token,
-                http: reqwest::Client::new(),
+                // Idle connections are dropped before the API's own idle timeout closes
+                // them, as any well-behaved client does: with reqwest's default (90 s) a
+                // request now and then raced the server's close and failed to send,
+                // which a long open-loop run counts as a failed approval.
+                http: reqwest::Client::builder()
+                    .pool_idle_timeout(API_CLIENT_IDLE_TIMEOUT)
+                    .build()?,
             },
             stop,
             task,
