@@ -1,7 +1,8 @@
 //! `bench run --only sustained`: a long run at a fixed share of capacity, reported
 //! interval by interval, to show whether throughput, latency and the tables' dead tuples
-//! stay flat from the first minute to the last. No manual VACUUM happens during it:
-//! whatever keeps the dead tuples bounded is autovacuum.
+//! stay flat from the first minute to the last. The benchmark runs no VACUUM of its own:
+//! whatever keeps the dead tuples bounded is autovacuum and the dispatcher's own vacuum
+//! of the queue (on by default, as in production).
 //!
 //! Steps, on a database and sink of its own:
 //! 1. the rate: given (`--rate`), or 70 % of a capacity measured first: API clients
