@@ -11,6 +11,9 @@ use crate::{Shared, Signal};
 /// How often a dispatcher looks at the queue's dead tuples.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(2);
 
+/// A vacuum that takes this long is reported at INFO rather than DEBUG.
+const LONG_VACUUM: Duration = Duration::from_secs(1);
+
 /// Vacuums `outbox` whenever its dead tuples have reached `after_dead_tuples`, until
 /// `stop`. Does nothing (after saying so once) when this role may not vacuum it.
 pub(crate) async fn vacuum_queue_when_due(
@@ -51,11 +54,15 @@ pub(crate) async fn vacuum_queue_when_due(
         match outbox_store::upkeep::vacuum_queue(&shared.pool).await {
             Ok(()) => {
                 shared.metrics.queue_vacuumed();
-                tracing::debug!(
-                    dead_tuples = dead,
-                    took_ms = started.elapsed().as_millis() as u64,
-                    "vacuumed the outbox table"
-                );
+                let took = started.elapsed();
+                let took_ms = took.as_millis() as u64;
+                // A long vacuum is worth a line an operator sees (the queue had grown
+                // large), but it is upkeep done, not a fault.
+                if took >= LONG_VACUUM {
+                    tracing::info!(dead_tuples = dead, took_ms, "vacuumed the outbox table");
+                } else {
+                    tracing::debug!(dead_tuples = dead, took_ms, "vacuumed the outbox table");
+                }
             }
             Err(err) => {
                 tracing::warn!(error = %err, dead_tuples = dead, "vacuuming the outbox table failed")

@@ -9,7 +9,8 @@
 //! this connection's role is one, so a dispatcher running as a lesser role leaves the
 //! table to autovacuum instead of failing every time.
 
-use sqlx::PgExecutor;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{ConnectOptions, PgExecutor, PgPool};
 
 use crate::StoreError;
 
@@ -41,9 +42,28 @@ pub async fn queue_dead_tuples(db: impl PgExecutor<'_>) -> Result<i64, StoreErro
 /// holds the table's vacuum lock: then it skips at once (`SKIP_LOCKED`) rather than
 /// queue behind it, since that one is doing the work. Sent as a simple query, outside
 /// any transaction, as `VACUUM` must be.
-pub async fn vacuum_queue(db: impl PgExecutor<'_>) -> Result<(), StoreError> {
-    sqlx::raw_sql("VACUUM (SKIP_LOCKED) outbox")
-        .execute(db)
+///
+/// It runs on a connection of its own, opened from the pool's settings with sqlx's
+/// statement logging off. sqlx reports every statement slower than a second at WARN, and
+/// a vacuum of a table that churns may take that long as routine upkeep: an operator
+/// should not read that as trouble. The caller reports the vacuum and its duration.
+pub async fn vacuum_queue(pool: &PgPool) -> Result<(), StoreError> {
+    let options = pool
+        .connect_options()
+        .as_ref()
+        .clone()
+        .disable_statement_logging();
+    // A pool of one rather than a bare connection: a pool is an executor for any lifetime,
+    // so the dispatcher can run this in a spawned task.
+    let own = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
         .await?;
+    let vacuumed = sqlx::raw_sql("VACUUM (SKIP_LOCKED) outbox")
+        .execute(&own)
+        .await;
+    // Closed whatever the vacuum did.
+    own.close().await;
+    vacuumed?;
     Ok(())
 }
