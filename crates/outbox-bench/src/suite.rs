@@ -643,11 +643,11 @@ async fn claim_cost_on(settings: &SuiteSettings, url: &str) -> anyhow::Result<Cl
     })
 }
 
-/// The approval API, served from this process.
 /// How long the benchmark's API clients keep an idle connection: under the API's idle
 /// timeout (75 s, outbox-runtime's `ServerLimits::DEFAULT_IDLE_TIMEOUT`).
 const API_CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The approval API, served from this process.
 pub(crate) struct Api {
     pub(crate) client: ApiClient,
     stop: tokio::sync::oneshot::Sender<()>,
