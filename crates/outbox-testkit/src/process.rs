@@ -1,19 +1,23 @@
 //! The workspace's binaries as child processes of a test: [`Process::spawn`] starts one with
 //! its log (JSON lines, stderr) in a file of its own under a directory per test,
 //! [`Process::listening`] waits for a listener's announcement with a [`DEADLINE`], and a
-//! process dropped while its test panics prints the end of its log into the test's output.
-//! A process is killed when dropped; a test that passes leaves no log file behind.
+//! process dropped while its test panics prints the end of its log into the test's output,
+//! followed by the panic's message again: the logs can run to hundreds of lines, and a
+//! report that keeps only the head and the tail of a failure would otherwise lose why it
+//! failed. A process is killed when dropped; a test that passes leaves no log file behind.
 //!
 //! The logs go to files, not to the test's output, so a passing test prints nothing of
 //! what its processes log (the faults the tests inject make them log warnings and errors).
 //! Log files are under `target/tmp/process-logs/<test name>/`.
 
 use outbox_runtime::process::{spawn_logged, LoggedChild};
+use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Once;
 use std::time::Duration;
 use tokio::process::{Child, Command};
 
@@ -23,9 +27,41 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 /// At most this many of a log's last lines are printed when a test fails.
 const PRINTED_LINES: usize = 300;
 
+/// At most this many characters of the panic's message are repeated after a log.
+const PRINTED_PANIC_CHARS: usize = 1000;
+
 /// Numbers the log files of one test run, so that two processes of the same binary in one
 /// test never share a file.
 static SPAWNED: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// The message and place of the panic this thread is unwinding from, if any.
+    static PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Installs, once per test binary, a panic hook that notes each panic's message on its
+/// thread before the usual hook prints it. A process dropped during the unwinding runs on
+/// the same thread, so it can repeat the message after its log.
+fn note_panics() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        let usual = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let place = info
+                .location()
+                .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            let message = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(a panic without a message)".to_owned());
+            PANIC.with(|p| *p.borrow_mut() = Some(format!("{message}{place}")));
+            usual(info);
+        }));
+    });
+}
 
 /// A running workspace binary with its log in a file; killed when dropped.
 #[derive(Debug)]
@@ -44,6 +80,7 @@ impl Process {
         let name = Path::new(binary)
             .file_name()
             .map_or_else(|| binary.to_owned(), |n| n.to_string_lossy().into_owned());
+        note_panics();
         let (log, mut file) = log_file(&name);
         let mut command = Command::new(binary);
         command
@@ -135,6 +172,17 @@ impl Drop for Process {
                 lines[skipped..].join("\n"),
                 self.name
             );
+            if let Some(panic) = PANIC.with(|p| p.borrow().clone()) {
+                // Its start says what failed; a page source quoted in full is in the
+                // message printed where the panic happened.
+                let shown: String = panic.chars().take(PRINTED_PANIC_CHARS).collect();
+                let cut = if shown.len() < panic.len() {
+                    " [...]"
+                } else {
+                    ""
+                };
+                eprintln!("---- the test failed: {shown}{cut} ----");
+            }
         } else {
             let _ = std::fs::remove_file(&self.log);
             // The test's directory goes too once its last process is gone.

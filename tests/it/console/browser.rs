@@ -117,30 +117,49 @@ async fn sign_in(browser: &Client, base: &str, name: &str, password: &str) {
         .click()
         .await
         .unwrap();
-    let who = match browser
+    assert_eq!(text_of(browser, "signed-in-as").await, name);
+}
+
+/// The element with `id` on the page the browser shows, waiting up to [`DEADLINE`] for it:
+/// a click that navigates may return before the new page is in place. When it never
+/// appears, the panic says which page the browser shows instead.
+async fn element(browser: &Client, id: &str) -> fantoccini::elements::Element {
+    match browser
         .wait()
         .at_most(DEADLINE)
-        .for_element(Locator::Id("signed-in-as"))
+        .for_element(Locator::Id(id))
         .await
     {
-        Ok(who) => who,
+        Ok(element) => element,
         Err(err) => panic!(
-            "{name} is not signed in ({err}); the browser shows {}: {}",
+            "no #{id} ({err}); the browser shows {}: {}",
             browser.current_url().await.unwrap(),
             browser.source().await.unwrap()
         ),
-    };
-    assert_eq!(who.text().await.unwrap(), name);
+    }
 }
 
+/// The text of the element with `id`, read once it is there (see [`element`]).
 async fn text_of(browser: &Client, id: &str) -> String {
-    browser
-        .find(Locator::Id(id))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    element(browser, id).await.text().await.unwrap()
+}
+
+/// Waits for the browser to show `path` (a click's navigation, a form's redirect).
+async fn wait_for_path(browser: &Client, base: &str, path: &str) {
+    let wanted = format!("{base}{path}");
+    let started = Instant::now();
+    loop {
+        let url = browser.current_url().await.unwrap();
+        if url.as_str() == wanted {
+            return;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the browser never reached {wanted}; it shows {url}: {}",
+            browser.source().await.unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,36 +255,24 @@ async fn an_operator_finds_a_held_alert_replays_it_and_sees_it_accepted_in_a_bro
         .click()
         .await
         .unwrap();
+    wait_for_path(&browser, &base, &format!("/console/alerts/{held}")).await;
     assert_eq!(text_of(&browser, "state").await, "held");
     let trail = text_of(&browser, "evidence").await;
     assert!(trail.contains("held for reconciliation"), "{trail}");
     screenshot(&browser, "03-alert-held").await;
 
     // Replay it, with a note, through the confirm page.
-    browser
-        .find(Locator::Id("replay"))
+    element(&browser, "replay").await.click().await.unwrap();
+    element(&browser, "note")
         .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    browser
-        .wait()
-        .at_most(DEADLINE)
-        .for_element(Locator::Id("note"))
-        .await
-        .unwrap()
         .send_keys("checked with the vendor: not received")
         .await
         .unwrap();
     screenshot(&browser, "04-confirm-replay").await;
-    browser
-        .find(Locator::Id("confirm"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    element(&browser, "confirm").await.click().await.unwrap();
+    // The replay answers with a redirect to the alert: let that navigation finish before
+    // the loop below starts its own.
+    wait_for_path(&browser, &base, &format!("/console/alerts/{held}")).await;
 
     // The real dispatcher delivers it; the page, reloaded, says accepted.
     let started = Instant::now();
