@@ -30,15 +30,12 @@ async fn screenshot(browser: &Client, name: &str) {
     std::fs::write(screenshots_dir().join(format!("{name}.png")), png).unwrap();
 }
 
-/// Starts chromedriver on a free port; its output goes to the test's captured output.
+/// Starts chromedriver on a port it picks itself (`--port=0`) and reads the port from its
+/// announcement: a port found free beforehand could be taken by another test's process
+/// before chromedriver binds it. Its output goes to the test's captured output.
 async fn chromedriver() -> (Child, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let mut child = Command::new(CHROMEDRIVER)
-        .arg(format!("--port={port}"))
+        .arg("--port=0")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -46,17 +43,31 @@ async fn chromedriver() -> (Child, String) {
         .unwrap_or_else(|err| {
             panic!("cannot start {CHROMEDRIVER} ({err}): install Debian's chromium and chromium-driver (.ci/run does)")
         });
-    for stream in [
-        Box::new(child.stdout.take().unwrap()) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
-        Box::new(child.stderr.take().unwrap()),
-    ] {
-        let mut lines = BufReader::new(stream).lines();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                eprintln!("[chromedriver] {line}");
+    let (announced, port) = tokio::sync::oneshot::channel::<u16>();
+    let mut announced = Some(announced);
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = stdout.next_line().await {
+            eprintln!("[chromedriver] {line}");
+            // "ChromeDriver was started successfully on port 39009."
+            if let Some(rest) = line.split("started successfully on port ").nth(1) {
+                if let (Some(tx), Ok(port)) = (announced.take(), rest.trim_end_matches('.').parse())
+                {
+                    let _ = tx.send(port);
+                }
             }
-        });
-    }
+        }
+    });
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = stderr.next_line().await {
+            eprintln!("[chromedriver] {line}");
+        }
+    });
+    let port = tokio::time::timeout(DEADLINE, port)
+        .await
+        .expect("chromedriver did not announce its port")
+        .expect("chromedriver ended before announcing its port");
     let url = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     let started = Instant::now();
