@@ -155,21 +155,16 @@ async fn text_of(browser: &Client, id: &str) -> String {
     element(browser, id).await.text().await.unwrap()
 }
 
-/// Waits for the browser to show `path` (a click's navigation, a form's redirect).
+/// Waits up to [`DEADLINE`] for the browser to show `path` (a click's navigation, a form's
+/// redirect); when it never does, the panic says which page it shows instead.
 async fn wait_for_path(browser: &Client, base: &str, path: &str) {
-    let wanted = format!("{base}{path}");
-    let started = Instant::now();
-    loop {
-        let url = browser.current_url().await.unwrap();
-        if url.as_str() == wanted {
-            return;
-        }
-        assert!(
-            started.elapsed() < DEADLINE,
-            "the browser never reached {wanted}; it shows {url}: {}",
+    let wanted = reqwest::Url::parse(&format!("{base}{path}")).unwrap();
+    if let Err(err) = browser.wait().at_most(DEADLINE).for_url(&wanted).await {
+        panic!(
+            "the browser never reached {wanted} ({err}); it shows {}: {}",
+            browser.current_url().await.unwrap(),
             browser.source().await.unwrap()
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
