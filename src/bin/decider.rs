@@ -90,10 +90,19 @@ struct ClientLimits {
     /// Close a keep-alive connection that sends no request for this long.
     #[arg(long, env = "DECIDER_IDLE_TIMEOUT", default_value = "75s", value_parser = outbox_core::duration::parse_positive)]
     idle_timeout: Duration,
-    /// Most client connections open at once, per listener; more are closed as soon as they
-    /// arrive.
+    /// Most client connections open at once, per listener. A new one past it takes the
+    /// place of the longest-idle connection, or is closed at once when none is idle.
     #[arg(long, env = "DECIDER_MAX_CLIENT_CONNECTIONS", default_value = "512")]
     max_client_connections: std::num::NonZeroUsize,
+    /// Most connections open at once from one client address (an IPv6 client's /64), per
+    /// listener; past it, the client's own longest-idle connection makes room. Behind a
+    /// reverse proxy every connection is the proxy's: set it to --max-client-connections.
+    #[arg(
+        long,
+        env = "DECIDER_MAX_CLIENT_CONNECTIONS_PER_ADDRESS",
+        default_value = "64"
+    )]
+    max_client_connections_per_address: std::num::NonZeroUsize,
 }
 
 impl ClientLimits {
@@ -103,6 +112,7 @@ impl ClientLimits {
             body_timeout: self.body_timeout,
             idle_timeout: self.idle_timeout,
             max_connections: self.max_client_connections.get(),
+            max_connections_per_client: self.max_client_connections_per_address.get(),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! Slow and idle clients against the real `decider serve` and `sink`: hundreds of
 //! connections that send nothing, half a request head, or a body a byte at a time are
 //! closed by the server within its deadlines, while `/healthz`, an approval and a delivery
-//! keep answering within a second; past the connection cap a new connection is closed at
-//! once; a stop still finishes the request in progress.
+//! keep answering within a second. Idle connections, however they keep their place, make
+//! room for new clients, and one address holds only its share; past the cap with every
+//! connection busy, a new one is closed at once. A stop still finishes the request in
+//! progress.
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
@@ -84,13 +86,14 @@ async fn slow_client(
 }
 
 /// Opens [`PER_KIND`] slow connections of each kind, all connected when this returns; each
-/// task returns how long its connection stayed open.
+/// task returns how long its connection stayed open. They come from eight addresses other
+/// than the legitimate clients' 127.0.0.1, each within its share of connections.
 async fn slow_clients(addr: &str, path: &'static str) -> Vec<tokio::task::JoinHandle<Duration>> {
     let mut clients = Vec::new();
     for kind in [Slow::Silent, Slow::PartialHead, Slow::TrickledBody] {
-        for _ in 0..PER_KIND {
+        for i in 0..PER_KIND {
             let started = Instant::now();
-            let stream = TcpStream::connect(addr).await.unwrap();
+            let stream = connect_from([127, 0, 0, 10 + (i % 8) as u8], addr).await;
             clients.push(tokio::spawn(slow_client(stream, started, path, kind)));
         }
     }
@@ -248,41 +251,252 @@ async fn closed_within(stream: &mut TcpStream, within: Duration) {
     }
 }
 
+/// A TCP connection to `addr` from the loopback address `source` (Linux answers for all of
+/// 127.0.0.0/8), so that one test plays several clients.
+async fn connect_from(source: [u8; 4], addr: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from((source, 0)))
+        .unwrap();
+    socket.connect(addr.parse().unwrap()).await.unwrap()
+}
+
+/// Sends `GET /healthz` on a keep-alive connection and reads the answer: `true` when it is
+/// a `200`, `false` when the server closed the connection instead.
+async fn healthz(stream: &mut TcpStream) -> bool {
+    if stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 1024];
+    while !String::from_utf8_lossy(&answer).contains("\"ok\"") {
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+        }
+    }
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
+    true
+}
+
+/// A client holding a keep-alive connection from `source` the way an attacker keeps its
+/// place: a request now, then one every `every` (just inside the idle timeout), starting
+/// after `offset`. Says when its first request was answered, and returns once the server
+/// closes the connection.
+fn keep_place(
+    addr: String,
+    source: [u8; 4],
+    every: Duration,
+    offset: Duration,
+) -> (
+    tokio::sync::oneshot::Receiver<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (answered, first_answer) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut stream = connect_from(source, &addr).await;
+        assert!(healthz(&mut stream).await, "a first request was refused");
+        let _ = answered.send(());
+        tokio::time::sleep(offset).await;
+        loop {
+            if !healthz(&mut stream).await {
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
+    (first_answer, task)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_the_connection_cap_a_new_connection_is_closed_at_once() {
+async fn idle_connections_at_the_cap_make_room_for_new_clients() {
+    const CAP: usize = 40;
+    const PER_ADDRESS: usize = 10;
+    // As many as one address may hold, so that each makes room at the server's cap.
+    const NEWCOMERS: usize = PER_ADDRESS;
+    const EVERY: Duration = Duration::from_secs(2);
     let db = TestDb::new().await;
     let (_decider, api) = decider(
         &db,
         &[
+            "--idle-timeout",
+            "4s",
             "--max-client-connections",
-            "20",
-            // Long enough that the held connections stay for the whole test.
-            "--header-timeout",
-            "60s",
+            "40",
+            "--max-client-connections-per-address",
+            "10",
+        ],
+    )
+    .await;
+    let addr = host_port(&api);
+
+    // Four attacking addresses fill every place with connections that re-request every
+    // 2 s, inside the 4 s idle timeout: without making room they would stay forever. Their
+    // re-requests are spread over the period, so at any moment one of them has been idle
+    // for nearly 2 s.
+    let mut attackers = Vec::new();
+    for i in 0..CAP {
+        let source = [127, 0, 0, 2 + (i / PER_ADDRESS) as u8];
+        let offset = EVERY * i as u32 / CAP as u32;
+        let (first_answer, task) = keep_place(addr.clone(), source, EVERY, offset);
+        first_answer
+            .await
+            .expect("an attacker's connection was refused");
+        attackers.push(task);
+    }
+
+    // A legitimate client arrives with the server full: each of its new connections is
+    // answered, and stays answered while it keeps using it.
+    let mut newcomers = Vec::new();
+    for _ in 0..NEWCOMERS {
+        let mut stream = connect_from([127, 0, 0, 1], &addr).await;
+        assert!(
+            tokio::time::timeout(ANSWER_WITHIN, healthz(&mut stream))
+                .await
+                .expect("a newcomer was not answered in time"),
+            "a newcomer's connection was closed while idle ones held every place"
+        );
+        newcomers.push(stream);
+        for stream in &mut newcomers {
+            assert!(
+                healthz(stream).await,
+                "a connection in use was closed to make room"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The places were made by closing the attackers' idle connections (each attacker
+    // notices its close on its own time: wait for them).
+    let started = Instant::now();
+    loop {
+        let closed = attackers.iter().filter(|task| task.is_finished()).count();
+        if closed >= NEWCOMERS {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "{closed} attacking connections closed for {NEWCOMERS} newcomers"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for stream in &mut newcomers {
+        assert!(healthz(stream).await, "a newcomer's connection was closed");
+    }
+    for task in attackers {
+        task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_address_holds_at_most_its_share_of_connections() {
+    const PER_ADDRESS: usize = 10;
+    const OPENED: usize = 25;
+    let db = TestDb::new().await;
+    let (_decider, api) = decider(
+        &db,
+        &[
+            "--idle-timeout",
+            "4s",
+            "--max-client-connections-per-address",
+            "10",
         ],
     )
     .await;
     let addr = host_port(&api);
     let mut held = Vec::new();
-    for _ in 0..20 {
-        held.push(TcpStream::connect(&addr).await.unwrap());
+    for i in 0..OPENED {
+        let offset = Duration::from_secs(2) * i as u32 / OPENED as u32;
+        let (first_answer, task) =
+            keep_place(addr.clone(), [127, 0, 0, 2], Duration::from_secs(2), offset);
+        first_answer.await.expect("a connection was refused");
+        held.push(task);
     }
-    // Connections are accepted in order, so the 21st finds the 20 before it holding every
-    // place: it is closed at once rather than left waiting.
-    let mut extra = TcpStream::connect(&addr).await.unwrap();
-    closed_within(&mut extra, ANSWER_WITHIN).await;
-
-    // Once the held connections go, the places are free again.
-    drop(held);
+    // Each connection past the address's share closed one of its own idle ones.
     let started = Instant::now();
     loop {
-        if let Ok(response) = client().get(format!("{api}/healthz")).send().await {
-            assert_eq!(response.status(), reqwest::StatusCode::OK);
+        let closed = held.iter().filter(|task| task.is_finished()).count();
+        if closed == OPENED - PER_ADDRESS {
             break;
         }
-        assert!(started.elapsed() < DEADLINE, "the API never answered again");
+        assert!(
+            started.elapsed() < DEADLINE,
+            "{closed} of {OPENED} connections from one address closed"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Another address is not counted against it.
+    let response = client().get(format!("{api}/healthz")).send().await.unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    let open = held.iter().filter(|task| !task.is_finished()).count();
+    assert_eq!(open, PER_ADDRESS, "connections kept from the one address");
+    for task in held {
+        task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_cap_with_every_connection_busy_a_new_one_is_closed_at_once() {
+    // Twenty deliveries to a sink that takes a minute to answer, from one address whose
+    // share is twenty: none of its connections is idle, so none can make room.
+    let sink = Sink::start(&[
+        "--latency",
+        "60s",
+        "--max-client-connections-per-address",
+        "20",
+    ])
+    .await;
+    let addr = host_port(&sink.base);
+    let mut busy = Vec::new();
+    for i in 0..20 {
+        let mut stream = connect_from([127, 0, 0, 2], &addr).await;
+        let body = "{}";
+        let request = format!(
+            "POST /hook HTTP/1.1\r\nhost: x\r\nidempotency-key: busy-{i}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        busy.push(stream);
+    }
+    // Recorded when decided, before the latency: every connection is answering.
+    sink.wait_for("the busy deliveries", |s| s["applied"] == 20)
+        .await;
+    let mut extra = connect_from([127, 0, 0, 2], &addr).await;
+    closed_within(&mut extra, ANSWER_WITHIN).await;
+
+    // Once they go, the address has room again.
+    drop(busy);
+    let started = Instant::now();
+    loop {
+        let mut stream = connect_from([127, 0, 0, 2], &addr).await;
+        if stats_answered(&mut stream).await {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the sink never took the address again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `GET /stats` on the sink: `true` when answered.
+async fn stats_answered(stream: &mut TcpStream) -> bool {
+    if stream
+        .write_all(b"GET /stats HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,11 +12,23 @@
 //!   [`ServerLimits::body_timeout`];
 //! - answering: no limit, the handler decides (the sink's latency fault waits on purpose).
 //!
-//! A connection past its deadline is closed without an answer. At most
-//! [`ServerLimits::max_connections`] connections are open at once; past that, a new
-//! connection is closed as soon as it is accepted rather than queued. When the shutdown
-//! future resolves, no connection is accepted any more, idle ones close, and the requests
-//! in progress are answered before [`serve`] returns.
+//! A connection past its deadline is closed without an answer.
+//!
+//! Room is shared the way nginx shares it when its connections run out: idle connections
+//! (waiting for a first request, or kept alive between requests) are the ones given up.
+//! At most [`ServerLimits::max_connections`] connections are open at once, and at most
+//! [`ServerLimits::max_connections_per_client`] from one client (an IPv4 address or an
+//! IPv6 /64, see [`ClientKey`]). A connection that would pass either cap closes the
+//! longest-idle connection that counts against it (the client's own, for the client's
+//! cap) and takes its place; only when every such connection is busy reading or answering
+//! a request is the new one closed as soon as it is accepted, rather than queued. So idle
+//! connections, however many and however often they re-request just inside the idle
+//! timeout, cannot keep a newcomer out; and one client cannot hold more than its share.
+//! A connection chosen to make room is shut down gracefully: a request that reached it in
+//! that instant is still answered.
+//!
+//! When the shutdown future resolves, no connection is accepted any more, idle ones close,
+//! and the requests in progress are answered before [`serve`] returns.
 //!
 //! The watch is done here rather than with hyper's header-read timeout alone because
 //! hyper counts that timeout from the end of the previous response, which would close
@@ -28,14 +40,17 @@ use hyper::server::conn::http1;
 use hyper::service::Service;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -52,8 +67,14 @@ pub struct ServerLimits {
     pub body_timeout: Duration,
     /// How long a keep-alive connection may wait, silent, for its next request.
     pub idle_timeout: Duration,
-    /// Most connections open at once; more are closed as soon as they are accepted.
+    /// Most connections open at once. A connection past it takes the place of the
+    /// longest-idle one, or is closed as soon as it is accepted when none is idle.
     pub max_connections: usize,
+    /// Most connections open at once from one client ([`ClientKey`]): past it, a new
+    /// connection takes the place of the client's own longest-idle one, or is closed.
+    /// Behind a reverse proxy every connection comes from the proxy: set it to
+    /// `max_connections` there, and limit clients at the proxy.
+    pub max_connections_per_client: usize,
 }
 
 impl ServerLimits {
@@ -68,6 +89,9 @@ impl ServerLimits {
     /// Default [`ServerLimits::max_connections`]: well under the usual limit of 1024 open
     /// files, which the process also needs for its database connections.
     pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+    /// Default [`ServerLimits::max_connections_per_client`]: an eighth of the total, so
+    /// that it takes eight clients to fill the server even before idle ones make room.
+    pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 64;
 }
 
 impl Default for ServerLimits {
@@ -77,6 +101,45 @@ impl Default for ServerLimits {
             body_timeout: Self::DEFAULT_BODY_TIMEOUT,
             idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
             max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_client: Self::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+        }
+    }
+}
+
+/// The client a connection counts against: an IPv4 address, or the /64 network of an IPv6
+/// address (a single host is usually given a whole /64, so keying on the full address
+/// would give it 2^64 allowances). An IPv4 address written as IPv6 (`::ffff:a.b.c.d`)
+/// counts as that IPv4 address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClientKey {
+    /// An IPv4 client.
+    V4(Ipv4Addr),
+    /// An IPv6 client's /64: its address's first 64 bits.
+    V6Network(u64),
+}
+
+impl ClientKey {
+    /// The key of a client at `address`.
+    pub fn of(address: IpAddr) -> Self {
+        match address {
+            IpAddr::V4(v4) => ClientKey::V4(v4),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => ClientKey::V4(v4),
+                None => ClientKey::V6Network((v6.to_bits() >> 64) as u64),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for ClientKey {
+    /// `192.0.2.7`, or `2001:db8:1:2::/64`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientKey::V4(v4) => write!(f, "{v4}"),
+            ClientKey::V6Network(network) => {
+                let address = std::net::Ipv6Addr::from_bits(u128::from(*network) << 64);
+                write!(f, "{address}/64")
+            }
         }
     }
 }
@@ -99,30 +162,37 @@ pub async fn serve<S, B>(
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let registry = Arc::new(Registry::default());
     let (stop, stopped) = watch::channel(());
     let mut connections = JoinSet::new();
-    let mut turned_away = TurnedAway::default();
+    let mut crowding = Crowding::default();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => match Arc::clone(&permits).try_acquire_owned() {
-                    Ok(permit) => {
-                        connections.spawn(connection(
-                            stream,
-                            peer,
-                            limits,
-                            service.clone(),
-                            stopped.clone(),
-                            permit,
-                        ));
+                Ok((stream, peer)) => {
+                    let client = ClientKey::of(peer.ip());
+                    match registry.admit(client, &limits, Instant::now()) {
+                        Ok(admitted) => {
+                            if admitted.made_room {
+                                crowding.made_room();
+                            }
+                            connections.spawn(connection(
+                                stream,
+                                peer,
+                                limits,
+                                service.clone(),
+                                stopped.clone(),
+                                admitted.place,
+                            ));
+                        }
+                        // Dropping the stream closes it: a client past the cap learns at
+                        // once instead of waiting in a queue that a slow client could fill.
+                        Err(cap) => crowding.refused(cap),
                     }
-                    // Dropping the stream closes it: a client past the cap learns at once
-                    // instead of waiting in a queue that a slow client could fill.
-                    Err(_) => turned_away.count(limits.max_connections),
-                },
+                    crowding.report(&limits);
+                }
                 Err(err) => {
                     // Usually out of file descriptors: back off instead of spinning.
                     tracing::warn!(error = %err, "cannot accept a connection");
@@ -141,43 +211,206 @@ pub async fn serve<S, B>(
     while connections.join_next().await.is_some() {}
 }
 
-/// Connections closed for lack of room, reported at most every ten seconds so that a
-/// flood does not become a flood of log lines too.
+/// Which cap a connection met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cap {
+    /// [`ServerLimits::max_connections`].
+    Server,
+    /// [`ServerLimits::max_connections_per_client`].
+    Client,
+}
+
+/// Every open connection and what it is doing: the accept loop asks it for room.
 #[derive(Debug, Default)]
-struct TurnedAway {
-    since_report: u64,
+struct Registry {
+    table: Mutex<Table>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    next_id: u64,
+    open: HashMap<u64, Registered>,
+    /// Open connections that count against the caps: all but those asked to make room,
+    /// which are closing.
+    counted: usize,
+    counted_per_client: HashMap<ClientKey, usize>,
+}
+
+#[derive(Debug)]
+struct Registered {
+    client: ClientKey,
+    activity: Arc<Activity>,
+    making_room: bool,
+}
+
+/// A connection let in, and whether another was closed to make room for it.
+#[derive(Debug)]
+struct Admitted {
+    place: Place,
+    made_room: bool,
+}
+
+impl Registry {
+    /// Lets a connection from `client` in, making room when a cap is reached (see the
+    /// module doc), or says which cap keeps it out.
+    fn admit(
+        self: &Arc<Self>,
+        client: ClientKey,
+        limits: &ServerLimits,
+        now: Instant,
+    ) -> Result<Admitted, Cap> {
+        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        let from_client = table.counted_per_client.get(&client).copied().unwrap_or(0);
+        let made_room = if from_client >= limits.max_connections_per_client.max(1) {
+            table
+                .make_room(|other| other == client)
+                .ok_or(Cap::Client)?;
+            true
+        } else if table.counted >= limits.max_connections.max(1) {
+            table.make_room(|_| true).ok_or(Cap::Server)?;
+            true
+        } else {
+            false
+        };
+        let id = table.next_id;
+        table.next_id += 1;
+        let activity = Arc::new(Activity::new(now));
+        table.open.insert(
+            id,
+            Registered {
+                client,
+                activity: Arc::clone(&activity),
+                making_room: false,
+            },
+        );
+        table.counted += 1;
+        *table.counted_per_client.entry(client).or_default() += 1;
+        Ok(Admitted {
+            place: Place {
+                registry: Arc::clone(self),
+                id,
+                activity,
+            },
+            made_room,
+        })
+    }
+}
+
+impl Table {
+    /// Asks the longest-idle counted connection of a client that `eligible` accepts to
+    /// close, and stops counting it; `None` when no such connection is idle.
+    fn make_room(&mut self, eligible: impl Fn(ClientKey) -> bool) -> Option<()> {
+        let (id, _) = self
+            .open
+            .iter()
+            .filter(|(_, open)| !open.making_room && eligible(open.client))
+            .filter_map(|(id, open)| open.activity.idle_since().map(|since| (*id, since)))
+            .min_by_key(|(_, since)| *since)?;
+        let victim = self.open.get_mut(&id)?;
+        victim.making_room = true;
+        victim.activity.make_room();
+        let client = victim.client;
+        self.uncount(client);
+        Some(())
+    }
+
+    fn uncount(&mut self, client: ClientKey) {
+        self.counted -= 1;
+        if let Some(count) = self.counted_per_client.get_mut(&client) {
+            *count -= 1;
+            if *count == 0 {
+                self.counted_per_client.remove(&client);
+            }
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(gone) = self.open.remove(&id) {
+            if !gone.making_room {
+                self.uncount(gone.client);
+            }
+        }
+    }
+}
+
+/// A connection's place among the open ones, given up when the connection ends.
+#[derive(Debug)]
+struct Place {
+    registry: Arc<Registry>,
+    id: u64,
+    activity: Arc<Activity>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut table = self
+            .registry
+            .table
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        table.remove(self.id);
+    }
+}
+
+/// Connections closed to make room or refused for lack of it, reported at most every ten
+/// seconds so that a flood does not become a flood of log lines too.
+#[derive(Debug, Default)]
+struct Crowding {
+    made_room: u64,
+    refused_server_cap: u64,
+    refused_client_cap: u64,
     last_report: Option<Instant>,
 }
 
-impl TurnedAway {
+impl Crowding {
     const REPORT_EVERY: Duration = Duration::from_secs(10);
 
-    fn count(&mut self, max_connections: usize) {
-        self.since_report += 1;
+    fn made_room(&mut self) {
+        self.made_room += 1;
+    }
+
+    fn refused(&mut self, cap: Cap) {
+        match cap {
+            Cap::Server => self.refused_server_cap += 1,
+            Cap::Client => self.refused_client_cap += 1,
+        }
+    }
+
+    fn report(&mut self, limits: &ServerLimits) {
+        if self.made_room + self.refused_server_cap + self.refused_client_cap == 0 {
+            return;
+        }
         let now = Instant::now();
         if self
             .last_report
-            .is_none_or(|last| now.duration_since(last) >= Self::REPORT_EVERY)
+            .is_some_and(|last| now.duration_since(last) < Self::REPORT_EVERY)
         {
-            tracing::warn!(
-                max_connections,
-                closed = self.since_report,
-                "connection limit reached; closing new connections"
-            );
-            self.since_report = 0;
-            self.last_report = Some(now);
+            return;
         }
+        tracing::warn!(
+            max_connections = limits.max_connections,
+            max_connections_per_client = limits.max_connections_per_client,
+            closed_idle = self.made_room,
+            refused_all_busy = self.refused_server_cap,
+            refused_client_busy = self.refused_client_cap,
+            "connection limit reached; closing idle connections to make room, refusing new \
+             ones when none is idle"
+        );
+        *self = Crowding {
+            last_report: Some(now),
+            ..Crowding::default()
+        };
     }
 }
 
 /// Serves one connection, closing it when it overstays a deadline (see the module doc).
 async fn connection<S, B>(
     stream: TcpStream,
-    peer: std::net::SocketAddr,
+    peer: SocketAddr,
     limits: ServerLimits,
     service: S,
     mut stopped: watch::Receiver<()>,
-    _permit: OwnedSemaphorePermit,
+    place: Place,
 ) where
     S: Service<Request<RequestBody>, Response = Response<B>> + Send + Sync + 'static,
     S::Future: Send + 'static,
@@ -188,7 +421,7 @@ async fn connection<S, B>(
 {
     // Small answers must not wait for Nagle's algorithm.
     let _ = stream.set_nodelay(true);
-    let activity = Arc::new(Activity::new(Instant::now()));
+    let activity = Arc::clone(&place.activity);
     let io = TokioIo::new(Watched {
         stream,
         activity: Arc::clone(&activity),
@@ -208,6 +441,13 @@ async fn connection<S, B>(
     loop {
         // Registered before the deadline is read, so a change in between is not missed.
         let changed = activity.changed.notified();
+        if activity.asked_to_make_room() && !stopping {
+            // Idle when chosen: hyper closes it at once, or answers the request that
+            // arrived in that instant first.
+            tracing::debug!(%peer, "closing an idle connection to make room for a new one");
+            stopping = true;
+            conn.as_mut().graceful_shutdown();
+        }
         let deadline = activity.deadline(&limits);
         tokio::select! {
             result = conn.as_mut() => {
@@ -259,6 +499,8 @@ enum Phase {
 struct Activity {
     phase: Mutex<Phase>,
     changed: Notify,
+    /// Chosen by the accept loop to make room for a new connection.
+    making_room: AtomicBool,
 }
 
 impl Activity {
@@ -269,7 +511,25 @@ impl Activity {
                 served: false,
             }),
             changed: Notify::new(),
+            making_room: AtomicBool::new(false),
         }
+    }
+
+    /// Since when the connection has been waiting for a request, if it is.
+    fn idle_since(&self) -> Option<Instant> {
+        match self.phase() {
+            Phase::Waiting { since, .. } => Some(since),
+            _ => None,
+        }
+    }
+
+    fn make_room(&self) {
+        self.making_room.store(true, Ordering::Release);
+        self.changed.notify_one();
+    }
+
+    fn asked_to_make_room(&self) -> bool {
+        self.making_room.load(Ordering::Acquire)
     }
 
     fn update(&self, change: impl FnOnce(Phase) -> Phase) {
@@ -402,13 +662,13 @@ impl AsyncWrite for Watched {
 struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
-    peer: std::net::SocketAddr,
+    peer: SocketAddr,
 }
 
 /// The address of the client at the other end of the connection, in every request's
 /// extensions (the console counts failed sign-ins by it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerAddr(pub std::net::SocketAddr);
+pub struct PeerAddr(pub SocketAddr);
 
 impl<S> Service<Request<Incoming>> for Tracked<S>
 where
@@ -511,6 +771,7 @@ mod tests {
             body_timeout: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(3),
             max_connections: 1,
+            max_connections_per_client: 1,
         }
     }
 
@@ -581,5 +842,103 @@ mod tests {
             activity.deadline(&limits),
             Some(start + limits.idle_timeout)
         );
+    }
+
+    fn key(address: &str) -> ClientKey {
+        ClientKey::of(address.parse().unwrap())
+    }
+
+    #[test]
+    fn ipv6_clients_are_one_client_per_64() {
+        assert_eq!(
+            key("2001:db8:1:2::1"),
+            key("2001:db8:1:2:ffff:ffff:ffff:ffff")
+        );
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+        assert_eq!(key("::ffff:192.0.2.7"), key("192.0.2.7"));
+        assert_ne!(key("192.0.2.7"), key("192.0.2.8"));
+        assert_eq!(key("2001:db8:1:2::1").to_string(), "2001:db8:1:2::/64");
+        assert_eq!(key("::ffff:192.0.2.7").to_string(), "192.0.2.7");
+    }
+
+    fn caps(total: usize, per_client: usize) -> ServerLimits {
+        ServerLimits {
+            max_connections: total,
+            max_connections_per_client: per_client,
+            ..limits()
+        }
+    }
+
+    fn counted(registry: &Registry) -> (usize, usize) {
+        let table = registry.table.lock().unwrap();
+        (table.counted, table.open.len())
+    }
+
+    #[test]
+    fn at_the_cap_the_longest_idle_connection_makes_room_and_a_busy_one_never_does() {
+        let registry = Arc::new(Registry::default());
+        let limits = caps(3, 3);
+        let start = Instant::now();
+        let at = |millis| start + Duration::from_millis(millis);
+        let a = registry.admit(key("192.0.2.1"), &limits, at(0)).unwrap();
+        let b = registry.admit(key("192.0.2.2"), &limits, at(0)).unwrap();
+        let c = registry.admit(key("192.0.2.3"), &limits, at(0)).unwrap();
+        assert!(!a.made_room && !b.made_room && !c.made_room);
+        // a is answering; b was served and went idle at 200 ms, c at 100 ms.
+        a.place.activity.request_started(true, at(50));
+        b.place.activity.request_finished(at(200));
+        c.place.activity.request_finished(at(100));
+
+        let d = registry.admit(key("192.0.2.4"), &limits, at(300)).unwrap();
+        assert!(d.made_room);
+        assert!(c.place.activity.asked_to_make_room(), "c was idle longest");
+        assert!(!b.place.activity.asked_to_make_room());
+        // c still holds its socket until it ends, but no longer counts.
+        assert_eq!(counted(&registry), (3, 4));
+        drop(c);
+        assert_eq!(counted(&registry), (3, 3));
+
+        // b goes next, then nobody is idle: a newcomer is refused.
+        d.place.activity.request_started(false, at(300));
+        let e = registry.admit(key("192.0.2.5"), &limits, at(400)).unwrap();
+        assert!(b.place.activity.asked_to_make_room());
+        e.place.activity.bytes_read(at(400));
+        assert_eq!(
+            registry
+                .admit(key("192.0.2.6"), &limits, at(500))
+                .unwrap_err(),
+            Cap::Server
+        );
+        assert!(!a.place.activity.asked_to_make_room());
+    }
+
+    #[test]
+    fn a_client_at_its_cap_gives_up_its_own_idle_connection_not_anothers() {
+        let registry = Arc::new(Registry::default());
+        let limits = caps(10, 2);
+        let start = Instant::now();
+        let other = registry.admit(key("192.0.2.9"), &limits, start).unwrap();
+        let first = registry.admit(key("192.0.2.1"), &limits, start).unwrap();
+        let second = registry
+            .admit(key("192.0.2.1"), &limits, start + Duration::from_millis(10))
+            .unwrap();
+        let third = registry
+            .admit(key("192.0.2.1"), &limits, start + Duration::from_millis(20))
+            .unwrap();
+        assert!(third.made_room);
+        assert!(first.place.activity.asked_to_make_room());
+        assert!(!other.place.activity.asked_to_make_room());
+        assert!(!second.place.activity.asked_to_make_room());
+        // With the client's connections all busy, its next one is refused while the
+        // server has room.
+        second.place.activity.bytes_read(start);
+        third.place.activity.bytes_read(start);
+        assert_eq!(
+            registry
+                .admit(key("192.0.2.1"), &limits, start)
+                .unwrap_err(),
+            Cap::Client
+        );
+        assert!(registry.admit(key("192.0.2.2"), &limits, start).is_ok());
     }
 }

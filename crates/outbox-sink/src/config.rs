@@ -94,10 +94,18 @@ pub struct SinkArgs {
     #[arg(long, env = "SINK_IDLE_TIMEOUT", default_value = "75s", value_parser = parse_timeout)]
     pub idle_timeout: Duration,
 
-    /// Most client connections open at once; more are closed as soon as they arrive.
-    /// The SMTP listener has a cap of its own, of the same size.
+    /// Most client connections open at once. A new one past it takes the place of the
+    /// longest-idle connection, or is closed at once when none is idle. The SMTP listener
+    /// has a cap of its own, of the same size.
     #[arg(long, env = "SINK_MAX_CLIENT_CONNECTIONS", default_value = "512")]
     pub max_client_connections: NonZeroUsize,
+
+    /// Most HTTP connections open at once from one client address (an IPv6 client's /64);
+    /// past it, the client's own longest-idle connection makes room. Default: no cap of its
+    /// own (the --max-client-connections), since a sink's clients are a few dispatchers,
+    /// each with many connections.
+    #[arg(long, env = "SINK_MAX_CLIENT_CONNECTIONS_PER_ADDRESS")]
+    pub max_client_connections_per_address: Option<NonZeroUsize>,
 
     /// Also accept mail over plain SMTP on this address. Each SMTP command line must
     /// arrive within `--header-timeout` (the first after the greeting too; between
@@ -222,6 +230,10 @@ impl SinkArgs {
             body_timeout: self.body_timeout,
             idle_timeout: self.idle_timeout,
             max_connections: self.max_client_connections.get(),
+            max_connections_per_client: self
+                .max_client_connections_per_address
+                .unwrap_or(self.max_client_connections)
+                .get(),
         }
     }
 }
@@ -324,7 +336,15 @@ mod tests {
         assert!(!args.lookup);
         assert!(args.retention.is_none());
         assert_eq!(args.timestamp_tolerance, Duration::from_secs(300));
-        assert_eq!(args.server_limits(), ServerLimits::default());
+        // A sink's clients are a few dispatchers with many connections each: no cap per
+        // address beyond the total.
+        assert_eq!(
+            args.server_limits(),
+            ServerLimits {
+                max_connections_per_client: ServerLimits::DEFAULT_MAX_CONNECTIONS,
+                ..ServerLimits::default()
+            }
+        );
 
         let args = SinkArgs::try_parse_from([
             "sink",
