@@ -137,8 +137,12 @@ impl NewsArgs {
     }
 }
 
+fn main() -> std::process::ExitCode {
+    outbox_runtime::exit_status(run().map_err(Into::into))
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     outbox_runtime::init_tracing();
     let _failpoints = outbox_runtime::failpoints();

@@ -110,8 +110,12 @@ fn parse_vacuum_after(text: &str) -> Result<VacuumAfter, String> {
     }
 }
 
+fn main() -> std::process::ExitCode {
+    outbox_runtime::exit_status(run().map_err(Into::into))
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     outbox_runtime::init_tracing();
     let _failpoints = outbox_runtime::failpoints();

@@ -27,7 +27,10 @@ async fn main() -> std::process::ExitCode {
         Err(err) => {
             // One line: the reason and its causes, for people and for scripts' logs. The
             // reason may echo input (a file's id, a destination's answer): shown escaped.
-            eprintln!("error: {}", visible(&format!("{err:#}")));
+            eprintln!(
+                "error: {}",
+                visible(&outbox_runtime::one_line(err.as_ref()))
+            );
             std::process::ExitCode::FAILURE
         }
     }

@@ -5,8 +5,12 @@
 use anyhow::Context;
 use clap::Parser;
 
+fn main() -> std::process::ExitCode {
+    outbox_runtime::exit_status(run().map_err(Into::into))
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<()> {
     let args = outbox_sink::SinkArgs::parse();
     outbox_runtime::init_tracing();
     let listen = args.listen;

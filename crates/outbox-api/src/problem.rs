@@ -98,6 +98,17 @@ impl From<StoreError> for Problem {
                 "Database busy",
                 "no database connection became free in time; nothing was written. Retry later",
             ),
+            away if away.is_unavailable() => {
+                tracing::debug!(error = %away, "database unavailable");
+                Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "Database unavailable",
+                    "the database could not be reached or is failing over; the request may \
+                     or may not have been written. Retry later with the same identity: it \
+                     never creates a second alert",
+                )
+            }
             other => {
                 // The cause goes to the log, never to the caller.
                 tracing::error!(error = %other, "request failed");
@@ -123,6 +134,12 @@ impl IntoResponse for Problem {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            // Failovers take seconds; a client that waits a second loses little.
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

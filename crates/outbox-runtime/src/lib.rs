@@ -5,11 +5,42 @@
 //! [`prometheus`] (histograms and queue figures in the Prometheus text format),
 //! [`http_server`] (the HTTP/1.1 server of every listening process, with deadlines for slow
 //! clients and a cap on connections), [`process`] (one of the workspace's binaries as a
-//! child process, waited for until it announces its listener), [`DEFAULT_DATABASE_URL`].
+//! child process, waited for until it announces its listener), [`one_line`] and
+//! [`exit_status`] (an error as one line, each cause once), [`DEFAULT_DATABASE_URL`].
 
 pub mod http_server;
 pub mod process;
 pub mod prometheus;
+
+/// An error and its causes on one line, each cause said once: libraries often repeat their
+/// source's text in their own message ("error with configuration: invalid port number",
+/// caused by "invalid port number"), so a cause already in the line is left out.
+pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
+}
+
+/// Ends a binary's `main`: success, or `error: <one line>` on stderr and a failure status.
+pub fn exit_status(
+    result: Result<(), Box<dyn std::error::Error + Send + Sync>>,
+) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {}", one_line(err.as_ref()));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
 
 /// The database every binary uses unless told otherwise: the local server, no password.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
@@ -79,5 +110,43 @@ pub fn failpoints() -> Failpoints {
     Failpoints {
         #[cfg(feature = "failpoints")]
         _scenario: fail::FailScenario::setup(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let err = Layer(
+            "database error: error with configuration: invalid port number",
+            Some(Box::new(Layer(
+                "error with configuration: invalid port number",
+                Some(Box::new(Layer("invalid port number", None))),
+            ))),
+        );
+        assert_eq!(
+            super::one_line(&err),
+            "database error: error with configuration: invalid port number"
+        );
+        let err = Layer(
+            "reading contracts.csv",
+            Some(Box::new(Layer("No such file", None))),
+        );
+        assert_eq!(super::one_line(&err), "reading contracts.csv: No such file");
     }
 }

@@ -1,11 +1,15 @@
-//! Connection pools and the migrator.
+//! Connection pools (on one server, or following the writable one of several) and the
+//! migrator.
 
 use backon::{ExponentialBuilder, Retryable};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::ConnectOptions;
 use sqlx::PgPool;
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
+use crate::servers::{ServerList, ServerRole, SessionAttrs};
 use crate::StoreError;
 
 /// The schema, embedded from the workspace's `migrations/` folder.
@@ -22,20 +26,142 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations"
 /// autovacuum off, it crossed the threshold once `delivery_attempts` held about 550,000
 /// rows, and every claim from then on paid the compilation: the approval-to-acceptance
 /// p50 went from 15 ms to 150–200 ms. Nothing we run gains from JIT.
+///
+/// `database_url` may name several servers and the kind of session wanted, as libpq's
+/// multi-host URLs do (see [`crate::servers`]): the pool then opens its connections to
+/// the first server that qualifies, and follows another when that one stops qualifying
+/// (dies, or turns read-only or into a standby), until the pool is closed.
 pub async fn connect(
     database_url: &str,
     application_name: &str,
     max_connections: u32,
 ) -> Result<PgPool, StoreError> {
-    let options = PgConnectOptions::from_str(database_url)?
-        .application_name(application_name)
-        .options([("jit", "off")]);
+    let servers = ServerList::parse(database_url)?;
+    let application_name = application_name.to_owned();
+    let prepare = move |options: PgConnectOptions| {
+        options
+            .application_name(&application_name)
+            .options([("jit", "off")])
+    };
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(10));
+    if servers.is_single() {
+        let options = prepare(servers.servers()[0].options.clone());
+        return Ok(pool.connect_with(options).await?);
+    }
+    let (index, options) = servers.find(&prepare).await?;
+    let switched = Arc::new(Switched::default());
+    let attrs = servers.attrs();
+    let pool = pool
+        // A connection opened to a server of the wrong kind (the follower has not noticed
+        // the change yet) is refused: the caller sees an error, never a write refused
+        // half-way through its transaction by a standby.
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                let role = ServerRole::of(conn).await?;
+                if role.satisfies(attrs) || attrs == SessionAttrs::PreferStandby {
+                    Ok(())
+                } else {
+                    // As if the server were unreachable: it is, for what we need.
+                    Err(sqlx::Error::Io(std::io::Error::other(format!(
+                        "the server is no longer {}",
+                        attrs.describe()
+                    ))))
+                }
+            })
+        })
+        // Connections opened before the pool moved to another server are dropped rather
+        // than reused: an old primary that came back must not receive our writes.
+        .before_acquire({
+            let switched = Arc::clone(&switched);
+            move |_conn, meta| {
+                let keep = !switched.before(meta.age);
+                Box::pin(async move { Ok(keep) })
+            }
+        })
         .connect_with(options)
         .await?;
+    tokio::spawn(follow(pool.clone(), servers, index, prepare, switched));
     Ok(pool)
+}
+
+/// When the pool last moved to another server.
+#[derive(Debug, Default)]
+struct Switched(Mutex<Option<Instant>>);
+
+impl Switched {
+    fn now(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    /// Whether a connection of this age was opened before the last move.
+    fn before(&self, age: Duration) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|at| age > at.elapsed())
+    }
+}
+
+/// How often the follower asks the current server what it is.
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+
+/// Watches the server the pool uses, on a connection of its own, and points the pool at
+/// the first server of the list that qualifies once it stops qualifying. Logs one line
+/// when the database goes away and one when it is back, with how long it was gone.
+async fn follow(
+    pool: PgPool,
+    servers: ServerList,
+    mut current: usize,
+    prepare: impl Fn(PgConnectOptions) -> PgConnectOptions + Send + Sync + 'static,
+    switched: Arc<Switched>,
+) {
+    let attrs = servers.attrs();
+    let mut watch: Option<sqlx::PgConnection> = None;
+    while !pool.is_closed() {
+        tokio::time::sleep(FOLLOW_EVERY).await;
+        let label = &servers.servers()[current].label;
+        let options = prepare(servers.servers()[current].options.clone());
+        let role = match watch.as_mut() {
+            Some(conn) => ServerRole::of(conn).await,
+            None => match options.connect().await {
+                Ok(mut conn) => {
+                    let role = ServerRole::of(&mut conn).await;
+                    watch = Some(conn);
+                    role
+                }
+                Err(err) => Err(err),
+            },
+        };
+        let why = match role {
+            Ok(role) if role.satisfies(attrs) || attrs == SessionAttrs::PreferStandby => continue,
+            Ok(_) => format!("is no longer {}", attrs.describe()),
+            Err(err) => format!("cannot be reached ({})", crate::error::cause(&err)),
+        };
+        watch = None;
+        let gone = Instant::now();
+        tracing::warn!(server = %label, "the database server {why}; looking for another");
+        loop {
+            if pool.is_closed() {
+                return;
+            }
+            match servers.find(&prepare).await {
+                Ok((index, options)) => {
+                    current = index;
+                    pool.set_connect_options(options);
+                    switched.now();
+                    tracing::info!(
+                        server = %servers.servers()[index].label,
+                        gone_for = ?gone.elapsed(),
+                        "the database is back"
+                    );
+                    break;
+                }
+                Err(_) => tokio::time::sleep(FOLLOW_EVERY / 2).await,
+            }
+        }
+    }
 }
 
 /// Like [`connect`], but waits for a database that is still starting (as under

@@ -36,9 +36,26 @@ pub enum StoreError {
     /// Rows that the schema's invariants say cannot exist together.
     #[error("inconsistent data: {0}")]
     Inconsistent(String),
+    /// `DATABASE_URL` cannot be read (a malformed host list, an unknown
+    /// `target_session_attrs`); the URL itself is not repeated, since it may hold a password.
+    #[error("DATABASE_URL: {0}")]
+    BadDatabaseUrl(String),
+    /// Every server of the list answered, and none is of the kind wanted.
+    #[error("{0}")]
+    NoServerQualifies(String),
     /// PostgreSQL cannot store this JSON (for example a `\u0000` escape in a string).
     #[error("the payload cannot be stored: {0}")]
     UnstorablePayload(String),
+}
+
+/// An error's innermost cause, which says what went wrong without the layers' prefixes
+/// (sqlx's "error with configuration: invalid port number" is "invalid port number").
+pub(crate) fn cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut innermost = err;
+    while let Some(source) = innermost.source() {
+        innermost = source;
+    }
+    innermost.to_string()
 }
 
 impl StoreError {
@@ -66,9 +83,33 @@ impl StoreError {
     }
 
     /// True when no pooled connection became free in time: the database is overloaded
-    /// or unreachable, and retrying later may succeed.
+    /// or unreachable, and nothing was sent to it.
     pub fn is_busy(&self) -> bool {
         matches!(self, StoreError::Database(sqlx::Error::PoolTimedOut))
+    }
+
+    /// True when the database is away for now rather than refusing: busy, its connection
+    /// lost, restarting, shutting down, or turned read-only under us (a failover in
+    /// progress). Retrying later may succeed; a write in flight may or may not have been
+    /// committed.
+    pub fn is_unavailable(&self) -> bool {
+        let StoreError::Database(err) = self else {
+            return false;
+        };
+        match err {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                // 08: connection exception; 25006: read_only_sql_transaction (a standby,
+                // or a primary being demoted); 57P01-57P03: admin or crash shutdown,
+                // cannot connect now.
+                code.starts_with("08") || matches!(&*code, "25006" | "57P01" | "57P02" | "57P03")
+            }),
+            _ => false,
+        }
     }
 
     /// True when the database error is a unique-constraint violation.

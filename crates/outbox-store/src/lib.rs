@@ -7,7 +7,9 @@
 //!   benchmark; never part of the product's store API.
 //! - [`demo`]: the demo's read-only progress and report counts.
 //! - [`checker`]: the fault suite's referee reads, straight from the tables.
-//! - [`connect`]: pools (with a bounded wait for the database at start-up) and [`MIGRATOR`].
+//! - [`connect`]: pools (with a bounded wait for the database at start-up, following the
+//!   writable server of several) and [`MIGRATOR`]; [`servers`]: libpq's multi-host URLs
+//!   and `target_session_attrs`.
 //! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts (tokens with expiry
 //!   and revocation), and where alerts go (with signing secrets as stored, their rotation,
 //!   and re-sealing under a new key).
@@ -55,6 +57,7 @@ pub mod operator;
 pub mod operator_accounts;
 pub mod outbox;
 pub mod rendered;
+pub mod servers;
 pub mod tenants;
 pub mod tokens;
 pub mod upkeep;

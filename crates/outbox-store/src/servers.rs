@@ -1,0 +1,347 @@
+//! Which PostgreSQL server a pool talks to, when `DATABASE_URL` names several: libpq's
+//! multi-host form, `postgres://user@h1:5432,h2:5433/db?target_session_attrs=read-write`.
+//!
+//! As in libpq, the hosts are tried in the order given, and a server whose session does not
+//! have the wanted attributes (for `read-write`: one in recovery, or read-only) is left for
+//! the next host. `prefer-standby` tries every host for a standby first, then any server.
+//! A URL with one host and no `target_session_attrs` is what it always was.
+//!
+//! libpq makes this choice for each connection. A sqlx pool opens its connections with one
+//! set of options, so the choice is made for the pool instead: [`ServerList::find`] picks
+//! the server, the pool is pointed at it, and the pool's follower (in [`crate::connect`])
+//! watches it and points the pool at another server when it stops qualifying. Each
+//! connection is still checked when it opens, so none is ever handed out to a server of
+//! the wrong kind.
+
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection, PgConnection};
+use std::str::FromStr;
+
+use crate::StoreError;
+
+/// What the session must be for a server to be chosen: libpq's `target_session_attrs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionAttrs {
+    /// Any server that accepts the connection (the default).
+    Any,
+    /// A server that takes writes: not in recovery, `default_transaction_read_only` off.
+    ReadWrite,
+    /// A server that refuses writes (a standby, or one set read-only).
+    ReadOnly,
+    /// A server not in recovery.
+    Primary,
+    /// A server in recovery.
+    Standby,
+    /// A standby if any host has one, else any server.
+    PreferStandby,
+}
+
+impl FromStr for SessionAttrs {
+    type Err = StoreError;
+
+    fn from_str(text: &str) -> Result<Self, StoreError> {
+        Ok(match text {
+            "any" => SessionAttrs::Any,
+            "read-write" => SessionAttrs::ReadWrite,
+            "read-only" => SessionAttrs::ReadOnly,
+            "primary" => SessionAttrs::Primary,
+            "standby" => SessionAttrs::Standby,
+            "prefer-standby" => SessionAttrs::PreferStandby,
+            other => {
+                return Err(StoreError::BadDatabaseUrl(format!(
+                    "unknown target_session_attrs `{other}` (expected any, read-write, \
+                     read-only, primary, standby or prefer-standby)"
+                )))
+            }
+        })
+    }
+}
+
+impl SessionAttrs {
+    /// What a server must be for a pool whose processes write (every binary but a reader).
+    pub fn writes(self) -> bool {
+        matches!(self, SessionAttrs::ReadWrite | SessionAttrs::Primary)
+    }
+}
+
+/// What a server said about its session, enough to judge [`SessionAttrs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerRole {
+    /// `pg_is_in_recovery()`: a standby.
+    pub in_recovery: bool,
+    /// `transaction_read_only` of a new session.
+    pub read_only: bool,
+}
+
+impl ServerRole {
+    /// Reads the role of the server `conn` is connected to.
+    pub async fn of(conn: &mut PgConnection) -> Result<ServerRole, sqlx::Error> {
+        let (in_recovery, read_only): (bool, String) =
+            sqlx::query_as("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
+                .fetch_one(conn)
+                .await?;
+        Ok(ServerRole {
+            in_recovery,
+            read_only: read_only == "on",
+        })
+    }
+
+    /// Whether this server qualifies for `attrs` (for `prefer-standby`: as a standby).
+    pub fn satisfies(self, attrs: SessionAttrs) -> bool {
+        match attrs {
+            SessionAttrs::Any => true,
+            SessionAttrs::ReadWrite => !self.in_recovery && !self.read_only,
+            SessionAttrs::ReadOnly => self.in_recovery || self.read_only,
+            SessionAttrs::Primary => !self.in_recovery,
+            SessionAttrs::Standby | SessionAttrs::PreferStandby => self.in_recovery,
+        }
+    }
+}
+
+/// The servers a `DATABASE_URL` names, in order, and what the session must be.
+#[derive(Debug, Clone)]
+pub struct ServerList {
+    servers: Vec<Server>,
+    attrs: SessionAttrs,
+}
+
+/// One server of the list: its options (the URL with this host alone) and its `host:port`.
+#[derive(Debug, Clone)]
+pub struct Server {
+    /// How to connect to it.
+    pub options: PgConnectOptions,
+    /// `host:port` as written, for logs.
+    pub label: String,
+}
+
+impl ServerList {
+    /// Reads a `postgres://` URL with one or more comma-separated `host[:port]` (IPv6 in
+    /// brackets) and an optional `target_session_attrs`. Everything else in the URL (user,
+    /// password, database, other parameters) applies to every host.
+    pub fn parse(url: &str) -> Result<ServerList, StoreError> {
+        let bad = |why: &str| StoreError::BadDatabaseUrl(why.to_owned());
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| bad("expected postgres://[user@]host[:port][,host[:port]...]/db"))?;
+        if scheme != "postgres" && scheme != "postgresql" {
+            return Err(bad(&format!(
+                "scheme `{scheme}`: expected postgres:// or postgresql://"
+            )));
+        }
+        // The authority ends at the first '/' or '?'; the user part at its last '@'.
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(authority_end);
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
+            None => (None, authority),
+        };
+        let (path, query) = match tail.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (tail, None),
+        };
+        let mut attrs = SessionAttrs::Any;
+        let mut kept = Vec::new();
+        for pair in query.into_iter().flat_map(|q| q.split('&')) {
+            match pair.split_once('=') {
+                Some(("target_session_attrs", value)) => attrs = value.parse()?,
+                _ if !pair.is_empty() => kept.push(pair),
+                _ => {}
+            }
+        }
+        let query = if kept.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", kept.join("&"))
+        };
+        let user = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+        let mut servers = Vec::new();
+        for host in hosts.split(',') {
+            if host.is_empty() {
+                return Err(bad("an empty host in the host list"));
+            }
+            let single = format!("{scheme}://{user}{host}{path}{query}");
+            let options = PgConnectOptions::from_str(&single).map_err(|err| {
+                StoreError::BadDatabaseUrl(format!("host `{host}`: {}", crate::error::cause(&err)))
+            })?;
+            servers.push(Server {
+                options,
+                label: host.to_owned(),
+            });
+        }
+        Ok(ServerList { servers, attrs })
+    }
+
+    /// What the session must be.
+    pub fn attrs(&self) -> SessionAttrs {
+        self.attrs
+    }
+
+    /// The servers, in order.
+    pub fn servers(&self) -> &[Server] {
+        &self.servers
+    }
+
+    /// True when the URL named one host and no session attributes: nothing to choose.
+    pub fn is_single(&self) -> bool {
+        self.servers.len() == 1 && self.attrs == SessionAttrs::Any
+    }
+
+    /// The first server, in order, that accepts a connection and qualifies, with its
+    /// index; `prefer-standby` settles for the first server that accepts one when none is
+    /// a standby. Errors: the last connection error, or that no server qualified.
+    pub async fn find(
+        &self,
+        prepare: impl Fn(PgConnectOptions) -> PgConnectOptions,
+    ) -> Result<(usize, PgConnectOptions), StoreError> {
+        let mut last_error = None;
+        let mut fallback = None;
+        let mut roles = Vec::new();
+        for (index, server) in self.servers.iter().enumerate() {
+            let options = prepare(server.options.clone());
+            let role = async {
+                let mut conn = options.connect().await?;
+                let role = ServerRole::of(&mut conn).await;
+                let _ = conn.close().await;
+                role
+            }
+            .await;
+            match role {
+                Ok(role) if role.satisfies(self.attrs) => return Ok((index, options)),
+                Ok(role) => {
+                    if fallback.is_none() {
+                        fallback = Some((index, options));
+                    }
+                    roles.push(format!(
+                        "{} is {}",
+                        server.label,
+                        if role.in_recovery {
+                            "a standby"
+                        } else if role.read_only {
+                            "read-only"
+                        } else {
+                            "a primary"
+                        }
+                    ));
+                }
+                Err(err) => last_error = Some(err),
+            }
+        }
+        if self.attrs == SessionAttrs::PreferStandby {
+            if let Some(found) = fallback {
+                return Ok(found);
+            }
+        }
+        match (roles.is_empty(), last_error) {
+            (true, Some(err)) => Err(StoreError::Database(err)),
+            _ => Err(StoreError::NoServerQualifies(format!(
+                "no server is {}: {}",
+                self.attrs.describe(),
+                roles.join(", ")
+            ))),
+        }
+    }
+}
+
+impl SessionAttrs {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            SessionAttrs::Any => "reachable",
+            SessionAttrs::ReadWrite => "read-write",
+            SessionAttrs::ReadOnly => "read-only",
+            SessionAttrs::Primary => "a primary",
+            SessionAttrs::Standby | SessionAttrs::PreferStandby => "a standby",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(list: &ServerList) -> Vec<(String, u16)> {
+        list.servers()
+            .iter()
+            .map(|s| (s.options.get_host().to_owned(), s.options.get_port()))
+            .collect()
+    }
+
+    #[test]
+    fn several_hosts_share_the_rest_of_the_url() {
+        let list = ServerList::parse(
+            "postgres://app:secret@10.0.0.1:5441,db2.example:5442,[::1]/outbox?sslmode=disable&target_session_attrs=read-write",
+        )
+        .unwrap();
+        assert_eq!(list.attrs(), SessionAttrs::ReadWrite);
+        assert_eq!(
+            hosts(&list),
+            vec![
+                ("10.0.0.1".to_owned(), 5441),
+                ("db2.example".to_owned(), 5442),
+                ("[::1]".to_owned(), 5432)
+            ]
+        );
+        for server in list.servers() {
+            assert_eq!(server.options.get_username(), "app");
+            assert_eq!(server.options.get_database(), Some("outbox"));
+        }
+        assert_eq!(list.servers()[1].label, "db2.example:5442");
+        assert!(!list.is_single());
+    }
+
+    #[test]
+    fn one_host_without_attributes_is_a_plain_url() {
+        let list = ServerList::parse("postgres://postgres@127.0.0.1:5432/postgres").unwrap();
+        assert!(list.is_single());
+        assert_eq!(list.attrs(), SessionAttrs::Any);
+        let list =
+            ServerList::parse("postgresql://postgres@127.0.0.1/postgres?target_session_attrs=any")
+                .unwrap();
+        assert!(list.is_single());
+    }
+
+    #[test]
+    fn bad_lists_are_named_once() {
+        for (url, expected) in [
+            ("postgres://u@h1:5432,,h2/db", "an empty host"),
+            ("postgres://u@h1:5432,h2:port/db", "host `h2:port`"),
+            (
+                "postgres://u@h1,h2/db?target_session_attrs=writable",
+                "unknown target_session_attrs `writable`",
+            ),
+            ("mysql://u@h1/db", "scheme `mysql`"),
+            ("h1,h2", "expected postgres://"),
+        ] {
+            let err = ServerList::parse(url).unwrap_err().to_string();
+            assert!(err.contains(expected), "{url}: {err}");
+            // The cause is said once, not once per layer.
+            let words: Vec<&str> = err.split(": ").collect();
+            let mut unique = words.clone();
+            unique.dedup();
+            assert_eq!(words, unique, "{err}");
+        }
+    }
+
+    #[test]
+    fn roles_qualify_as_libpq_says() {
+        let primary = ServerRole {
+            in_recovery: false,
+            read_only: false,
+        };
+        let read_only_primary = ServerRole {
+            in_recovery: false,
+            read_only: true,
+        };
+        let standby = ServerRole {
+            in_recovery: true,
+            read_only: true,
+        };
+        use SessionAttrs::*;
+        assert!(primary.satisfies(ReadWrite) && primary.satisfies(Primary));
+        assert!(!read_only_primary.satisfies(ReadWrite) && read_only_primary.satisfies(Primary));
+        assert!(read_only_primary.satisfies(ReadOnly));
+        assert!(!standby.satisfies(ReadWrite) && !standby.satisfies(Primary));
+        assert!(standby.satisfies(Standby) && standby.satisfies(PreferStandby));
+        assert!(standby.satisfies(Any) && primary.satisfies(Any));
+        assert!(!primary.satisfies(Standby));
+    }
+}
