@@ -19,6 +19,7 @@ mod dispatch_faults;
 mod egress;
 mod email;
 mod email_api;
+mod failover;
 mod hostile_input;
 mod in_flight;
 mod logs;

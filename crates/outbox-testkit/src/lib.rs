@@ -5,8 +5,10 @@
 //! Layout: [`TestDb`] (create, migrate, connect, drop) and [`server_url`]; [`tls`]: a CA
 //! and server certificates made at test time, for the TLS tests; [`process`]: the
 //! workspace's binaries as a test's child processes (log file, wait until listening, log
-//! printed when the test fails, killed when dropped).
+//! printed when the test fails, killed when dropped); [`cluster`]: PostgreSQL servers of a
+//! test's own (a primary, streaming replicas, crashes and promotions) for failover tests.
 
+pub mod cluster;
 pub mod process;
 pub mod tls;
 
