@@ -581,6 +581,58 @@ async fn credentials_in_urls_are_redacted_in_every_view() {
 }
 
 #[tokio::test]
+async fn credential_query_values_are_hidden_in_every_view() {
+    let db = TestDb::new().await;
+    tenant(&db).await;
+    let url = "http://127.0.0.1:9/hook?api_key=QUERYSECRET&X-Auth=AUTHSECRET&page=2";
+    let lookup = "http://127.0.0.1:9/lookup/{key}?sig=LOOKUPSECRET";
+    let add = ctl(&db, &add_ops(url, &["--lookup-url", lookup]), &[], None).await;
+    assert!(add.ok, "{}", add.stderr);
+
+    for view in [
+        vec!["destination", "list"],
+        vec!["destination", "list", "--json"],
+        vec!["destination", "show", "ops", "--tenant", "acme"],
+        vec!["destination", "show", "ops", "--tenant", "acme", "--json"],
+    ] {
+        let run = ctl(&db, &view, &[], None).await;
+        assert!(run.ok, "{view:?}: {}", run.stderr);
+        for secret in ["QUERYSECRET", "AUTHSECRET", "LOOKUPSECRET"] {
+            assert!(
+                !run.stdout.contains(secret) && !run.stderr.contains(secret),
+                "{view:?} shows {secret}: {}",
+                run.stdout
+            );
+        }
+        assert!(
+            run.stdout
+                .contains("http://127.0.0.1:9/hook?api_key=***&X-Auth=***&page=2"),
+            "{view:?}: {}",
+            run.stdout
+        );
+    }
+    let show = ctl(
+        &db,
+        &["destination", "show", "ops", "--tenant", "acme"],
+        &[],
+        None,
+    )
+    .await;
+    assert!(
+        show.stdout
+            .contains("http://127.0.0.1:9/lookup/{key}?sig=***"),
+        "{}",
+        show.stdout
+    );
+    // Only the views hide them: the destination keeps its URL.
+    let stored: String = sqlx::query_scalar("SELECT url FROM destinations WHERE name = 'ops'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, url);
+}
+
+#[tokio::test]
 async fn revoked_and_expired_tokens_are_refused_with_401() {
     let api = Api::start().await;
     let db = &api.db;
