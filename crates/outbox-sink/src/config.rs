@@ -141,9 +141,15 @@ pub struct SinkArgs {
     pub keep_bodies: bool,
 
     /// `USER:PASSWORD` that SMTP clients must authenticate with (AUTH PLAIN or LOGIN)
-    /// before `MAIL FROM`. Without it AUTH is not offered and not required.
-    #[arg(long, env = "SINK_SMTP_AUTH", value_parser = parse_credentials, hide_env_values = true)]
+    /// before `MAIL FROM`. Without it AUTH is not offered and not required. Given as a
+    /// flag it is visible to every user of the machine (`ps`): prefer `SINK_SMTP_AUTH` or
+    /// `--smtp-auth-file`.
+    #[arg(long, env = "SINK_SMTP_AUTH", value_parser = parse_credentials, hide_env_values = true, conflicts_with = "smtp_auth_file")]
     pub smtp_auth: Option<SmtpCredentials>,
+
+    /// A file whose first line is the `USER:PASSWORD` of `--smtp-auth`.
+    #[arg(long, env = "SINK_SMTP_AUTH_FILE", value_name = "PATH")]
+    pub smtp_auth_file: Option<PathBuf>,
 
     /// Largest message accepted over SMTP, in bytes; a larger one is answered 552.
     #[arg(long, env = "SINK_SMTP_MAX_MESSAGE_BYTES", default_value = "10485760")]
@@ -170,6 +176,20 @@ pub struct SinkArgs {
     /// Wait this long (e.g. `2s`) before answering the final dot of an accepted message.
     #[arg(long, env = "SINK_SMTP_LATENCY", value_parser = humantime::parse_duration)]
     pub smtp_latency: Option<Duration>,
+}
+
+impl SinkArgs {
+    /// Reads `--smtp-auth-file` into `smtp_auth`; the error says which file and why, never
+    /// the file's content.
+    pub fn read_secret_files(&mut self) -> Result<(), String> {
+        if let Some(path) = &self.smtp_auth_file {
+            let line = outbox_runtime::read_secret_file(path)?;
+            let credentials = parse_credentials(&line)
+                .map_err(|why| format!("--smtp-auth-file {}: {why}", path.display()))?;
+            self.smtp_auth = Some(credentials);
+        }
+        Ok(())
+    }
 }
 
 /// The user name and password SMTP clients must authenticate with. Its `Debug` never shows
