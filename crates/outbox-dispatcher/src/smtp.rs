@@ -538,6 +538,12 @@ mod tests {
         assert!(text(&built).contains("\r\n "), "a long To header is folded");
         assert_eq!(to_header(&built.bytes), Ok(envelope.clone()));
         assert_eq!(check_to_header(&built.bytes, &envelope), Ok(()));
+
+        // Addresses beyond ASCII read back too.
+        job.mail_to = vec!["josé@exämple.org".into(), "o'brien@example.org".into()];
+        let built = build_message(&job, &TenantTemplates::default()).expect("builds");
+        let envelope = recipients(&job).expect("addresses");
+        assert_eq!(check_to_header(&built.bytes, &envelope), Ok(()));
     }
 
     #[test]
