@@ -375,6 +375,37 @@ mod tests {
     }
 
     #[test]
+    fn smtp_credentials_are_read_from_their_file() {
+        let dir = std::env::temp_dir().join(format!("sink-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("auth");
+        std::fs::write(&file, "relay:s3cr:et\n").unwrap();
+        let mut args = SinkArgs::try_parse_from([
+            "sink".as_ref(),
+            "--smtp-auth-file".as_ref(),
+            file.as_os_str(),
+        ])
+        .unwrap();
+        assert!(args.smtp_auth.is_none(), "read only when asked");
+        args.read_secret_files().unwrap();
+        assert!(args.smtp_auth.unwrap().accepts("relay", "s3cr:et"));
+
+        std::fs::write(&file, "no-colon\n").unwrap();
+        let mut args = SinkArgs::try_parse_from([
+            "sink".as_ref(),
+            "--smtp-auth-file".as_ref(),
+            file.as_os_str(),
+        ])
+        .unwrap();
+        let err = args.read_secret_files().unwrap_err();
+        assert!(
+            err.contains("USER:PASSWORD") && !err.contains("no-colon"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn smtp_flags() {
         let args = SinkArgs::try_parse_from(["sink"]).unwrap();
         assert!(args.smtp_listen.is_none() && args.smtp_auth.is_none());
@@ -402,6 +433,14 @@ mod tests {
 
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-auth", "nopassword"]).is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-auth", ":pw"]).is_err());
+        assert!(SinkArgs::try_parse_from([
+            "sink",
+            "--smtp-auth",
+            "relay:pw",
+            "--smtp-auth-file",
+            "auth"
+        ])
+        .is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-fail-reply", "250 ok"]).is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-fail-rate", "1.1"]).is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-max-message-bytes", "0"]).is_err());
