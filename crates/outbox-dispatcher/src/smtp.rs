@@ -562,6 +562,44 @@ mod tests {
         assert!(check_to_header(none, &envelope).is_err());
     }
 
+    /// Address-like text made mostly of the characters that matter to a header: quotes,
+    /// commas, brackets, backslashes, blanks, `@`, dots, and letters beyond ASCII.
+    fn address_like() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let part = proptest::collection::vec(
+            prop_oneof![
+                4 => proptest::char::range('a', 'z'),
+                1 => proptest::sample::select(vec![
+                    '"', ',', '[', ']', '\\', ' ', '@', '.', '<', '>', '(', ')', ';', ':',
+                    '+', '\'', 'é', '1', '\t',
+                ]),
+            ],
+            1..10,
+        )
+        .prop_map(String::from_iter);
+        (part.clone(), part).prop_map(|(local, domain)| format!("{local}@{domain}.example"))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_address_the_rule_accepts_reads_back_from_the_to_header(
+            addresses in proptest::collection::vec(address_like(), 1..6)
+        ) {
+            let mut job = job(0, vec![], None);
+            // The ones the rule accepts, as a destination's or a payload's would be.
+            job.mail_to = addresses
+                .into_iter()
+                .filter(|a| outbox_core::recipients::recipient(a).is_ok())
+                .collect();
+            if !job.mail_to.is_empty() {
+                let envelope = recipients(&job).map_err(proptest::test_runner::TestCaseError::fail)?;
+                let built = build_message(&job, &TenantTemplates::default());
+                let built = built.map_err(proptest::test_runner::TestCaseError::fail)?;
+                proptest::prop_assert_eq!(check_to_header(&built.bytes, &envelope), Ok(()));
+            }
+        }
+    }
+
     #[test]
     fn queue_ids_and_relays_are_read() {
         assert_eq!(
