@@ -128,7 +128,7 @@ struct NewsArgs {
 
 impl NewsArgs {
     fn source(
-        self,
+        &self,
         allow: &outbox_egress::AllowList,
     ) -> anyhow::Result<Option<outbox_decider::news::NewsSource>> {
         let token = match &self.webz_token_file {
@@ -136,13 +136,16 @@ impl NewsArgs {
                 outbox_runtime::read_secret_file(path)
                     .map_err(|why| anyhow::anyhow!("--webz-token-file: {why}"))?,
             ),
-            None => self.webz_token,
+            None => self.webz_token.clone(),
         };
-        Ok(self.news_url.map(|url| outbox_decider::news::NewsSource {
-            url,
-            token,
-            egress: outbox_egress::Guard::new(allow.clone()),
-        }))
+        Ok(self
+            .news_url
+            .clone()
+            .map(|url| outbox_decider::news::NewsSource {
+                url,
+                token,
+                egress: outbox_egress::Guard::new(allow.clone()),
+            }))
     }
 }
 
@@ -166,6 +169,12 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let _failpoints = outbox_runtime::failpoints();
+    // Before connecting: a token file that cannot be read is said at once.
+    let news = match &cli.command {
+        Command::Serve { news, .. } | Command::RunOnce { news, .. } => {
+            news.source(&cli.allow_private)?
+        }
+    };
     let pool = outbox_store::connect_with_retry(
         &cli.database_url,
         "decider",
@@ -181,7 +190,7 @@ async fn main() -> anyhow::Result<()> {
             console,
             limits,
             interval,
-            news,
+            news: _,
         } => {
             let api = tokio::net::TcpListener::bind(listen)
                 .await
@@ -220,7 +229,6 @@ async fn main() -> anyhow::Result<()> {
                     },
                 ))
             });
-            let news = news.source(&cli.allow_private)?;
             let monitors = tokio::spawn(outbox_decider::run_every(
                 pool.clone(),
                 interval,
@@ -244,9 +252,8 @@ async fn main() -> anyhow::Result<()> {
                 console_server.await??;
             }
         }
-        Command::RunOnce { now, news } => {
+        Command::RunOnce { now, news: _ } => {
             let now = now.unwrap_or_else(jiff::Timestamp::now);
-            let news = news.source(&cli.allow_private)?;
             let summary = outbox_decider::run_once(&pool, now, news.as_ref()).await?;
             println!(
                 "{} renewal alert(s), {} news alert(s), {} article(s) ingested",
