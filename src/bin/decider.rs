@@ -2,7 +2,7 @@
 //! interval), `decider run-once` (the monitors once, for cron).
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -122,19 +122,49 @@ struct NewsArgs {
     /// A Webz.io-compatible news endpoint to poll for the watchlists' queries.
     #[arg(long, env = "NEWS_URL")]
     news_url: Option<String>,
-    /// Its API token.
-    #[arg(long, env = "WEBZ_TOKEN", hide_env_values = true)]
+    /// Its API token. Given as a flag it is visible to every user of the machine (`ps`):
+    /// prefer `WEBZ_TOKEN` or `--webz-token-file`.
+    #[arg(
+        long,
+        env = "WEBZ_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "webz_token_file"
+    )]
     webz_token: Option<String>,
+    /// A file whose first line is the API token.
+    #[arg(long, env = "WEBZ_TOKEN_FILE", value_name = "PATH")]
+    webz_token_file: Option<std::path::PathBuf>,
 }
 
 impl NewsArgs {
-    fn source(self, allow: &outbox_egress::AllowList) -> Option<outbox_decider::news::NewsSource> {
-        self.news_url.map(|url| outbox_decider::news::NewsSource {
-            url,
-            token: self.webz_token,
-            egress: outbox_egress::Guard::new(allow.clone()),
-        })
+    fn source(
+        &self,
+        allow: &outbox_egress::AllowList,
+    ) -> anyhow::Result<Option<outbox_decider::news::NewsSource>> {
+        let token = match &self.webz_token_file {
+            Some(path) => Some(
+                outbox_runtime::read_secret_file(path)
+                    .map_err(|why| anyhow::anyhow!("--webz-token-file: {why}"))?,
+            ),
+            None => self.webz_token.clone(),
+        };
+        Ok(self
+            .news_url
+            .clone()
+            .map(|url| outbox_decider::news::NewsSource {
+                url,
+                token,
+                egress: outbox_egress::Guard::new(allow.clone()),
+            }))
     }
+}
+
+/// Whether the subcommand's `--webz-token` came from the command line (rather than
+/// `WEBZ_TOKEN`), where every user of the machine can read it.
+fn token_on_command_line(matches: &clap::ArgMatches) -> bool {
+    matches.subcommand().is_some_and(|(_, sub)| {
+        sub.value_source("webz_token") == Some(clap::parser::ValueSource::CommandLine)
+    })
 }
 
 fn main() -> std::process::ExitCode {
@@ -143,9 +173,22 @@ fn main() -> std::process::ExitCode {
 
 #[tokio::main]
 async fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches)?;
     outbox_runtime::init_tracing();
+    if token_on_command_line(&matches) {
+        tracing::warn!(
+            "--webz-token puts the news API token on the command line, where every user of \
+             this machine can read it (ps); use WEBZ_TOKEN or --webz-token-file instead"
+        );
+    }
     let _failpoints = outbox_runtime::failpoints();
+    // Before connecting: a token file that cannot be read is said at once.
+    let news = match &cli.command {
+        Command::Serve { news, .. } | Command::RunOnce { news, .. } => {
+            news.source(&cli.allow_private)?
+        }
+    };
     let pool = outbox_store::connect_with_retry(
         &cli.database_url,
         "decider",
@@ -161,7 +204,7 @@ async fn run() -> anyhow::Result<()> {
             console,
             limits,
             interval,
-            news,
+            news: _,
         } => {
             let api = tokio::net::TcpListener::bind(listen)
                 .await
@@ -203,7 +246,7 @@ async fn run() -> anyhow::Result<()> {
             let monitors = tokio::spawn(outbox_decider::run_every(
                 pool.clone(),
                 interval,
-                news.source(&cli.allow_private),
+                news,
                 async move {
                     let _ = monitors_stopped.wait_for(|s| *s).await;
                 },
@@ -223,11 +266,9 @@ async fn run() -> anyhow::Result<()> {
                 console_server.await??;
             }
         }
-        Command::RunOnce { now, news } => {
+        Command::RunOnce { now, news: _ } => {
             let now = now.unwrap_or_else(jiff::Timestamp::now);
-            let summary =
-                outbox_decider::run_once(&pool, now, news.source(&cli.allow_private).as_ref())
-                    .await?;
+            let summary = outbox_decider::run_once(&pool, now, news.as_ref()).await?;
             println!(
                 "{} renewal alert(s), {} news alert(s), {} article(s) ingested",
                 summary.renewal_alerts, summary.news_alerts, summary.articles_ingested

@@ -3,7 +3,8 @@
 //! `--smtp-listen`, SMTPS with `--smtps-listen`) and serves until SIGTERM/SIGINT.
 
 use anyhow::Context;
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> std::process::ExitCode {
     outbox_runtime::exit_status(run().map_err(Into::into))
@@ -11,8 +12,16 @@ fn main() -> std::process::ExitCode {
 
 #[tokio::main]
 async fn run() -> anyhow::Result<()> {
-    let args = outbox_sink::SinkArgs::parse();
+    let matches = outbox_sink::SinkArgs::command().get_matches();
+    let mut args = outbox_sink::SinkArgs::from_arg_matches(&matches)?;
     outbox_runtime::init_tracing();
+    if matches.value_source("smtp_auth") == Some(ValueSource::CommandLine) {
+        tracing::warn!(
+            "--smtp-auth puts the SMTP password on the command line, where every user of \
+             this machine can read it (ps); use SINK_SMTP_AUTH or --smtp-auth-file instead"
+        );
+    }
+    args.read_secret_files().map_err(anyhow::Error::msg)?;
     let listen = args.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await

@@ -249,6 +249,10 @@ async fn framing_and_hop_by_hop_headers_cannot_carry_the_notification_id() {
         "Upgrade",
         "TE",
         "Trailer",
+        "Expect",
+        "Content-Encoding",
+        "Authorization",
+        "Cookie",
         "Proxy-Authorization",
         "Content-Type",
         "webhook-signature",
@@ -287,14 +291,23 @@ async fn the_dispatcher_refuses_to_send_with_a_framing_header_written_by_other_m
     let tenant = add_tenant(&db, "acme", &[]).await;
     let (port, connections) = counting_listener().await;
     let url = format!("http://127.0.0.1:{port}/hook");
-    for header in ["Host", "Content-Length", "Transfer-Encoding"] {
+    let headers = [
+        "Host",
+        "Content-Length",
+        "Transfer-Encoding",
+        "Expect",
+        "Content-Encoding",
+        "Authorization",
+        "Cookie",
+    ];
+    for header in headers {
         add_destination(&db, tenant.id, header, &url, |d| {
             d.idempotency_header = header.to_owned();
         })
         .await;
     }
     let mut alerts = Vec::new();
-    for header in ["Host", "Content-Length", "Transfer-Encoding"] {
+    for header in headers {
         alerts.push((header, approve_many(&db, tenant.id, header, 1).await[0]));
     }
     drain(&db, "headers", &["--allow-private", TEST_ALLOW_PRIVATE]).await;
@@ -310,7 +323,7 @@ async fn the_dispatcher_refuses_to_send_with_a_framing_header_written_by_other_m
 }
 
 /// A server that records every request it gets: path, query and headers.
-async fn recording_server() -> (String, Arc<Mutex<Vec<String>>>) {
+pub(crate) async fn recording_server() -> (String, Arc<Mutex<Vec<String>>>) {
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let kept = seen.clone();
     let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
@@ -364,7 +377,7 @@ async fn hostile_feed(elsewhere: String) -> String {
     format!("http://{addr}")
 }
 
-async fn watchlist(db: &TestDb, tenant: uuid::Uuid) {
+pub(crate) async fn watchlist(db: &TestDb, tenant: uuid::Uuid) {
     outbox_store::monitors::add_watchlist_entry(
         &db.pool,
         &outbox_store::monitors::NewWatchlistEntry {

@@ -34,10 +34,19 @@ struct Inbox {
 
 impl Inbox {
     async fn start(extra: &[&str]) -> Inbox {
+        Inbox::start_with(extra, &[]).await
+    }
+
+    /// An inbox that requires AUTH as `relay` with [`PASSWORD`].
+    async fn start_with_auth(extra: &[&str]) -> Inbox {
+        Inbox::start_with(extra, &[("SINK_SMTP_AUTH", &relay_auth())]).await
+    }
+
+    async fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Inbox {
         let mut args = vec!["--listen", "127.0.0.1:0", "--smtp-listen", "127.0.0.1:0"];
         args.extend_from_slice(extra);
         let (mut child, base) =
-            spawn_listening(env!("CARGO_BIN_EXE_sink"), &args, &[], "sink listening").await;
+            spawn_listening(env!("CARGO_BIN_EXE_sink"), &args, env, "sink listening").await;
         let smtp_port = port(&child.listening("sink SMTP listening").await);
         let smtps_port = match extra.contains(&"--smtps-listen") {
             true => Some(port(&child.listening("sink SMTPS listening").await)),
@@ -54,9 +63,9 @@ impl Inbox {
 
     /// An inbox that presents `files`' certificate: `STARTTLS` on its SMTP port, implicit
     /// TLS on its SMTPS port.
-    async fn start_tls(files: &TlsFiles, extra: &[&str]) -> Inbox {
+    async fn start_tls(files: &TlsFiles, env: &[(&str, &str)]) -> Inbox {
         let (cert, key) = (files.cert(), files.key());
-        let mut args = vec![
+        let args = [
             "--smtps-listen",
             "127.0.0.1:0",
             "--smtp-tls-cert",
@@ -64,8 +73,7 @@ impl Inbox {
             "--smtp-tls-key",
             key.to_str().unwrap(),
         ];
-        args.extend_from_slice(extra);
-        Inbox::start(&args).await
+        Inbox::start_with(&args, env).await
     }
 
     /// Whether the sink logged a line containing `text`.
@@ -101,6 +109,12 @@ impl Inbox {
             response.text().await
         );
     }
+}
+
+/// The sink's `SINK_SMTP_AUTH`: the relay's user and [`PASSWORD`], in the environment (a
+/// flag would show the password to every user of the machine).
+fn relay_auth() -> String {
+    format!("relay:{PASSWORD}")
 }
 
 /// The port of a listener's address (`127.0.0.1:port`).
@@ -221,7 +235,7 @@ fn for_alert(messages: &[Value], id: Uuid) -> Vec<Value> {
 #[tokio::test]
 async fn email_reaches_the_inbox_once_with_its_identity_in_each_locale_and_no_credentials_leak() {
     let db = TestDb::new().await;
-    let inbox = Inbox::start(&["--smtp-auth", &format!("relay:{PASSWORD}")]).await;
+    let inbox = Inbox::start_with_auth(&[]).await;
     let password_file =
         std::env::temp_dir().join(format!("outbox-email-pass-{}", std::process::id()));
     std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
@@ -735,7 +749,7 @@ async fn a_dispatcher_dying_after_the_send_is_replaced_and_resends_the_stored_by
 #[tokio::test]
 async fn the_smtp_password_is_sealed_at_rest_and_opened_only_to_authenticate() {
     let db = TestDb::new().await;
-    let inbox = Inbox::start(&["--smtp-auth", &format!("relay:{PASSWORD}")]).await;
+    let inbox = Inbox::start_with_auth(&[]).await;
     assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
     let keys = format!(
         "k1:{}",
@@ -966,7 +980,7 @@ async fn email_over_starttls_and_implicit_tls_reaches_the_inbox_once_with_auth_a
 ) {
     let db = TestDb::new().await;
     let files = TestCa::new("outbox test CA").issue(&["127.0.0.1"]);
-    let inbox = Inbox::start_tls(&files, &["--smtp-auth", &format!("relay:{PASSWORD}")]).await;
+    let inbox = Inbox::start_tls(&files, &[("SINK_SMTP_AUTH", &relay_auth())]).await;
     let ca = files.ca();
     let auth = password_flags(files.dir());
     let mut flags = vec!["--smtp-ca-file", ca.to_str().unwrap()];
@@ -1062,7 +1076,7 @@ async fn a_certificate_for_another_name_or_from_an_untrusted_ca_is_class_tls_and
 async fn a_relay_that_does_not_offer_starttls_gets_nothing_in_plain_text_not_even_auth() {
     let db = TestDb::new().await;
     let files = TestCa::new("outbox test CA").issue(&["127.0.0.1"]);
-    let inbox = Inbox::start_tls(&files, &["--smtp-auth", &format!("relay:{PASSWORD}")]).await;
+    let inbox = Inbox::start_tls(&files, &[("SINK_SMTP_AUTH", &relay_auth())]).await;
     // As an attacker on the path would, the relay's answer to EHLO leaves STARTTLS out.
     inbox.faults(json!({"smtp_hide_starttls": true})).await;
     let ca = files.ca();
@@ -1268,4 +1282,313 @@ async fn sighup_reloads_the_tenants_templates_for_the_next_alert() {
     assert_eq!(for_alert(&messages, after)[0]["subject"], "After: A-17");
     drop(dispatcher);
     std::fs::remove_dir_all(&templates).unwrap();
+}
+
+/// Recipients a `To` header cannot be trusted to show: a quoted local part (a header built
+/// from a list holding one does not read back as that list) and IP address domains.
+const HIDDEN: [&str; 3] = [
+    r#""a,b"@attacker.example"#,
+    "x@[127.0.0.1]",
+    "spy@127.0.0.1",
+];
+
+/// The addresses of the `To` header the sink recorded, in order.
+fn to_header_addresses(message: &Value) -> Vec<String> {
+    message["to"]
+        .as_str()
+        .expect("the sink recorded a To header")
+        .split(',')
+        .map(|address| address.trim().to_owned())
+        .collect()
+}
+
+/// The renewal payload with `recipients` set.
+fn renewal_naming(recipients: &[&str]) -> Value {
+    let mut payload: Value = serde_json::from_str(RENEWAL).unwrap();
+    payload["recipients"] = json!(recipients);
+    payload
+}
+
+#[tokio::test]
+async fn recipients_a_to_header_would_hide_are_refused_at_approval_and_nothing_is_mailed() {
+    let api = common::Api::start().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&api.db, &inbox, "finance", &["--to", "legit@acme.example"]).await;
+    for (n, hidden) in HIDDEN.iter().enumerate() {
+        let payload = renewal_naming(&["cfo@acme.example", "spy@attacker.example", hidden]);
+        let (status, problem) = api
+            .approve(
+                &api.acme.token,
+                &json!({
+                    "destination": "finance",
+                    "subject": "contract:A-17",
+                    "occurrence": format!("2027-01-15/{n}"),
+                    "payload": payload,
+                }),
+            )
+            .await;
+        assert_eq!(status.as_u16(), 422, "{hidden}: {problem}");
+        assert_eq!(problem["type"], "/problems/invalid-recipients");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(hidden) && !detail.contains('\n'),
+            "{detail}"
+        );
+    }
+    assert_eq!(api.db.count("alerts").await, 0, "nothing was approved");
+
+    drain_logged(&api.db, "w1", &[]).await;
+    assert_eq!(inbox.messages().await, Vec::<Value>::new());
+}
+
+#[tokio::test]
+async fn an_alert_names_at_most_100_recipients_at_approval() {
+    let api = common::Api::start().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&api.db, &inbox, "finance", &["--to", "legit@acme.example"]).await;
+    let owners: Vec<String> = (0..=100)
+        .map(|i| format!("owner-{i}@acme.example"))
+        .collect();
+    let owners: Vec<&str> = owners.iter().map(String::as_str).collect();
+    let approval = |owners: &[&str], occurrence: &str| {
+        json!({
+            "destination": "finance",
+            "subject": "contract:A-17",
+            "occurrence": occurrence,
+            "payload": renewal_naming(owners),
+        })
+    };
+    let (status, problem) = api
+        .approve(&api.acme.token, &approval(&owners, "2027-01-15/30d"))
+        .await;
+    assert_eq!(status.as_u16(), 422, "{problem}");
+    assert_eq!(problem["type"], "/problems/invalid-recipients");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("101 recipients; an alert goes to at most 100"),
+        "{problem}"
+    );
+    assert_eq!(api.db.count("alerts").await, 0);
+    // A repeated address counts once.
+    let mut repeated = owners[..100].to_vec();
+    repeated.push("OWNER-0@acme.example");
+    let (status, body) = api
+        .approve(&api.acme.token, &approval(&repeated, "2027-01-15/15d"))
+        .await;
+    assert_eq!(status.as_u16(), 201, "{body}");
+}
+
+#[tokio::test]
+async fn a_hidden_recipient_stored_before_the_check_fails_the_alert_at_send_with_nothing_mailed() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&db, &inbox, "finance", &["--to", "legit@acme.example"]).await;
+    // Rows as a version without the check could have written them: the payload is
+    // rewritten in place, past the approval's check.
+    let mut alerts = Vec::new();
+    for (n, hidden) in HIDDEN.iter().enumerate() {
+        let id = approve(&db, "finance", &format!("contract:A-{n}")).await;
+        sqlx::query("UPDATE alerts SET payload = $1 WHERE id = $2")
+            .bind(renewal_naming(&["spy@attacker.example", hidden]))
+            .bind(id)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        alerts.push((id, *hidden));
+    }
+    drain_logged(&db, "w1", &[]).await;
+    for (id, hidden) in alerts {
+        assert_eq!(state_of(&db, id).await, "failed", "{hidden}");
+        let lines = evidence(&db, id).await.join("\n");
+        assert!(lines.contains(&format!("recipient `{hidden}`")), "{lines}");
+    }
+    assert_eq!(inbox.messages().await, Vec::<Value>::new());
+}
+
+#[tokio::test]
+async fn a_stored_message_whose_to_header_leaves_out_a_recipient_is_never_sent() {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(&db, &inbox, "finance", &["--to", "legit@acme.example"]).await;
+    let id = approve(&db, "finance", "contract:A-17").await;
+    sqlx::query("UPDATE alerts SET payload = $1 WHERE id = $2")
+        .bind(renewal_naming(&["spy@attacker.example"]))
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // The message as rendered before `To` was built from the whole list: it names one
+    // recipient, the envelope two.
+    let bytes = format!(
+        "From: alerts@acme.example\r\nTo: legit@acme.example\r\nSubject: Renewal\r\n\
+         Message-ID: <{id}@acme.example>\r\nX-Alert-Id: {id}\r\n\r\nRenewal due.\r\n"
+    );
+    outbox_store::rendered::store_once(
+        &db.pool,
+        id,
+        &format!("<{id}@acme.example>"),
+        bytes.as_bytes(),
+        &format!("{:x}", Sha256::digest(bytes.as_bytes())),
+        "builtin",
+    )
+    .await
+    .unwrap();
+
+    drain_logged(&db, "w1", &[]).await;
+    assert_eq!(state_of(&db, id).await, "failed");
+    let lines = evidence(&db, id).await.join("\n");
+    assert!(
+        lines.contains("To header names [legit@acme.example]")
+            && lines.contains("[legit@acme.example, spy@attacker.example]"),
+        "{lines}"
+    );
+    assert_eq!(inbox.messages().await, Vec::<Value>::new());
+}
+
+#[tokio::test]
+async fn everyone_a_message_is_sent_to_is_named_in_its_to_header() {
+    let api = common::Api::start().await;
+    let inbox = Inbox::start(&[]).await;
+    add_email_destination(
+        &api.db,
+        &inbox,
+        "finance",
+        &["--to", "cfo@acme.example", "--to", "legit@acme.example"],
+    )
+    .await;
+    let owners: Vec<String> = (0..30).map(|i| format!("owner-{i}@acme.example")).collect();
+    let mut named: Vec<&str> = owners.iter().map(String::as_str).collect();
+    named.push("CFO@acme.example");
+    let (status, body) = api
+        .approve(
+            &api.acme.token,
+            &json!({
+                "destination": "finance",
+                "subject": "contract:A-17",
+                "occurrence": "2027-01-15/30d",
+                "payload": renewal_naming(&named),
+            }),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 201, "{body}");
+    drain_logged(&api.db, "w1", &[]).await;
+
+    let messages = inbox.messages().await;
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    let envelope: Vec<String> = serde_json::from_value(messages[0]["rcpt_to"].clone()).unwrap();
+    assert_eq!(envelope.len(), 32, "each address once: {envelope:?}");
+    assert_eq!(envelope[..2], ["cfo@acme.example", "legit@acme.example"]);
+    assert_eq!(to_header_addresses(&messages[0]), envelope);
+}
+
+#[tokio::test]
+async fn contract_files_naming_hidden_recipients_import_nothing() {
+    let db = TestDb::new().await;
+    assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
+    let dir = std::env::temp_dir().join(format!("outbox-contracts-{}", Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for hidden in HIDDEN {
+        let csv = dir.join("contracts.csv");
+        // The field quoted as CSV quotes it: in double quotes, a quote doubled.
+        let owners = format!("\"cfo@acme.example;{}\"", hidden.replace('"', "\"\""));
+        std::fs::write(
+            &csv,
+            format!(
+                "external_id,vendor,amount,currency,renewal_date,recipients\n\
+                 A-1,Acme,10,EUR,2027-01-15,cfo@acme.example\n\
+                 A-2,Acme,10,EUR,2027-01-15,{owners}\n"
+            ),
+        )
+        .unwrap();
+        let json = dir.join("contracts.json");
+        let items = json!([
+            {"external_id": "J-1", "vendor": "Acme", "amount": 10, "currency": "EUR",
+             "renewal_date": "2027-01-15", "recipients": ["cfo@acme.example"]},
+            {"external_id": "J-2", "vendor": "Acme", "amount": 10, "currency": "EUR",
+             "renewal_date": "2027-01-15", "recipients": ["cfo@acme.example", hidden]},
+        ]);
+        std::fs::write(&json, items.to_string()).unwrap();
+
+        for (file, row) in [(&csv, "line 3"), (&json, "item 2")] {
+            let path = file.to_str().unwrap();
+            let run = outboxctl(&db, &["contract", "import", path, "--tenant", "acme"]).await;
+            assert!(!run.ok, "{path} with {hidden} was imported");
+            assert!(
+                run.stderr.starts_with("error:")
+                    && run.stderr.trim_end().lines().count() == 1
+                    && run.stderr.contains(&format!("{row}: recipient `{hidden}`")),
+                "{}",
+                run.stderr
+            );
+        }
+    }
+    assert_eq!(db.count("contracts").await, 0, "a bad file writes nothing");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn destination_recipients_that_a_to_header_would_hide_are_refused_in_one_line() {
+    let db = TestDb::new().await;
+    assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
+    let base = [
+        "destination",
+        "add",
+        "--tenant",
+        "acme",
+        "--name",
+        "finance",
+        "--from",
+        "alerts@acme.example",
+        "--allow-private",
+        TEST_ALLOW_PRIVATE,
+    ];
+    let email = [
+        "--kind",
+        "email",
+        "--smtp-host",
+        "127.0.0.1",
+        "--smtp-tls",
+        "none",
+    ];
+    let email_api = [
+        "--url",
+        "https://8.8.8.8/emails",
+        "--body-template",
+        "email-api-resend",
+    ];
+    let key = std::env::temp_dir().join(format!("outbox-api-key-{}", Uuid::new_v4()));
+    std::fs::write(&key, "re_test_key\n").unwrap();
+    let key_flags = ["--bearer-token-file", key.to_str().unwrap()];
+    let email_api: Vec<&str> = [&email_api[..], &key_flags[..]].concat();
+    for kind in [&email[..], &email_api[..]] {
+        for (hidden, why) in HIDDEN.iter().zip([
+            "has a quoted local part",
+            "is addressed to an IP address",
+            "is addressed to an IP address",
+        ]) {
+            let args = [
+                &base[..],
+                kind,
+                &["--to", "cfo@acme.example", "--to", hidden],
+            ]
+            .concat();
+            let run = outboxctl(&db, &args).await;
+            assert!(!run.ok, "{args:?} was accepted");
+            assert_eq!(run.stderr.trim_end().lines().count(), 1, "{}", run.stderr);
+            assert!(
+                run.stderr
+                    .starts_with(&format!("error: --to: recipient `{hidden}` {why}")),
+                "{}",
+                run.stderr
+            );
+        }
+    }
+    assert_eq!(db.count("destinations").await, 0);
+    // The same flags with plain addresses are accepted.
+    let args = [&base[..], &email[..], &["--to", "cfo@acme.example"]].concat();
+    let run = outboxctl(&db, &args).await;
+    assert!(run.ok, "{}", run.stderr);
+    std::fs::remove_file(&key).unwrap();
 }

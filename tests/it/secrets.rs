@@ -581,6 +581,150 @@ async fn credentials_in_urls_are_redacted_in_every_view() {
 }
 
 #[tokio::test]
+async fn credential_query_values_are_hidden_in_every_view() {
+    let db = TestDb::new().await;
+    tenant(&db).await;
+    let url = "http://127.0.0.1:9/hook?api_key=QUERYSECRET&X-Auth=AUTHSECRET&page=2";
+    let lookup = "http://127.0.0.1:9/lookup/{key}?sig=LOOKUPSECRET";
+    let add = ctl(&db, &add_ops(url, &["--lookup-url", lookup]), &[], None).await;
+    assert!(add.ok, "{}", add.stderr);
+
+    for view in [
+        vec!["destination", "list"],
+        vec!["destination", "list", "--json"],
+        vec!["destination", "show", "ops", "--tenant", "acme"],
+        vec!["destination", "show", "ops", "--tenant", "acme", "--json"],
+    ] {
+        let run = ctl(&db, &view, &[], None).await;
+        assert!(run.ok, "{view:?}: {}", run.stderr);
+        for secret in ["QUERYSECRET", "AUTHSECRET", "LOOKUPSECRET"] {
+            assert!(
+                !run.stdout.contains(secret) && !run.stderr.contains(secret),
+                "{view:?} shows {secret}: {}",
+                run.stdout
+            );
+        }
+        assert!(
+            run.stdout
+                .contains("http://127.0.0.1:9/hook?api_key=***&X-Auth=***&page=2"),
+            "{view:?}: {}",
+            run.stdout
+        );
+    }
+    let show = ctl(
+        &db,
+        &["destination", "show", "ops", "--tenant", "acme"],
+        &[],
+        None,
+    )
+    .await;
+    assert!(
+        show.stdout
+            .contains("http://127.0.0.1:9/lookup/{key}?sig=***"),
+        "{}",
+        show.stdout
+    );
+    // Only the views hide them: the destination keeps its URL.
+    let stored: String = sqlx::query_scalar("SELECT url FROM destinations WHERE name = 'ops'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, url);
+}
+
+/// `decider run-once` polling the watchlists at `news_url` with `flags` and `env`: whether
+/// it succeeded, and what it logged (at warn level).
+async fn poll_news(
+    db: &TestDb,
+    news_url: &str,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> (bool, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_decider"));
+    command
+        .args([
+            "run-once",
+            "--database-url",
+            &db.url,
+            "--news-url",
+            news_url,
+            "--allow-private",
+            TEST_ALLOW_PRIVATE,
+        ])
+        .args(flags)
+        .env("RUST_LOG", "warn")
+        .env_remove("WEBZ_TOKEN")
+        .env_remove("WEBZ_TOKEN_FILE")
+        .env_remove("OUTBOX_ALLOW_PRIVATE");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = command.output().await.unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// One way of giving a process a secret: a name for it, the flags, the environment.
+type SecretGiven<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_news_token_comes_from_a_file_or_the_environment_and_as_a_flag_it_warns() {
+    let db = TestDb::new().await;
+    let tenant = common::add_tenant(&db, "acme", &["ops"]).await;
+    crate::egress::watchlist(&db, tenant.id).await;
+    let (feed, seen) = crate::egress::recording_server().await;
+    let news_url = format!("{feed}/newsApiLite");
+    let file = temp_file("webz-token", "token-from-a-file\n");
+    let cases: [SecretGiven; 3] = [
+        (
+            "token-from-a-file",
+            vec!["--webz-token-file", file.to_str().unwrap()],
+            vec![],
+        ),
+        (
+            "token-from-the-env",
+            vec![],
+            vec![("WEBZ_TOKEN", "token-from-the-env")],
+        ),
+        (
+            "token-on-argv",
+            vec!["--webz-token", "token-on-argv"],
+            vec![],
+        ),
+    ];
+    for (token, flags, env) in cases {
+        seen.lock().unwrap().clear();
+        let (ok, logs) = poll_news(&db, &news_url, &flags, &env).await;
+        assert!(ok, "{token}: {logs}");
+        let requests = seen.lock().unwrap().clone();
+        assert!(
+            !requests.is_empty()
+                && requests
+                    .iter()
+                    .all(|r| r.contains(&format!("token={token}"))),
+            "{token}: {requests:?}"
+        );
+        let warned =
+            logs.contains("WARN") && logs.contains("use WEBZ_TOKEN or --webz-token-file instead");
+        assert_eq!(warned, token == "token-on-argv", "{token}: {logs}");
+        assert!(!logs.contains(token), "{token} logged: {logs}");
+    }
+
+    let absent = file.with_extension("absent");
+    let (ok, logs) = poll_news(
+        &db,
+        &news_url,
+        &["--webz-token-file", absent.to_str().unwrap()],
+        &[],
+    )
+    .await;
+    assert!(!ok && logs.contains("--webz-token-file: reading"), "{logs}");
+    std::fs::remove_file(&file).unwrap();
+}
+
+#[tokio::test]
 async fn revoked_and_expired_tokens_are_refused_with_401() {
     let api = Api::start().await;
     let db = &api.db;

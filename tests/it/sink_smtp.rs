@@ -1,6 +1,8 @@
 //! The real `sink` binary as an inbox: `--smtp-listen` takes mail from a raw SMTP session
 //! with AUTH, lists it at `/_sink/messages`, writes it to `--eml-dir`, and its logs (at
-//! debug level) never hold the SMTP password, neither the right one nor a wrong one.
+//! debug level) never hold the SMTP password, neither the right one nor a wrong one. The
+//! credentials come from a file or the environment; as a flag (visible in `ps`) they still
+//! work, with a warning.
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
@@ -41,7 +43,9 @@ async fn exchange(
 #[tokio::test]
 async fn the_sink_binary_takes_mail_over_smtp_and_never_logs_the_password() {
     let eml_dir = std::env::temp_dir().join(format!("outbox-sink-smtp-{}", std::process::id()));
-    let credentials = format!("relay:{PASSWORD}");
+    std::fs::create_dir_all(&eml_dir).unwrap();
+    let credentials = eml_dir.join("smtp-auth");
+    std::fs::write(&credentials, format!("relay:{PASSWORD}\n")).unwrap();
     let (mut child, base) = spawn_listening(
         env!("CARGO_BIN_EXE_sink"),
         &[
@@ -51,8 +55,8 @@ async fn the_sink_binary_takes_mail_over_smtp_and_never_logs_the_password() {
             "127.0.0.1:0",
             "--eml-dir",
             eml_dir.to_str().unwrap(),
-            "--smtp-auth",
-            &credentials,
+            "--smtp-auth-file",
+            credentials.to_str().unwrap(),
         ],
         &[("RUST_LOG", "debug")],
         "sink listening",
@@ -125,4 +129,83 @@ async fn the_sink_binary_takes_mail_over_smtp_and_never_logs_the_password() {
         );
     }
     std::fs::remove_dir_all(&eml_dir).unwrap();
+}
+
+/// AUTH PLAIN as `relay` with `password` in a new session at `smtp_addr`: the reply.
+async fn auth_reply(smtp_addr: &str, password: &str) -> String {
+    let (read, mut writer) = TcpStream::connect(smtp_addr).await.unwrap().into_split();
+    let mut reader = BufReader::new(read);
+    assert!(exchange(&mut reader, &mut writer, "")
+        .await
+        .starts_with("220 "));
+    exchange(&mut reader, &mut writer, "EHLO tests.example\r\n").await;
+    let plain = base64::engine::general_purpose::STANDARD.encode(format!("\0relay\0{password}"));
+    exchange(&mut reader, &mut writer, &format!("AUTH PLAIN {plain}\r\n")).await
+}
+
+/// One way of giving a process a secret: a name for it, the flags, the environment.
+type SecretGiven<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>);
+
+#[tokio::test]
+async fn the_smtp_credentials_come_from_a_file_or_the_environment_and_as_a_flag_they_warn() {
+    let dir = std::env::temp_dir().join(format!("outbox-sink-auth-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("smtp-auth");
+    std::fs::write(&file, format!("relay:{PASSWORD}\n")).unwrap();
+    let credentials = format!("relay:{PASSWORD}");
+    let cases: [SecretGiven; 3] = [
+        (
+            "file",
+            vec!["--smtp-auth-file", file.to_str().unwrap()],
+            vec![],
+        ),
+        (
+            "environment",
+            vec![],
+            vec![("SINK_SMTP_AUTH", &credentials)],
+        ),
+        ("flag", vec!["--smtp-auth", &credentials], vec![]),
+    ];
+    for (form, flags, env) in cases {
+        let mut args = vec!["--listen", "127.0.0.1:0", "--smtp-listen", "127.0.0.1:0"];
+        args.extend_from_slice(&flags);
+        let (mut child, _) =
+            spawn_listening(env!("CARGO_BIN_EXE_sink"), &args, &env, "sink listening").await;
+        let smtp_addr = child.listening("sink SMTP listening").await;
+        let wrong = auth_reply(&smtp_addr, WRONG_PASSWORD).await;
+        assert!(wrong.starts_with("535 "), "{form}: {wrong}");
+        let right = auth_reply(&smtp_addr, PASSWORD).await;
+        assert!(right.starts_with("235 "), "{form}: {right}");
+        signal(&child, "TERM");
+        assert!(child.exit_status().await.success(), "{form}");
+        let logs = child.log_lines();
+        let warned = logs.iter().any(|line| {
+            line.contains("WARN") && line.contains("SINK_SMTP_AUTH or --smtp-auth-file instead")
+        });
+        assert_eq!(warned, form == "flag", "{form}: {logs:?}");
+        assert!(!logs.iter().any(|line| line.contains(PASSWORD)), "{form}");
+    }
+
+    // A file that cannot be read, or holds no USER:PASSWORD, stops the sink with one line.
+    let bad = dir.join("bad-auth");
+    std::fs::write(&bad, "no-colon-here\n").unwrap();
+    for (path, reason) in [
+        (dir.join("absent"), "reading"),
+        (bad, "expected USER:PASSWORD"),
+    ] {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_sink"))
+            .args(["--listen", "127.0.0.1:0", "--smtp-auth-file"])
+            .arg(&path)
+            .env("RUST_LOG", "error")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(reason) && !stderr.contains("no-colon-here"),
+            "{stderr}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -121,6 +121,12 @@ pub(crate) fn payload(value: &Option<Box<RawValue>>) -> Result<CheckedPayload<'_
         ),
         PayloadError::Empty => invalid_field(IdentityError::Empty { field: "payload" }),
         PayloadError::BeyondLimits(_) => invalid_payload(err),
+        PayloadError::Recipients(_) => Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-recipients",
+            "Invalid recipients",
+            err.to_string(),
+        ),
     })
 }
 
@@ -212,6 +218,18 @@ mod tests {
     }
 
     #[test]
+    fn hidden_recipients_get_invalid_recipients() {
+        for payload in [
+            r#"{"recipients": ["legit@acme.example", "\"a,b\"@attacker.example"]}"#,
+            r#"{"recipients": ["x@[127.0.0.1]"]}"#,
+        ] {
+            let problem = check_approval(&approval_with_payload(payload)).unwrap_err();
+            assert_eq!(problem.status(), StatusCode::UNPROCESSABLE_ENTITY);
+            assert_eq!(problem.kind(), "invalid-recipients", "{payload}");
+        }
+    }
+
+    #[test]
     fn bidi_overrides_in_identities_are_invalid_fields() {
         let body = br#"{"destination": "ops", "subject": "invoice-\u202efdp.exe", "occurrence": "o", "payload": {"a": 1}}"#;
         let problem = check_approval(body).unwrap_err();
@@ -287,7 +305,7 @@ mod tests {
                     let expected = match problem.status().as_u16() {
                         400 => ["malformed-json"].as_slice(),
                         413 => ["payload-too-large"].as_slice(),
-                        422 => ["missing-field", "field-too-long", "invalid-field", "invalid-payload"].as_slice(),
+                        422 => ["missing-field", "field-too-long", "invalid-field", "invalid-payload", "invalid-recipients"].as_slice(),
                         other => return Err(TestCaseError::fail(format!("status {other}"))),
                     };
                     prop_assert!(expected.contains(&problem.kind()), "{} for {}", problem.kind(), problem.status());

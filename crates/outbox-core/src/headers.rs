@@ -1,7 +1,11 @@
 //! Which header may carry the notification id (`--idempotency-header`): a plain header
 //! name that is not one of the headers that frame the request or the connection, nor one
-//! the dispatcher sets itself. `Host: <uuid>` or `Content-Length: <uuid>` would corrupt
-//! the request, or smuggle a second one through a proxy.
+//! that carries credentials, nor one the dispatcher sets itself. `Host: <uuid>` or
+//! `Content-Length: <uuid>` would corrupt the request, or smuggle a second one through a
+//! proxy; `Expect` and `Content-Encoding` change how the body is sent or read; and
+//! `Authorization: <uuid>` or `Cookie: <uuid>` would present the id as the dispatcher's
+//! credentials (replacing an email API's key, or read by a receiver's auth layer, which
+//! may log or reject it).
 
 /// Why a header name cannot carry the notification id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -9,7 +13,8 @@ pub enum HeaderNameError {
     /// Empty, too long, or not made of letters, digits and `-`.
     #[error("`{0}` is not a header name (1 to 100 letters, digits and `-`)")]
     Malformed(String),
-    /// A header that frames the request or the connection, or that the dispatcher sets.
+    /// A header that frames the request or the connection, carries credentials, or that
+    /// the dispatcher sets.
     #[error("`{0}` cannot carry the notification id: {1}")]
     Reserved(String, &'static str),
 }
@@ -24,7 +29,12 @@ const FRAMING: &[&str] = &[
     "upgrade",
     "te",
     "trailer",
+    "expect",
+    "content-encoding",
 ];
+
+/// Headers that carry credentials.
+const CREDENTIALS: &[&str] = &["authorization", "cookie"];
 
 /// Checks a header name given for the notification id.
 pub fn check_idempotency_header(name: &str) -> Result<(), HeaderNameError> {
@@ -38,6 +48,9 @@ pub fn check_idempotency_header(name: &str) -> Result<(), HeaderNameError> {
     let reserved = |why| Err(HeaderNameError::Reserved(name.to_owned(), why));
     if FRAMING.contains(&lower.as_str()) {
         return reserved("it frames the request or manages the connection");
+    }
+    if CREDENTIALS.contains(&lower.as_str()) {
+        return reserved("it carries credentials");
     }
     if lower.starts_with("proxy-") {
         return reserved("proxy headers are for the connection to a proxy");
@@ -65,7 +78,7 @@ mod tests {
     }
 
     #[test]
-    fn framing_hop_by_hop_and_own_headers_are_refused_in_any_case() {
+    fn framing_hop_by_hop_credential_and_own_headers_are_refused_in_any_case() {
         for name in [
             "Host",
             "content-length",
@@ -75,6 +88,10 @@ mod tests {
             "Upgrade",
             "TE",
             "Trailer",
+            "Expect",
+            "content-encoding",
+            "Authorization",
+            "COOKIE",
             "Proxy-Authorization",
             "Proxy-Connection",
             "Content-Type",

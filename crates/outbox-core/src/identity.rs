@@ -3,6 +3,7 @@
 //! approvals of one identity make one alert. This module checks the caller-supplied parts.
 
 use crate::json_limits::{check_json_limits, JsonLimitError, MAX_PAYLOAD_DEPTH};
+use crate::recipients::{payload_recipients, RecipientError};
 use crate::untrusted::is_bidi_control;
 
 /// Longest subject, occurrence or destination name accepted, in bytes of UTF-8.
@@ -68,11 +69,16 @@ pub enum PayloadError {
     /// Nested too deeply, or a number PostgreSQL cannot store.
     #[error("field `payload`: {0}")]
     BeyondLimits(#[from] JsonLimitError),
+    /// `recipients` names an address the rules of [`crate::recipients`] refuse, or too
+    /// many.
+    #[error("field `payload`: {0}")]
+    Recipients(#[from] RecipientError),
 }
 
 /// Checks a payload's JSON text: an object with at least one member, at most
 /// [`MAX_PAYLOAD_BYTES`], nested at most [`MAX_PAYLOAD_DEPTH`] levels, with numbers that
-/// PostgreSQL can store (see [`crate::json_limits`]). Members are only counted, not
+/// PostgreSQL can store (see [`crate::json_limits`]), whose `recipients`, if any, are mail
+/// addresses by the rules of [`crate::recipients`]. Members are only counted, not
 /// converted, so numbers keep their exact spelling and precision. Every path that stores
 /// a payload (the API, revisions, `outboxctl revise`, the monitors) passes here, or holds
 /// a [`CheckedPayload`] that did.
@@ -84,7 +90,9 @@ pub fn check_payload(text: &str) -> Result<(), PayloadError> {
     check_json_limits(text.as_bytes(), MAX_PAYLOAD_DEPTH)?;
     // Validates the syntax without building anything.
     serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|_| PayloadError::NotAnObject)?;
-    check_object_shape(text)
+    check_object_shape(text)?;
+    payload_recipients(text)?;
+    Ok(())
 }
 
 /// A payload's JSON text that passed every check of [`check_payload`]. Only this module
@@ -104,12 +112,13 @@ impl<'a> CheckedPayload<'a> {
     /// by [`check_json_limits`] with one level more than [`MAX_PAYLOAD_DEPTH`] (the member
     /// sits one level down) and then parsed: the API's request body. `text` is the member's
     /// text exactly as the parser delimited it, so it is valid JSON within the limits, and
-    /// only its size and shape remain to be checked.
+    /// only its size, shape and recipients remain to be checked.
     pub fn within_scanned_document(text: &'a str) -> Result<Self, PayloadError> {
         if text.len() > MAX_PAYLOAD_BYTES {
             return Err(PayloadError::TooLarge(text.len()));
         }
         check_object_shape(text)?;
+        payload_recipients(text)?;
         Ok(CheckedPayload(text))
     }
 

@@ -22,6 +22,8 @@
 //! - [`renewal`]: contract renewal tiers, counted in the tenant's time zone.
 //! - [`retry`]: backoff schedule with full jitter, `Retry-After`.
 //! - [`duration`]: human durations (`10s`, `24h`, `30d`) as used on the command line.
+//! - [`recipients`]: which mail addresses an email alert may go to (no quoted local
+//!   parts, no IP address domains, at most [`recipients::MAX_RECIPIENTS`]).
 //! - [`headers`]: which header may carry the notification id (no framing or hop-by-hop).
 
 pub mod duration;
@@ -30,6 +32,7 @@ pub mod identity;
 pub mod in_flight;
 pub mod json_limits;
 pub mod query;
+pub mod recipients;
 pub mod redact;
 pub mod renewal;
 pub mod retry;
@@ -43,6 +46,7 @@ pub use identity::{
     MAX_REASON_BYTES,
 };
 pub use json_limits::{JsonLimitError, MAX_PAYLOAD_DEPTH};
+pub use recipients::RecipientError;
 pub use state::{
     AlertState, AttemptKind, AttemptOutcome, DestinationKind, LiveStatus, OnUncertain, Outcome,
     UnknownValue,

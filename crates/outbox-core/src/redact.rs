@@ -1,9 +1,30 @@
-//! Hiding credentials in URLs before they are shown: `https://user:pass@host/x` is shown
-//! as `https://***@host/x`. Used by every view that prints a destination's URL.
+//! Hiding credentials in URLs before they are shown. Used by every view that prints a
+//! destination's URL or lookup URL:
+//! - the `userinfo@` of the authority: `https://user:pass@host/x` is shown as
+//!   `https://***@host/x`;
+//! - the value of every query parameter whose name, percent-decoded and compared without
+//!   regard to case, contains one of [`CREDENTIAL_WORDS`] (`api_key`, `X-Auth`,
+//!   `access_token`, `sig`, ...): `?api_key=QUERYSECRET&page=2` is shown as
+//!   `?api_key=***&page=2`. The lookup URL's `{key}` placeholder stays visible: it is where
+//!   the notification id goes, not a secret.
+//!
+//! A secret elsewhere in a URL (a path segment, a parameter with an innocent name) cannot
+//! be told from the rest and is shown.
 
-/// `url` with any `userinfo@` part of its authority replaced by `***@`. Text that is not
-/// of the `scheme://authority` form is returned unchanged.
+/// Words that make a query parameter's name a credential's, wherever they appear in it.
+pub const CREDENTIAL_WORDS: &[&str] = &["key", "token", "secret", "password", "sig", "auth"];
+
+/// `url` with its userinfo and its credential query values replaced by `***` (see the
+/// module's rules). Text that is not of the `scheme://authority` form is returned unchanged.
 pub fn url(url: &str) -> String {
+    if !url.contains("://") {
+        return url.to_owned();
+    }
+    query(&userinfo(url))
+}
+
+/// `url` with any `userinfo@` part of its authority replaced by `***@`.
+fn userinfo(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };
@@ -20,6 +41,55 @@ pub fn url(url: &str) -> String {
         ),
         None => url.to_owned(),
     }
+}
+
+/// `url` with the values of its credential query parameters replaced by `***`.
+fn query(url: &str) -> String {
+    // The query runs from the first `?` to the fragment; a `?` in the fragment is not one.
+    let fragment = url.find('#').unwrap_or(url.len());
+    let Some(start) = url[..fragment].find('?') else {
+        return url.to_owned();
+    };
+    let pairs: Vec<String> = url[start + 1..fragment]
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, value))
+                if !value.is_empty() && value != "{key}" && names_a_credential(name) =>
+            {
+                format!("{name}=***")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{}?{}{}", &url[..start], pairs.join("&"), &url[fragment..])
+}
+
+/// Whether a query parameter's name contains a credential word, once percent-decoded
+/// (`api%5Fkey` is `api_key`) and compared without regard to case.
+fn names_a_credential(name: &str) -> bool {
+    let mut decoded = Vec::with_capacity(name.len());
+    let bytes = name.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[at], bytes.get(at + 1), bytes.get(at + 2)) {
+            (b'%', Some(&hi), Some(&lo)) if hex(hi).is_some() && hex(lo).is_some() => {
+                let value = hex(hi).unwrap_or(0) * 16 + hex(lo).unwrap_or(0);
+                decoded.push(u8::try_from(value).unwrap_or(0));
+                at += 3;
+            }
+            (b'+', ..) => {
+                decoded.push(b' ');
+                at += 1;
+            }
+            (b, ..) => {
+                decoded.push(b);
+                at += 1;
+            }
+        }
+    }
+    let name = String::from_utf8_lossy(&decoded).to_lowercase();
+    CREDENTIAL_WORDS.iter().any(|word| name.contains(word))
 }
 
 #[cfg(test)]
@@ -41,13 +111,36 @@ mod tests {
     }
 
     #[test]
+    fn credential_query_values_are_hidden() {
+        assert_eq!(
+            url("https://api.example/v1?api_key=QUERYSECRET&token=abc"),
+            "https://api.example/v1?api_key=***&token=***"
+        );
+        assert_eq!(
+            url("https://u:p@host/x?page=2&X-Auth=s3&Signature=abc&sig=d#top?token=t"),
+            "https://***@host/x?page=2&X-Auth=***&Signature=***&sig=***#top?token=t"
+        );
+        assert_eq!(
+            url("https://host/x?SECRET=a&client_Password=b&access%5Ftoken=c&api+key=d"),
+            "https://host/x?SECRET=***&client_Password=***&access%5Ftoken=***&api+key=***"
+        );
+        // The lookup URL's placeholder, and empty values, hide nothing.
+        assert_eq!(
+            url("https://host/lookup?key={key}&token="),
+            "https://host/lookup?key={key}&token="
+        );
+    }
+
+    #[test]
     fn urls_without_credentials_are_unchanged() {
         for plain in [
             "https://host/x",
             "https://host/x?mail=a@b.example",
             "https://host/a@b",
             "https://host#frag@x",
-            "not a url",
+            "https://host/x?page=2&id=7&q=a%20b&flag",
+            "https://host/x#frag?token=abc",
+            "not a url?token=abc",
             "",
         ] {
             assert_eq!(url(plain), plain);

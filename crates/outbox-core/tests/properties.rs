@@ -129,6 +129,10 @@ proptest! {
                 }
             }
             Err(PayloadError::NotAnObject | PayloadError::Empty | PayloadError::BeyondLimits(_)) => {}
+            // Only a payload that can spell the key can name recipients.
+            Err(PayloadError::Recipients(_)) => {
+                prop_assert!(text.contains("recipients") || text.contains('\\'));
+            }
             Err(PayloadError::TooLarge(_)) => prop_assert!(false, "short text called too large"),
         }
     }

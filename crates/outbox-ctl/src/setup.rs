@@ -344,13 +344,21 @@ impl EmailArgs {
     }
 }
 
-/// A mail address as lettre parses it (`name@domain`, no display name).
+/// A sender's mail address as lettre parses it (`name@domain`, no display name).
 fn checked_address(flag: &str, text: &str) -> anyhow::Result<String> {
     let address: lettre::Address = text
         .trim()
         .parse()
         .map_err(|_| anyhow::anyhow!("{flag} `{text}` is not a mail address (name@domain)"))?;
     Ok(address.to_string())
+}
+
+/// `--to` addresses by the rule every recipient follows (`name@domain`, no quoted local
+/// part, no IP address; [`outbox_core::recipients`]), each at most once.
+fn checked_recipients(to: &[String]) -> anyhow::Result<Vec<String>> {
+    let addresses = outbox_core::recipients::recipients(to.iter().map(String::as_str))
+        .map_err(|err| anyhow::anyhow!("--to: {err}"))?;
+    Ok(addresses.iter().map(ToString::to_string).collect())
 }
 
 /// The text of a CA file that holds only certificates able to anchor a relay's chain.
@@ -414,14 +422,7 @@ async fn add_email_destination(
     if email.to.is_empty() {
         bail!("--kind email needs at least one --to");
     }
-    if email.to.len() > 100 {
-        bail!("at most 100 --to recipients");
-    }
-    let to = email
-        .to
-        .iter()
-        .map(|to| checked_address("--to", to))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let to = checked_recipients(&email.to)?;
     let password = email.password()?;
     if password.is_some() && email.smtp_user.is_none() {
         bail!("an SMTP password needs --smtp-user");
@@ -651,11 +652,7 @@ fn email_api_settings(
     if email.to.len() > 50 {
         bail!("at most 50 --to recipients for an email API");
     }
-    let to = email
-        .to
-        .iter()
-        .map(|to| checked_address("--to", to))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let to = checked_recipients(&email.to)?;
     let locale = email.locale.unwrap_or(outbox_render::Locale::En);
     let flag = if args.email_api.body_template.is_some() {
         "--body-template"

@@ -4,8 +4,9 @@
 //! destination. The renewal date is part of the occurrence, so next year's renewal (or a
 //! changed date) is a new cycle with its own alerts, never blocked by this year's.
 //!
-//! A contract may name its owners (`recipients`: mail addresses, checked at import); its
-//! renewal alerts carry them in the payload, so every attempt mails the same people.
+//! A contract may name its owners (`recipients`: mail addresses, checked at import by the
+//! rule every recipient follows); its renewal alerts carry them in the payload, so every
+//! attempt mails the same people.
 
 use jiff::civil::Date;
 use jiff::Timestamp;
@@ -324,19 +325,19 @@ fn check_row(fields: &HashMap<String, String>, known: &[String]) -> Result<Contr
     })
 }
 
-/// The owners of a contract: mail addresses separated by `;` or blanks, each as lettre
-/// parses it (`name@domain`, no display name), repeated ones (compared without regard to
-/// case) kept once.
+/// The owners of a contract: mail addresses separated by `;` or blanks, each by the rule
+/// every recipient follows (`name@domain`, no display name, no quoted local part, no IP
+/// address; [`outbox_core::recipients`]), repeated ones (compared without regard to case)
+/// kept once.
 fn recipients(text: &str) -> Result<Vec<String>, String> {
     let mut addresses: Vec<String> = Vec::new();
     for word in text.split(|c: char| c == ';' || c.is_whitespace()) {
         if word.is_empty() {
             continue;
         }
-        let address: lettre::Address = word
-            .parse()
-            .map_err(|_| format!("recipient `{word}` is not a mail address (name@domain)"))?;
-        let address = address.to_string();
+        let address = outbox_core::recipients::recipient(word)
+            .map_err(|err| err.to_string())?
+            .to_string();
         if !addresses.iter().any(|a| a.eq_ignore_ascii_case(&address)) {
             addresses.push(address);
         }

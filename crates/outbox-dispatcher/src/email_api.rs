@@ -78,7 +78,8 @@ async fn render_and_store(
 }
 
 /// Renders `job`'s alert into its request body: the Message-ID the alert would have as
-/// email, the body's bytes and the templates' version.
+/// email, the body's bytes and the templates' version. Recipients the rule of
+/// [`outbox_core::recipients`] refuses are a configuration error.
 pub(crate) fn render(
     job: &BodyJob,
     renderer: &Renderer,
@@ -87,6 +88,9 @@ pub(crate) fn render(
     let locale = outbox_render::resolve(parse(&job.locale), parse(&job.tenant_locale));
     let template = BodyTemplate::stored(&job.body_template, job.body_template_text.as_deref())
         .map_err(|err| format!("the body template: {err}"))?;
+    // Checked at `destination add`; again here for destinations added before the rule.
+    outbox_core::recipients::recipients(job.mail_to.iter().map(String::as_str))
+        .map_err(|err| err.to_string())?;
     let alert_id = job.alert_id.to_string();
     let body = template
         .render(
@@ -114,4 +118,34 @@ pub(crate) fn render(
         body.bytes,
         body.template_version,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(to: &[&str]) -> BodyJob {
+        BodyJob {
+            alert_id: uuid::Uuid::nil(),
+            payload: r#"{"kind":"note","text":"hello"}"#.into(),
+            occurrence: "o-1".into(),
+            revision: 0,
+            body_template: "email-api-resend".into(),
+            body_template_text: None,
+            mail_from: "Acme Alerts <alerts@example.org>".into(),
+            mail_to: to.iter().map(|t| (*t).to_owned()).collect(),
+            locale: None,
+            tenant_locale: None,
+        }
+    }
+
+    #[test]
+    fn recipients_stored_before_the_rule_are_refused_at_send() {
+        let renderer = Renderer::builtin();
+        assert!(render(&job(&["cfo@example.org"]), &renderer).is_ok());
+        for hidden in [r#""a,b"@attacker.example"#, "x@[127.0.0.1]"] {
+            let why = render(&job(&["cfo@example.org", hidden]), &renderer).unwrap_err();
+            assert!(why.contains(hidden), "{why}");
+        }
+    }
 }

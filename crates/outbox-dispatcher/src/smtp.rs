@@ -8,8 +8,8 @@
 //! data went out, a lost connection or a missing final reply leaves the delivery
 //! uncertain. Reaching the relay, TLS included, is `relay`'s.
 
-use lettre::message::header::{HeaderName, HeaderValue};
-use lettre::message::{Mailbox, MultiPart};
+use lettre::message::header::{self, HeaderName, HeaderValue};
+use lettre::message::{Mailbox, Mailboxes, MultiPart};
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
 use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
 use lettre::transport::smtp::extension::{ClientId, MailBodyParameter, MailParameter};
@@ -117,13 +117,18 @@ pub(crate) fn build_message(
     let domain = from.domain().to_owned();
     let message_id = |id: &uuid::Uuid| format!("<{id}@{domain}>");
     let own_id = message_id(&job.alert_id);
+    let recipients = recipients(job)?;
+    // `To` is built once from the whole list: adding one address at a time re-reads the
+    // header each time, and a list that does not read back would be replaced.
+    let to: Mailboxes = recipients
+        .iter()
+        .map(|address| Mailbox::new(None, address.clone()))
+        .collect();
     let mut builder = Message::builder()
         .from(Mailbox::new(None, from))
+        .header(header::To::from(to))
         .subject(rendered.subject)
         .message_id(Some(own_id.clone()));
-    for to in recipients(job)? {
-        builder = builder.to(Mailbox::new(None, to));
-    }
     if let Some(previous) = job.earlier_revisions.last() {
         builder = builder.in_reply_to(message_id(previous));
         let chain: Vec<String> = job.earlier_revisions.iter().map(message_id).collect();
@@ -145,58 +150,76 @@ pub(crate) fn build_message(
             .headers_mut()
             .insert_raw(HeaderValue::new(name, value));
     }
+    let bytes = message.formatted();
+    check_to_header(&bytes, &recipients)?;
     Ok(BuiltMessage {
         message_id: own_id,
-        bytes: message.formatted(),
+        bytes,
         template_version: rendered.template_version,
     })
 }
 
-/// Most recipients of one message (RFC 5321 asks relays to take at least 100).
-const MAX_RECIPIENTS: usize = 100;
+/// Checks that the `To` header of `message` (as it goes out) names exactly `envelope`,
+/// in order: nobody receives the message without everyone who reads it seeing so, whatever
+/// an address or the header's folding did to the rendering.
+pub(crate) fn check_to_header(message: &[u8], envelope: &[Address]) -> Result<(), String> {
+    let named = to_header(message)?;
+    let expected: Vec<&str> = envelope.iter().map(AsRef::as_ref).collect();
+    let named: Vec<&str> = named.iter().map(AsRef::as_ref).collect();
+    if named != expected {
+        return Err(format!(
+            "the message's To header names [{}] but it would be sent to [{}]; not sent",
+            named.join(", "),
+            expected.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// The addresses of the one `To` header of a message's header section, read back with the
+/// mail library's own parser.
+fn to_header(message: &[u8]) -> Result<Vec<Address>, String> {
+    let head_end = message
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(message.len());
+    let head = String::from_utf8_lossy(&message[..head_end]);
+    // Unfolded: a line that starts with a blank continues the field before it.
+    let mut fields: Vec<String> = Vec::new();
+    for line in head.split("\r\n") {
+        match fields.last_mut() {
+            Some(field) if line.starts_with([' ', '\t']) => field.push_str(line),
+            _ => fields.push(line.to_owned()),
+        }
+    }
+    let mut values = fields.iter().filter_map(|field| {
+        let (name, value) = field.split_once(':')?;
+        name.trim().eq_ignore_ascii_case("to").then_some(value)
+    });
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err("the message does not have exactly one To header; not sent".to_owned());
+    };
+    let mailboxes: Mailboxes = value.trim().parse().map_err(|_| {
+        format!(
+            "the message's To header `{}` does not read back as addresses; not sent",
+            value.trim()
+        )
+    })?;
+    Ok(mailboxes.into_iter().map(|mailbox| mailbox.email).collect())
+}
 
 /// Everyone an email alert goes to: the destination's recipients, then the owners its
 /// payload names (`recipients`, e.g. a contract's), each address once (compared without
-/// regard to case, the first spelling kept). All of them are in the `To` header and the
-/// envelope. An address that is not one is a configuration error.
+/// regard to case, the first spelling kept), at most 100, by the rule every recipient
+/// follows ([`outbox_core::recipients`]), checked again here for rows written before it.
+/// All of them are in the `To` header and the envelope. An address the rule refuses is a
+/// configuration error.
 pub(crate) fn recipients(job: &EmailJob) -> Result<Vec<Address>, String> {
-    let owners = payload_recipients(&job.payload)?;
-    let mut all: Vec<Address> = Vec::new();
-    for text in job.mail_to.iter().chain(&owners) {
-        let address: Address = text
-            .trim()
-            .parse()
-            .map_err(|_| format!("the recipient address `{text}` is not valid"))?;
-        let seen = all
-            .iter()
-            .any(|known| AsRef::<str>::as_ref(known).eq_ignore_ascii_case(address.as_ref()));
-        if !seen {
-            all.push(address);
-        }
-    }
-    if all.len() > MAX_RECIPIENTS {
-        return Err(format!(
-            "{} recipients; a message goes to at most {MAX_RECIPIENTS}",
-            all.len()
-        ));
-    }
-    Ok(all)
-}
-
-/// The `recipients` a payload names: absent or `null` is none; otherwise a list of
-/// strings.
-fn payload_recipients(payload: &str) -> Result<Vec<String>, String> {
-    let not_a_list = || "the payload's `recipients` is not a list of mail addresses".to_owned();
-    let value: serde_json::Value =
-        serde_json::from_str(payload).map_err(|err| format!("the payload is not JSON: {err}"))?;
-    match value.get("recipients") {
-        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
-        Some(serde_json::Value::Array(items)) => items
-            .iter()
-            .map(|item| item.as_str().map(str::to_owned).ok_or_else(not_a_list))
-            .collect(),
-        Some(_) => Err(not_a_list()),
-    }
+    let owners =
+        outbox_core::recipients::payload_recipients(&job.payload).map_err(|err| err.to_string())?;
+    let owners: Vec<String> = owners.iter().map(ToString::to_string).collect();
+    outbox_core::recipients::recipients(job.mail_to.iter().chain(&owners).map(String::as_str))
+        .map_err(|err| err.to_string())
 }
 
 /// Runs one SMTP dialogue to a vetted address of the relay, sending `bytes` as they are.
@@ -234,6 +257,10 @@ async fn deliver(
         Ok(recipients) => recipients,
         Err(why) => return Exchange::Unsendable(why),
     };
+    // The stored bytes may predate this check: what is sent must name whom it is sent to.
+    if let Err(why) = check_to_header(bytes, &recipients) {
+        return Exchange::Unsendable(why);
+    }
 
     // The destination's timeout bounds the whole dialogue, as it bounds a whole HTTP
     // request: the send must end inside the claim's lease.
@@ -494,6 +521,83 @@ mod tests {
         assert!(recipients(&job).is_err());
         job.payload = r#"{"kind":"note","recipients":["not an address"]}"#.into();
         assert!(recipients(&job).is_err());
+        // Stored before recipients were checked at approval: refused at send time too.
+        for hidden in [r#""a,b"@attacker.example"#, "x@[127.0.0.1]"] {
+            job.payload = serde_json::json!({"kind": "note", "recipients": [hidden]}).to_string();
+            assert!(recipients(&job).is_err(), "{hidden}");
+            assert!(build_message(&job, &TenantTemplates::default()).is_err());
+        }
+    }
+
+    #[test]
+    fn the_to_header_names_exactly_the_envelope_even_when_folded() {
+        let mut job = job(0, vec![], None);
+        job.mail_to = (0..40).map(|i| format!("owner-{i}@example.org")).collect();
+        let built = build_message(&job, &TenantTemplates::default()).expect("builds");
+        let envelope = recipients(&job).expect("addresses");
+        assert!(text(&built).contains("\r\n "), "a long To header is folded");
+        assert_eq!(to_header(&built.bytes), Ok(envelope.clone()));
+        assert_eq!(check_to_header(&built.bytes, &envelope), Ok(()));
+
+        // Addresses beyond ASCII read back too.
+        job.mail_to = vec!["josé@exämple.org".into(), "o'brien@example.org".into()];
+        let built = build_message(&job, &TenantTemplates::default()).expect("builds");
+        let envelope = recipients(&job).expect("addresses");
+        assert_eq!(check_to_header(&built.bytes, &envelope), Ok(()));
+    }
+
+    #[test]
+    fn a_message_whose_to_header_hides_a_recipient_is_not_sent() {
+        let envelope: Vec<Address> = ["cfo@example.org", "spy@attacker.example"]
+            .iter()
+            .map(|a| a.parse().expect("address"))
+            .collect();
+        let hidden =
+            b"From: alerts@example.org\r\nTo: cfo@example.org\r\nSubject: x\r\n\r\nbody\r\n";
+        let why = check_to_header(hidden, &envelope).unwrap_err();
+        assert!(why.contains("spy@attacker.example"), "{why}");
+        let twice = b"To: cfo@example.org\r\nTo: spy@attacker.example\r\n\r\n";
+        assert!(check_to_header(twice, &envelope).is_err());
+        let none = b"From: alerts@example.org\r\n\r\nTo: cfo@example.org, spy@attacker.example\r\n";
+        assert!(check_to_header(none, &envelope).is_err());
+    }
+
+    /// Address-like text made mostly of the characters that matter to a header: quotes,
+    /// commas, brackets, backslashes, blanks, `@`, dots, and letters beyond ASCII.
+    fn address_like() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let part = proptest::collection::vec(
+            prop_oneof![
+                4 => proptest::char::range('a', 'z'),
+                1 => proptest::sample::select(vec![
+                    '"', ',', '[', ']', '\\', ' ', '@', '.', '<', '>', '(', ')', ';', ':',
+                    '+', '\'', 'é', '1', '\t',
+                ]),
+            ],
+            1..10,
+        )
+        .prop_map(String::from_iter);
+        (part.clone(), part).prop_map(|(local, domain)| format!("{local}@{domain}.example"))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_address_the_rule_accepts_reads_back_from_the_to_header(
+            addresses in proptest::collection::vec(address_like(), 1..6)
+        ) {
+            let mut job = job(0, vec![], None);
+            // The ones the rule accepts, as a destination's or a payload's would be.
+            job.mail_to = addresses
+                .into_iter()
+                .filter(|a| outbox_core::recipients::recipient(a).is_ok())
+                .collect();
+            if !job.mail_to.is_empty() {
+                let envelope = recipients(&job).map_err(proptest::test_runner::TestCaseError::fail)?;
+                let built = build_message(&job, &TenantTemplates::default());
+                let built = built.map_err(proptest::test_runner::TestCaseError::fail)?;
+                proptest::prop_assert_eq!(check_to_header(&built.bytes, &envelope), Ok(()));
+            }
+        }
     }
 
     #[test]

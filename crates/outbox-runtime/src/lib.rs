@@ -6,7 +6,8 @@
 //! [`http_server`] (the HTTP/1.1 server of every listening process, with deadlines for slow
 //! clients and a cap on connections), [`process`] (one of the workspace's binaries as a
 //! child process, waited for until it announces its listener), [`one_line`] and
-//! [`exit_status`] (an error as one line, each cause once), [`DEFAULT_DATABASE_URL`].
+//! [`exit_status`] (an error as one line, each cause once), [`read_secret_file`] (a secret
+//! kept off the command line), [`DEFAULT_DATABASE_URL`].
 
 pub mod http_server;
 pub mod process;
@@ -74,6 +75,29 @@ fn init_tracing_with_default(default_filter: &str) {
     };
 }
 
+/// Largest secret file read, in bytes: a secret is one line.
+const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
+
+/// The secret in the file at `path`: its first line, without the line end. A secret given
+/// as a flag's value is visible to every user of the machine (`ps`, `/proc/PID/cmdline`);
+/// a file readable by its owner alone is not. The error says why in one line, never the
+/// secret.
+pub fn read_secret_file(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_SECRET_FILE_BYTES).read_to_string(&mut text))
+        .map_err(|err| format!("reading {}: {err}", path.display()))?;
+    let line = text.lines().next().unwrap_or("");
+    if line.trim().is_empty() {
+        return Err(format!(
+            "{} holds no secret on its first line",
+            path.display()
+        ));
+    }
+    Ok(line.to_owned())
+}
+
 /// Resolves when the process is asked to stop (SIGTERM or SIGINT).
 pub async fn shutdown_signal() {
     let interrupt = async {
@@ -115,6 +139,8 @@ pub fn failpoints() -> Failpoints {
 
 #[cfg(test)]
 mod tests {
+    use super::read_secret_file;
+
     #[derive(Debug)]
     struct Layer(&'static str, Option<Box<Layer>>);
 
@@ -148,5 +174,19 @@ mod tests {
             Some(Box::new(Layer("No such file", None))),
         );
         assert_eq!(super::one_line(&err), "reading contracts.csv: No such file");
+    }
+
+    #[test]
+    fn a_secret_file_gives_its_first_line() {
+        let dir = std::env::temp_dir().join(format!("outbox-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("secret");
+        std::fs::write(&file, "relay:pass word\r\nignored\n").expect("written");
+        assert_eq!(read_secret_file(&file).as_deref(), Ok("relay:pass word"));
+        std::fs::write(&file, "\nsecond").expect("written");
+        let err = read_secret_file(&file).expect_err("blank first line");
+        assert!(err.contains("holds no secret"), "{err}");
+        assert!(read_secret_file(&dir.join("absent")).is_err());
+        std::fs::remove_dir_all(&dir).expect("removed");
     }
 }

@@ -149,9 +149,15 @@ pub struct SinkArgs {
     pub keep_bodies: bool,
 
     /// `USER:PASSWORD` that SMTP clients must authenticate with (AUTH PLAIN or LOGIN)
-    /// before `MAIL FROM`. Without it AUTH is not offered and not required.
-    #[arg(long, env = "SINK_SMTP_AUTH", value_parser = parse_credentials, hide_env_values = true)]
+    /// before `MAIL FROM`. Without it AUTH is not offered and not required. Given as a
+    /// flag it is visible to every user of the machine (`ps`): prefer `SINK_SMTP_AUTH` or
+    /// `--smtp-auth-file`.
+    #[arg(long, env = "SINK_SMTP_AUTH", value_parser = parse_credentials, hide_env_values = true, conflicts_with = "smtp_auth_file")]
     pub smtp_auth: Option<SmtpCredentials>,
+
+    /// A file whose first line is the `USER:PASSWORD` of `--smtp-auth`.
+    #[arg(long, env = "SINK_SMTP_AUTH_FILE", value_name = "PATH")]
+    pub smtp_auth_file: Option<PathBuf>,
 
     /// Largest message accepted over SMTP, in bytes; a larger one is answered 552.
     #[arg(long, env = "SINK_SMTP_MAX_MESSAGE_BYTES", default_value = "10485760")]
@@ -178,6 +184,20 @@ pub struct SinkArgs {
     /// Wait this long (e.g. `2s`) before answering the final dot of an accepted message.
     #[arg(long, env = "SINK_SMTP_LATENCY", value_parser = humantime::parse_duration)]
     pub smtp_latency: Option<Duration>,
+}
+
+impl SinkArgs {
+    /// Reads `--smtp-auth-file` into `smtp_auth`; the error says which file and why, never
+    /// the file's content.
+    pub fn read_secret_files(&mut self) -> Result<(), String> {
+        if let Some(path) = &self.smtp_auth_file {
+            let line = outbox_runtime::read_secret_file(path)?;
+            let credentials = parse_credentials(&line)
+                .map_err(|why| format!("--smtp-auth-file {}: {why}", path.display()))?;
+            self.smtp_auth = Some(credentials);
+        }
+        Ok(())
+    }
 }
 
 /// The user name and password SMTP clients must authenticate with. Its `Debug` never shows
@@ -375,6 +395,37 @@ mod tests {
     }
 
     #[test]
+    fn smtp_credentials_are_read_from_their_file() {
+        let dir = std::env::temp_dir().join(format!("sink-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("auth");
+        std::fs::write(&file, "relay:s3cr:et\n").unwrap();
+        let mut args = SinkArgs::try_parse_from([
+            "sink".as_ref(),
+            "--smtp-auth-file".as_ref(),
+            file.as_os_str(),
+        ])
+        .unwrap();
+        assert!(args.smtp_auth.is_none(), "read only when asked");
+        args.read_secret_files().unwrap();
+        assert!(args.smtp_auth.unwrap().accepts("relay", "s3cr:et"));
+
+        std::fs::write(&file, "no-colon\n").unwrap();
+        let mut args = SinkArgs::try_parse_from([
+            "sink".as_ref(),
+            "--smtp-auth-file".as_ref(),
+            file.as_os_str(),
+        ])
+        .unwrap();
+        let err = args.read_secret_files().unwrap_err();
+        assert!(
+            err.contains("USER:PASSWORD") && !err.contains("no-colon"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn smtp_flags() {
         let args = SinkArgs::try_parse_from(["sink"]).unwrap();
         assert!(args.smtp_listen.is_none() && args.smtp_auth.is_none());
@@ -402,6 +453,14 @@ mod tests {
 
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-auth", "nopassword"]).is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-auth", ":pw"]).is_err());
+        assert!(SinkArgs::try_parse_from([
+            "sink",
+            "--smtp-auth",
+            "relay:pw",
+            "--smtp-auth-file",
+            "auth"
+        ])
+        .is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-fail-reply", "250 ok"]).is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-fail-rate", "1.1"]).is_err());
         assert!(SinkArgs::try_parse_from(["sink", "--smtp-max-message-bytes", "0"]).is_err());

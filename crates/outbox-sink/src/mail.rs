@@ -1,5 +1,5 @@
 //! What the sink reads from a message received over SMTP: the few header fields it records
-//! (`Message-ID`, `Subject`, `X-Alert-Id`) and where the body starts. It does not
+//! (`Message-ID`, `Subject`, `To`, `X-Alert-Id`) and where the body starts. It does not
 //! validate the message: a real inbox stores what it is given, and so does the sink.
 
 use base64::Engine;
@@ -13,6 +13,8 @@ pub(crate) struct Headers {
     pub subject: Option<String>,
     /// `X-Alert-Id`, as written.
     pub alert_id: Option<String>,
+    /// `To`, unfolded, as written (encoded words left as they are).
+    pub to: Option<String>,
     /// Offset of the first byte after the blank line that ends the header section (the
     /// end of the data when there is no blank line).
     pub body_offset: usize,
@@ -57,6 +59,7 @@ pub(crate) fn read_headers(data: &[u8]) -> Headers {
     headers.message_id = field("message-id").map(|id| bare_message_id(&id).to_owned());
     headers.subject = field("subject").map(|s| decode_encoded_words(&s));
     headers.alert_id = field("x-alert-id");
+    headers.to = field("to");
     headers
 }
 
@@ -182,8 +185,9 @@ mod tests {
 
     #[test]
     fn reads_the_recorded_fields_and_the_body_offset() {
-        let data = b"From: a@x\r\nMessage-ID:\r\n <id-1@alerts.example>\r\nSubject: Renewal\r\n\tdue\r\nx-alert-id: 0190-abc\r\n\r\nBody line\r\n";
+        let data = b"From: a@x\r\nMessage-ID:\r\n <id-1@alerts.example>\r\nSubject: Renewal\r\n\tdue\r\nTo: a@x.example,\r\n b@x.example\r\nx-alert-id: 0190-abc\r\n\r\nBody line\r\n";
         let headers = read_headers(data);
+        assert_eq!(headers.to.as_deref(), Some("a@x.example, b@x.example"));
         assert_eq!(headers.message_id.as_deref(), Some("id-1@alerts.example"));
         assert_eq!(headers.subject.as_deref(), Some("Renewal\tdue"));
         assert_eq!(headers.alert_id.as_deref(), Some("0190-abc"));

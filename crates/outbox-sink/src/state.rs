@@ -178,6 +178,9 @@ pub struct MailRecord {
     pub rcpt_to: Vec<String>,
     /// `Subject` header, RFC 2047 encoded words decoded.
     pub subject: Option<String>,
+    /// `To` header, unfolded, as written: who the message says it is for, beside the
+    /// envelope's `rcpt_to`, who actually received it.
+    pub to: Option<String>,
     /// `X-Alert-Id` header.
     pub alert_id: Option<String>,
     /// Size of the message data in bytes (after dot-unstuffing, with its final CRLF).
@@ -466,6 +469,7 @@ impl Sink {
             mail_from: envelope.mail_from,
             rcpt_to: envelope.rcpt_to,
             subject: headers.subject,
+            to: headers.to,
             alert_id: headers.alert_id,
             size: data.len() as u64,
             sha256: sha256_hex(data),

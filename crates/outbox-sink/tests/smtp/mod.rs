@@ -214,6 +214,7 @@ async fn a_message_is_recorded_with_its_message_id_recipients_subject_and_hash()
         record["subject"],
         "Renovación: contrato C-7 vence el 15 de enero de 2027"
     );
+    assert_eq!(record["to"], "cfo@example.com, ops@example.com");
     // The data hashed is what the client sent, dot-stuffing undone: the dotted line
     // arrives with one dot, or the hash would differ.
     let data = data_on_the_wire(&message);
