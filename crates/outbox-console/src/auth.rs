@@ -26,8 +26,11 @@
 //! `outbox_store::operator_accounts`) so that the limit holds across restarts and
 //! console processes. Past
 //! the limit a sign-in is refused with 429 and the same message whether or not the name
-//! exists, without checking the password. The address is the TCP peer's: behind a proxy
+//! exists, without checking the password. The address is the TCP peer's (an IPv6 one by its /64): behind a proxy
 //! that is the proxy's, which is why its limit is the higher one.
+//!
+//! Sign-ins and sign-outs are in the audit log by `console:NAME`; failed and refused
+//! sign-ins too, counted on one line per name as typed, address and limit window.
 
 use argon2::password_hash::{PasswordHasher, SaltString};
 use argon2::Argon2;

@@ -326,9 +326,10 @@ pub async fn recent_errors(
 pub struct AuditEntry {
     /// When.
     pub at: DateTime<Utc>,
-    /// Who (the operator's name).
+    /// Who: `console:NAME` (a console account), `cli:NAME` (`outboxctl`),
+    /// `dispatcher:WORKER`; lines written before actors were told apart say `NAME` alone.
     pub operator: String,
-    /// What: the state an alert went to, or a console action.
+    /// What: the state an alert went to, or an action of the audit log's own.
     pub action: String,
     /// On what: an alert id, or a destination or bulk replay.
     pub target: String,
@@ -407,8 +408,10 @@ impl std::str::FromStr for AuditCursor {
 
 /// One page of what operators did, newest first, strictly after `after` (the cursor of
 /// the previous page's last line): operators' lines in the alerts' evidence (the
-/// console's and `outboxctl --actor`'s), and console actions on destinations and bulk
-/// replays (and destinations disabled automatically). `operator` keeps one operator's.
+/// console's and `outboxctl --actor`'s), and the audit log's own lines ([`record_audit`],
+/// [`record_failed_sign_in`], destinations disabled automatically). `operator` keeps one
+/// operator's (as recorded: `console:alice`). A limited `scope` sees a line of the log
+/// only when it covers every tenant the line concerns.
 ///
 /// Keyset paging: each source walks its own index on (at, id) from the cursor on, and
 /// the two are merged by (at, source, id); so a page deep in the history costs what the
