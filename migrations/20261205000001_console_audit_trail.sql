@@ -11,7 +11,8 @@
 ALTER TABLE console_audit ADD COLUMN tenant_ids uuid[];
 
 -- Failed sign-ins are one line per account name (as typed), client address and window
--- of the sign-in limit, counted: a flood of guesses adds to a count, not to the table.
+-- of the sign-in limit, counted: a flood of guesses adds to a count, not to the table
+-- (past an address's limit, the names it tries share one line).
 ALTER TABLE console_audit ADD COLUMN count integer NOT NULL DEFAULT 1 CHECK (count >= 1);
 ALTER TABLE console_audit ADD COLUMN window_start timestamptz;
 ALTER TABLE console_audit ADD COLUMN last_at timestamptz;

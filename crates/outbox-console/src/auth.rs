@@ -24,10 +24,10 @@
 //! Failed sign-ins are limited per account name and per client address (the console's
 //! `sign_in_limits`), counted in the database (`begin_sign_in` in
 //! `outbox_store::operator_accounts`) so that the limit holds across restarts and
-//! console processes. Past
-//! the limit a sign-in is refused with 429 and the same message whether or not the name
-//! exists, without checking the password. The address is the TCP peer's (an IPv6 one by its /64): behind a proxy
-//! that is the proxy's, which is why its limit is the higher one.
+//! console processes. Past the limit a sign-in is refused with 429 and the same message
+//! whether or not the name exists, without checking the password. The address is the TCP
+//! peer's (an IPv6 one by its /64): behind a proxy that is the proxy's, which is why its
+//! limit is the higher one.
 //!
 //! Sign-ins and sign-outs are in the audit log by `console:NAME`; failed and refused
 //! sign-ins too, counted on one line per name as typed, address and limit window.
@@ -362,6 +362,10 @@ pub(crate) struct LoginForm {
     login_token: String,
 }
 
+/// What the audit log records as the name of sign-ins refused because their address had
+/// its limit (not a valid account name, so no account's line is taken for it).
+const ANY_NAME: &str = "(any name)";
+
 /// How long a sign-in turned away for want of a password check is told to wait.
 const BUSY_RETRY_AFTER_SECS: u64 = 2;
 
@@ -407,19 +411,29 @@ pub(crate) async fn login(
         None => name,
     };
     let address = peer.map(|axum::Extension(PeerAddr(addr))| addr.ip());
-    let failed = || async {
-        console::record_failed_sign_in(
-            &console.pool,
-            &format!("console:{counted_name}"),
-            &address.map_or_else(
-                || "unknown address".to_owned(),
-                operator_accounts::address_key,
-            ),
-            console.config.sign_in_limits.window,
-        )
-        .await
+    // Each failed or refused sign-in goes into the audit log's count for its name and
+    // address. Past the address's own limit the names are no longer told apart: a flood
+    // of made-up names from one address stays one line.
+    let (pool, window) = (&console.pool, console.config.sign_in_limits.window);
+    let failed = |name: &str| {
+        let operator = format!("console:{name}");
+        async move {
+            console::record_failed_sign_in(
+                pool,
+                &operator,
+                &address.map_or_else(
+                    || "unknown address".to_owned(),
+                    operator_accounts::address_key,
+                ),
+                window,
+            )
+            .await
+        }
     };
-    if let SignInTurn::Refused { retry_after_secs } = operator_accounts::begin_sign_in(
+    if let SignInTurn::Refused {
+        retry_after_secs,
+        address_limited,
+    } = operator_accounts::begin_sign_in(
         &console.pool,
         counted_name,
         address,
@@ -427,7 +441,12 @@ pub(crate) async fn login(
     )
     .await?
     {
-        failed().await?;
+        failed(if address_limited {
+            ANY_NAME
+        } else {
+            counted_name
+        })
+        .await?;
         let minutes = (retry_after_secs + 59) / 60;
         let message = format!(
             "too many failed sign-ins for this name or from this address; try again in {minutes} minute{}",
@@ -452,7 +471,7 @@ pub(crate) async fn login(
     };
     let matches = turn.check(form.password, hash).await;
     let Some(account_id) = account_id.filter(|_| matches) else {
-        failed().await?;
+        failed(counted_name).await?;
         return login_form(
             &console,
             &headers,

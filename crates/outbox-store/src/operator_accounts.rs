@@ -198,6 +198,8 @@ pub enum SignInTurn {
     Refused {
         /// Seconds until the oldest counted failure stops counting.
         retry_after_secs: i64,
+        /// Whether the address has had its limit (not only the name).
+        address_limited: bool,
     },
 }
 
@@ -259,6 +261,7 @@ pub async fn begin_sign_in(
         tx.commit().await?;
         return Ok(SignInTurn::Refused {
             retry_after_secs: retry_after_secs.max(1),
+            address_limited: by_address >= limits.per_address,
         });
     }
     sqlx::query(

@@ -1147,6 +1147,29 @@ async fn failed_sign_ins_are_limited_per_client_address() {
             .unwrap();
     assert_eq!(addresses, vec!["127.0.0.1".to_owned()]);
     assert_eq!(console.db.count("console_sessions").await, 0);
+    // Made-up names from an address past its limit do not add a line each to the audit
+    // log: they are counted on one line for the address.
+    for i in 0..20 {
+        let page = console.login(&format!("made-up-{i}"), "guess").await;
+        assert_eq!(page.status, StatusCode::TOO_MANY_REQUESTS);
+    }
+    let failed: Vec<(String, String, i32)> = sqlx::query_as(
+        "SELECT operator, target, count FROM console_audit \
+         WHERE action = 'sign-in failed' ORDER BY id",
+    )
+    .fetch_all(&console.db.pool)
+    .await
+    .unwrap();
+    let line = |name: &str, count| (format!("console:{name}"), "127.0.0.1".to_owned(), count);
+    assert_eq!(
+        failed,
+        [
+            line("a", 1),
+            line("b", 1),
+            line("c", 1),
+            line("(any name)", 21)
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
