@@ -169,7 +169,7 @@ pub enum Command {
 pub enum OperatorCommand {
     /// Create an account; prints its password, which is shown only this once.
     Add {
-        /// Its name, also the operator's name in the evidence of its actions.
+        /// Its name; the evidence of its actions names it `console:NAME`.
         name: String,
         /// viewer (reads) or operator (reads and acts).
         #[arg(long, value_enum)]

@@ -17,7 +17,7 @@ pub struct Accountable {
     /// Why: stored with the action in the alert's evidence.
     #[arg(long)]
     note: Option<String>,
-    /// Who: the operator's name in the evidence.
+    /// Who: the operator's name in the evidence, recorded as `cli:NAME`.
     #[arg(long, env = "USER", default_value = "operator")]
     actor: String,
 }
