@@ -13,9 +13,10 @@
 //! the form a token tied to it: an HMAC of the cookie under a key this process draws at
 //! start. The cookie's value is random bits with their own HMAC under that key: one this
 //! process did not make (chosen by the client, or planted by someone else) is replaced
-//! by a fresh one when the form is shown, and never accepted with a sign-in. A sign-in without both, or with a token of another cookie, is refused
-//! before any password is checked. The key lives in memory: after a restart, or on
-//! another console process, a form shown before is refused and the operator reloads it.
+//! by a fresh one when the form is shown, and never accepted with a sign-in. A sign-in
+//! without both, or with a token of another cookie, is refused before any password is
+//! checked. The key lives in memory: after a restart, or on another console process, a
+//! form shown before is refused and the operator reloads it.
 //!
 //! Password checks are bounded per process (`crate::password_checks`): a sign-in takes a
 //! turn before anything else, and is answered 503 with `Retry-After` when none comes
@@ -467,7 +468,7 @@ pub(crate) async fn login(
     // which names exist.
     let (account_id, hash) = match stored {
         Some((id, hash)) => (Some(id), hash),
-        None => (None, dummy_hash().to_owned()),
+        None => (None, DUMMY_HASH.to_owned()),
     };
     let matches = turn.check(form.password, hash).await;
     let Some(account_id) = account_id.filter(|_| matches) else {
@@ -527,11 +528,8 @@ pub(crate) async fn login(
 }
 
 /// A fixed argon2id hash (of a random password nobody kept, at `hash_password`'s cost)
-/// to verify against when the name is unknown.
-fn dummy_hash() -> &'static str {
-    DUMMY_HASH
-}
-
+/// to verify against when the name is unknown: written out, so that no check outside the
+/// bound computes it.
 const DUMMY_HASH: &str =
     "$argon2id$v=19$m=19456,t=2,p=1$vjIJAKSHiflJgAXNcZ+TUw$ZoMUyQ4fRcchHmhbX679C/3Wns0Px7eXxRvde7lT0W8";
 
@@ -596,7 +594,7 @@ mod tests {
 
     #[test]
     fn the_unknown_names_hash_costs_what_an_accounts_does() {
-        let dummy = argon2::PasswordHash::new(dummy_hash()).expect("a PHC string");
+        let dummy = argon2::PasswordHash::new(DUMMY_HASH).expect("a PHC string");
         let real_hash = hash_password("x").expect("hash");
         let real = argon2::PasswordHash::new(&real_hash).expect("a PHC string");
         assert_eq!(dummy.algorithm, real.algorithm);

@@ -314,9 +314,10 @@ pub(crate) async fn alert(
     )
 }
 
-/// Pretty-printed JSON shown like every other untrusted text (control and bidirectional
-/// characters as escapes), line by line: its own line breaks are its layout, and any other
-/// (inside a string) is already a `\n` escape of JSON's.
+/// Text laid out in lines (a pretty-printed payload, an email as stored) shown like every
+/// other untrusted text, with control and bidirectional characters as escapes, line by
+/// line: its line breaks are its layout (inside a JSON string, one is already JSON's own
+/// `\n` escape).
 fn visible_lines(text: &str) -> String {
     text.lines()
         .map(outbox_core::untrusted::visible)
