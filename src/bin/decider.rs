@@ -75,6 +75,11 @@ struct ConsoleArgs {
     /// How long a console sign-in lasts.
     #[arg(long, env = "DECIDER_CONSOLE_SESSION_LIFETIME", default_value = "8h", value_parser = outbox_core::duration::parse_positive)]
     console_session_lifetime: Duration,
+    /// Most console password checks running at once (each takes 19 MiB and a core for a
+    /// moment); a sign-in that finds none free within a few seconds is answered 503.
+    /// Default: the number of cores.
+    #[arg(long, env = "DECIDER_CONSOLE_MAX_PASSWORD_CHECKS")]
+    console_max_password_checks: Option<std::num::NonZeroUsize>,
 }
 
 /// How long clients may take, and how many may be connected at once (every listener).
@@ -228,6 +233,18 @@ async fn run() -> anyhow::Result<()> {
             let (stop, stopped) = tokio::sync::watch::channel(false);
             let mut monitors_stopped = stopped.clone();
             let mut console_stopped = stopped.clone();
+            let password_checks = match console.console_max_password_checks {
+                Some(max) => outbox_console::PasswordChecks::new(
+                    max,
+                    outbox_console::password_checks::DEFAULT_WAIT,
+                ),
+                None => outbox_console::PasswordChecks::per_core(),
+            };
+            let mut figures: Vec<std::sync::Arc<dyn outbox_runtime::prometheus::Figures>> =
+                Vec::new();
+            if console_listener.is_some() {
+                figures.push(password_checks.clone());
+            }
             let console_server = console_listener.map(|listener| {
                 tokio::spawn(outbox_console::serve(
                     listener,
@@ -236,6 +253,7 @@ async fn run() -> anyhow::Result<()> {
                     outbox_console::ConsoleConfig {
                         secure_cookies: console.console_secure_cookies,
                         session_lifetime: console.console_session_lifetime,
+                        password_checks,
                         ..outbox_console::ConsoleConfig::default()
                     },
                     async move {
@@ -251,10 +269,11 @@ async fn run() -> anyhow::Result<()> {
                     let _ = monitors_stopped.wait_for(|s| *s).await;
                 },
             ));
-            outbox_api::serve_with(
+            outbox_api::serve_with_figures(
                 outbox_api::Listeners { api, operations },
                 pool,
                 limits.server_limits(),
+                figures,
                 async move {
                     outbox_runtime::shutdown_signal().await;
                     let _ = stop.send(true);

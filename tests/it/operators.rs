@@ -176,11 +176,11 @@ async fn held_alerts_are_listed_replayed_with_a_note_and_delivered_with_their_ke
         lines
             .last()
             .unwrap()
-            .starts_with("replayed by alice (was held): vendor says not received"),
+            .starts_with("replayed by cli:alice (was held): vendor says not received"),
         "{lines:?}"
     );
     let replays: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM alert_events WHERE actor = 'operator:alice'")
+        sqlx::query_scalar("SELECT count(*) FROM alert_events WHERE actor = 'operator:cli:alice'")
             .fetch_one(&db.pool)
             .await
             .unwrap();
@@ -250,7 +250,7 @@ async fn resolving_records_what_the_operator_found() {
             .await
             .unwrap();
     assert_eq!(reference.as_deref(), Some("INV-1"));
-    assert!(evidence(&db, ids[0]).await.last().unwrap().contains("resolved by alice: delivery confirmed at the destination (reference INV-1): seen in the vendor portal"));
+    assert!(evidence(&db, ids[0]).await.last().unwrap().contains("resolved by cli:alice: delivery confirmed at the destination (reference INV-1): seen in the vendor portal"));
 
     let again = outboxctl(
         &db,
@@ -274,7 +274,7 @@ async fn resolving_records_what_the_operator_found() {
         .await
         .last()
         .unwrap()
-        .contains("abandoned by alice: contract cancelled"));
+        .contains("abandoned by cli:alice: contract cancelled"));
 
     let before = counts(&db).await;
     refused(

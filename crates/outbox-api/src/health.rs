@@ -44,7 +44,8 @@ impl ApprovalCounts {
     }
 }
 
-/// Prometheus text: approvals by result, and the outbox's queue figures.
+/// Prometheus text: approvals by result, the outbox's queue figures, and the figures of
+/// the process's other parts.
 pub(crate) async fn metrics(State(state): State<AppState>) -> axum::response::Response {
     use axum::response::IntoResponse;
     use std::fmt::Write as _;
@@ -65,6 +66,9 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> axum::response::Re
             "outbox_approvals_total{{result=\"{result}\"}} {}",
             counter.load(Relaxed)
         );
+    }
+    for figures in &state.figures {
+        figures.render(&mut out);
     }
     match outbox_store::dispatch::queue_figures(&state.pool).await {
         Ok(queue) => {

@@ -1,8 +1,8 @@
 //! The decider's approval API, served by `decider serve`, and its operations endpoints.
 //!
 //! Layout:
-//! - [`router`] / [`serve`] / [`serve_with`]: the routes and the servers (graceful
-//!   shutdown, deadlines for slow clients and a cap on connections from
+//! - [`router`] / [`serve`] / [`serve_with`] / [`serve_with_figures`]: the routes and the
+//!   servers (graceful shutdown, deadlines for slow clients and a cap on connections from
 //!   `outbox_runtime::http_server`).
 //! - `alerts`: `POST /v1/alerts`, `GET /v1/alerts/{id}`, `POST /v1/alerts/{id}/revisions`.
 //! - `auth`: the bearer-token extractor; a token acts for exactly one tenant. Tokens the
@@ -31,6 +31,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use hyper::service::service_fn;
 use outbox_runtime::http_server::{self, RequestBody, ServerLimits};
+use outbox_runtime::prometheus::Figures;
 use outbox_store::PgPool;
 use std::future::Future;
 use tokio::net::TcpListener;
@@ -50,6 +51,8 @@ pub struct AppState {
     pub approvals: std::sync::Arc<health::ApprovalCounts>,
     /// Tokens the database accepted, kept for at most [`TOKEN_CACHE_TTL`].
     tokens: std::sync::Arc<auth::TokenCache>,
+    /// Other parts of the process whose figures `/metrics` shows too (the console's).
+    figures: Vec<std::sync::Arc<dyn Figures>>,
 }
 
 impl AppState {
@@ -58,6 +61,7 @@ impl AppState {
             wake_ups: outbox_store::dispatch::WakeUpNotifier::new(pool.clone()),
             approvals: std::sync::Arc::default(),
             tokens: std::sync::Arc::new(auth::TokenCache::new(TOKEN_CACHE_TTL)),
+            figures: Vec::new(),
             pool,
         }
     }
@@ -131,7 +135,22 @@ pub async fn serve_with(
     limits: ServerLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let state = AppState::new(pool);
+    serve_with_figures(listeners, pool, limits, Vec::new(), shutdown).await
+}
+
+/// [`serve_with`], with `/metrics` also showing `figures`: those of other parts of the
+/// same process (the console's password checks, when `decider serve` runs it).
+pub async fn serve_with_figures(
+    listeners: Listeners,
+    pool: PgPool,
+    limits: ServerLimits,
+    figures: Vec<std::sync::Arc<dyn Figures>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let state = AppState {
+        figures,
+        ..AppState::new(pool)
+    };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let stop_both = async move {
         shutdown.await;

@@ -1,11 +1,10 @@
 //! The actions: replay, resolve, destinations on and off, bulk replays. Each checks the
 //! session's form token and the operator role first, then the tenant grant, and then asks
-//! `outbox_store::operator`, the same functions `outboxctl` calls, with the account's name
-//! as the actor: the evidence reads exactly as after `outboxctl --actor NAME`.
+//! `outbox_store::operator`, the same functions `outboxctl` calls, with the account as the
+//! actor (`console:NAME`, where `outboxctl --actor NAME` is `cli:NAME`).
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
 use outbox_core::AlertState;
 use outbox_store::console::{self, BulkReplay};
 use outbox_store::destinations;
@@ -13,6 +12,7 @@ use outbox_store::operator::{self, Resolution};
 use uuid::Uuid;
 
 use crate::auth::Signed;
+use crate::input::{Form, Query};
 use crate::pages::{alert_id, visible_alert, ListQuery};
 use crate::view::PageError;
 use crate::Console;
@@ -81,7 +81,7 @@ pub(crate) async fn replay(
     let id = alert_id(&id)?;
     let note = required_note(&form.note)?;
     visible_alert(&console, &signed, id).await?;
-    operator::replay(&console.pool, id, signed.name(), note).await?;
+    operator::replay(&console.pool, id, &signed.actor(), note).await?;
     Ok(Redirect::to(&format!("/console/alerts/{id}")).into_response())
 }
 
@@ -163,7 +163,7 @@ pub(crate) async fn resolve(
         _ => Resolution::Abandon,
     };
     visible_alert(&console, &signed, id).await?;
-    operator::resolve(&console.pool, id, &resolution, signed.name(), note).await?;
+    operator::resolve(&console.pool, id, &resolution, &signed.actor(), note).await?;
     Ok(Redirect::to(&format!("/console/alerts/{id}")).into_response())
 }
 
@@ -209,13 +209,13 @@ pub(crate) async fn set_destination_enabled(
         tenant.id,
         &destination.name,
         enabled,
-        signed.name(),
+        &signed.actor(),
     )
     .await?;
     console::record_audit(
         &console.pool,
-        signed.name(),
-        Some(tenant.id),
+        &signed.actor(),
+        Some(&[tenant.id]),
         if enabled {
             "destination enabled"
         } else {
@@ -285,17 +285,18 @@ pub(crate) async fn start_bulk_replay(
     let planned = console::count_alerts(&console.pool, signed.scope(), &filter).await?;
     let id = console::create_bulk_replay(
         &console.pool,
-        signed.name(),
+        &signed.actor(),
         note,
         signed.scope(),
         &filter,
         planned,
     )
     .await?;
+    let tenants = bulk_replay_tenants(&console, signed.scope(), &filter).await?;
     console::record_audit(
         &console.pool,
-        signed.name(),
-        None,
+        &signed.actor(),
+        tenants.as_deref(),
         "bulk replay started",
         &format!(
             "bulk replay {id} of {planned} ({})",
@@ -306,6 +307,25 @@ pub(crate) async fn start_bulk_replay(
     .await?;
     console.bulk_wake.notify_one();
     Ok(Redirect::to(&format!("/console/bulk-replay/{id}")).into_response())
+}
+
+/// The tenants a bulk replay's audit lines concern: the one its filter names, when its
+/// starter could act on it; otherwise those of its starter's grant (`None`: every tenant).
+/// So an account limited to a tenant sees the bulk replays of that tenant in the audit
+/// log, and no other's.
+async fn bulk_replay_tenants(
+    console: &Console,
+    scope: Option<&[Uuid]>,
+    filter: &console::AlertFilter,
+) -> Result<Option<Vec<Uuid>>, PageError> {
+    if let Some(name) = &filter.tenant {
+        if let Some(tenant) = console::tenant_id(&console.pool, name).await? {
+            if scope.is_none_or(|scope| scope.contains(&tenant)) {
+                return Ok(Some(vec![tenant]));
+            }
+        }
+    }
+    Ok(scope.map(<[Uuid]>::to_vec))
 }
 
 /// Reads a bulk replay its account may see: one started within the account's grant.
@@ -358,10 +378,12 @@ pub(crate) async fn set_bulk_running(
             if running { "resumed" } else { "stopped" }
         )));
     }
+    let tenants =
+        bulk_replay_tenants(&console, replay.tenant_ids.as_deref(), &replay.filter).await?;
     console::record_audit(
         &console.pool,
-        signed.name(),
-        None,
+        &signed.actor(),
+        tenants.as_deref(),
         if running {
             "bulk replay resumed"
         } else {

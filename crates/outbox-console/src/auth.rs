@@ -9,37 +9,48 @@
 //!
 //! The sign-in form is protected too (login CSRF: a page elsewhere must not sign a
 //! browser in to an account of the attacker's choosing). Showing the form sets a
-//! pre-session cookie (random, HttpOnly, SameSite=Strict, on `/console/login` only) and
-//! puts in the form a token tied to it: an HMAC of the cookie under a key this process
-//! draws at start. A sign-in without both, or with a token of another cookie, is refused
-//! before any password is checked. The key lives in memory: after a restart, or on
-//! another console process, a form shown before is refused and the operator reloads it.
+//! pre-session cookie (HttpOnly, SameSite=Strict, on `/console/login` only) and puts in
+//! the form a token tied to it: an HMAC of the cookie under a key this process draws at
+//! start. The cookie's value is random bits with their own HMAC under that key: one this
+//! process did not make (chosen by the client, or planted by someone else) is replaced
+//! by a fresh one when the form is shown, and never accepted with a sign-in. A sign-in
+//! without both, or with a token of another cookie, is refused before any password is
+//! checked. The key lives in memory: after a restart, or on another console process, a
+//! form shown before is refused and the operator reloads it.
+//!
+//! Password checks are bounded per process (`crate::password_checks`): a sign-in takes a
+//! turn before anything else, and is answered 503 with `Retry-After` when none comes
+//! within a short wait.
 //!
 //! Failed sign-ins are limited per account name and per client address (the console's
 //! `sign_in_limits`), counted in the database (`begin_sign_in` in
 //! `outbox_store::operator_accounts`) so that the limit holds across restarts and
-//! console processes. Past
-//! the limit a sign-in is refused with 429 and the same message whether or not the name
-//! exists, without checking the password. The address is the TCP peer's: behind a proxy
-//! that is the proxy's, which is why its limit is the higher one.
+//! console processes. Past the limit a sign-in is refused with 429 and the same message
+//! whether or not the name exists, without checking the password. The address is the TCP
+//! peer's (an IPv6 one by its /64): behind a proxy that is the proxy's, which is why its
+//! limit is the higher one.
+//!
+//! Sign-ins and sign-outs are in the audit log by `console:NAME`; failed and refused
+//! sign-ins too, counted on one line per name as typed, address and limit window.
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::password_hash::{PasswordHasher, SaltString};
 use argon2::Argon2;
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use outbox_runtime::http_server::PeerAddr;
+use outbox_store::console;
 use outbox_store::operator_accounts::{self, Account, Session, SignInTurn};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
+use crate::input::Form;
 use crate::view::PageError;
 use crate::Console;
 
@@ -68,6 +79,34 @@ impl LoginKey {
         let mut key = [0u8; 32];
         rand::rng().fill_bytes(&mut key);
         LoginKey(key)
+    }
+
+    /// A fresh pre-session cookie value: 256 random bits and their MAC under this key, so
+    /// that a value we did not make (one a client or another site chose) is told apart.
+    fn new_pre_session(&self) -> String {
+        let nonce = random_token();
+        let mac = URL_SAFE_NO_PAD.encode(self.pre_session_mac(&nonce).finalize().into_bytes());
+        format!("{nonce}.{mac}")
+    }
+
+    /// Whether this key made the pre-session cookie value `value` (MAC compared in
+    /// constant time).
+    fn made(&self, value: &str) -> bool {
+        let Some((nonce, mac)) = value.split_once('.') else {
+            return false;
+        };
+        let Ok(mac) = URL_SAFE_NO_PAD.decode(mac) else {
+            return false;
+        };
+        self.pre_session_mac(nonce).verify_slice(&mac).is_ok()
+    }
+
+    fn pre_session_mac(&self, nonce: &str) -> Hmac<Sha256> {
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes a key of any length");
+        mac.update(b"console pre-session\0");
+        mac.update(nonce.as_bytes());
+        mac
     }
 
     /// The form token tied to a pre-session cookie.
@@ -113,16 +152,6 @@ pub fn hash_password(password: &str) -> Result<String, String> {
         .hash_password(password.as_bytes(), &salt)
         .map(|hash| hash.to_string())
         .map_err(|err| err.to_string())
-}
-
-fn password_matches(password: &str, stored: &str) -> bool {
-    PasswordHash::new(stored)
-        .map(|hash| {
-            Argon2::default()
-                .verify_password(password.as_bytes(), &hash)
-                .is_ok()
-        })
-        .unwrap_or(false)
 }
 
 fn session_hash(session_id: &str) -> Vec<u8> {
@@ -187,9 +216,15 @@ impl Signed {
         &self.session.account
     }
 
-    /// The account's name, as it goes into the evidence.
+    /// The account's name.
     pub fn name(&self) -> &str {
         &self.session.account.name
+    }
+
+    /// Who acts, as the evidence and the audit log record it: `console:NAME`, never to be
+    /// taken for `outboxctl --actor NAME` (recorded as `cli:NAME`).
+    pub fn actor(&self) -> String {
+        format!("console:{}", self.name())
     }
 
     /// The tenants it may see (`None`: every tenant).
@@ -290,10 +325,12 @@ fn login_form(
     error: Option<&str>,
     status: axum::http::StatusCode,
 ) -> Result<Response, PageError> {
+    // A value this process did not make is replaced: a client (or a page elsewhere that
+    // planted it) does not get to choose the pre-session its form is tied to.
     let pre_session = cookie(headers, LOGIN_COOKIE)
-        .filter(|value| value.len() <= 64)
+        .filter(|value| console.login_key.made(value))
         .map(str::to_owned)
-        .unwrap_or_else(random_token);
+        .unwrap_or_else(|| console.login_key.new_pre_session());
     let mut page = console.views.render_public(
         "login.html",
         minijinja::context! {
@@ -326,6 +363,13 @@ pub(crate) struct LoginForm {
     login_token: String,
 }
 
+/// What the audit log records as the name of sign-ins refused because their address had
+/// its limit (not a valid account name, so no account's line is taken for it).
+const ANY_NAME: &str = "(any name)";
+
+/// How long a sign-in turned away for want of a password check is told to wait.
+const BUSY_RETRY_AFTER_SECS: u64 = 2;
+
 /// Longest account name counted as typed (a valid one is at most 64 bytes).
 const MAX_COUNTED_NAME: usize = 200;
 
@@ -337,21 +381,60 @@ pub(crate) async fn login(
     peer: Option<axum::Extension<PeerAddr>>,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, PageError> {
-    let token_ok = cookie(&headers, LOGIN_COOKIE)
-        .is_some_and(|pre_session| console.login_key.verifies(pre_session, &form.login_token));
+    let token_ok = cookie(&headers, LOGIN_COOKIE).is_some_and(|pre_session| {
+        console.login_key.made(pre_session)
+            && console.login_key.verifies(pre_session, &form.login_token)
+    });
     if !token_ok {
         return Err(PageError::Forbidden(
             "this sign-in form has expired or did not come from this console; reload the sign-in page and try again"
                 .into(),
         ));
     }
+    // The turn is taken before anything is counted: a sign-in turned away for want of
+    // room has not guessed anything.
+    let Some(turn) = console.config.password_checks.turn().await else {
+        let mut page = login_form(
+            &console,
+            &headers,
+            Some("the console is checking too many sign-ins at once; try again in a few seconds"),
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        )?;
+        page.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(BUSY_RETRY_AFTER_SECS),
+        );
+        return Ok(page);
+    };
     let name = form.name.trim();
     let counted_name = match name.char_indices().nth(MAX_COUNTED_NAME) {
         Some((cut, _)) => &name[..cut],
         None => name,
     };
     let address = peer.map(|axum::Extension(PeerAddr(addr))| addr.ip());
-    if let SignInTurn::Refused { retry_after_secs } = operator_accounts::begin_sign_in(
+    // Each failed or refused sign-in goes into the audit log's count for its name and
+    // address. Past the address's own limit the names are no longer told apart: a flood
+    // of made-up names from one address stays one line.
+    let (pool, window) = (&console.pool, console.config.sign_in_limits.window);
+    let failed = |name: &str| {
+        let operator = format!("console:{name}");
+        async move {
+            console::record_failed_sign_in(
+                pool,
+                &operator,
+                &address.map_or_else(
+                    || "unknown address".to_owned(),
+                    operator_accounts::address_key,
+                ),
+                window,
+            )
+            .await
+        }
+    };
+    if let SignInTurn::Refused {
+        retry_after_secs,
+        address_limited,
+    } = operator_accounts::begin_sign_in(
         &console.pool,
         counted_name,
         address,
@@ -359,6 +442,12 @@ pub(crate) async fn login(
     )
     .await?
     {
+        failed(if address_limited {
+            ANY_NAME
+        } else {
+            counted_name
+        })
+        .await?;
         let minutes = (retry_after_secs + 59) / 60;
         let message = format!(
             "too many failed sign-ins for this name or from this address; try again in {minutes} minute{}",
@@ -379,13 +468,11 @@ pub(crate) async fn login(
     // which names exist.
     let (account_id, hash) = match stored {
         Some((id, hash)) => (Some(id), hash),
-        None => (None, dummy_hash().to_owned()),
+        None => (None, DUMMY_HASH.to_owned()),
     };
-    let password = form.password;
-    let matches = tokio::task::spawn_blocking(move || password_matches(&password, &hash))
-        .await
-        .unwrap_or(false);
+    let matches = turn.check(form.password, hash).await;
     let Some(account_id) = account_id.filter(|_| matches) else {
+        failed(counted_name).await?;
         return login_form(
             &console,
             &headers,
@@ -401,6 +488,19 @@ pub(crate) async fn login(
         account_id,
         &random_token(),
         console.config.session_lifetime,
+    )
+    .await?;
+    let tenants = operator_accounts::tenant_ids(&console.pool, account_id).await?;
+    console::record_audit(
+        &console.pool,
+        &format!("console:{name}"),
+        tenants.as_deref(),
+        "signed in",
+        &address.map_or_else(
+            || "unknown address".to_owned(),
+            operator_accounts::address_key,
+        ),
+        "",
     )
     .await?;
     let secure = if console.config.secure_cookies {
@@ -427,11 +527,11 @@ pub(crate) async fn login(
     Ok(response)
 }
 
-/// A fixed argon2id hash to verify against when the name is unknown.
-fn dummy_hash() -> &'static str {
-    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HASH.get_or_init(|| hash_password("no such operator").unwrap_or_default())
-}
+/// A fixed argon2id hash (of a random password nobody kept, at `hash_password`'s cost)
+/// to verify against when the name is unknown: written out, so that no check outside the
+/// bound computes it.
+const DUMMY_HASH: &str =
+    "$argon2id$v=19$m=19456,t=2,p=1$vjIJAKSHiflJgAXNcZ+TUw$ZoMUyQ4fRcchHmhbX679C/3Wns0Px7eXxRvde7lT0W8";
 
 /// The sign-out form.
 #[derive(Debug, serde::Deserialize)]
@@ -454,6 +554,15 @@ pub(crate) async fn logout(
     if let Some(cookie) = session_cookie(&headers) {
         operator_accounts::close_session(&console.pool, &session_hash(cookie)).await?;
     }
+    console::record_audit(
+        &console.pool,
+        &signed.actor(),
+        signed.scope(),
+        "signed out",
+        "",
+        "",
+    )
+    .await?;
     let mut response = Redirect::to("/console/login").into_response();
     response.headers_mut().insert(
         header::SET_COOKIE,
@@ -474,9 +583,24 @@ mod tests {
         let hash = hash_password(&password).expect("hash");
         assert!(hash.starts_with("$argon2id$"));
         assert!(!hash.contains(&password));
-        assert!(password_matches(&password, &hash));
-        assert!(!password_matches("wrong", &hash));
-        assert!(!password_matches(&password, "not a hash"));
+        let mut memory = Vec::new();
+        let mut matches = |password: &str, hash: &str| {
+            crate::password_checks::matches_in(&mut memory, password, hash)
+        };
+        assert!(matches(&password, &hash));
+        assert!(!matches("wrong", &hash));
+        assert!(!matches(&password, "not a hash"));
+    }
+
+    #[test]
+    fn the_unknown_names_hash_costs_what_an_accounts_does() {
+        let dummy = argon2::PasswordHash::new(DUMMY_HASH).expect("a PHC string");
+        let real_hash = hash_password("x").expect("hash");
+        let real = argon2::PasswordHash::new(&real_hash).expect("a PHC string");
+        assert_eq!(dummy.algorithm, real.algorithm);
+        assert_eq!(dummy.version, real.version);
+        assert_eq!(dummy.params, real.params);
+        assert_eq!(dummy.hash.map(|h| h.len()), real.hash.map(|h| h.len()));
     }
 
     #[test]
@@ -495,6 +619,20 @@ mod tests {
         assert!(!key.verifies("cookie-a", "not base64!"));
         assert!(!key.verifies("cookie-a", ""));
         assert!(!LoginKey::new().verifies("cookie-a", &token));
+    }
+
+    #[test]
+    fn a_pre_session_is_recognised_only_by_the_key_that_made_it() {
+        let key = LoginKey::new();
+        let value = key.new_pre_session();
+        assert!(key.made(&value));
+        assert_ne!(value, key.new_pre_session());
+        assert!(!LoginKey::new().made(&value));
+        let (nonce, _) = value.split_once('.').expect("nonce.mac");
+        assert!(!key.made(nonce));
+        assert!(!key.made(&format!("{nonce}.AAAA")));
+        assert!(!key.made("chosen-by-the-client"));
+        assert!(!key.made(""));
     }
 
     #[test]

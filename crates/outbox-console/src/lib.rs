@@ -11,6 +11,10 @@
 //!   token checked in constant time, the sign-in form's own token (tied to a pre-session
 //!   cookie), failed sign-ins limited per name and per address, and the `Signed`
 //!   extractor that carries the account's role and tenant grant into every handler.
+//! - `password_checks`: the bound on argon2 checks running at once (each takes 19 MiB),
+//!   with the memory they hash in kept per permit, and its figures for `/metrics`.
+//! - `input`: the query and form extractors every handler reads through; a NUL character
+//!   (which PostgreSQL's text cannot hold) is refused there as bad input.
 //! - `pages`: the pages that read: overview, outbox list (keyset-paged filters in the
 //!   URL), an alert's whole story, destinations, audit log.
 //! - `actions`: replay, resolve (each with a note and a confirm page), destinations on and
@@ -27,7 +31,9 @@
 mod actions;
 mod auth;
 mod bulk;
+mod input;
 mod pages;
+pub mod password_checks;
 mod view;
 
 use axum::http::{header, HeaderValue, Request};
@@ -44,6 +50,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 pub use auth::{hash_password, new_password};
+pub use password_checks::PasswordChecks;
 
 /// How the console behaves.
 #[derive(Debug, Clone)]
@@ -57,6 +64,9 @@ pub struct ConsoleConfig {
     pub bulk_batch: i64,
     /// How many failed sign-ins are allowed per account name and per client address.
     pub sign_in_limits: outbox_store::operator_accounts::SignInLimits,
+    /// The bound on password checks running at once (shared with `/metrics`, which shows
+    /// its figures).
+    pub password_checks: Arc<PasswordChecks>,
 }
 
 impl Default for ConsoleConfig {
@@ -72,6 +82,7 @@ impl Default for ConsoleConfig {
                 per_name: 5,
                 per_address: 20,
             },
+            password_checks: PasswordChecks::per_core(),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The pages that read. Each reads through `outbox-store` within the account's tenant grant.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::response::Response;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use outbox_core::AlertState;
@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 use crate::auth::Signed;
+use crate::input::Query;
 use crate::view::{sparkline, PageError};
 use crate::Console;
 
@@ -289,13 +290,14 @@ pub(crate) async fn alert(
     let payload = serde_json::from_str::<serde_json::Value>(detail.payload.get())
         .and_then(|value| serde_json::to_string_pretty(&value))
         .unwrap_or_else(|_| detail.payload.get().to_owned());
+    let payload = visible_lines(&payload);
     let email = rendered::find(&console.pool, id).await?.map(|message| {
         minijinja::context! {
             message_id => message.message_id,
             sha256 => message.sha256,
             template_version => message.template_version,
             rendered_at => message.rendered_at,
-            text => String::from_utf8_lossy(&message.bytes).into_owned(),
+            text => visible_lines(&String::from_utf8_lossy(&message.bytes)),
         }
     });
     let state = detail.state.as_str();
@@ -310,6 +312,17 @@ pub(crate) async fn alert(
             can_resolve => matches!(state, "held" | "uncertain"),
         },
     )
+}
+
+/// Text laid out in lines (a pretty-printed payload, an email as stored) shown like every
+/// other untrusted text, with control and bidirectional characters as escapes, line by
+/// line: its line breaks are its layout (inside a JSON string, one is already JSON's own
+/// `\n` escape).
+fn visible_lines(text: &str) -> String {
+    text.lines()
+        .map(outbox_core::untrusted::visible)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `GET /console/destinations`: each destination, its capability, health and last errors.
@@ -437,6 +450,15 @@ mod tests {
         assert_eq!(
             query.query_string(),
             "tenant=acme&state=held&from=2026-12-01T10%3A00&subject=contract%3AA%26B%207"
+        );
+    }
+
+    #[test]
+    fn a_payload_keeps_its_layout_and_shows_its_controls() {
+        let pretty = "{\n  \"file\": \"invoice\u{202e}gnp.exe\",\n  \"bell\": \"\u{7}\"\n}";
+        assert_eq!(
+            visible_lines(pretty),
+            "{\n  \"file\": \"invoice\\u{202e}gnp.exe\",\n  \"bell\": \"\\x07\"\n}"
         );
     }
 

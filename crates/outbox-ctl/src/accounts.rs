@@ -17,7 +17,7 @@ pub enum Role {
 }
 
 impl Role {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Role::Viewer => "viewer",
             Role::Operator => "operator",

@@ -325,3 +325,10 @@ pub(crate) async fn revoke_token(pool: &PgPool, id: &str) -> anyhow::Result<()> 
     }
     Ok(())
 }
+
+impl RotateArgs {
+    /// The tenant and the destination's name, as given, for the audit log.
+    pub(crate) fn audited(&self) -> (&str, &str) {
+        (&self.tenant, &self.name)
+    }
+}

@@ -18,6 +18,8 @@
 //!   account's password is printed once).
 //! - `template`: `template preview`, an alert rendered as email (`outbox-render`) and
 //!   printed instead of sent.
+//! - `audit`: the audit log's line for each command that changes accounts, tokens,
+//!   destinations or secrets, written once the command succeeded (`cli:NAME`).
 //! - `table`: plain-text tables for people (`--json` gives one JSON object per line).
 //!   Text others wrote (subjects, a destination's answer, evidence) is shown through
 //!   `outbox_core::untrusted::visible` in every view, and `error:` lines too.
@@ -27,6 +29,7 @@
 //! a one-line reason and writes nothing.
 
 mod accounts;
+mod audit;
 mod credentials;
 mod demo;
 mod inspect;
@@ -166,7 +169,7 @@ pub enum Command {
 pub enum OperatorCommand {
     /// Create an account; prints its password, which is shown only this once.
     Add {
-        /// Its name, also the operator's name in the evidence of its actions.
+        /// Its name; the evidence of its actions names it `console:NAME`.
         name: String,
         /// viewer (reads) or operator (reads and acts).
         #[arg(long, value_enum)]
@@ -414,6 +417,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         _ => {}
     }
     let pool = outbox_store::connect(&cli.database_url, "outboxctl", 4).await?;
+    let audited = audit::line_for(&cli.command);
     let result = match cli.command {
         Command::Migrate | Command::Demo(_) | Command::Template(_) => {
             unreachable!("handled above")
@@ -523,6 +527,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }) => accounts::add(&pool, &name, role, &tenants).await,
         Command::Operator(OperatorCommand::List { json }) => accounts::list(&pool, json).await,
         Command::Operator(OperatorCommand::Remove { name }) => accounts::remove(&pool, &name).await,
+    };
+    let result = match (result, audited) {
+        (Ok(()), Some(line)) => audit::record(&pool, line).await,
+        (result, _) => result,
     };
     pool.close().await;
     result

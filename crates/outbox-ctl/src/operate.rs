@@ -17,28 +17,26 @@ pub struct Accountable {
     /// Why: stored with the action in the alert's evidence.
     #[arg(long)]
     note: Option<String>,
-    /// Who: the operator's name in the evidence.
+    /// Who: the operator's name in the evidence, recorded as `cli:NAME`.
     #[arg(long, env = "USER", default_value = "operator")]
     actor: String,
 }
 
-/// The operator's name: `--actor`, `$USER`, or "operator" when both are empty.
-pub(crate) fn actor_name(actor: &str) -> &str {
+/// The operator as the evidence and the audit log record them: `cli:` and `--actor`,
+/// `$USER`, or "operator" when both are empty. The prefix tells them from a console
+/// account of the same name (`console:NAME`).
+pub(crate) fn actor_name(actor: &str) -> String {
     let actor = actor.trim();
-    if actor.is_empty() {
-        "operator"
-    } else {
-        actor
-    }
+    format!("cli:{}", if actor.is_empty() { "operator" } else { actor })
 }
 
 impl Accountable {
-    fn actor(&self) -> &str {
+    fn actor(&self) -> String {
         actor_name(&self.actor)
     }
 
     fn check(&self) -> anyhow::Result<()> {
-        if self.actor().len() > 100 {
+        if self.actor.trim().len() > 100 {
             bail!("--actor is longer than 100 bytes");
         }
         Ok(())
@@ -122,7 +120,7 @@ pub(crate) async fn replay(pool: &PgPool, args: ReplayArgs) -> anyhow::Result<()
     );
     let mut replayed = 0u64;
     for id in &ids {
-        match operator::replay(pool, *id, args.who.actor(), note).await {
+        match operator::replay(pool, *id, &args.who.actor(), note).await {
             Ok(()) => replayed += 1,
             // Another operator (or a rerun) may have got there first.
             Err(outbox_store::StoreError::Refused(why)) => {
@@ -148,7 +146,7 @@ async fn replay_named(pool: &PgPool, args: &ReplayArgs, note: &str) -> anyhow::R
         bail!("name the alerts to replay, or select them with --status held");
     }
     let ids = parse_ids(&args.ids)?;
-    operator::replay_all(pool, &ids, args.who.actor(), note, args.dry_run).await?;
+    operator::replay_all(pool, &ids, &args.who.actor(), note, args.dry_run).await?;
     if args.dry_run {
         return would_replay(ids.len());
     }
@@ -205,7 +203,7 @@ pub(crate) async fn resolve(pool: &PgPool, args: ResolveArgs) -> anyhow::Result<
     } else {
         Resolution::Abandon
     };
-    operator::resolve(pool, id, &resolution, args.who.actor(), note).await?;
+    operator::resolve(pool, id, &resolution, &args.who.actor(), note).await?;
     let state = outbox_store::alerts::current_state(pool, id).await?;
     println!("{state}");
     eprintln!("alert {id} is now {state}");
@@ -277,7 +275,8 @@ pub(crate) async fn set_destination(
     actor: &str,
 ) -> anyhow::Result<()> {
     let tenant = tenants::find(pool, tenant).await?;
-    if !operator::set_destination_enabled(pool, tenant.id, name, enabled, actor_name(actor)).await?
+    if !operator::set_destination_enabled(pool, tenant.id, name, enabled, &actor_name(actor))
+        .await?
     {
         bail!("tenant `{}` has no destination named `{name}`", tenant.name);
     }

@@ -925,3 +925,17 @@ fn secrets_cell(d: &outbox_store::destinations::DestinationSummary) -> String {
     }
     cell
 }
+
+impl DestinationArgs {
+    /// The tenant and the destination's name, as given, for the audit log.
+    pub(crate) fn audited(&self) -> (&str, &str) {
+        (&self.tenant, &self.name)
+    }
+}
+
+impl UpdateArgs {
+    /// The tenant and the destination's name, as given, for the audit log.
+    pub(crate) fn audited(&self) -> (&str, &str) {
+        (&self.tenant, &self.name)
+    }
+}

@@ -61,6 +61,13 @@ impl Histogram {
     }
 }
 
+/// Figures a part of a process keeps for itself (the console's password checks, ...),
+/// written into the `/metrics` of the listener that reports for the whole process.
+pub trait Figures: std::fmt::Debug + Send + Sync {
+    /// Appends its lines (`# HELP`, `# TYPE` and samples) to `out`.
+    fn render(&self, out: &mut String);
+}
+
 /// Escapes a label value.
 pub fn escape(label: &str) -> String {
     label

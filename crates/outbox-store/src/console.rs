@@ -169,6 +169,16 @@ pub async fn alert_tenant(
     )
 }
 
+/// The id of the tenant called `name`, if there is one.
+pub async fn tenant_id(db: impl PgExecutor<'_>, name: &str) -> Result<Option<Uuid>, StoreError> {
+    Ok(
+        sqlx::query_scalar::<_, Uuid>("SELECT id FROM tenants WHERE name = $1")
+            .bind(name)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
 /// Tenants by name within a scope, for the filter's choices.
 pub async fn tenant_names(
     db: impl PgExecutor<'_>,
@@ -316,9 +326,10 @@ pub async fn recent_errors(
 pub struct AuditEntry {
     /// When.
     pub at: DateTime<Utc>,
-    /// Who (the operator's name).
+    /// Who: `console:NAME` (a console account), `cli:NAME` (`outboxctl`),
+    /// `dispatcher:WORKER`; lines written before actors were told apart say `NAME` alone.
     pub operator: String,
-    /// What: the state an alert went to, or a console action.
+    /// What: the state an alert went to, or an action of the audit log's own.
     pub action: String,
     /// On what: an alert id, or a destination or bulk replay.
     pub target: String,
@@ -326,6 +337,9 @@ pub struct AuditEntry {
     pub alert_id: Option<Uuid>,
     /// The evidence line or the operator's note.
     pub note: String,
+    /// How many times it happened (failed sign-ins are counted on one line per name,
+    /// address and window); 1 for everything else.
+    pub count: i32,
     /// Where the line is kept: 2 for the evidence, 1 for console actions.
     pub source: i32,
     /// Its id there.
@@ -394,8 +408,10 @@ impl std::str::FromStr for AuditCursor {
 
 /// One page of what operators did, newest first, strictly after `after` (the cursor of
 /// the previous page's last line): operators' lines in the alerts' evidence (the
-/// console's and `outboxctl --actor`'s), and console actions on destinations and bulk
-/// replays (and destinations disabled automatically). `operator` keeps one operator's.
+/// console's and `outboxctl --actor`'s), and the audit log's own lines ([`record_audit`],
+/// [`record_failed_sign_in`], destinations disabled automatically). `operator` keeps one
+/// operator's (as recorded: `console:alice`). A limited `scope` sees a line of the log
+/// only when it covers every tenant the line concerns.
 ///
 /// Keyset paging: each source walks its own index on (at, id) from the cursor on, and
 /// the two are merged by (at, source, id); so a page deep in the history costs what the
@@ -424,7 +440,8 @@ pub async fn audit(
     };
     let sql = format!(
         "(SELECT e.at, substr(e.actor, 10) AS operator, e.to_state AS action, \
-                 e.alert_id::text AS target, e.alert_id, e.line AS note, 2 AS source, e.id AS seq \
+                 e.alert_id::text AS target, e.alert_id, e.line AS note, 1 AS count, \
+                 2 AS source, e.id AS seq \
           FROM alert_events e \
           WHERE e.actor LIKE 'operator:%' \
             AND ($2::text IS NULL OR e.actor = 'operator:' || $2) \
@@ -433,10 +450,11 @@ pub async fn audit(
             {after_events} \
           ORDER BY e.at DESC, e.id DESC LIMIT $3) \
          UNION ALL \
-         (SELECT c.at, c.operator, c.action, c.target, NULL::uuid, c.note, 1 AS source, c.id AS seq \
+         (SELECT c.at, c.operator, c.action, c.target, NULL::uuid, c.note, c.count, \
+                 1 AS source, c.id AS seq \
           FROM console_audit c \
           WHERE ($2::text IS NULL OR c.operator = $2) \
-            AND ($1::uuid[] IS NULL OR c.tenant_id = ANY($1)) \
+            AND ($1::uuid[] IS NULL OR COALESCE(c.tenant_ids, ARRAY[c.tenant_id]) <@ $1) \
             {after_console} \
           ORDER BY c.at DESC, c.id DESC LIMIT $3) \
          ORDER BY at DESC, source DESC, seq DESC LIMIT $3"
@@ -452,24 +470,56 @@ pub async fn audit(
         .await?)
 }
 
-/// Records a console action that leaves no line in an alert's evidence.
+/// Records an operator's action that leaves no line in an alert's evidence (the
+/// console's and `outboxctl`'s), by `operator` as it is to be read (`console:NAME`,
+/// `cli:NAME`). `tenants` are the tenants it concerns: an account limited to some tenants
+/// sees the line only when its grant covers all of them; `None`, no tenant in particular
+/// (accounts of every tenant see it).
 pub async fn record_audit(
     db: impl PgExecutor<'_>,
     operator: &str,
-    tenant_id: Option<Uuid>,
+    tenants: Option<&[Uuid]>,
     action: &str,
     target: &str,
     note: &str,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO console_audit (operator, tenant_id, action, target, note) \
-         VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO console_audit (operator, tenant_id, tenant_ids, action, target, note) \
+         VALUES ($1, CASE WHEN cardinality($2::uuid[]) = 1 THEN $2[1] END, $2, $3, $4, $5)",
     )
     .bind(operator)
-    .bind(tenant_id)
+    .bind(tenants)
     .bind(action)
     .bind(target)
     .bind(note)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The action of a failed sign-in's line.
+pub const FAILED_SIGN_IN: &str = "sign-in failed";
+
+/// Counts a failed (or refused) sign-in as `operator` (`console:NAME`, the name as typed)
+/// from `address`: one line per name, address and `window` (aligned on the epoch), whose
+/// count goes up, so a flood of guesses cannot grow the log.
+pub async fn record_failed_sign_in(
+    db: impl PgExecutor<'_>,
+    operator: &str,
+    address: &str,
+    window: std::time::Duration,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO console_audit (operator, action, target, window_start, last_at) \
+         VALUES ($1, $2, $3, \
+                 to_timestamp(floor(extract(epoch FROM now()) / $4) * $4), now()) \
+         ON CONFLICT (operator, target, window_start) WHERE action = 'sign-in failed' \
+         DO UPDATE SET count = console_audit.count + 1, last_at = now()",
+    )
+    .bind(operator)
+    .bind(FAILED_SIGN_IN)
+    .bind(address)
+    .bind(window.as_secs_f64().max(1.0))
     .execute(db)
     .await?;
     Ok(())

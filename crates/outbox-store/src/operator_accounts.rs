@@ -103,6 +103,20 @@ pub async fn password_hash(
     .await?)
 }
 
+/// The tenants an account is limited to (`None`: every tenant, or no such account).
+pub async fn tenant_ids(
+    db: impl PgExecutor<'_>,
+    account_id: Uuid,
+) -> Result<Option<Vec<Uuid>>, StoreError> {
+    Ok(sqlx::query_scalar::<_, Option<Vec<Uuid>>>(
+        "SELECT tenant_ids FROM operator_accounts WHERE id = $1",
+    )
+    .bind(account_id)
+    .fetch_optional(db)
+    .await?
+    .flatten())
+}
+
 /// Opens a session for `account_id`, valid for `lifetime`; expired sessions are removed
 /// on the way.
 pub async fn open_session(
@@ -184,14 +198,16 @@ pub enum SignInTurn {
     Refused {
         /// Seconds until the oldest counted failure stops counting.
         retry_after_secs: i64,
+        /// Whether the address has had its limit (not only the name).
+        address_limited: bool,
     },
 }
 
 /// Starts a sign-in as `name` (as typed: the count does not depend on whether such an
-/// account exists) from `address`: refused when the name or the address has had its
-/// limit of failures within the window; otherwise the attempt is recorded as a failure
-/// at once, before the password is checked, so that many guesses sent together are all
-/// counted. Failures older than the window are removed on the way.
+/// account exists) from `address` (counted under its [`address_key`]): refused when the
+/// name or the address has had its limit of failures within the window; otherwise the
+/// attempt is recorded as a failure at once, before the password is checked, so that
+/// many guesses sent together are all counted. Failures older than the window are removed on the way.
 ///
 /// Locking: a transaction-level advisory lock on the name, then on the address (always
 /// in that order), so two attempts for the same name or address count one after the
@@ -202,7 +218,7 @@ pub async fn begin_sign_in(
     address: Option<std::net::IpAddr>,
     limits: SignInLimits,
 ) -> Result<SignInTurn, StoreError> {
-    let address = address.map(|a| a.to_string());
+    let address = address.map(address_key);
     let window_secs = limits.window.as_secs_f64();
     let mut tx = pool.begin().await?;
     sqlx::query(
@@ -245,6 +261,7 @@ pub async fn begin_sign_in(
         tx.commit().await?;
         return Ok(SignInTurn::Refused {
             retry_after_secs: retry_after_secs.max(1),
+            address_limited: by_address >= limits.per_address,
         });
     }
     sqlx::query(
@@ -258,6 +275,21 @@ pub async fn begin_sign_in(
     Ok(SignInTurn::Go)
 }
 
+/// What failures from `address` are counted under: an IPv4 address itself, and an IPv6
+/// address's /64 (`2001:db8:1:2::/64`), because one IPv6 client is given a whole /64 and
+/// could otherwise draw a fresh limit for every guess. An IPv4 address written as IPv6
+/// (`::ffff:192.0.2.1`, a dual-stack listener's view of an IPv4 client) is that IPv4
+/// address. The text is an `inet` value.
+pub fn address_key(address: std::net::IpAddr) -> String {
+    match address.to_canonical() {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => {
+            let [a, b, c, d, ..] = v6.segments();
+            format!("{}/64", std::net::Ipv6Addr::new(a, b, c, d, 0, 0, 0, 0))
+        }
+    }
+}
+
 /// A sign-in as `name` succeeded: the name's failures (this attempt's too) no longer
 /// count. The address's failures under other names still do.
 pub async fn sign_in_succeeded(db: impl PgExecutor<'_>, name: &str) -> Result<(), StoreError> {
@@ -266,4 +298,39 @@ pub async fn sign_in_succeeded(db: impl PgExecutor<'_>, name: &str) -> Result<()
         .execute(db)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+
+    fn key(address: &str) -> String {
+        address_key(address.parse::<IpAddr>().expect("an address"))
+    }
+
+    #[test]
+    fn ipv4_clients_are_counted_per_address() {
+        assert_eq!(key("192.0.2.1"), "192.0.2.1");
+        assert_ne!(key("192.0.2.1"), key("192.0.2.2"));
+        assert_eq!(key("127.0.0.1"), "127.0.0.1");
+    }
+
+    #[test]
+    fn ipv6_clients_are_counted_per_64() {
+        assert_eq!(key("2001:db8:1:2:3:4:5:6"), "2001:db8:1:2::/64");
+        assert_eq!(
+            key("2001:db8:1:2::1"),
+            key("2001:db8:1:2:ffff:ffff:ffff:ffff")
+        );
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+        assert_eq!(key("::1"), "::/64");
+    }
+
+    #[test]
+    fn ipv4_mapped_clients_are_their_ipv4_address() {
+        assert_eq!(key("::ffff:192.0.2.1"), "192.0.2.1");
+        assert_eq!(key("::ffff:192.0.2.1"), key("192.0.2.1"));
+        assert_ne!(key("::ffff:192.0.2.1"), key("::ffff:192.0.2.2"));
+    }
 }

@@ -298,7 +298,9 @@ async fn an_operator_finds_a_held_alert_replays_it_and_sees_it_accepted_in_a_bro
     }
     let trail = text_of(&browser, "evidence").await;
     assert!(
-        trail.contains("replayed by alice (was held): checked with the vendor: not received"),
+        trail.contains(
+            "replayed by console:alice (was held): checked with the vendor: not received"
+        ),
         "{trail}"
     );
     screenshot(&browser, "05-alert-accepted").await;

@@ -333,7 +333,9 @@ async fn an_operator_replays_with_a_note_after_a_confirm_page_and_the_evidence_n
     assert_eq!(state_of(&console.db, ids[0]).await, "pending");
     let console_line = evidence(&console.db, ids[0]).await.pop().unwrap();
 
-    // The same action through outboxctl --actor alice writes the same line.
+    // The same action through outboxctl --actor alice writes the same line, except for
+    // who: a console account and a command-line operator of the same name never look
+    // alike.
     let cli = outboxctl(
         &console.db,
         &[
@@ -347,9 +349,13 @@ async fn an_operator_replays_with_a_note_after_a_confirm_page_and_the_evidence_n
     )
     .await;
     assert!(cli.ok, "{}", cli.stderr);
+    assert!(
+        console_line.starts_with("replayed by console:alice"),
+        "{console_line}"
+    );
     assert_eq!(
         evidence(&console.db, ids[1]).await.pop().unwrap(),
-        console_line
+        console_line.replacen("console:alice", "cli:alice", 1)
     );
     let actors: Vec<String> = sqlx::query_scalar(
         "SELECT actor FROM alert_events WHERE alert_id = ANY($1) AND actor LIKE 'operator:%'",
@@ -358,7 +364,13 @@ async fn an_operator_replays_with_a_note_after_a_confirm_page_and_the_evidence_n
     .fetch_all(&console.db.pool)
     .await
     .unwrap();
-    assert_eq!(actors, ["operator:alice", "operator:alice"]);
+    assert_eq!(actors, ["operator:console:alice", "operator:cli:alice"]);
+    let audit = console.get(Some(&alice), "/console/audit").await;
+    assert!(
+        audit.body.contains("<td>console:alice</td>") && audit.body.contains("<td>cli:alice</td>"),
+        "{}",
+        audit.body
+    );
 
     // The store's rule refuses a second replay; the page says why and nothing changes.
     let after = evidence_and_state(&console.db, ids[0]).await;
@@ -446,7 +458,7 @@ async fn resolutions_need_a_note_and_a_confirm_and_go_through_the_store() {
         assert_eq!(state_of(&console.db, id).await, state);
         let line = evidence(&console.db, id).await.pop().unwrap();
         assert!(
-            line.contains("by alice") && line.contains(&format!("checked: {resolution}")),
+            line.contains("by console:alice") && line.contains(&format!("checked: {resolution}")),
             "{line}"
         );
     }
@@ -562,7 +574,12 @@ async fn untrusted_text_is_shown_as_text() {
     let console = Console::start(TestDb::new().await).await;
     let tenant = add_tenant(&console.db, "acme", &["ops"]).await;
     let script = "<script>alert(1)</script>";
-    let payload = json!({"vendor": script, "note": "\"quoted\" & 'single'"}).to_string();
+    let payload = json!({
+        "vendor": script,
+        "note": "\"quoted\" & 'single'",
+        "file": "invoice\u{202e}gnp.exe",
+    })
+    .to_string();
     let subject = format!("contract:{script}\u{202e}gpj.exe");
     let outcome = outbox_store::alerts::approve(
         &console.db.pool,
@@ -600,6 +617,13 @@ async fn untrusted_text_is_shown_as_text() {
         );
         assert!(page.body.contains("\\u{202e}"), "{path}: {}", page.body);
     }
+    // The payload block too: its bidi override is shown, not obeyed.
+    let page = console
+        .get(Some(&viewer), &format!("/console/alerts/{id}"))
+        .await;
+    let start = page.body.find("id=\"payload\">").unwrap();
+    let block = &page.body[start..start + page.body[start..].find("</pre>").unwrap()];
+    assert!(block.contains("invoice\\u{202e}gnp.exe"), "{block}");
     // A search for markup is escaped back into the form, not run.
     let search = console
         .get(
@@ -712,10 +736,12 @@ async fn destinations_are_switched_off_and_on_by_operators_with_an_audit_line() 
             .await
             .unwrap();
     assert!(!enabled);
-    assert_eq!(reason.as_deref(), Some("disabled by alice"));
+    assert_eq!(reason.as_deref(), Some("disabled by console:alice"));
     let overview = console.get(Some(&alice), "/console").await;
     assert!(
-        overview.body.contains("disabled: disabled by alice"),
+        overview
+            .body
+            .contains("disabled: disabled by console:alice"),
         "{}",
         overview.body
     );
@@ -796,7 +822,9 @@ async fn a_bulk_replay_counts_first_then_replays_each_alert_once_in_the_backgrou
         let replays = evidence(&console.db, *id)
             .await
             .into_iter()
-            .filter(|line| line.starts_with("replayed by alice") && line.contains("relay back up"))
+            .filter(|line| {
+                line.starts_with("replayed by console:alice") && line.contains("relay back up")
+            })
             .count();
         assert_eq!(replays, 1, "{id}");
     }
@@ -946,6 +974,34 @@ async fn forged_login(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_session_cookie_the_client_chose_is_replaced_by_a_fresh_one() {
+    let console = Console::start(TestDb::new().await).await;
+    let password = console.account("alice", "operator", None).await;
+    let chosen = "outbox_console_login=chosen-by-the-attacker";
+    let shown_with = |cookie: &str| {
+        let request = console
+            .http
+            .get(format!("{}/console/login", console.base))
+            .header("cookie", cookie.to_owned());
+        async move {
+            let page = page(request.send().await.unwrap()).await;
+            let set = page.headers["set-cookie"].to_str().unwrap().to_owned();
+            set.split(';').next().unwrap().to_owned()
+        }
+    };
+    let issued = shown_with(chosen).await;
+    assert_ne!(issued, chosen, "the chosen value is not kept");
+    assert!(issued.starts_with("outbox_console_login="), "{issued}");
+    // One the console made is kept: reloading the form does not start a new one.
+    assert_eq!(shown_with(&issued).await, issued);
+    // The chosen value signs nobody in, whatever token comes with it.
+    let (_, token) = console.login_form().await;
+    let page = forged_login(&console, Some(chosen), &token, &password).await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    assert_eq!(console.db.count("console_sessions").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sign_in_without_its_forms_token_and_cookie_is_refused() {
     let console = Console::start(TestDb::new().await).await;
     let password = console.account("alice", "operator", None).await;
@@ -1091,6 +1147,29 @@ async fn failed_sign_ins_are_limited_per_client_address() {
             .unwrap();
     assert_eq!(addresses, vec!["127.0.0.1".to_owned()]);
     assert_eq!(console.db.count("console_sessions").await, 0);
+    // Made-up names from an address past its limit do not add a line each to the audit
+    // log: they are counted on one line for the address.
+    for i in 0..20 {
+        let page = console.login(&format!("made-up-{i}"), "guess").await;
+        assert_eq!(page.status, StatusCode::TOO_MANY_REQUESTS);
+    }
+    let failed: Vec<(String, String, i32)> = sqlx::query_as(
+        "SELECT operator, target, count FROM console_audit \
+         WHERE action = 'sign-in failed' ORDER BY id",
+    )
+    .fetch_all(&console.db.pool)
+    .await
+    .unwrap();
+    let line = |name: &str, count| (format!("console:{name}"), "127.0.0.1".to_owned(), count);
+    assert_eq!(
+        failed,
+        [
+            line("a", 1),
+            line("b", 1),
+            line("c", 1),
+            line("(any name)", 21)
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1195,11 +1274,13 @@ async fn the_audit_log_pages_by_keyset_with_urls_that_keep_their_lines() {
     .unwrap();
     let console = Console::start(db).await;
     let viewer = console.signed_in("vera", "viewer", None).await;
+    // Lines without a note (the viewer's own sign-in) are left out of what is compared.
     let notes = |page: &Page| -> Vec<String> {
         page.body
             .split("<td class=\"line\">")
             .skip(1)
             .map(|cell| cell.split('<').next().unwrap().to_owned())
+            .filter(|note| !note.is_empty())
             .collect()
     };
 
@@ -1271,4 +1352,238 @@ async fn the_audit_log_pages_by_keyset_with_urls_that_keep_their_lines() {
         "{}",
         bad.body
     );
+}
+
+/// The audit log's lines as `(operator, action, target, note, count)`, oldest first.
+async fn audit_lines(db: &TestDb) -> Vec<(String, String, String, String, i32)> {
+    sqlx::query_as("SELECT operator, action, target, note, count FROM console_audit ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_ins_sign_outs_and_failed_sign_ins_are_in_the_audit_log() {
+    // A day's window, so that the run does not straddle two windows of the count.
+    let mut config = outbox_console::ConsoleConfig::default();
+    config.sign_in_limits.window = Duration::from_secs(86_400);
+    let console = Console::start_with(TestDb::new().await, config).await;
+    let alice = console.signed_in("alice", "operator", None).await;
+    let out = console
+        .post(Some(&alice), "/console/logout", &[("csrf", &alice.csrf)])
+        .await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    // A flood of guesses for one name from one address: the first ones are checked, the
+    // rest refused by the limit; all of them are one line, counted.
+    for _ in 0..50 {
+        let page = console.login("mallory", "guess").await;
+        assert!(matches!(page.status.as_u16(), 401 | 429), "{}", page.status);
+    }
+    let lines = audit_lines(&console.db).await;
+    let expected = [
+        ("console:alice", "signed in", "127.0.0.1", "", 1),
+        ("console:alice", "signed out", "", "", 1),
+        ("console:mallory", "sign-in failed", "127.0.0.1", "", 50),
+    ];
+    assert_eq!(
+        lines
+            .iter()
+            .map(|(o, a, t, n, c)| (o.as_str(), a.as_str(), t.as_str(), n.as_str(), *c))
+            .collect::<Vec<_>>(),
+        expected
+    );
+    let admin = console.signed_in("admin", "viewer", None).await;
+    let page = console.get(Some(&admin), "/console/audit").await;
+    assert!(
+        page.body
+            .contains("sign-in failed <span class=\"count\">×50</span>"),
+        "{}",
+        page.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outboxctl_changes_to_accounts_tokens_destinations_and_secrets_are_in_the_audit_log() {
+    let db = TestDb::new().await;
+    let acme = add_tenant(&db, "acme", &["ops"]).await;
+    let keys = format!(
+        "k1:{}",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, [1u8; 32])
+    );
+    let run = |args: Vec<&'static str>| {
+        let db = &db;
+        async move {
+            let run = outboxctl(db, &args).await;
+            assert!(run.ok, "{args:?}: {}", run.stderr);
+            run.stdout
+        }
+    };
+    run(vec![
+        "operator", "add", "bob", "--role", "viewer", "--tenant", "acme",
+    ])
+    .await;
+    run(vec!["operator", "remove", "bob"]).await;
+    run(vec!["token", "create", "--tenant", "acme", "--label", "ci"]).await;
+    let token_id: Uuid = sqlx::query_scalar("SELECT id FROM api_tokens WHERE label = 'ci'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let revoke = outboxctl(&db, &["token", "revoke", &token_id.to_string()]).await;
+    assert!(revoke.ok, "{}", revoke.stderr);
+    run(vec![
+        "destination",
+        "add",
+        "--tenant",
+        "acme",
+        "--name",
+        "crm",
+        "--url",
+        "http://h/x",
+    ])
+    .await;
+    run(vec![
+        "destination",
+        "update",
+        "crm",
+        "--tenant",
+        "acme",
+        "--disable-after-failing",
+        "1h",
+    ])
+    .await;
+    run(vec![
+        "destination",
+        "disable",
+        "crm",
+        "--tenant",
+        "acme",
+        "--actor",
+        "admin",
+    ])
+    .await;
+    run(vec![
+        "destination",
+        "enable",
+        "crm",
+        "--tenant",
+        "acme",
+        "--actor",
+        "admin",
+    ])
+    .await;
+    run(vec![
+        "destination",
+        "rotate-secret",
+        "crm",
+        "--tenant",
+        "acme",
+        "--generate",
+    ])
+    .await;
+    let rewrap = outboxctl(&db, &["--secret-keys", &keys, "secrets", "rewrap"]).await;
+    assert!(rewrap.ok, "{}", rewrap.stderr);
+    // A command that fails leaves no line.
+    assert!(!outboxctl(&db, &["operator", "remove", "nobody"]).await.ok);
+
+    let lines = audit_lines(&db).await;
+    let token = format!("token {token_id}");
+    let expected = [
+        ("cli:alice", "operator added", "bob", "viewer, tenants acme"),
+        ("cli:alice", "operator removed", "bob", ""),
+        ("cli:alice", "token created", "token of acme", "ci"),
+        ("cli:alice", "token revoked", token.as_str(), ""),
+        ("cli:alice", "destination added", "acme/crm", ""),
+        ("cli:alice", "destination updated", "acme/crm", ""),
+        ("cli:admin", "destination disabled", "acme/crm", ""),
+        ("cli:admin", "destination enabled", "acme/crm", ""),
+        ("cli:alice", "destination secret rotated", "acme/crm", ""),
+        ("cli:alice", "secrets rewrapped", "every stored secret", ""),
+    ];
+    assert_eq!(
+        lines
+            .iter()
+            .map(|(o, a, t, n, _)| (o.as_str(), a.as_str(), t.as_str(), n.as_str()))
+            .collect::<Vec<_>>(),
+        expected
+    );
+    // A console account of the same name reads as another actor, and an account limited
+    // to the tenant sees the lines about it.
+    let console = Console::start(db).await;
+    let limited = console
+        .signed_in("admin", "operator", Some(&[acme.id]))
+        .await;
+    let page = console.get(Some(&limited), "/console/audit").await;
+    assert!(page.body.contains("<td>cli:admin</td>"), "{}", page.body);
+    assert!(
+        page.body.contains("<td>console:admin</td>"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("destination secret rotated"),
+        "{}",
+        page.body
+    );
+    assert!(
+        !page.body.contains("operator removed"),
+        "no tenant: {}",
+        page.body
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_limited_to_a_tenant_sees_its_own_bulk_replays_in_the_audit_log_and_no_other() {
+    let console = Console::start(TestDb::new().await).await;
+    let acme = add_tenant(&console.db, "acme", &["ops"]).await;
+    let globex = add_tenant(&console.db, "globex", &["ops"]).await;
+    let alice = console
+        .signed_in("alice", "operator", Some(&[acme.id]))
+        .await;
+    let gary = console
+        .signed_in("gary", "operator", Some(&[globex.id]))
+        .await;
+    let root = console.signed_in("root", "operator", None).await;
+    let start = |session: &Session, tenant: &'static str, note: &'static str| {
+        let session = session.clone();
+        let console = &console;
+        async move {
+            let page = console
+                .post(
+                    Some(&session),
+                    "/console/bulk-replay",
+                    &[
+                        ("csrf", &session.csrf),
+                        ("state", "held"),
+                        ("tenant", tenant),
+                        ("note", note),
+                    ],
+                )
+                .await;
+            assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+        }
+    };
+    start(&alice, "acme", "acme's own replay").await;
+    start(&gary, "globex", "globex's own replay").await;
+    // Started by an account of every tenant, over one tenant: that tenant's accounts see it.
+    start(&root, "globex", "globex replay by root").await;
+    let seen = |session: &Session| {
+        let session = session.clone();
+        let console = &console;
+        async move { console.get(Some(&session), "/console/audit").await.body }
+    };
+    let alices = seen(&alice).await;
+    assert!(alices.contains("acme&#x27;s own replay"), "{alices}");
+    assert!(!alices.contains("globex"), "{alices}");
+    let garys = seen(&gary).await;
+    assert!(garys.contains("globex&#x27;s own replay"), "{garys}");
+    assert!(garys.contains("globex replay by root"), "{garys}");
+    assert!(!garys.contains("acme"), "{garys}");
+    let roots = seen(&root).await;
+    for note in [
+        "acme&#x27;s own replay",
+        "globex&#x27;s own replay",
+        "globex replay by root",
+    ] {
+        assert!(roots.contains(note), "{note}: {roots}");
+    }
 }

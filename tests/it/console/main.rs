@@ -6,8 +6,10 @@
 
 use crate::common;
 
+mod arbitrary_input;
 mod browser;
 mod http;
+mod sign_in_load;
 
 use common::add_tenant;
 use common::procs::*;

@@ -1,0 +1,152 @@
+//! The audit log's lines for what `outboxctl` does outside alerts' evidence: accounts,
+//! tokens, destinations and secrets (`console_audit`, read by the console's audit page).
+//! A line is written once its command succeeded, by `cli:NAME` (`--actor` where the
+//! command takes one, otherwise `$USER`), never to be taken for the console account
+//! `console:NAME`; with the tenant it concerns, so that an account limited to that tenant
+//! sees it.
+
+use outbox_store::{console, tenants, PgPool};
+
+use crate::operate::actor_name;
+use crate::{Command, DestinationCommand, OperatorCommand, SecretsCommand, TokenCommand};
+
+/// One line to record.
+#[derive(Debug)]
+pub(crate) struct Line {
+    actor: String,
+    tenant: Option<String>,
+    action: &'static str,
+    target: String,
+    note: String,
+}
+
+/// The operator running the command when it names none: `$USER`.
+fn invoker() -> String {
+    actor_name(&std::env::var("USER").unwrap_or_default())
+}
+
+fn line(tenant: Option<&str>, action: &'static str, target: String, note: String) -> Line {
+    Line {
+        actor: invoker(),
+        tenant: tenant.map(str::to_owned),
+        action,
+        target,
+        note,
+    }
+}
+
+/// The line `command` leaves when it succeeds, if it is one that is audited.
+pub(crate) fn line_for(command: &Command) -> Option<Line> {
+    Some(match command {
+        Command::Operator(OperatorCommand::Add {
+            name,
+            role,
+            tenants,
+        }) => line(
+            None,
+            "operator added",
+            name.clone(),
+            format!(
+                "{}, {}",
+                role.as_str(),
+                if tenants.is_empty() {
+                    "every tenant".to_owned()
+                } else {
+                    format!("tenants {}", tenants.join(", "))
+                }
+            ),
+        ),
+        Command::Operator(OperatorCommand::Remove { name }) => {
+            line(None, "operator removed", name.clone(), String::new())
+        }
+        Command::Token(TokenCommand::Create { tenant, label, .. }) => line(
+            Some(tenant),
+            "token created",
+            format!("token of {tenant}"),
+            label.clone().unwrap_or_default(),
+        ),
+        Command::Token(TokenCommand::Revoke { id }) => {
+            line(None, "token revoked", format!("token {id}"), String::new())
+        }
+        Command::Destination(DestinationCommand::Add(args)) => {
+            let (tenant, name) = args.audited();
+            line(
+                Some(tenant),
+                "destination added",
+                format!("{tenant}/{name}"),
+                String::new(),
+            )
+        }
+        Command::Destination(DestinationCommand::Update(args)) => {
+            let (tenant, name) = args.audited();
+            line(
+                Some(tenant),
+                "destination updated",
+                format!("{tenant}/{name}"),
+                String::new(),
+            )
+        }
+        Command::Destination(DestinationCommand::RotateSecret(args)) => {
+            let (tenant, name) = args.audited();
+            line(
+                Some(tenant),
+                "destination secret rotated",
+                format!("{tenant}/{name}"),
+                String::new(),
+            )
+        }
+        Command::Destination(
+            DestinationCommand::Disable {
+                name,
+                tenant,
+                actor,
+            }
+            | DestinationCommand::Enable {
+                name,
+                tenant,
+                actor,
+            },
+        ) => Line {
+            actor: actor_name(actor),
+            tenant: Some(tenant.clone()),
+            action: if matches!(
+                command,
+                Command::Destination(DestinationCommand::Enable { .. })
+            ) {
+                "destination enabled"
+            } else {
+                "destination disabled"
+            },
+            target: format!("{tenant}/{name}"),
+            note: String::new(),
+        },
+        Command::Secrets(SecretsCommand::Rewrap { .. }) => line(
+            None,
+            "secrets rewrapped",
+            "every stored secret".to_owned(),
+            String::new(),
+        ),
+        _ => return None,
+    })
+}
+
+/// Writes `line`. The tenant, named as the command named it (name or id), is looked up
+/// now that the command has succeeded.
+pub(crate) async fn record(pool: &PgPool, line: Line) -> anyhow::Result<()> {
+    let tenant = match &line.tenant {
+        Some(tenant) => tenants::find(pool, tenant).await.ok().map(|t| t.id),
+        None => None,
+    };
+    // Target and note say which tenant by the name the command was given; the line's
+    // tenant is its id, which is what an account's grant is checked against.
+    console::record_audit(
+        pool,
+        &line.actor,
+        tenant.as_ref().map(std::slice::from_ref),
+        line.action,
+        &line.target,
+        &line.note,
+    )
+    .await
+    .map_err(|err| anyhow::anyhow!("done, but its audit line was not written: {err}"))
+}
