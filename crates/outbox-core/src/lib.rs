@@ -25,7 +25,9 @@
 //! - [`recipients`]: which mail addresses an email alert may go to (no quoted local
 //!   parts, no IP address domains, at most [`recipients::MAX_RECIPIENTS`]).
 //! - [`headers`]: which header may carry the notification id (no framing or hop-by-hop).
+//! - [`client`]: who a client is for per-client limits (an IPv4 address, an IPv6 /64).
 
+pub mod client;
 pub mod duration;
 pub mod headers;
 pub mod identity;

@@ -279,15 +279,10 @@ pub async fn begin_sign_in(
 /// address's /64 (`2001:db8:1:2::/64`), because one IPv6 client is given a whole /64 and
 /// could otherwise draw a fresh limit for every guess. An IPv4 address written as IPv6
 /// (`::ffff:192.0.2.1`, a dual-stack listener's view of an IPv4 client) is that IPv4
-/// address. The text is an `inet` value.
+/// address. The same [`outbox_core::client::ClientKey`] the server's per-address connection
+/// cap counts by; its text is an `inet` value.
 pub fn address_key(address: std::net::IpAddr) -> String {
-    match address.to_canonical() {
-        std::net::IpAddr::V4(v4) => v4.to_string(),
-        std::net::IpAddr::V6(v6) => {
-            let [a, b, c, d, ..] = v6.segments();
-            format!("{}/64", std::net::Ipv6Addr::new(a, b, c, d, 0, 0, 0, 0))
-        }
-    }
+    outbox_core::client::ClientKey::of(address).to_string()
 }
 
 /// A sign-in as `name` succeeded: the name's failures (this attempt's too) no longer
