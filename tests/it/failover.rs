@@ -237,3 +237,92 @@ async fn the_processes_follow_a_promoted_replica_and_no_acknowledged_approval_is
         back_after, stats["requests"]
     );
 }
+
+/// `decider serve` on `url` with its metrics listener: the process and that listener's base.
+async fn decider_with_metrics(url: &str) -> (Process, String) {
+    let (mut decider, _api) = spawn_listening(
+        env!("CARGO_BIN_EXE_decider"),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--interval",
+            "1h",
+            "--database-url",
+            url,
+        ],
+        &[],
+        "approval API listening",
+    )
+    .await;
+    let metrics = format!(
+        "http://{}",
+        decider.listening("decider metrics listening").await
+    );
+    (decider, metrics)
+}
+
+/// `/readyz`'s status and body, and the `outbox_database_up` sample of `/metrics`.
+async fn readiness(metrics: &str) -> (StatusCode, String, String) {
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let ready = http.get(format!("{metrics}/readyz")).send().await.unwrap();
+    let status = ready.status();
+    let body = ready.text().await.unwrap();
+    let figures = http
+        .get(format!("{metrics}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let up = figures
+        .lines()
+        .find(|line| line.starts_with("outbox_database_up "))
+        .unwrap_or_else(|| panic!("no outbox_database_up in {figures}"))
+        .to_owned();
+    (status, body, up)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_says_when_the_database_answers_but_does_not_take_writes() {
+    let primary = Server::primary(Replication::Asynchronous);
+    let replica = primary.replica();
+    let sink = Sink::start(&[]).await;
+    set_up(&primary, &sink).await;
+
+    let (_on_primary, metrics) = decider_with_metrics(&primary.url("postgres")).await;
+    let (status, _, up) = readiness(&metrics).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(up, "outbox_database_up 1");
+
+    // A process pointed at the standby alone (no target_session_attrs) is up, and says it
+    // is not ready, and why.
+    let (_on_standby, metrics) = decider_with_metrics(&replica.url("postgres")).await;
+    let (status, body, up) = readiness(&metrics).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.contains("read-only"), "{body}");
+    assert_eq!(up, "outbox_database_up 0");
+
+    // The dispatcher's listener says the same.
+    let mut dispatcher = Process::spawn(
+        env!("CARGO_BIN_EXE_dispatcher"),
+        &[
+            "--database-url",
+            &replica.url("postgres"),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+        &[("RUST_LOG", "info")],
+    );
+    let metrics = format!(
+        "http://{}",
+        dispatcher.listening("dispatcher metrics listening").await
+    );
+    let (status, body, up) = readiness(&metrics).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.contains("read-only"), "{body}");
+    assert_eq!(up, "outbox_database_up 0");
+}

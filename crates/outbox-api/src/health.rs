@@ -4,7 +4,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
-use std::time::Duration;
 
 use crate::{AppState, Problem};
 
@@ -13,16 +12,16 @@ pub(crate) async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// The database answers within two seconds.
+/// The database answers within two seconds and takes writes.
 pub(crate) async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, Problem> {
-    let ping = outbox_store::connect::ping(&state.pool);
-    match tokio::time::timeout(Duration::from_secs(2), ping).await {
-        Ok(Ok(_)) => Ok(Json(json!({"status": "ready"}))),
-        _ => Err(Problem::new(
+    let probe = outbox_store::connect::writable(&state.pool);
+    match state.database.check(probe).await {
+        Ok(()) => Ok(Json(json!({"status": "ready"}))),
+        Err(not_ready) => Err(Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "not-ready",
             "Not ready",
-            "the database did not answer within 2s",
+            not_ready.reason(),
         )),
     }
 }
@@ -67,6 +66,11 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> axum::response::Re
             counter.load(Relaxed)
         );
     }
+    let _ = state
+        .database
+        .check(outbox_store::connect::writable(&state.pool))
+        .await;
+    outbox_runtime::prometheus::Figures::render(&*state.database, &mut out);
     for figures in &state.figures {
         figures.render(&mut out);
     }

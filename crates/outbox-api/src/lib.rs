@@ -53,6 +53,8 @@ pub struct AppState {
     tokens: std::sync::Arc<auth::TokenCache>,
     /// Other parts of the process whose figures `/metrics` shows too (the console's).
     figures: Vec<std::sync::Arc<dyn Figures>>,
+    /// Whether the database took writes at the last readiness check or scrape.
+    database: std::sync::Arc<outbox_runtime::prometheus::DatabaseWritable>,
 }
 
 impl AppState {
@@ -62,6 +64,7 @@ impl AppState {
             approvals: std::sync::Arc::default(),
             tokens: std::sync::Arc::new(auth::TokenCache::new(TOKEN_CACHE_TTL)),
             figures: Vec::new(),
+            database: std::sync::Arc::default(),
             pool,
         }
     }

@@ -8,7 +8,6 @@ use axum::routing::get;
 use axum::Router;
 use outbox_store::PgPool;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::Metrics;
 
@@ -16,6 +15,7 @@ use crate::Metrics;
 struct AppState {
     pool: PgPool,
     metrics: Arc<Metrics>,
+    database: Arc<outbox_runtime::prometheus::DatabaseWritable>,
 }
 
 /// Serves until the process ends.
@@ -27,7 +27,11 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, pool: PgPool, metri
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .with_state(AppState { pool, metrics });
+        .with_state(AppState {
+            pool,
+            metrics,
+            database: Arc::default(),
+        });
     let service = hyper::service::service_fn(
         move |request: hyper::Request<outbox_runtime::http_server::RequestBody>| {
             // `Router` is always ready, so it is called without waiting for readiness.
@@ -44,24 +48,32 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, pool: PgPool, metri
 }
 
 async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
-    match outbox_store::dispatch::queue_figures(&state.pool).await {
-        Ok(queue) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            state.metrics.render(&queue),
-        ),
-        Err(err) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            format!("# queue figures unavailable: {err}\n"),
-        ),
-    }
+    let writable = state
+        .database
+        .check(outbox_store::connect::writable(&state.pool))
+        .await;
+    let queue = match writable {
+        Ok(()) => outbox_store::dispatch::queue_figures(&state.pool)
+            .await
+            .ok(),
+        Err(_) => None,
+    };
+    let mut out = match &queue {
+        Some(queue) => state.metrics.render(queue),
+        None => "# queue figures unavailable: the database is not writable\n".to_owned(),
+    };
+    outbox_runtime::prometheus::Figures::render(&*state.database, &mut out);
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        out,
+    )
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let ping = outbox_store::connect::ping(&state.pool);
-    match tokio::time::timeout(Duration::from_secs(2), ping).await {
-        Ok(Ok(())) => (StatusCode::OK, "ready"),
-        _ => (StatusCode::SERVICE_UNAVAILABLE, "database not answering"),
+    let probe = outbox_store::connect::writable(&state.pool);
+    match state.database.check(probe).await {
+        Ok(()) => (StatusCode::OK, "ready"),
+        Err(not_ready) => (StatusCode::SERVICE_UNAVAILABLE, not_ready.reason()),
     }
 }

@@ -68,6 +68,122 @@ pub trait Figures: std::fmt::Debug + Send + Sync {
     fn render(&self, out: &mut String);
 }
 
+/// Whether the database took writes when last asked (by a readiness check or a scrape),
+/// and since when it has not: `outbox_database_up` and
+/// `outbox_database_unwritable_seconds`, so that an orchestrator and an operator see a
+/// failover's gap.
+#[derive(Debug)]
+pub struct DatabaseWritable {
+    started: std::time::Instant,
+    seen: std::sync::Mutex<Seen>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    writable_now: bool,
+    last_writable: Option<std::time::Instant>,
+}
+
+impl Default for DatabaseWritable {
+    fn default() -> Self {
+        DatabaseWritable {
+            started: std::time::Instant::now(),
+            seen: std::sync::Mutex::new(Seen {
+                writable_now: false,
+                last_writable: None,
+            }),
+        }
+    }
+}
+
+impl DatabaseWritable {
+    /// Records what a check found: `true` when the database answered and takes writes.
+    pub fn record(&self, writable: bool) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.writable_now = writable;
+        if writable {
+            seen.last_writable = Some(std::time::Instant::now());
+        }
+    }
+
+    /// Runs `probe` (does the database take writes?) for at most two seconds, records what
+    /// it found, and says why the database is not ready when it is not.
+    pub async fn check<E>(
+        &self,
+        probe: impl std::future::Future<Output = Result<bool, E>>,
+    ) -> Result<(), NotReady> {
+        let found = match tokio::time::timeout(std::time::Duration::from_secs(2), probe).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => Err(NotReady::ReadOnly),
+            Ok(Err(_)) | Err(_) => Err(NotReady::NotAnswering),
+        };
+        self.record(found.is_ok());
+        found
+    }
+
+    /// Seconds since the database was last seen taking writes (since the process started
+    /// when never); 0 while it does.
+    pub fn unwritable_secs(&self) -> f64 {
+        let seen = *self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.writable_now {
+            0.0
+        } else {
+            seen.last_writable
+                .unwrap_or(self.started)
+                .elapsed()
+                .as_secs_f64()
+        }
+    }
+}
+
+/// Why the database is not ready for writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotReady {
+    /// It did not answer within two seconds.
+    NotAnswering,
+    /// It answered as a standby or read-only: a failover in progress, or the wrong server.
+    ReadOnly,
+}
+
+impl NotReady {
+    /// One line for a readiness answer.
+    pub fn reason(self) -> &'static str {
+        match self {
+            NotReady::NotAnswering => "the database did not answer within 2s",
+            NotReady::ReadOnly => {
+                "the database answered read-only (a standby, or a failover in progress)"
+            }
+        }
+    }
+}
+
+impl Figures for DatabaseWritable {
+    fn render(&self, out: &mut String) {
+        let up = self
+            .seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .writable_now;
+        let _ = writeln!(
+            out,
+            "# HELP outbox_database_up 1 when the database answered and took writes at the last check."
+        );
+        let _ = writeln!(out, "# TYPE outbox_database_up gauge");
+        let _ = writeln!(out, "outbox_database_up {}", u8::from(up));
+        let _ = writeln!(
+            out,
+            "# HELP outbox_database_unwritable_seconds Seconds since the database last took \
+             writes (0 while it does)."
+        );
+        let _ = writeln!(out, "# TYPE outbox_database_unwritable_seconds gauge");
+        let _ = writeln!(
+            out,
+            "outbox_database_unwritable_seconds {:.3}",
+            self.unwritable_secs()
+        );
+    }
+}
+
 /// Escapes a label value.
 pub fn escape(label: &str) -> String {
     label

@@ -198,6 +198,16 @@ fn is_worth_waiting_for(err: &StoreError) -> bool {
     }
 }
 
+/// Whether the server the pool reaches takes writes now: not a standby, and not set
+/// read-only (as a primary being demoted is).
+pub async fn writable(db: impl sqlx::PgExecutor<'_>) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'",
+    )
+    .fetch_one(db)
+    .await?)
+}
+
 /// Checks that the database answers a trivial query.
 pub async fn ping(db: impl sqlx::PgExecutor<'_>) -> Result<(), StoreError> {
     sqlx::query("SELECT 1").execute(db).await?;
