@@ -191,7 +191,11 @@ pub async fn connect_with_retry(
 
 fn is_worth_waiting_for(err: &StoreError) -> bool {
     match err {
-        StoreError::Database(sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut) => true,
+        // A protocol error at connect time is a connection closed in its handshake, as a
+        // proxy with no server behind it does (see StoreError::is_unavailable).
+        StoreError::Database(
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Protocol(_),
+        ) => true,
         // 57P03: the server is starting up or shutting down.
         StoreError::Database(sqlx::Error::Database(db)) => db.code().as_deref() == Some("57P03"),
         _ => false,

@@ -101,6 +101,11 @@ impl StoreError {
             | sqlx::Error::PoolClosed
             | sqlx::Error::Io(_)
             | sqlx::Error::Tls(_)
+            // A connection closed during its start-up handshake: a proxy (HAProxy in front
+            // of Patroni) that accepted it with no server behind, or a server that died
+            // between accepting and answering. sqlx reads the early end as a malformed
+            // answer to its SSLRequest.
+            | sqlx::Error::Protocol(_)
             | sqlx::Error::WorkerCrashed => true,
             sqlx::Error::Database(db) => db.code().is_some_and(|code| {
                 // 08: connection exception; 25006: read_only_sql_transaction (a standby,
