@@ -198,6 +198,9 @@ fn is_worth_waiting_for(err: &StoreError) -> bool {
         ) => true,
         // 57P03: the server is starting up or shutting down.
         StoreError::Database(sqlx::Error::Database(db)) => db.code().as_deref() == Some("57P03"),
+        // Several servers and none writable yet: a failover in progress (a standby about
+        // to be promoted) looks exactly like this.
+        StoreError::NoServerQualifies(_) => true,
         _ => false,
     }
 }

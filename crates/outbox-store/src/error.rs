@@ -40,7 +40,8 @@ pub enum StoreError {
     /// `target_session_attrs`); the URL itself is not repeated, since it may hold a password.
     #[error("DATABASE_URL: {0}")]
     BadDatabaseUrl(String),
-    /// Every server of the list answered, and none is of the kind wanted.
+    /// No server of the list is of the kind wanted: each unreachable, or of another kind
+    /// (a standby where a primary is wanted); the message names each and why.
     #[error("{0}")]
     NoServerQualifies(String),
     /// PostgreSQL cannot store this JSON (for example a `\u0000` escape in a string).

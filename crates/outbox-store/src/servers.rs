@@ -223,7 +223,14 @@ impl ServerList {
                         }
                     ));
                 }
-                Err(err) => last_error = Some(err),
+                Err(err) => {
+                    roles.push(format!(
+                        "{} cannot be reached ({})",
+                        server.label,
+                        crate::error::cause(&err)
+                    ));
+                    last_error = Some(err);
+                }
             }
         }
         if self.attrs == SessionAttrs::PreferStandby {
@@ -231,8 +238,9 @@ impl ServerList {
                 return Ok(found);
             }
         }
-        match (roles.is_empty(), last_error) {
-            (true, Some(err)) => Err(StoreError::Database(err)),
+        match last_error {
+            // One server, unreachable: the connection error itself, as with any URL.
+            Some(err) if self.servers.len() == 1 => Err(StoreError::Database(err)),
             _ => Err(StoreError::NoServerQualifies(format!(
                 "no server is {}: {}",
                 self.attrs.describe(),

@@ -256,3 +256,80 @@ async fn readiness_says_when_the_database_answers_but_does_not_take_writes() {
     assert!(body.contains("read-only"), "{body}");
     assert_eq!(up, "outbox_database_up 0");
 }
+
+#[tokio::test]
+async fn a_bad_server_list_is_one_line_naming_the_problem_and_writes_nothing() {
+    let db = outbox_testkit::TestDb::new().await;
+    // The test database's own server and database, named in several hosts' URLs; the
+    // password (trust ignores it) must never be repeated back.
+    let after_user = db.url.split_once('@').unwrap().1;
+    let (server, database) = after_user.split_once('/').unwrap();
+    let database = database.split('?').next().unwrap();
+    let unreachable = {
+        // A port bound and closed again: nothing listens there now.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let cases = [
+        (
+            format!("postgres://postgres:hunter2@{server},127.0.0.1:x/{database}"),
+            "host `127.0.0.1:x`: invalid port number",
+        ),
+        (
+            format!(
+                "postgres://postgres:hunter2@{server}/{database}?target_session_attrs=writable"
+            ),
+            "unknown target_session_attrs `writable`",
+        ),
+        (
+            format!(
+                "postgres://postgres:hunter2@{unreachable},{server}/{database}\
+                 ?target_session_attrs=standby"
+            ),
+            "no server is a standby",
+        ),
+    ];
+    for (bad_url, expected) in cases {
+        let run = common::outboxctl(
+            &db,
+            &["tenant", "create", "acme", "--database-url", &bad_url],
+        )
+        .await;
+        assert!(!run.ok, "{bad_url} was accepted");
+        let lines: Vec<&str> = run.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line: {}", run.stderr);
+        assert!(lines[0].starts_with("error: "), "{}", run.stderr);
+        assert!(
+            lines[0].contains(expected),
+            "{} lacks {expected}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("hunter2"), "{}", run.stderr);
+        // The cause is said once, not once per layer.
+        if let Some(cause) = expected.split(": ").last() {
+            assert_eq!(run.stderr.matches(cause).count(), 1, "{}", run.stderr);
+        }
+    }
+    // The unreachable host and the primary are each named with why they do not qualify.
+    let run = common::outboxctl(
+        &db,
+        &[
+            "tenant",
+            "create",
+            "acme",
+            "--database-url",
+            &format!(
+                "postgres://postgres@{unreachable},{server}/{database}?target_session_attrs=standby"
+            ),
+        ],
+    )
+    .await;
+    assert!(
+        run.stderr
+            .contains(&format!("{unreachable} cannot be reached"))
+            && run.stderr.contains(&format!("{server} is a primary")),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(db.count("tenants").await, 0, "nothing was written");
+}
