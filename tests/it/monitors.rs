@@ -641,3 +641,83 @@ async fn a_news_feed_that_is_down_does_not_stop_renewal_alerts() {
         "and renewals still ran"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_found_the_database_unavailable_runs_again_within_seconds() {
+    let db = TestDb::new().await;
+    let t = tenant(&db, "acme", "UTC").await;
+    // Due at the 30-day tier today, wherever today is.
+    let renewal = jiff::Zoned::now()
+        .date()
+        .checked_add(jiff::Span::new().days(20))
+        .unwrap();
+    import(&db, t, &contract("C-1", &renewal.to_string(), 0)).await;
+
+    // The database takes no writes, as a standby or a primary being demoted: every new
+    // session is read-only.
+    let set_read_only = |on: bool| {
+        format!(
+            "ALTER DATABASE {} SET default_transaction_read_only = {}",
+            db.name,
+            if on { "on" } else { "off" }
+        )
+    };
+    sqlx::query(&set_read_only(true))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let rollbacks = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let before = rollbacks().await;
+    let pool = outbox_store::connect(&db.url, "monitors-under-test", 2)
+        .await
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let monitors = tokio::spawn(outbox_decider::run_every(
+        pool,
+        std::time::Duration::from_secs(3600),
+        None,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+
+    // The first run (at once) fails: its transaction is rolled back.
+    let started = std::time::Instant::now();
+    while rollbacks().await == before {
+        assert!(started.elapsed() < DEADLINE, "the first run never failed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(db.count("alerts").await, 0);
+
+    // The database takes writes again; the monitors' sessions are cut, as a failover cuts
+    // them. The next run comes within seconds, not at the next hourly tick.
+    sqlx::query(&set_read_only(false))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'monitors-under-test'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    while db.count("alerts").await == 0 {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the monitors did not run again after the database came back"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(db.count("alerts").await, 1, "one alert: C-1's 30-day tier");
+    let _ = stop.send(());
+    monitors.await.unwrap();
+}

@@ -39,6 +39,14 @@ pub enum DecideError {
     Source(String),
 }
 
+impl DecideError {
+    /// Whether the run failed because the database could not be reached or took no writes
+    /// (a restart, a failover): worth running again soon, not only at the next interval.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, DecideError::Store(err) if err.is_unavailable())
+    }
+}
+
 /// Most alerts approved per statement: short transactions, so concurrent deciders only
 /// ever wait briefly for each other.
 const BATCH: usize = 500;
@@ -143,23 +151,37 @@ pub async fn run_once(
     }
 }
 
-/// Runs the monitors every `interval` until `stop` resolves; an evaluation that fails is
-/// logged and retried at the next tick.
+/// Runs the monitors every `interval` until `stop` resolves. An evaluation that fails
+/// because the database is unavailable (a restart, a failover) runs again after 1 s, then
+/// 2 s, 4 s and so on up to `interval`, so a renewal due today is not put off by a whole
+/// interval for a gap of seconds; any other failure is logged and retried at the next tick.
 pub async fn run_every(
     pool: PgPool,
     interval: Duration,
     news_source: Option<news::NewsSource>,
     stop: impl std::future::Future<Output = ()>,
 ) {
+    const FIRST_RETRY: Duration = Duration::from_secs(1);
     tokio::pin!(stop);
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut retry = FIRST_RETRY;
     loop {
         tokio::select! {
             () = &mut stop => return,
             _ = ticks.tick() => {
-                if let Err(err) = run_once(&pool, Timestamp::now(), news_source.as_ref()).await {
-                    tracing::error!(error = %err, "monitor evaluation failed");
+                match run_once(&pool, Timestamp::now(), news_source.as_ref()).await {
+                    Ok(_) => retry = FIRST_RETRY,
+                    Err(err) if err.is_unavailable() && retry < interval => {
+                        tracing::warn!(
+                            error = %err,
+                            retry_in = ?retry,
+                            "monitor evaluation failed: the database is unavailable"
+                        );
+                        ticks.reset_after(retry);
+                        retry = (retry * 2).min(interval);
+                    }
+                    Err(err) => tracing::error!(error = %err, "monitor evaluation failed"),
                 }
             }
         }
