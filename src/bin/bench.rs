@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 
 /// Measures the alert outbox: deliveries per second, approvals, latency, history, scaling.
 #[derive(Debug, Parser)]
-#[command(name = "bench", version, about)]
+#[command(name = "bench", version = outbox_store::schema::version_line(), about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -360,3 +360,95 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
         "no destination `nope`",
     );
 }
+
+#[tokio::test]
+async fn migrate_status_lists_applied_and_pending_migrations_and_changes_nothing() {
+    let expected = outbox_store::schema::expected_version().to_string();
+    let carried = outbox_store::MIGRATOR.iter().count();
+
+    // A migrated database: every migration applied, with when.
+    let db = TestDb::new().await;
+    let run = outboxctl(&db, &["migrate", "--status"]).await;
+    assert!(run.ok, "{}", run.stderr);
+    let rows: Vec<&str> = run.stdout.lines().skip(1).collect();
+    assert_eq!(rows.len(), carried, "{}", run.stdout);
+    assert!(
+        rows.iter().all(|row| row.contains(" applied ")),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        rows.last().unwrap().starts_with(&expected),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.stderr.trim(),
+        format!("schema is up to date (version {expected})")
+    );
+
+    // An empty database: everything pending, and looking writes nothing (not even sqlx's
+    // bookkeeping table).
+    let server = outbox_testkit::server_url();
+    let (url, name) = outbox_store::connect::create_database(&server, "outbox_test")
+        .await
+        .unwrap();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
+        .args(["migrate", "--status", "--database-url", &url])
+        .output()
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    );
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|row| row.contains(" pending "))
+            .count(),
+        carried,
+        "{stdout}"
+    );
+    assert_eq!(
+        stderr.trim(),
+        format!("{carried} pending: run `outboxctl migrate`")
+    );
+    let pool = outbox_store::connect(&url, "check", 1).await.unwrap();
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    outbox_store::connect::drop_database(&server, &name)
+        .await
+        .unwrap();
+    assert_eq!(tables, 0, "--status created a table");
+}
+
+#[tokio::test]
+async fn every_binary_says_its_version_and_the_schema_it_expects() {
+    let line = format!(
+        "{} (schema {})",
+        env!("CARGO_PKG_VERSION"),
+        outbox_store::schema::expected_version()
+    );
+    for (name, binary) in [
+        ("outboxctl", env!("CARGO_BIN_EXE_outboxctl")),
+        ("decider", env!("CARGO_BIN_EXE_decider")),
+        ("dispatcher", env!("CARGO_BIN_EXE_dispatcher")),
+    ] {
+        let output = std::process::Command::new(binary)
+            .arg("--version")
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        assert_eq!(
+            String::from_utf8(output.stdout).unwrap().trim(),
+            format!("{name} {line}")
+        );
+    }
+}

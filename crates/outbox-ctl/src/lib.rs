@@ -4,6 +4,7 @@
 //! - [`Cli`]: the command line (clap); every flag also reads an environment variable.
 //! - [`run`]: dispatches a parsed command.
 //! - `setup`: `migrate`, `tenant create`, `destination add|list`.
+//! - `schema`: `migrate --status`, the migrations a database has applied and those pending.
 //! - `credentials`: signing secrets from files or standard input, sealed with
 //!   `OUTBOX_SECRET_KEYS`; `destination rotate-secret`, `secrets rewrap`,
 //!   `token create|list|revoke`.
@@ -35,6 +36,7 @@ mod demo;
 mod inspect;
 mod mail_view;
 mod operate;
+mod schema;
 mod setup;
 mod sources;
 mod table;
@@ -46,7 +48,7 @@ use outbox_core::AlertState;
 
 /// The operator's tool for the alert outbox.
 #[derive(Debug, Parser)]
-#[command(name = "outboxctl", version, about)]
+#[command(name = "outboxctl", version = outbox_store::schema::version_line(), about)]
 pub struct Cli {
     /// PostgreSQL connection URL.
     #[arg(
@@ -80,7 +82,12 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Apply the schema's migrations (safe to run again).
-    Migrate,
+    Migrate {
+        /// Apply nothing: list each migration this build carries, applied (with when) or
+        /// pending, and any the database has that this build does not.
+        #[arg(long)]
+        status: bool,
+    },
     /// Run the whole system on the sample data in a database of its own, with faults,
     /// and check that every alert was delivered once or is held with its reason.
     Demo(demo::DemoArgs),
@@ -403,7 +410,8 @@ pub enum OutboxCommand {
 /// Runs one command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Migrate => return setup::migrate(&cli.database_url).await,
+        Command::Migrate { status: false } => return setup::migrate(&cli.database_url).await,
+        Command::Migrate { status: true } => return schema::status(&cli.database_url).await,
         Command::Demo(args) => {
             return if demo::run(&cli.database_url, args).await? {
                 Ok(())
@@ -419,7 +427,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let pool = outbox_store::connect(&cli.database_url, "outboxctl", 4).await?;
     let audited = audit::line_for(&cli.command);
     let result = match cli.command {
-        Command::Migrate | Command::Demo(_) | Command::Template(_) => {
+        Command::Migrate { .. } | Command::Demo(_) | Command::Template(_) => {
             unreachable!("handled above")
         }
         Command::Tenant(TenantCommand::Create {

@@ -9,7 +9,8 @@
 //! - [`checker`]: the fault suite's referee reads, straight from the tables.
 //! - [`connect`]: pools (with a bounded wait for the database at start-up, following the
 //!   writable server of several) and [`MIGRATOR`]; [`servers`]: libpq's multi-host URLs
-//!   and `target_session_attrs`.
+//!   and `target_session_attrs`; [`schema`]: the schema version a build expects, and
+//!   which migrations a database has applied.
 //! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts (tokens with expiry
 //!   and revocation), and where alerts go (with signing secrets as stored, their rotation,
 //!   and re-sealing under a new key).
@@ -57,6 +58,7 @@ pub mod operator;
 pub mod operator_accounts;
 pub mod outbox;
 pub mod rendered;
+pub mod schema;
 pub mod servers;
 pub mod tenants;
 pub mod tokens;
