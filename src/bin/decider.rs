@@ -194,14 +194,15 @@ async fn run() -> anyhow::Result<()> {
             news.source(&cli.allow_private)?
         }
     };
+    // Each connection error already names the server, the cause and what to do.
     let pool = outbox_store::connect_with_retry(
         &cli.database_url,
         "decider",
         cli.max_connections,
         Duration::from_secs(60),
     )
-    .await
-    .context("connecting to the database")?;
+    .await?;
+    outbox_store::schema::check_current(&pool).await?;
     match cli.command {
         Command::Serve {
             listen,

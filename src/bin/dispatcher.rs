@@ -5,7 +5,6 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use anyhow::Context;
 use clap::Parser;
 use outbox_core::duration::parse_positive;
 use outbox_core::retry::RetrySchedule;
@@ -125,14 +124,15 @@ async fn run() -> anyhow::Result<()> {
             .map_err(|err| anyhow::anyhow!("--templates-dir: {err}"))?,
         None => outbox_dispatcher::TenantTemplates::default(),
     };
+    // Each connection error already names the server, the cause and what to do.
     let pool = outbox_store::connect_with_retry(
         &cli.database_url,
         "dispatcher",
         cli.max_connections,
         Duration::from_secs(60),
     )
-    .await
-    .context("connecting to the database")?;
+    .await?;
+    outbox_store::schema::check_current(&pool).await?;
     let config = outbox_dispatcher::Config {
         worker_id: cli
             .worker_id

@@ -32,4 +32,5 @@ mod retention;
 mod secrets;
 mod sink_smtp;
 mod slow_clients;
+mod start_up;
 mod template_preview;

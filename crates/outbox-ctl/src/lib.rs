@@ -425,6 +425,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         _ => {}
     }
     let pool = outbox_store::connect(&cli.database_url, "outboxctl", 4).await?;
+    outbox_store::schema::check_current(&pool).await?;
     let audited = audit::line_for(&cli.command);
     let result = match cli.command {
         Command::Migrate { .. } | Command::Demo(_) | Command::Template(_) => {

@@ -47,8 +47,22 @@ pub async fn connect(
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10));
     if servers.is_single() {
-        let options = prepare(servers.servers()[0].options.clone());
-        return Ok(pool.connect_with(options).await?);
+        let server = &servers.servers()[0];
+        let options = prepare(server.options.clone());
+        let explain = |err| {
+            crate::error::explain_connect_error(
+                err,
+                &server.label,
+                options.get_username(),
+                options.get_database().unwrap_or(options.get_username()),
+            )
+        };
+        // One connection first, on its own: its failure is the server's own answer (refused,
+        // no such database), where the pool would retry until its acquire timeout and then
+        // say only that it timed out.
+        let probe = options.connect().await.map_err(explain)?;
+        let _ = sqlx::Connection::close(probe).await;
+        return pool.connect_with(options.clone()).await.map_err(explain);
     }
     let (index, options) = servers.find(&prepare).await?;
     let switched = Arc::new(Switched::default());
@@ -201,6 +215,7 @@ fn is_worth_waiting_for(err: &StoreError) -> bool {
         // Several servers and none writable yet: a failover in progress (a standby about
         // to be promoted) looks exactly like this.
         StoreError::NoServerQualifies(_) => true,
+        StoreError::CannotConnect { worth_waiting, .. } => *worth_waiting,
         _ => false,
     }
 }

@@ -44,6 +44,20 @@ pub enum StoreError {
     /// (a standby where a primary is wanted); the message names each and why.
     #[error("{0}")]
     NoServerQualifies(String),
+    /// A connection could not be opened, said as what to do about it: which server, why,
+    /// and the next step. `worth_waiting` when the server could fix it by itself (it is
+    /// starting, restarting or failing over).
+    #[error("{message}")]
+    CannotConnect {
+        /// The whole line: the server, the cause, the next step.
+        message: String,
+        /// Whether waiting (as at start-up) may help.
+        worth_waiting: bool,
+    },
+    /// The database's schema is not the one this build expects (never migrated, or
+    /// migrated by an older build); the message says which command fixes it.
+    #[error("{0}")]
+    SchemaNotCurrent(String),
     /// PostgreSQL cannot store this JSON (for example a `\u0000` escape in a string).
     #[error("the payload cannot be stored: {0}")]
     UnstorablePayload(String),
@@ -57,6 +71,70 @@ pub(crate) fn cause(err: &(dyn std::error::Error + 'static)) -> String {
         innermost = source;
     }
     innermost.to_string()
+}
+
+/// A failed connection attempt to `server`, explained: the cause in a few words and the
+/// next step, once. Errors a person cannot act on differently are returned as they are.
+pub(crate) fn explain_connect_error(
+    err: sqlx::Error,
+    server: &str,
+    user: &str,
+    database: &str,
+) -> StoreError {
+    let cause = cause(&err);
+    // "Connection refused (os error 111)" reads better as "connection refused".
+    let cause = match cause.find(" (os error") {
+        Some(end) => cause[..end].to_lowercase(),
+        None => cause,
+    };
+    let code = match &err {
+        sqlx::Error::Database(db) => db.code().map(|code| code.into_owned()),
+        _ => None,
+    };
+    let (message, worth_waiting) = match (&err, code.as_deref()) {
+        (sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_), _)
+        | (_, Some("57P03")) => (
+            format!(
+                "cannot reach PostgreSQL at {server} ({cause}): start it, or point \
+                 DATABASE_URL (--database-url) at a server that runs"
+            ),
+            true,
+        ),
+        (_, Some("28P01")) => (
+            format!(
+                "PostgreSQL at {server} refused the password of user `{user}`: put the right \
+                 one in DATABASE_URL (postgres://{user}:PASSWORD@{server}/{database}) or in a \
+                 pgpass file (PGPASSFILE)"
+            ),
+            false,
+        ),
+        (_, Some("28000")) if cause.contains("does not exist") => (
+            format!(
+                "PostgreSQL at {server} has no role `{user}`: create it (createuser {user}) or \
+                 name another user in DATABASE_URL"
+            ),
+            false,
+        ),
+        (_, Some("28000")) => (
+            format!(
+                "PostgreSQL at {server} does not let `{user}` into `{database}` from here \
+                 ({cause}): allow it in pg_hba.conf, or connect as another user"
+            ),
+            false,
+        ),
+        (_, Some("3D000")) => (
+            format!(
+                "PostgreSQL at {server} has no database `{database}`: create it (createdb \
+                 {database}) or name another in DATABASE_URL"
+            ),
+            false,
+        ),
+        _ => return StoreError::Database(err),
+    };
+    StoreError::CannotConnect {
+        message,
+        worth_waiting,
+    }
 }
 
 impl StoreError {
@@ -94,6 +172,9 @@ impl StoreError {
     /// progress). Retrying later may succeed; a write in flight may or may not have been
     /// committed.
     pub fn is_unavailable(&self) -> bool {
+        if let StoreError::CannotConnect { worth_waiting, .. } = self {
+            return *worth_waiting;
+        }
         let StoreError::Database(err) = self else {
             return false;
         };

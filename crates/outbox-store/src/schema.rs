@@ -24,6 +24,34 @@ pub fn version_line() -> &'static str {
     })
 }
 
+/// Checks that the database's schema is the one this build expects: migrated, and not by
+/// an older build. A newer schema passes (an upgrade migrates first, then replaces the
+/// processes one by one, and the older ones keep running meanwhile).
+pub async fn check_current(db: impl sqlx::PgExecutor<'_> + Copy) -> Result<(), StoreError> {
+    let (database, exists): (String, bool) =
+        sqlx::query_as("SELECT current_database(), to_regclass('_sqlx_migrations') IS NOT NULL")
+            .fetch_one(db)
+            .await?;
+    let applied: Option<i64> = if exists {
+        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(db)
+            .await?
+    } else {
+        None
+    };
+    let expected = expected_version();
+    match applied {
+        None => Err(StoreError::SchemaNotCurrent(format!(
+            "the database `{database}` has no outbox schema: run `outboxctl migrate`"
+        ))),
+        Some(version) if version < expected => Err(StoreError::SchemaNotCurrent(format!(
+            "the database `{database}` is at schema version {version} and this build expects \
+             {expected}: run `outboxctl migrate`"
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
 /// One migration as a database sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrationStatus {

@@ -116,6 +116,50 @@ impl Server {
         replica
     }
 
+    /// From now on, connections over TCP must give `password` (scram-sha-256) for
+    /// `postgres`: the server's set-up as most installations have it.
+    pub fn require_password(&self, password: &str) {
+        let escaped = password.replace('\'', "''");
+        run(
+            &self.bin,
+            "psql",
+            &[
+                "-h",
+                &self.root.display().to_string(),
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                &format!("ALTER ROLE postgres PASSWORD '{escaped}'"),
+            ],
+        );
+        std::fs::write(
+            self.data.join("pg_hba.conf"),
+            "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n\
+             host replication all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .expect("write pg_hba.conf");
+        run(&self.bin, "pg_ctl", &["reload", "-D", path(&self.data)]);
+        // The reload is a signal, taken in its own time: wait until a connection over TCP
+        // without the password is refused.
+        let started = std::time::Instant::now();
+        while as_postgres(&self.bin, "psql")
+            .args(["-w", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", "postgres", "-d", "postgres", "-c", "SELECT 1"])
+            .output()
+            .is_ok_and(|out| out.status.success())
+        {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "the server still lets connections in without a password"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// A URL for `database` on this server.
     pub fn url(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
