@@ -28,18 +28,18 @@ impl Received {
 async fn the_demo_runs_its_invariants_hold_and_each_email_arrives_once_in_its_language() {
     let eml_dir = std::env::temp_dir().join(format!("outbox-demo-inbox-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&eml_dir);
+    // Run from a directory of its own, as a newcomer runs it from anywhere: the sample
+    // data is built in and the other binaries are found beside outboxctl.
+    let elsewhere = std::env::temp_dir().join(format!("outbox-demo-cwd-{}", std::process::id()));
+    std::fs::create_dir_all(&elsewhere).unwrap();
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
-        .args([
-            "demo",
-            "--examples",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/examples"),
-            "--eml-dir",
-            eml_dir.to_str().unwrap(),
-        ])
+        .args(["demo", "--eml-dir", eml_dir.to_str().unwrap()])
+        .current_dir(&elsewhere)
         .env("DATABASE_URL", outbox_testkit::server_url())
         .output()
         .await
         .unwrap();
+    let _ = std::fs::remove_dir(&elsewhere);
     let stdout = String::from_utf8(output.stdout).unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();
     // The demo keeps its database for a look around; this test looks, then drops it.

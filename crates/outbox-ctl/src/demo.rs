@@ -45,12 +45,18 @@ const MAILBOXES: [(&str, &str, &str, &str); 2] = [
     ),
 ];
 
+/// The sample data, built in: the same files people read and copy in `examples/`.
+const SAMPLE_CONTRACTS: &str = include_str!("../../../examples/contracts.csv");
+const SAMPLE_ARTICLES: &str = include_str!("../../../examples/articles.json");
+
 /// `demo` flags.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Where the sample data is.
-    #[arg(long, default_value = "examples")]
-    examples: PathBuf,
+    /// A folder with your own `contracts.csv` and `articles.json` to run the demo on.
+    /// Without it, the sample data built into outboxctl (the files in the project's
+    /// `examples/`), so the demo runs from any directory.
+    #[arg(long)]
+    examples: Option<PathBuf>,
     /// Drop the demo's database at the end instead of keeping it for a look around.
     #[arg(long)]
     drop: bool,
@@ -74,10 +80,16 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
             );
         }
     }
-    let contracts = std::fs::read_to_string(args.examples.join("contracts.csv"))
-        .with_context(|| format!("reading {}", args.examples.join("contracts.csv").display()))?;
-    let articles = std::fs::read_to_string(args.examples.join("articles.json"))
-        .with_context(|| format!("reading {}", args.examples.join("articles.json").display()))?;
+    let (contracts, articles) = match &args.examples {
+        Some(dir) => {
+            let read = |name: &str| {
+                std::fs::read_to_string(dir.join(name))
+                    .with_context(|| format!("reading {}", dir.join(name).display()))
+            };
+            (read("contracts.csv")?, read("articles.json")?)
+        }
+        None => (SAMPLE_CONTRACTS.to_owned(), SAMPLE_ARTICLES.to_owned()),
+    };
 
     // A database of its own, so the demo never touches real data.
     let (demo_url, demo_name) =
