@@ -182,3 +182,123 @@ async fn inbox_matches_the_database(
     }
     Ok(())
 }
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `outboxctl demo` with `DATABASE_URL` unset and `PGPORT` on a port where nothing
+/// listens: as `postgres` when the tests run as root (PostgreSQL refuses root), as the
+/// current user otherwise.
+fn demo_without_a_server(port: u16, extra_env: &[(&str, &str)]) -> std::process::Command {
+    let outboxctl = env!("CARGO_BIN_EXE_outboxctl");
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
+    let mut command = if root {
+        // By its full path: the test may give the demo a PATH without it.
+        let setpriv = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+            .map(|dir| dir.join("setpriv"))
+            .find(|path| path.is_file())
+            .expect("setpriv (util-linux) on the PATH");
+        let mut command = std::process::Command::new(setpriv);
+        command.args([
+            "--reuid",
+            "postgres",
+            "--regid",
+            "postgres",
+            "--init-groups",
+            "--",
+        ]);
+        command.arg(outboxctl);
+        command
+    } else {
+        std::process::Command::new(outboxctl)
+    };
+    command
+        .arg("demo")
+        .current_dir(std::env::temp_dir())
+        .env_remove("DATABASE_URL")
+        .env_remove("PG_BINDIR")
+        .env("PGPORT", port.to_string())
+        .env("HOME", std::env::temp_dir())
+        .envs(extra_env.iter().copied());
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_server_the_demo_runs_on_a_private_one_and_leaves_nothing_behind() {
+    let port = free_port();
+    let output = tokio::task::spawn_blocking(move || demo_without_a_server(port, &[]).output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("invariants hold"), "{stdout}");
+    // One line names the server the demo used, and where it lived.
+    let named: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("the demo runs on a private server"))
+        .collect();
+    assert_eq!(named.len(), 1, "{stderr}");
+    assert!(
+        named[0].starts_with(&format!("no PostgreSQL answers at 127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    let dir = named[0]
+        .split_once(" (")
+        .and_then(|(_, rest)| rest.split_once("), started"))
+        .map(|(dir, _)| std::path::PathBuf::from(dir))
+        .unwrap_or_else(|| panic!("no directory in {}", named[0]));
+    // Nothing left behind: the directory is gone and no server runs from it.
+    assert!(!dir.exists(), "{} is still there", dir.display());
+    let still_running = std::process::Command::new("pgrep")
+        .args(["-f", &dir.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        !still_running.status.success(),
+        "a process of the private server still runs: {}",
+        String::from_utf8_lossy(&still_running.stdout)
+    );
+}
+
+#[tokio::test]
+async fn without_a_server_or_postgresql_installed_the_demo_says_how_to_get_one() {
+    let nowhere = std::env::temp_dir().join(format!("outbox-no-pg-{}", std::process::id()));
+    std::fs::create_dir_all(&nowhere).unwrap();
+    let nowhere_str = nowhere.display().to_string();
+    let port = free_port();
+    // PostgreSQL's programs hidden: PG_BINDIR names a folder without them, PATH too.
+    let output =
+        demo_without_a_server(port, &[("PG_BINDIR", &nowhere_str), ("PATH", &nowhere_str)])
+            .output()
+            .unwrap();
+    let _ = std::fs::remove_dir(&nowhere);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "error: no PostgreSQL answers at 127.0.0.1:{port} and its programs (initdb, \
+             pg_ctl) are not installed"
+        )),
+        "{stderr}"
+    );
+    for advice in [
+        "apt-get install postgresql",
+        "dnf install",
+        "brew install",
+        "docker run",
+    ] {
+        assert!(stderr.contains(advice), "{advice} not in {stderr}");
+    }
+}

@@ -66,7 +66,13 @@ pub struct DemoArgs {
     eml_dir: Option<PathBuf>,
 }
 
-pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bool> {
+/// Runs the demo on the server at `database_url`; `on_private_server` when that server
+/// is removed at the end, so the demo's database cannot be kept for a look around.
+pub(crate) async fn run(
+    database_url: &str,
+    args: DemoArgs,
+    on_private_server: bool,
+) -> anyhow::Result<bool> {
     let started = Instant::now();
     let binaries = std::env::current_exe()?
         .parent()
@@ -510,7 +516,12 @@ pub(crate) async fn run(database_url: &str, args: DemoArgs) -> anyhow::Result<bo
         println!("INVARIANTS BROKEN: {}", broken.join("; "));
     }
     pool.close().await;
-    if args.drop {
+    if on_private_server {
+        println!(
+            "the private server goes with the demo; to keep the demo's database for a look \
+             around, start PostgreSQL and set DATABASE_URL"
+        );
+    } else if args.drop {
         outbox_store::connect::drop_database(database_url, &demo_name).await?;
     } else {
         println!(

@@ -8,7 +8,8 @@
 //! - `credentials`: signing secrets from files or standard input, sealed with
 //!   `OUTBOX_SECRET_KEYS`; `destination rotate-secret`, `secrets rewrap`,
 //!   `token create|list|revoke`.
-//! - `demo`: the whole system on the sample data, in a database of its own.
+//! - `demo`: the whole system on the sample data, in a database of its own;
+//!   `demo_server`: which server it runs on (a private one when none answers).
 //! - `inspect`: `alert show`, `outbox list`.
 //! - `mail_view`: a stored email read back for people (headers that matter, text part),
 //!   for the demo's printout.
@@ -33,6 +34,7 @@ mod accounts;
 mod audit;
 mod credentials;
 mod demo;
+mod demo_server;
 mod inspect;
 mod mail_view;
 mod operate;
@@ -413,7 +415,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate { status: false } => return setup::migrate(&cli.database_url).await,
         Command::Migrate { status: true } => return schema::status(&cli.database_url).await,
         Command::Demo(args) => {
-            return if demo::run(&cli.database_url, args).await? {
+            let server = demo_server::choose(&cli.database_url)?;
+            let passed = demo::run(&server.url, args, server.private.is_some()).await;
+            drop(server);
+            return if passed? {
                 Ok(())
             } else {
                 Err(anyhow::anyhow!("the demo's invariants did not hold"))

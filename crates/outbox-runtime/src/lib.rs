@@ -7,9 +7,12 @@
 //! clients and a cap on connections), [`process`] (one of the workspace's binaries as a
 //! child process, waited for until it announces its listener), [`one_line`] and
 //! [`exit_status`] (an error as one line, each cause once), [`read_secret_file`] (a secret
-//! kept off the command line), [`DEFAULT_DATABASE_URL`].
+//! kept off the command line), [`DEFAULT_DATABASE_URL`], [`private_postgres`] (a
+//! throwaway PostgreSQL for the demo and the tests when none answers at the default
+//! address).
 
 pub mod http_server;
+pub mod private_postgres;
 pub mod process;
 pub mod prometheus;
 

@@ -19,10 +19,42 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
 use std::str::FromStr;
 
-/// The server tests run against: `DATABASE_URL`, or the local default.
+/// The server tests run against: `DATABASE_URL`; without it the default server
+/// (`127.0.0.1`, `PGPORT` or 5432); and when nothing answers there, one private server for
+/// the whole test binary, started from the PostgreSQL programs installed on the machine (as
+/// the `postgres` user when the tests run as root) and removed once the binary has ended,
+/// however it ended. One line on stderr names it.
 pub fn server_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+    use outbox_runtime::private_postgres::{self, PrivateServer, RunAs};
+    use std::sync::OnceLock;
+    static PRIVATE: OnceLock<Result<PrivateServer, String>> = OnceLock::new();
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        return url;
+    }
+    if PRIVATE.get().is_none() && private_postgres::default_server_answers() {
+        return private_postgres::default_url();
+    }
+    let private = PRIVATE.get_or_init(|| {
+        let parent = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tmp");
+        let _ = std::fs::create_dir_all(&parent);
+        let started = PrivateServer::start(&parent, RunAs::PostgresWhenRoot)
+            .map_err(|err| err.to_string())?;
+        let (host, port) = private_postgres::default_address();
+        // Straight to stderr, past the test harness's capture: once per test binary.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "no PostgreSQL answers at {host}:{port} and DATABASE_URL is not set: the tests \
+             run on a private server, {}, started in {:.1} s",
+            started.describe(),
+            started.started_in.as_secs_f64()
+        );
+        Ok(started)
+    });
+    match private {
+        Ok(server) => server.url("postgres"),
+        Err(why) => panic!("{why}"),
+    }
 }
 
 /// A database of its own for one test.

@@ -1,0 +1,354 @@
+//! A private, throwaway PostgreSQL server, for the demo and the tests when no server answers
+//! at the default address and `DATABASE_URL` was not given: made with the `initdb` and
+//! `pg_ctl` installed on the machine (never downloaded), in a directory of its own on a
+//! free port, trusting local connections only, and stopped and removed at the end.
+//!
+//! "At the end" includes the ends a process does not choose: a watcher (a shell loop in a
+//! process group of its own, so a terminal's Ctrl-C does not reach it) waits for the
+//! process that started the server to be gone, then stops the server and removes its
+//! directory. Dropping the [`PrivateServer`] does the same at once.
+//!
+//! The programs are found in `PG_BINDIR` when it is set (and only there), else through
+//! `pg_config --bindir`, `initdb` on the `PATH`, and the usual places of Debian and Ubuntu
+//! (`/usr/lib/postgresql/N/bin`), the PGDG packages (`/usr/pgsql-N/bin`) and Homebrew.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// The default server's address: `127.0.0.1` on `PGPORT` (libpq's variable), else 5432.
+pub fn default_address() -> (String, u16) {
+    let port = std::env::var("PGPORT")
+        .ok()
+        .and_then(|port| port.parse().ok())
+        .unwrap_or(5432);
+    ("127.0.0.1".to_owned(), port)
+}
+
+/// The URL of the default server: what every binary uses without `DATABASE_URL`.
+pub fn default_url() -> String {
+    let (host, port) = default_address();
+    format!("postgres://postgres@{host}:{port}/postgres")
+}
+
+/// Whether something accepts TCP connections at the default address.
+pub fn default_server_answers() -> bool {
+    let (host, port) = default_address();
+    format!("{host}:{port}")
+        .parse()
+        .ok()
+        .is_some_and(|address| {
+            std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_secs(2))
+                .is_ok()
+        })
+}
+
+/// Who the server runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunAs {
+    /// The current user; refused when that is root, as PostgreSQL refuses it.
+    CurrentUser,
+    /// The current user, or the `postgres` user when the current one is root (the tests,
+    /// which run as root on CI machines).
+    PostgresWhenRoot,
+}
+
+/// Why a private server could not be started; each says what to do, in one line.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivateServerError {
+    /// No `initdb` and `pg_ctl` on this machine.
+    #[error(
+        "no PostgreSQL answers at {address} and its programs (initdb, pg_ctl) are not \
+         installed to start a private one: install them (Debian/Ubuntu: apt-get install \
+         postgresql; Fedora: dnf install postgresql-server; macOS: brew install \
+         postgresql@15; or run one with Docker: docker run -d -p 5432:5432 -e \
+         POSTGRES_HOST_AUTH_METHOD=trust postgres:15), set PG_BINDIR to where they are, or \
+         set DATABASE_URL to a server that runs"
+    )]
+    NotInstalled {
+        /// The default address, where nothing answered.
+        address: String,
+    },
+    /// Running as root, which PostgreSQL refuses.
+    #[error(
+        "no PostgreSQL answers at {address}, and a private one cannot run as root (PostgreSQL \
+         refuses it): run this as another user (e.g. `runuser -u postgres -- ...` or \
+         `sudo -u postgres ...`), or set DATABASE_URL to a server that runs"
+    )]
+    Root {
+        /// The default address, where nothing answered.
+        address: String,
+    },
+    /// A PostgreSQL program failed.
+    #[error("starting a private PostgreSQL: {0}")]
+    Failed(String),
+}
+
+/// A running private server; stopped and removed when dropped.
+#[derive(Debug)]
+pub struct PrivateServer {
+    root: PathBuf,
+    bin: PathBuf,
+    port: u16,
+    run_as_postgres: bool,
+    /// The server's version (`PostgreSQL 15.4`), for the line that names it.
+    pub version: String,
+    /// How long making and starting it took.
+    pub started_in: std::time::Duration,
+}
+
+impl PrivateServer {
+    /// Makes and starts a server in a new directory under `parent` (the system's temporary
+    /// directory when `parent` cannot be written), on a free port.
+    pub fn start(parent: &Path, run_as: RunAs) -> Result<PrivateServer, PrivateServerError> {
+        let started = Instant::now();
+        let (host, port) = default_address();
+        let address = format!("{host}:{port}");
+        let root_user = is_root();
+        if root_user && run_as == RunAs::CurrentUser {
+            return Err(PrivateServerError::Root { address });
+        }
+        let bin = find_bindir().ok_or(PrivateServerError::NotInstalled { address })?;
+        let name = format!("private-postgres-{}", std::process::id());
+        let root = match std::fs::create_dir_all(parent.join(&name)) {
+            Ok(()) => parent.join(&name),
+            Err(_) => {
+                let fallback = std::env::temp_dir().join(format!("outbox-{name}"));
+                std::fs::create_dir_all(&fallback).map_err(|err| {
+                    PrivateServerError::Failed(format!("{}: {err}", fallback.display()))
+                })?;
+                fallback
+            }
+        };
+        let mut server = PrivateServer {
+            root,
+            bin,
+            port: free_port()?,
+            run_as_postgres: root_user,
+            version: String::new(),
+            started_in: std::time::Duration::ZERO,
+        };
+        if server.run_as_postgres {
+            let status = Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(&server.root)
+                .status();
+            if !status.is_ok_and(|s| s.success()) {
+                return Err(PrivateServerError::Failed(format!(
+                    "cannot hand {} to the postgres user",
+                    server.root.display()
+                )));
+            }
+        }
+        server.watch_owner()?;
+        let data = server.root.join("data");
+        server.run(
+            "initdb",
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-U".as_ref(),
+                "postgres".as_ref(),
+                "--auth=trust".as_ref(),
+                "--no-sync".as_ref(),
+                "--no-instructions".as_ref(),
+            ],
+        )?;
+        let options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off",
+            server.port,
+            server.root.display()
+        );
+        let log = server.root.join("server.log");
+        server.run(
+            "pg_ctl",
+            &[
+                "start".as_ref(),
+                "-w".as_ref(),
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-o".as_ref(),
+                options.as_ref(),
+                "-l".as_ref(),
+                log.as_os_str(),
+            ],
+        )?;
+        let version = server
+            .command("postgres")
+            .arg("--version")
+            .output()
+            .ok()
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+            .unwrap_or_default();
+        server.version = version.replace("postgres (PostgreSQL) ", "PostgreSQL ");
+        server.started_in = started.elapsed();
+        Ok(server)
+    }
+
+    /// A URL for `database` on this server.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// Where it lives, for the line that names it.
+    pub fn dir(&self) -> &Path {
+        &self.root
+    }
+
+    /// `PostgreSQL 15.4 at 127.0.0.1:PORT (DIR)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} at 127.0.0.1:{} ({})",
+            self.version,
+            self.port,
+            self.root.display()
+        )
+    }
+
+    /// A PostgreSQL program as a command, run as `postgres` when this process is root.
+    fn command(&self, program: &str) -> Command {
+        let path = self.bin.join(program);
+        let mut command = if self.run_as_postgres {
+            let mut command = Command::new("setpriv");
+            command
+                .args([
+                    "--reuid",
+                    "postgres",
+                    "--regid",
+                    "postgres",
+                    "--init-groups",
+                    "--",
+                ])
+                .arg(path);
+            command
+        } else {
+            Command::new(path)
+        };
+        // Its own process group: a terminal's Ctrl-C goes to the demo, whose end stops the
+        // server in order, not to the server's processes.
+        use std::os::unix::process::CommandExt;
+        command.process_group(0);
+        command
+    }
+
+    fn run(&self, program: &str, args: &[&std::ffi::OsStr]) -> Result<(), PrivateServerError> {
+        let output = self
+            .command(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|err| PrivateServerError::Failed(format!("{program}: {err}")))?;
+        if output.status.success() {
+            return Ok(());
+        }
+        let said = String::from_utf8_lossy(&output.stderr);
+        let last = said.lines().rev().find(|line| !line.trim().is_empty());
+        Err(PrivateServerError::Failed(format!(
+            "{program} failed: {}",
+            last.unwrap_or("(no message)").trim()
+        )))
+    }
+
+    /// Starts the watcher that stops the server and removes its directory once this process
+    /// is gone, however it ended.
+    fn watch_owner(&self) -> Result<(), PrivateServerError> {
+        let pg_ctl = self.bin.join("pg_ctl");
+        let stop = if self.run_as_postgres {
+            format!(
+                "setpriv --reuid postgres --regid postgres --init-groups -- '{}'",
+                pg_ctl.display()
+            )
+        } else {
+            format!("'{}'", pg_ctl.display())
+        };
+        let script = format!(
+            "while kill -0 {owner} 2>/dev/null; do sleep 1; done; \
+             {stop} stop -m immediate -D '{dir}/data' >/dev/null 2>&1; rm -rf '{dir}'",
+            owner = std::process::id(),
+            dir = self.root.display(),
+        );
+        use std::os::unix::process::CommandExt;
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map(drop)
+            .map_err(|err| PrivateServerError::Failed(format!("starting its watcher: {err}")))
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let data = self.root.join("data");
+        let _ = self
+            .command("pg_ctl")
+            .args(["stop", "-m", "immediate", "-D"])
+            .arg(&data)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Where `initdb` and `pg_ctl` are, if anywhere.
+pub fn find_bindir() -> Option<PathBuf> {
+    let has_tools = |dir: &Path| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file();
+    if let Some(dir) = std::env::var_os("PG_BINDIR") {
+        let dir = PathBuf::from(dir);
+        return has_tools(&dir).then_some(dir);
+    }
+    let from_pg_config = Command::new("pg_config")
+        .arg("--bindir")
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
+    let on_path = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let mut usual = Vec::new();
+    for (parent, prefix, suffix) in [
+        ("/usr/lib/postgresql", "", "bin"),
+        ("/usr", "pgsql-", "bin"),
+        ("/opt/homebrew/opt", "postgresql@", "bin"),
+        ("/usr/local/opt", "postgresql@", "bin"),
+    ] {
+        let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(parent)
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| {
+                let entry = entry.ok()?;
+                let name = entry.file_name().into_string().ok()?;
+                let version = name.strip_prefix(prefix)?.parse().ok()?;
+                Some((version, entry.path().join(suffix)))
+            })
+            .collect();
+        // The newest first.
+        versions.sort_by_key(|(version, _)| std::cmp::Reverse(*version));
+        usual.extend(versions.into_iter().map(|(_, dir)| dir));
+    }
+    from_pg_config
+        .into_iter()
+        .chain(on_path)
+        .chain(usual)
+        .find(|dir| has_tools(dir))
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.trim_ascii() == b"0")
+}
+
+fn free_port() -> Result<u16, PrivateServerError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .map_err(|err| PrivateServerError::Failed(format!("finding a free port: {err}")))
+}
