@@ -280,12 +280,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(list.attrs(), SessionAttrs::ReadWrite);
+        // A host without a port gets libpq's default: PGPORT, else 5432.
+        let default_port = std::env::var("PGPORT")
+            .ok()
+            .and_then(|port| port.parse().ok())
+            .unwrap_or(5432);
         assert_eq!(
             hosts(&list),
             vec![
                 ("10.0.0.1".to_owned(), 5441),
                 ("db2.example".to_owned(), 5442),
-                ("[::1]".to_owned(), 5432)
+                ("[::1]".to_owned(), default_port)
             ]
         );
         for server in list.servers() {

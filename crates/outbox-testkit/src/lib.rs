@@ -37,6 +37,7 @@ pub fn server_url() -> String {
     let private = PRIVATE.get_or_init(|| {
         let parent = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tmp");
         let _ = std::fs::create_dir_all(&parent);
+        let parent = parent.canonicalize().unwrap_or(parent);
         let started = PrivateServer::start(&parent, RunAs::PostgresWhenRoot)
             .map_err(|err| err.to_string())?;
         let (host, port) = private_postgres::default_address();
