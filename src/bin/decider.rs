@@ -8,7 +8,12 @@ use std::time::Duration;
 
 /// Approves alerts: one alert per identity, written with its outbox row in one transaction.
 #[derive(Debug, Parser)]
-#[command(name = "decider", version = outbox_store::schema::version_line(), about)]
+#[command(
+    name = "decider",
+    version = outbox_store::schema::version_line(),
+    about,
+    after_help = "The approval API: docs/approval-api.md. The monitors: docs/monitors.md. The console: docs/console.md."
+)]
 struct Cli {
     /// PostgreSQL connection URL.
     #[arg(long, env = "DATABASE_URL", default_value = outbox_runtime::DEFAULT_DATABASE_URL, global = true, hide_env_values = true)]

@@ -14,7 +14,12 @@ use std::time::Duration;
 
 /// Claims due alerts, sends them with idempotency keys, records what destinations confirm.
 #[derive(Debug, Parser)]
-#[command(name = "dispatcher", version = outbox_store::schema::version_line(), about)]
+#[command(
+    name = "dispatcher",
+    version = outbox_store::schema::version_line(),
+    about,
+    after_help = "Delivery, outcomes and every flag: docs/delivery.md."
+)]
 struct Cli {
     /// PostgreSQL connection URL.
     #[arg(long, env = "DATABASE_URL", default_value = outbox_runtime::DEFAULT_DATABASE_URL, hide_env_values = true)]

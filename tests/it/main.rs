@@ -16,6 +16,7 @@ mod demo;
 mod destination_health;
 mod dispatch;
 mod dispatch_faults;
+mod docs_links;
 mod egress;
 mod email;
 mod email_api;

@@ -1,5 +1,5 @@
 //! RFC 9457 problem details: every error the API returns is one of these, with a `type`
-//! naming the exact problem (documented in the README) and a `detail` saying what to do.
+//! naming the exact problem (documented in docs/approval-api.md) and a `detail` saying what to do.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -85,7 +85,7 @@ pub enum Phases {
 }
 
 impl SuiteSettings {
-    /// The full run: the figures the README reports.
+    /// The full run: the figures docs/performance.md reports.
     pub fn full(server_url: String) -> Self {
         SuiteSettings {
             server_url,
@@ -674,7 +674,7 @@ impl Api {
         // The benchmark is one client address opening as many connections as its open-loop
         // rate needs, as a reverse proxy in front of the API would: the per-address share
         // that protects the API from one crowding client is lifted to the whole cap, as the
-        // README advises behind a proxy.
+        // approval API's page (docs/approval-api.md) advises behind a proxy.
         let mut limits = outbox_runtime::http_server::ServerLimits::default();
         limits.max_connections_per_client = limits.max_connections;
         let task = tokio::spawn(outbox_api::serve_with(

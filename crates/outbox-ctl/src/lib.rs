@@ -50,7 +50,12 @@ use outbox_core::AlertState;
 
 /// The operator's tool for the alert outbox.
 #[derive(Debug, Parser)]
-#[command(name = "outboxctl", version = outbox_store::schema::version_line(), about)]
+#[command(
+    name = "outboxctl",
+    version = outbox_store::schema::version_line(),
+    about,
+    after_help = "The reference of every command: docs/operations.md, section outboxctl."
+)]
 pub struct Cli {
     /// PostgreSQL connection URL.
     #[arg(

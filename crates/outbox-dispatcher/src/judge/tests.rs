@@ -1,4 +1,4 @@
-//! The judgement, row by row of the outcome table (README "What happens to an alert"),
+//! The judgement, row by row of the outcome table (docs/delivery.md, "What an answer means"),
 //! with no database and no network: a claim, an exchange and a clock go in, the
 //! completion to record comes out.
 

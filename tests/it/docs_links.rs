@@ -1,0 +1,353 @@
+//! The project's Markdown links: every relative link in every Markdown file (the README,
+//! SECURITY.md, CHANGELOG.md, `docs/`; `target/` and hidden directories skipped) names a
+//! file that exists, and its `#anchor`, if any, a heading of that file as GitHub spells
+//! heading anchors. No database, no network: web and mail links are not followed.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+#[test]
+fn every_relative_link_resolves() {
+    let root = Path::new(ROOT);
+    let mut files = Vec::new();
+    markdown_files(root, &mut files);
+    files.sort();
+    assert!(
+        files.iter().any(|f| f.ends_with("README.md")),
+        "no README.md found under {ROOT}"
+    );
+
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = fs::read_to_string(file).unwrap();
+        for (line, target) in links(&text) {
+            if is_external(&target) {
+                continue;
+            }
+            checked += 1;
+            if let Err(why) = resolve(root, file, &target) {
+                let shown = file.strip_prefix(root).unwrap_or(file).display();
+                broken.push(format!("{shown}:{line}: ({target}) {why}"));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "{} broken link(s) of {checked} relative ones in {} Markdown files:\n{}",
+        broken.len(),
+        files.len(),
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn anchors_are_spelt_as_github_spells_them() {
+    let anchors = anchors(
+        "# Console (`decider serve --console-listen`)\n\
+         ## Destination health: disabled after failing for a window\n\
+         ### `bench run`\n\
+         ## Where a delivery's time goes, against graphile-worker\n\
+         ```sh\n# not a heading\n```\n\
+         ## Tests\n## Tests\n",
+    );
+    for slug in [
+        "console-decider-serve---console-listen",
+        "destination-health-disabled-after-failing-for-a-window",
+        "bench-run",
+        "where-a-deliverys-time-goes-against-graphile-worker",
+        "tests",
+        "tests-1",
+    ] {
+        assert!(anchors.contains(slug), "{slug} missing from {anchors:?}");
+    }
+    assert!(!anchors.contains("not-a-heading"));
+    let found = links("[a](x.md#y) `[b](code.md)` ![c](img.png \"title\")\n```\n[d](fenced.md)\n```\n[e]: ref.md\n");
+    let targets: Vec<&str> = found.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(targets, ["x.md#y", "img.png", "ref.md"]);
+}
+
+/// Every `.md` file under `dir`, skipping `target/` and hidden directories.
+fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            if name != "target" {
+                markdown_files(&path, out);
+            }
+        } else if name.ends_with(".md") {
+            out.push(path);
+        }
+    }
+}
+
+fn is_external(target: &str) -> bool {
+    // A scheme (`https:`, `mailto:`, ...) before any `/`, `#` or `.`.
+    match target.find(':') {
+        Some(colon) => {
+            let scheme = &target[..colon];
+            !scheme.is_empty()
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+                && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        }
+        None => false,
+    }
+}
+
+/// Checks one relative link of `file`.
+fn resolve(root: &Path, file: &Path, target: &str) -> Result<(), String> {
+    let (path, anchor) = match target.split_once('#') {
+        Some((path, anchor)) => (path, Some(percent_decode(anchor))),
+        None => (target, None),
+    };
+    let path = percent_decode(path);
+    let dest = if path.is_empty() {
+        file.to_path_buf()
+    } else if let Some(from_root) = path.strip_prefix('/') {
+        root.join(from_root)
+    } else {
+        file.parent().unwrap().join(&path)
+    };
+    if !dest.exists() {
+        return Err(format!("no such file: {}", dest.display()));
+    }
+    let Some(anchor) = anchor else { return Ok(()) };
+    if dest.extension().is_some_and(|e| e == "md") {
+        let text = fs::read_to_string(&dest).map_err(|e| format!("reading it: {e}"))?;
+        if anchors(&text).contains(&anchor) {
+            Ok(())
+        } else {
+            Err(format!("no heading with the anchor #{anchor}"))
+        }
+    } else if is_line_anchor(&anchor) {
+        Ok(())
+    } else {
+        Err(format!("#{anchor} in a file that is not Markdown"))
+    }
+}
+
+/// GitHub's `#L12` and `#L12-L20` in a source file.
+fn is_line_anchor(anchor: &str) -> bool {
+    anchor.split('-').all(|part| {
+        part.strip_prefix('L')
+            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+            if let Ok(b) = u8::from_str_radix(hex, 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The lines of `text` outside fenced code blocks, numbered from 1.
+fn prose_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut fence: Option<&str> = None;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        let marker = ["```", "~~~"].into_iter().find(|m| trimmed.starts_with(m));
+        match (fence, marker) {
+            (None, Some(m)) => fence = Some(m),
+            (Some(open), Some(m)) if open == m => fence = None,
+            (None, None) => out.push((i + 1, line)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `line` without its code spans (`` `...` ``), whose brackets are not links.
+fn without_code_spans(line: &str) -> String {
+    let chars: Vec<char> = line.chars().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] != '`' {
+            out.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        let run = chars[i..].iter().take_while(|&&c| c == '`').count();
+        // The closing run: the same number of backticks, no more, no less.
+        let mut j = i + run;
+        let mut close = None;
+        while j < chars.len() {
+            if chars[j] == '`' {
+                let n = chars[j..].iter().take_while(|&&c| c == '`').count();
+                if n == run {
+                    close = Some(j);
+                    break;
+                }
+                j += n;
+            } else {
+                j += 1;
+            }
+        }
+        match close {
+            Some(j) => {
+                out.push(' ');
+                i = j + run;
+            }
+            None => {
+                out.extend(&chars[i..i + run]);
+                i += run;
+            }
+        }
+    }
+    out
+}
+
+/// Every link target in `text` with its line: inline links and images (`[text](target)`,
+/// `![alt](target "title")`) and reference definitions (`[name]: target`).
+fn links(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (number, line) in prose_lines(text) {
+        let line = without_code_spans(line);
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('[') {
+            if let Some(close) = trimmed.find("]:") {
+                if let Some(target) = trimmed[close + 2..].split_whitespace().next() {
+                    out.push((number, clean_target(target)));
+                    continue;
+                }
+            }
+        }
+        let mut rest = line.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            // The target ends at the `)` that balances the opening one.
+            let mut depth = 0usize;
+            let mut end = None;
+            for (k, c) in after.char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' if depth == 0 => {
+                        end = Some(k);
+                        break;
+                    }
+                    ')' => depth -= 1,
+                    _ => {}
+                }
+            }
+            let Some(end) = end else { break };
+            let inside = after[..end].trim();
+            let target = if let Some(angled) = inside.strip_prefix('<') {
+                angled.split('>').next().unwrap_or_default()
+            } else {
+                inside.split_whitespace().next().unwrap_or_default()
+            };
+            if !target.is_empty() {
+                out.push((number, clean_target(target)));
+            }
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+fn clean_target(target: &str) -> String {
+    target
+        .trim_start_matches('<')
+        .trim_end_matches('>')
+        .to_owned()
+}
+
+/// The anchors GitHub gives the headings of `text`: lower case, spaces to `-`, every
+/// character but letters, digits, `-` and `_` dropped (backticks and other markup too), and
+/// `-1`, `-2`, ... after a repeated one.
+fn anchors(text: &str) -> HashSet<String> {
+    let mut seen = HashSet::new();
+    for (_, line) in prose_lines(text) {
+        let Some(heading) = heading_text(line) else {
+            continue;
+        };
+        let base = slug(&link_text_only(&heading));
+        let mut anchor = base.clone();
+        let mut n = 0;
+        while seen.contains(&anchor) {
+            n += 1;
+            anchor = format!("{base}-{n}");
+        }
+        seen.insert(anchor);
+    }
+    seen
+}
+
+/// The text of an ATX heading (`# ...` to `###### ...`, up to three spaces before it).
+fn heading_text(line: &str) -> Option<String> {
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    if indent > 3 {
+        return None;
+    }
+    let line = &line[indent..];
+    let level = line.chars().take_while(|&c| c == '#').count();
+    if !(1..=6).contains(&level) {
+        return None;
+    }
+    let rest = &line[level..];
+    if !rest.is_empty() && !rest.starts_with([' ', '\t']) {
+        return None;
+    }
+    // An optional closing sequence of `#`s.
+    let rest = rest.trim();
+    let rest = match rest.trim_end_matches('#') {
+        stripped if stripped.is_empty() || stripped.ends_with([' ', '\t']) => stripped.trim_end(),
+        _ => rest,
+    };
+    Some(rest.to_owned())
+}
+
+/// `[text](target)` in a heading counts as `text`.
+fn link_text_only(heading: &str) -> String {
+    let mut out = String::new();
+    let mut rest = heading;
+    while let Some(at) = rest.find("](") {
+        let Some(end) = rest[at..].find(')') else {
+            break;
+        };
+        out.push_str(&rest[..at]);
+        rest = &rest[at + end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
