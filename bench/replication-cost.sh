@@ -5,7 +5,7 @@
 # primary with the replica synchronous (synchronous_standby_names = '*'), then
 # asynchronous (''), alternating ROUNDS times, and prints each figure of each run.
 #
-#   cargo build --release --bin bench && bench/replication-cost.sh [ROUNDS] [-- bench args]
+#   cargo build --release --workspace --bins && bench/replication-cost.sh [ROUNDS] [-- bench args]
 #
 # PostgreSQL's tools come from PG_BINDIR (default: the newest /usr/lib/postgresql/*/bin);
 # as root they run as the `postgres` user. Everything is stopped and removed at the end.
@@ -17,7 +17,7 @@ shift || true
 [ "${1:-}" = "--" ] && shift
 bench_args=("$@")
 bench=target/release/bench
-[ -x "$bench" ] || { echo "error: build it first: cargo build --release --bin bench" >&2; exit 1; }
+[ -x "$bench" ] || { echo "error: build it first: cargo build --release --workspace --bins" >&2; exit 1; }
 
 bindir=${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)}
 as_postgres() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
