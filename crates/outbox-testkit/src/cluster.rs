@@ -200,6 +200,41 @@ impl Server {
         }
     }
 
+    /// Cuts this replica off from its primary: its WAL receiver is pointed at a port where
+    /// nothing listens, so from now on it falls behind by everything the primary commits,
+    /// as a replica on a broken or slow link does. Returns once the receiver is gone.
+    pub fn cut_off(&self) {
+        let nowhere = free_port();
+        let socket = self.root.display().to_string();
+        let port = self.port.to_string();
+        let psql = |sql: &str| {
+            as_postgres(&self.bin, "psql")
+                .args([
+                    "-h", &socket, "-p", &port, "-U", "postgres", "-d", "postgres",
+                ])
+                .args(["-Atq", "-c", sql])
+                .output()
+                .expect("run psql")
+        };
+        psql(&format!(
+            "ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port={nowhere} user=postgres'"
+        ));
+        psql("SELECT pg_reload_conf()");
+        let started = std::time::Instant::now();
+        loop {
+            let streaming =
+                psql("SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'");
+            if String::from_utf8_lossy(&streaming.stdout).trim() == "0" {
+                return;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "the replica still streams from its primary"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// Promotes this replica to a primary and waits until it takes writes.
     pub fn promote(&self) {
         run(

@@ -128,6 +128,19 @@ pub async fn approve_through_a_crash(
     bodies: Vec<Value>,
     crash: impl FnOnce() -> Instant,
 ) -> Approved {
+    approve_through_a_lag_and_a_crash(api, token, bodies, None::<fn()>, crash).await
+}
+
+/// [`approve_through_a_crash`], and when `lag` is given: it runs once a third of the
+/// approvals are acknowledged (it cuts the replica off, so that it falls behind), and the
+/// crash waits until half of them are.
+pub async fn approve_through_a_lag_and_a_crash(
+    api: &str,
+    token: &str,
+    bodies: Vec<Value>,
+    lag: Option<impl FnOnce()>,
+    crash: impl FnOnce() -> Instant,
+) -> Approved {
     let total = bodies.len();
     let bodies = Arc::new(bodies);
     let acknowledged_so_far = Arc::new(AtomicUsize::new(0));
@@ -150,13 +163,23 @@ pub async fn approve_through_a_crash(
             acknowledged
         }));
     }
-    let started = Instant::now();
-    while acknowledged_so_far.load(Ordering::Relaxed) < total / 3 {
-        assert!(
-            started.elapsed() < DEADLINE,
-            "approvals stalled before the crash"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    let until = |share: usize| {
+        let counter = Arc::clone(&acknowledged_so_far);
+        async move {
+            let started = Instant::now();
+            while counter.load(Ordering::Relaxed) < share {
+                assert!(
+                    started.elapsed() < DEADLINE,
+                    "approvals stalled before the crash"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    until(total / 3).await;
+    if let Some(lag) = lag {
+        lag();
+        until(total / 2).await;
     }
     // Requests sent while the kill is under way may still be committed: unavailability is
     // counted from the moment the primary is dead.
