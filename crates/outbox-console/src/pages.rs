@@ -300,7 +300,8 @@ pub(crate) async fn alert(
             text => visible_lines(&String::from_utf8_lossy(&message.bytes)),
         }
     });
-    let state = detail.state.as_str();
+    // Which actions are open is the lifecycle's answer, the same rules the actions apply.
+    let open = operator::open_actions(&console.pool, id).await?;
     console.views.render(
         &signed,
         "alert.html",
@@ -308,8 +309,7 @@ pub(crate) async fn alert(
             a => &detail,
             payload => payload,
             email => email,
-            can_replay => matches!(state, "held" | "failed") && detail.pruned_at.is_none(),
-            can_resolve => matches!(state, "held" | "uncertain"),
+            open => open,
         },
     )
 }

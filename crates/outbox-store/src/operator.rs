@@ -28,6 +28,31 @@ pub async fn replay(
     Ok(())
 }
 
+/// What an operator may do to an alert right now, as the lifecycle answers: for each
+/// action, `None` when it is open, or the reason it is refused. A page or command shows
+/// these answers rather than deciding for itself; the action itself asks again under the
+/// alert's lock, so an answer that goes stale is refused, never acted on.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OpenActions {
+    /// Why a replay is refused.
+    pub replay: Option<String>,
+    /// Why resolving (as accepted, or abandoning) is refused.
+    pub resolve: Option<String>,
+    /// Why resolving as "not delivered" is refused.
+    pub resolve_not_delivered: Option<String>,
+}
+
+/// Reads [`OpenActions`] for one alert, without locking it.
+pub async fn open_actions(pool: &PgPool, alert_id: Uuid) -> Result<OpenActions, StoreError> {
+    let mut conn = pool.acquire().await?;
+    let alert = lifecycle::standing(&mut conn, alert_id, false).await?;
+    Ok(OpenActions {
+        replay: alert.replay_refusal()?,
+        resolve: alert.resolve_refusal(&Resolution::Abandon)?,
+        resolve_not_delivered: alert.resolve_refusal(&Resolution::NotDelivered)?,
+    })
+}
+
 /// Replays every one of `ids` or none: one transaction, the alerts locked in id order
 /// (the order dispatchers' completions lock in, so neither waits on the other in a
 /// cycle). The first refusal rolls everything back and is the answer. With `dry_run`, the

@@ -204,3 +204,26 @@ pub async fn outboxctl(db: &TestDb, args: &[&str]) -> CliRun {
         stderr: String::from_utf8(output.stderr).unwrap(),
     }
 }
+
+/// `outboxctl revise ID` with this payload, which must succeed.
+pub async fn revise(db: &TestDb, id: &str, payload: &str) -> CliRun {
+    let dir = std::env::temp_dir().join(format!("revise-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let corrected = dir.join("payload.json");
+    std::fs::write(&corrected, payload).unwrap();
+    let revised = outboxctl(
+        db,
+        &[
+            "revise",
+            id,
+            "--payload",
+            corrected.to_str().unwrap(),
+            "--reason",
+            "new text",
+        ],
+    )
+    .await;
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(revised.ok, "{}", revised.stderr);
+    revised
+}

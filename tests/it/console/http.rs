@@ -2,7 +2,7 @@
 //! headers, paging, bulk replays. What is asserted is read back from the database.
 
 use super::*;
-use common::outboxctl;
+use common::{outboxctl, revise};
 
 const PAGES: &[&str] = &[
     "/console",
@@ -469,6 +469,65 @@ async fn resolutions_need_a_note_and_a_confirm_and_go_through_the_store() {
             .await
             .unwrap();
     assert_eq!(reference.as_deref(), Some("INV-42"));
+}
+
+/// The page shows the lifecycle's answer, not a copy of its rules: a held alert that a
+/// later revision corrected offers no Replay and no "not delivered" (both would send the
+/// outdated payload) and says why in their place, while recording what happened stays
+/// open. A held alert nobody corrected keeps every button.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrected_alert_offers_no_replay_and_says_why() {
+    let db = TestDb::new().await;
+    let (_sink, _, ids) = held_alerts(&db, "acme", 2).await;
+    revise(
+        &db,
+        &ids[0].to_string(),
+        r#"{"alert": 0, "text": "corrected"}"#,
+    )
+    .await;
+    let console = Console::start(db).await;
+    let alice = console.signed_in("alice", "operator", None).await;
+
+    let corrected = console
+        .get(Some(&alice), &format!("/console/alerts/{}", ids[0]))
+        .await;
+    assert_eq!(corrected.status, StatusCode::OK);
+    assert!(
+        !corrected.body.contains("id=\"replay\""),
+        "Replay offered for a corrected alert: {}",
+        corrected.body
+    );
+    assert!(!corrected.body.contains("id=\"resolve-not-delivered\""));
+    assert!(
+        corrected.body.contains("id=\"replay-refused\"")
+            && corrected
+                .body
+                .contains("has been corrected by a later revision"),
+        "{}",
+        corrected.body
+    );
+    assert!(corrected
+        .body
+        .contains("id=\"resolve-not-delivered-refused\""));
+    assert!(corrected.body.contains("id=\"resolve-accepted\""));
+    assert!(corrected.body.contains("id=\"resolve-abandon\""));
+
+    let untouched = console
+        .get(Some(&alice), &format!("/console/alerts/{}", ids[1]))
+        .await;
+    for button in [
+        "replay",
+        "resolve-accepted",
+        "resolve-not-delivered",
+        "resolve-abandon",
+    ] {
+        assert!(
+            untouched.body.contains(&format!("id=\"{button}\"")),
+            "{button}: {}",
+            untouched.body
+        );
+    }
+    assert!(!untouched.body.contains("class=\"refusal\""));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
