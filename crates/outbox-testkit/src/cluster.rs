@@ -211,7 +211,7 @@ impl Drop for Server {
 }
 
 /// The processes whose parent is `pid` (from `/proc/<pid>/stat`'s fourth field).
-fn children_of(pid: &str) -> Vec<String> {
+pub(crate) fn children_of(pid: &str) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -231,7 +231,7 @@ fn path(p: &Path) -> &str {
     p.to_str().expect("a UTF-8 path")
 }
 
-fn bindir() -> PathBuf {
+pub(crate) fn bindir() -> PathBuf {
     if let Ok(dir) = std::env::var("PG_BINDIR") {
         return PathBuf::from(dir);
     }
@@ -247,7 +247,7 @@ fn bindir() -> PathBuf {
     versions.pop().expect("a PostgreSQL version installed").1
 }
 
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -266,7 +266,7 @@ fn as_postgres(bin: &Path, tool: &str) -> Command {
     }
 }
 
-fn hand_to_postgres(dir: &Path) {
+pub(crate) fn hand_to_postgres(dir: &Path) {
     if running_as_root() {
         let status = Command::new("chown")
             .args(["postgres:postgres", path(dir)])
@@ -291,7 +291,7 @@ fn run(bin: &Path, tool: &str, args: &[&str]) {
 }
 
 /// A port nobody listens on now (the kernel's choice for an ephemeral bind).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .expect("bind an ephemeral port")

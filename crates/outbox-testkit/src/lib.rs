@@ -6,9 +6,12 @@
 //! and server certificates made at test time, for the TLS tests; [`process`]: the
 //! workspace's binaries as a test's child processes (log file, wait until listening, log
 //! printed when the test fails, killed when dropped); [`cluster`]: PostgreSQL servers of a
-//! test's own (a primary, streaming replicas, crashes and promotions) for failover tests.
+//! test's own (a primary, streaming replicas, crashes and promotions) for failover tests;
+//! [`patroni`]: a Patroni cluster of a test's own (etcd, two nodes, HAProxy), made from the
+//! project's `deploy/patroni/` files.
 
 pub mod cluster;
+pub mod patroni;
 pub mod process;
 pub mod tls;
 
