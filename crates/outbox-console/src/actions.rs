@@ -231,7 +231,7 @@ pub(crate) async fn set_destination_enabled(
 /// Only held and failed alerts can be replayed: a bulk replay's filter must say which.
 fn replayable_filter(query: &ListQuery) -> Result<console::AlertFilter, PageError> {
     let filter = query.filter()?;
-    if !matches!(filter.state, Some(AlertState::Held | AlertState::Failed)) {
+    if !filter.state.is_some_and(operator::replayable) {
         return Err(PageError::BadRequest(
             "a bulk replay needs state held or failed in its filter (only those can be replayed)"
                 .into(),

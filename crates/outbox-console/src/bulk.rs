@@ -5,6 +5,7 @@
 //! operator, or whose process died, is picked up after its cursor by whichever console
 //! takes it next.
 
+use outbox_core::BulkReplayState;
 use outbox_store::console;
 use outbox_store::operator;
 use outbox_store::StoreError;
@@ -89,7 +90,7 @@ async fn work_on(
             LEASE,
         )
         .await?;
-        if finished || state != "running" || *stopped.borrow() {
+        if finished || state != BulkReplayState::Running || *stopped.borrow() {
             return Ok(());
         }
     }

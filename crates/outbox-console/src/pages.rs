@@ -3,10 +3,10 @@
 use axum::extract::{Path, State};
 use axum::response::Response;
 use chrono::{DateTime, NaiveDateTime, Utc};
-use outbox_core::AlertState;
+use outbox_core::{AlertState, BulkReplayState};
 use outbox_store::console::{self, AlertFilter};
 use outbox_store::{alerts, destinations, operator, rendered};
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use uuid::Uuid;
 
 use crate::auth::Signed;
@@ -23,22 +23,20 @@ pub(crate) async fn overview(
     signed: Signed,
 ) -> Result<Response, PageError> {
     let stats = operator::stats(&console.pool).await?;
-    let mut by_state: BTreeMap<&str, i64> = AlertState::ALL
-        .iter()
-        .map(|state| (state.as_str(), 0))
-        .collect();
+    let mut by_state: HashMap<AlertState, i64> =
+        AlertState::ALL.iter().map(|state| (*state, 0)).collect();
     for row in stats
         .by_state
         .iter()
         .filter(|row| signed.sees_tenant_named(&row.tenant))
     {
-        if let Some(count) = by_state.get_mut(row.state.as_str()) {
+        if let Some(count) = by_state.get_mut(&row.state) {
             *count += row.count;
         }
     }
     let counts: Vec<_> = AlertState::ALL
         .iter()
-        .map(|state| minijinja::context! { state => state.as_str(), count => by_state[state.as_str()] })
+        .map(|state| minijinja::context! { state => state.as_str(), count => by_state[state] })
         .collect();
     let health = console::destination_health(&console.pool, signed.scope()).await?;
     let oldest_due = health
@@ -73,8 +71,8 @@ pub(crate) async fn overview(
         "overview.html",
         minijinja::context! {
             counts => counts,
-            held_count => by_state["held"],
-            uncertain_count => by_state["uncertain"],
+            held_count => by_state[&AlertState::Held],
+            uncertain_count => by_state[&AlertState::Uncertain],
             oldest_due => oldest_due,
             destinations => destinations,
             disabled => health.iter().filter(|d| !d.enabled).collect::<Vec<_>>(),
@@ -234,7 +232,9 @@ pub(crate) async fn outbox(
             format!("/console/outbox?{filter_query}&before={last}")
         }
     });
-    let bulk = matches!(filter.state, Some(AlertState::Held | AlertState::Failed))
+    let bulk = filter
+        .state
+        .is_some_and(operator::replayable)
         .then(|| format!("/console/bulk-replay?{filter_query}"));
     console.views.render(
         &signed,
@@ -422,7 +422,7 @@ pub(crate) async fn bulk_progress(
         "bulk_progress.html",
         minijinja::context! {
             r => &replay,
-            running => replay.state == "running",
+            running => replay.state == BulkReplayState::Running,
             handled => replay.replayed + replay.skipped,
         },
     )

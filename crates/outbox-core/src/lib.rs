@@ -3,8 +3,8 @@
 //! Layout:
 //! - [`state`]: the lifecycle's vocabulary, typed: an alert's state ([`AlertState`]), the
 //!   live queue's status ([`LiveStatus`]), where it comes to rest ([`Outcome`]), attempts
-//!   ([`AttemptKind`], [`AttemptOutcome`]), and destinations ([`DestinationKind`],
-//!   [`OnUncertain`]).
+//!   ([`AttemptKind`], [`AttemptOutcome`]), destinations ([`DestinationKind`],
+//!   [`OnUncertain`]) and operators' bulk replays ([`BulkReplayState`]).
 //! - [`in_flight`]: a destination's in-flight bound (its crash blast radius): defaults and
 //!   what it means for an operator.
 //! - [`identity`]: what makes two approvals the same alert, and the input limits
@@ -50,8 +50,8 @@ pub use identity::{
 pub use json_limits::{JsonLimitError, MAX_PAYLOAD_DEPTH};
 pub use recipients::RecipientError;
 pub use state::{
-    AlertState, AttemptKind, AttemptOutcome, DestinationKind, LiveStatus, OnUncertain, Outcome,
-    UnknownValue,
+    AlertState, AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, LiveStatus,
+    OnUncertain, Outcome, UnknownValue,
 };
 pub use token::{ApiToken, TokenHash};
 pub mod signing;

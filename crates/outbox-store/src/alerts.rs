@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
-use outbox_core::{AlertState, AttemptKind, AttemptOutcome, Outcome};
+use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, Outcome};
 
 pub use crate::lifecycle::EvidenceLine;
 use crate::lifecycle::{append_event, evidence_trail, Event, STATE, STATE_JOINS};
@@ -175,7 +175,7 @@ const APPROVE: &str = "\
         RETURNING next_attempt_at \
     ), explained AS ( \
         INSERT INTO alert_events (alert_id, from_state, to_state, actor, line) \
-        SELECT id, NULL, 'pending', $7, \
+        SELECT id, NULL, $10, $7, \
                format('alert approved for destination `%s`; queued for delivery', $4::text) \
         FROM inserted \
         RETURNING at, line \
@@ -226,6 +226,7 @@ pub async fn approve_on(
         .bind(approval.actor)
         .bind(approval.notify_dispatchers)
         .bind(crate::dispatch::WAKE_UP_CHANNEL)
+        .bind(AlertState::Pending)
         .fetch_one(&mut *conn)
         .await
         .map_err(StoreError::from_payload_error)?;
@@ -536,13 +537,21 @@ async fn supersede_if_unsent(
 ) -> Result<bool, StoreError> {
     let unsent = sqlx::query_scalar::<_, Uuid>(
         "SELECT o.alert_id FROM outbox o \
-         WHERE o.alert_id = $1 AND o.status = 'pending' \
+         WHERE o.alert_id = $1 AND o.status = $2 \
            AND NOT EXISTS (SELECT 1 FROM delivery_attempts d \
-                           WHERE d.alert_id = o.alert_id \
-                             AND d.outcome IN ('accepted', 'uncertain', 'found')) \
+                           WHERE d.alert_id = o.alert_id AND d.outcome = ANY($3)) \
          FOR UPDATE OF o",
     )
     .bind(alert_id)
+    .bind(LiveStatus::Pending)
+    .bind(
+        [
+            AttemptOutcome::Accepted,
+            AttemptOutcome::Uncertain,
+            AttemptOutcome::Found,
+        ]
+        .as_slice(),
+    )
     .fetch_optional(&mut *tx)
     .await?;
     if unsent.is_none() {

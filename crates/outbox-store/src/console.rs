@@ -5,13 +5,15 @@
 //! it asks for. Actions are not here: the console acts through [`crate::operator`].
 
 use chrono::{DateTime, Utc};
-use outbox_core::AlertState;
+use outbox_core::{AlertState, AttemptKind, AttemptOutcome, BulkReplayState};
 use sqlx::{PgExecutor, Postgres, QueryBuilder};
 use uuid::Uuid;
 
+use crate::dispatch::DUE;
 use crate::lifecycle::{LAST_EVIDENCE_LINE, STATE, STATE_JOINS};
 use crate::operator::first_id_at;
 use crate::outbox::OutboxEntry;
+use crate::sql_names::sql_list;
 use crate::StoreError;
 
 /// The tenants an account may see: `None` for every tenant.
@@ -65,14 +67,12 @@ fn push_filter<'a>(
             .push_bind(destination)
             .push(")");
     }
-    match filter.state {
-        Some(state) if state.is_live() => {
-            query.push(" AND o.status = ").push_bind(state.as_str());
+    if let Some(state) = filter.state {
+        if let Some(live) = state.live() {
+            query.push(" AND o.status = ").push_bind(live);
+        } else if let Some(outcome) = state.outcome() {
+            query.push(" AND ao.outcome = ").push_bind(outcome);
         }
-        Some(state) => {
-            query.push(" AND ao.outcome = ").push_bind(state.as_str());
-        }
-        None => {}
     }
     let margin = chrono::Duration::hours(CLOCK_MARGIN_HOURS);
     if let Some(from) = filter.from {
@@ -131,9 +131,10 @@ pub async fn alerts_page(
         "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
                 a.revision, {STATE} AS state, \
                 COALESCE(o.attempts, (SELECT count(*)::int4 FROM delivery_attempts da \
-                                      WHERE da.alert_id = a.id AND da.kind = 'send')) AS attempts, \
-                a.created_at, o.next_attempt_at, \
-                {LAST_EVIDENCE_LINE} AS last_evidence"
+                                      WHERE da.alert_id = a.id AND da.kind = "
+    ));
+    query.push_bind(AttemptKind::Send).push(format!(
+        ")) AS attempts, a.created_at, o.next_attempt_at, {LAST_EVIDENCE_LINE} AS last_evidence"
     ));
     push_from(&mut query, filter);
     push_filter(&mut query, scope, filter);
@@ -236,17 +237,17 @@ pub async fn destination_health(
     db: impl PgExecutor<'_>,
     scope: Scope<'_>,
 ) -> Result<Vec<DestinationHealth>, StoreError> {
-    Ok(sqlx::query_as::<_, DestinationHealth>(
+    Ok(sqlx::query_as::<_, DestinationHealth>(&format!(
         "WITH recent AS ( \
              SELECT a.destination_id, da.outcome, \
                     LEAST(11, GREATEST(0, floor(extract(epoch FROM da.finished_at - (now() - interval '1 hour')) / 300)))::int AS bucket \
              FROM delivery_attempts da JOIN alerts a ON a.id = da.alert_id \
-             WHERE da.kind = 'send' AND da.finished_at > now() - interval '1 hour' \
+             WHERE da.kind = $2 AND da.finished_at > now() - interval '1 hour' \
          ), per_bucket AS ( \
              SELECT destination_id, bucket, count(*) AS attempts, \
-                    count(*) FILTER (WHERE outcome = 'accepted') AS accepted, \
-                    count(*) FILTER (WHERE outcome NOT IN ('accepted', 'uncertain')) AS errors, \
-                    count(*) FILTER (WHERE outcome = 'uncertain') AS uncertain \
+                    count(*) FILTER (WHERE outcome = $3) AS accepted, \
+                    count(*) FILTER (WHERE outcome NOT IN ($3, $4)) AS errors, \
+                    count(*) FILTER (WHERE outcome = $4) AS uncertain \
              FROM recent GROUP BY 1, 2 \
          ) \
          SELECT d.id, d.tenant_id, t.name AS tenant, d.name, d.enabled, d.disabled_reason, \
@@ -264,14 +265,18 @@ pub async fn destination_health(
                       LEFT JOIN per_bucket p ON p.destination_id = d.id AND p.bucket = b ORDER BY b) \
                     AS accepted_by_bucket, \
                 (SELECT extract(epoch FROM now() - min(o.next_attempt_at))::float8 FROM outbox o \
-                 WHERE o.destination_id = d.id AND o.status IN ('pending', 'uncertain') \
+                 WHERE o.destination_id = d.id AND o.status IN ({due}) \
                    AND o.next_attempt_at <= now()) AS oldest_due_age_secs \
          FROM destinations d JOIN tenants t ON t.id = d.tenant_id \
          LEFT JOIN destination_health h ON h.destination_id = d.id \
          WHERE $1::uuid[] IS NULL OR d.tenant_id = ANY($1) \
          ORDER BY t.name, d.name",
-    )
+        due = sql_list(DUE),
+    ))
     .bind(scope)
+    .bind(AttemptKind::Send)
+    .bind(AttemptOutcome::Accepted)
+    .bind(AttemptOutcome::Uncertain)
     .fetch_all(db)
     .await?)
 }
@@ -286,7 +291,7 @@ pub struct RecentError {
     /// When it finished.
     pub finished_at: DateTime<Utc>,
     /// Its outcome.
-    pub outcome: String,
+    pub outcome: AttemptOutcome,
     /// The destination's HTTP status, if it answered.
     pub http_status: Option<i16>,
     /// The kind of failure.
@@ -310,13 +315,15 @@ pub async fn recent_errors(
                     da.error_class, da.response_excerpt, \
                     row_number() OVER (PARTITION BY a.destination_id ORDER BY da.id DESC) AS n \
              FROM delivery_attempts da JOIN alerts a ON a.id = da.alert_id \
-             WHERE da.finished_at > now() - interval '1 day' AND da.kind = 'send' \
-               AND da.outcome <> 'accepted' \
+             WHERE da.finished_at > now() - interval '1 day' AND da.kind = $3 \
+               AND da.outcome <> $4 \
                AND ($1::uuid[] IS NULL OR a.tenant_id = ANY($1)) \
          ) e WHERE n <= $2 ORDER BY destination_id, finished_at DESC",
     )
     .bind(scope)
     .bind(per_destination)
+    .bind(AttemptKind::Send)
+    .bind(AttemptOutcome::Accepted)
     .fetch_all(db)
     .await?)
 }
@@ -539,8 +546,8 @@ pub struct BulkReplay {
     /// The selection.
     #[sqlx(json)]
     pub filter: AlertFilter,
-    /// `running`, `stopped` or `done`.
-    pub state: String,
+    /// Where it stands.
+    pub state: BulkReplayState,
     /// How many matched when it started (the dry run's count).
     pub planned: i32,
     /// Replayed so far.
@@ -567,7 +574,7 @@ pub async fn create_bulk_replay(
     let id = Uuid::now_v7();
     sqlx::query(
         "INSERT INTO console_bulk_replays (id, operator, note, tenant_ids, filter, state, planned) \
-         VALUES ($1, $2, $3, $4, $5, 'running', $6)",
+         VALUES ($1, $2, $3, $4, $5, $7, $6)",
     )
     .bind(id)
     .bind(operator)
@@ -575,6 +582,7 @@ pub async fn create_bulk_replay(
     .bind(scope)
     .bind(sqlx::types::Json(filter))
     .bind(i32::try_from(planned).unwrap_or(i32::MAX))
+    .bind(BulkReplayState::Running)
     .execute(db)
     .await?;
     Ok(id)
@@ -604,7 +612,7 @@ pub async fn take_bulk_replay(
     Ok(sqlx::query_as::<_, BulkReplay>(
         "WITH next AS ( \
              SELECT id FROM console_bulk_replays \
-             WHERE state = 'running' AND (lease_until IS NULL OR lease_until < now()) \
+             WHERE state = $2 AND (lease_until IS NULL OR lease_until < now()) \
              ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED \
          ) \
          UPDATE console_bulk_replays b SET lease_until = now() + make_interval(secs => $1) \
@@ -613,12 +621,13 @@ pub async fn take_bulk_replay(
                    b.replayed, b.skipped, b.cursor_id, b.created_at, b.updated_at",
     )
     .bind(lease.as_secs_f64())
+    .bind(BulkReplayState::Running)
     .fetch_optional(db)
     .await?)
 }
 
 /// Records a batch's progress and renews the lease; returns the replay's state now
-/// (`stopped` when an operator stopped it meanwhile).
+/// (stopped when an operator stopped it meanwhile).
 pub async fn advance_bulk_replay(
     db: impl PgExecutor<'_>,
     id: Uuid,
@@ -627,12 +636,12 @@ pub async fn advance_bulk_replay(
     cursor_id: Option<Uuid>,
     finished: bool,
     lease: std::time::Duration,
-) -> Result<String, StoreError> {
-    Ok(sqlx::query_scalar::<_, String>(
+) -> Result<BulkReplayState, StoreError> {
+    Ok(sqlx::query_scalar::<_, BulkReplayState>(
         "UPDATE console_bulk_replays SET replayed = replayed + $2, skipped = skipped + $3, \
              cursor_id = COALESCE($4, cursor_id), updated_at = now(), \
-             state = CASE WHEN $5 AND state = 'running' THEN 'done' ELSE state END, \
-             lease_until = CASE WHEN $5 OR state <> 'running' THEN NULL \
+             state = CASE WHEN $5 AND state = $7 THEN $8 ELSE state END, \
+             lease_until = CASE WHEN $5 OR state <> $7 THEN NULL \
                                 ELSE now() + make_interval(secs => $6) END \
          WHERE id = $1 RETURNING state",
     )
@@ -642,6 +651,8 @@ pub async fn advance_bulk_replay(
     .bind(cursor_id)
     .bind(finished)
     .bind(lease.as_secs_f64())
+    .bind(BulkReplayState::Running)
+    .bind(BulkReplayState::Done)
     .fetch_one(db)
     .await?)
 }
@@ -655,9 +666,9 @@ pub async fn set_bulk_replay_running(
     running: bool,
 ) -> Result<bool, StoreError> {
     let (from, to) = if running {
-        ("stopped", "running")
+        (BulkReplayState::Stopped, BulkReplayState::Running)
     } else {
-        ("running", "stopped")
+        (BulkReplayState::Running, BulkReplayState::Stopped)
     };
     let changed = sqlx::query(
         "UPDATE console_bulk_replays SET state = $3, updated_at = now() \

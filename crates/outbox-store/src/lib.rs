@@ -35,6 +35,8 @@
 //! - [`console`]: the console's reads (keyset-paged alert list, destinations' last hour,
 //!   recent errors, audit log), each within an account's tenant grant, and its bulk
 //!   replays' progress.
+//! - `sql_names`: the typed names written into SQL as literals, for the predicates a
+//!   partial index needs as constants (everything else binds them).
 //! - [`error`]: the store's error type, [`StoreError`].
 //!
 //! Functions that are one statement take any `PgExecutor`, so callers can compose them in
@@ -58,6 +60,7 @@ pub mod operator_accounts;
 pub mod outbox;
 pub mod rendered;
 pub mod servers;
+mod sql_names;
 pub mod tenants;
 pub mod tokens;
 pub mod upkeep;

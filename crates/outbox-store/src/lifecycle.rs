@@ -24,11 +24,12 @@
 //! of deadlocking.
 
 use chrono::{DateTime, Utc};
-use outbox_core::{AlertState, LiveStatus, Outcome};
+use outbox_core::{AlertState, AttemptKind, LiveStatus, Outcome};
 use sqlx::{PgConnection, PgExecutor};
 use std::sync::LazyLock;
 use uuid::Uuid;
 
+use crate::sql_names::SqlName;
 use crate::StoreError;
 
 /// One line of an alert's evidence trail.
@@ -56,8 +57,8 @@ const EVENT_INSERT: &str =
 pub async fn append_event(db: impl PgExecutor<'_>, event: Event<'_>) -> Result<(), StoreError> {
     sqlx::query(&format!("{EVENT_INSERT} VALUES ($1, $2, $3, $4, $5, $6)"))
         .bind(event.alert_id)
-        .bind(event.from.map(AlertState::as_str))
-        .bind(event.to.as_str())
+        .bind(event.from)
+        .bind(event.to)
         .bind(event.attempt)
         .bind(event.actor)
         .bind(event.line)
@@ -113,7 +114,7 @@ pub async fn settle(
          VALUES ($1, $2, $3) {SETTLE_CONFLICT}"
     ))
     .bind(alert_id)
-    .bind(outcome.as_str())
+    .bind(outcome)
     .bind(reference)
     .execute(&mut *tx)
     .await?;
@@ -137,11 +138,12 @@ pub async fn requeue_with_fresh_budget(
          VALUES ($1, $2, $3, $3) \
          ON CONFLICT (alert_id) DO UPDATE SET {}, budget_since = now(), \
              budget_base_attempts = o.attempts",
-        requeue_assignments("'pending'", "now()")
+        requeue_assignments("$4", "now()")
     ))
     .bind(alert_id)
     .bind(destination_id)
     .bind(last_attempt)
+    .bind(LiveStatus::Pending)
     .execute(&mut *tx)
     .await?;
     Ok(())
@@ -220,11 +222,12 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
              {SETTLE_CONFLICT} \
          ), explained AS ( \
              {EVENT_INSERT} \
-             SELECT f.alert_id, 'sending', f.to_state, f.attempt, 'dispatcher:' || f.worker, f.line \
+             SELECT f.alert_id, {sending}, f.to_state, f.attempt, 'dispatcher:' || f.worker, f.line \
              FROM fenced f WHERE f.kind IS NULL \
          ) \
          SELECT alert_id, fencing_token FROM fenced",
         requeue = requeue_assignments("i.requeue_status", "i.requeue_at"),
+        sending = AlertState::Sending.sql(),
     )
 });
 
@@ -353,7 +356,7 @@ pub async fn standing(
     let row = sqlx::query_as::<_, StandingRow>(&format!(
         "SELECT ao.outcome, a.destination_id, ao.destination_reference, \
                 COALESCE((SELECT max(d.attempt) FROM delivery_attempts d \
-                          WHERE d.alert_id = a.id AND d.kind = 'send'), 0) AS last_attempt, \
+                          WHERE d.alert_id = a.id AND d.kind = $2), 0) AS last_attempt, \
                 (SELECT later.id FROM alerts later \
                  WHERE later.tenant_id = a.tenant_id AND later.subject = a.subject \
                    AND later.occurrence = a.occurrence \
@@ -364,6 +367,7 @@ pub async fn standing(
          WHERE a.id = $1{lock_alert}"
     ))
     .bind(alert_id)
+    .bind(AttemptKind::Send)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(row) = row else {
@@ -410,31 +414,32 @@ impl Standing {
     pub fn replay_refusal(&self) -> Result<Option<String>, StoreError> {
         let alert_id = self.alert_id;
         let state = self.state()?;
-        let refusal = match state {
-            AlertState::Held | AlertState::Failed => {
-                if let Some(latest) = self.latest_revision {
-                    Some(format!(
-                        "alert {alert_id} has been corrected by a later revision ({latest}); replaying it would send the outdated payload"
-                    ))
-                } else if self.pruned {
-                    Some(pruned_refusal(alert_id))
-                } else {
-                    None
-                }
+        let refusal = if replayable(state) {
+            if let Some(latest) = self.latest_revision {
+                Some(format!(
+                    "alert {alert_id} has been corrected by a later revision ({latest}); replaying it would send the outdated payload"
+                ))
+            } else if self.pruned {
+                Some(pruned_refusal(alert_id))
+            } else {
+                None
             }
-            AlertState::Accepted => Some(format!(
-                "alert {alert_id} was accepted by the destination{}; replaying it would deliver it twice, so it is refused",
-                self.destination_reference
-                    .as_deref()
-                    .map(|r| format!(" (reference {r})"))
-                    .unwrap_or_default()
-            )),
-            AlertState::Superseded => Some(format!(
-                "alert {alert_id} was superseded by a revision and is never sent; replay the revision instead"
-            )),
-            AlertState::Pending | AlertState::Sending | AlertState::Uncertain => Some(format!(
-                "alert {alert_id} is {state}; only held or failed alerts can be replayed"
-            )),
+        } else {
+            match state {
+                AlertState::Accepted => Some(format!(
+                    "alert {alert_id} was accepted by the destination{}; replaying it would deliver it twice, so it is refused",
+                    self.destination_reference
+                        .as_deref()
+                        .map(|r| format!(" (reference {r})"))
+                        .unwrap_or_default()
+                )),
+                AlertState::Superseded => Some(format!(
+                    "alert {alert_id} was superseded by a revision and is never sent; replay the revision instead"
+                )),
+                _ => Some(format!(
+                    "alert {alert_id} is {state}; only held or failed alerts can be replayed"
+                )),
+            }
         };
         Ok(refusal)
     }
@@ -465,6 +470,13 @@ impl Standing {
         };
         Ok(refusal)
     }
+}
+
+/// Whether alerts in `state` may be replayed at all: held and failed ones, which have come
+/// to rest without being delivered. [`Standing::replay_refusal`] adds what else must hold;
+/// a bulk replay's selection asks this before it counts anything.
+pub fn replayable(state: AlertState) -> bool {
+    matches!(state, AlertState::Held | AlertState::Failed)
 }
 
 /// Why a pruned alert cannot be replayed.

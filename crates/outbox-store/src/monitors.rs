@@ -1,6 +1,7 @@
 //! The monitors' sources: contracts, watchlist entries, articles, news cursors; and the
 //! bulk approval through which monitors decide many alerts in one statement.
 
+use outbox_core::AlertState;
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
@@ -260,7 +261,7 @@ pub async fn approve_batch(
              FROM destinations WHERE tenant_id = $2 \
          ), explained AS ( \
              INSERT INTO alert_events (alert_id, from_state, to_state, actor, line) \
-             SELECT n.id, NULL, 'pending', $7, l.line \
+             SELECT n.id, NULL, $8, $7, l.line \
              FROM inserted n JOIN line l ON l.id = n.destination_id \
          ) \
          SELECT id FROM inserted",
@@ -287,6 +288,7 @@ pub async fn approve_batch(
             .collect::<Vec<_>>(),
     )
     .bind(actor)
+    .bind(AlertState::Pending)
     .fetch_all(db)
     .await
     .map_err(StoreError::from_payload_error)?;

@@ -4,12 +4,12 @@
 //! transaction: an action either happens with its evidence, or not at all.
 
 use chrono::{DateTime, Utc};
-use outbox_core::{AlertState, Outcome};
+use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, Outcome};
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::dispatch::OLDEST_DUE_AGE_SECS;
-pub use crate::lifecycle::{pruned_refusal, Resolution};
+pub use crate::lifecycle::{pruned_refusal, replayable, Resolution};
 use crate::lifecycle::{STATE, STATE_JOINS};
 use crate::{lifecycle, StoreError};
 
@@ -118,7 +118,7 @@ pub async fn settled_ids(
            AND ($3::text IS NULL OR d.name = $3) \
          ORDER BY ao.settled_at, a.id",
     )
-    .bind(outcome.as_str())
+    .bind(outcome)
     .bind(tenant)
     .bind(destination)
     .fetch_all(db)
@@ -220,16 +220,21 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, StoreError> {
         i64,
         DateTime<Utc>,
     ) = sqlx::query_as(&format!(
-        "SELECT ({OLDEST_DUE_AGE_SECS}), \
-                    (SELECT count(*) FROM outbox WHERE status = 'uncertain'), \
-                    (SELECT count(*) FROM alert_outcomes WHERE outcome = 'held'), \
+        "SELECT ({oldest}), \
+                    (SELECT count(*) FROM outbox WHERE status = $1), \
+                    (SELECT count(*) FROM alert_outcomes WHERE outcome = $2), \
                     (SELECT count(*) FROM delivery_attempts \
-                     WHERE kind = 'send' AND finished_at > now() - interval '1 hour'), \
+                     WHERE kind = $3 AND finished_at > now() - interval '1 hour'), \
                     (SELECT count(*) FROM delivery_attempts \
-                     WHERE kind = 'send' AND outcome = 'accepted' \
+                     WHERE kind = $3 AND outcome = $4 \
                        AND finished_at > now() - interval '1 hour'), \
-                    now()"
+                    now()",
+        oldest = *OLDEST_DUE_AGE_SECS,
     ))
+    .bind(LiveStatus::Uncertain)
+    .bind(Outcome::Held)
+    .bind(AttemptKind::Send)
+    .bind(AttemptOutcome::Accepted)
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -263,11 +268,6 @@ pub fn prunable_outcomes(include_failed: bool) -> Vec<Outcome> {
         outcomes.push(Outcome::Failed);
     }
     outcomes
-}
-
-/// Outcomes as their stored names, for an `= ANY($n::text[])` parameter.
-fn outcome_names(outcomes: &[Outcome]) -> Vec<&'static str> {
-    outcomes.iter().map(|o| o.as_str()).collect()
 }
 
 /// The smallest UUIDv7 of the millisecond `at`: alert ids are UUIDv7 taken at approval,
@@ -328,7 +328,7 @@ pub async fn prune_step(
     )
     .bind(after)
     .bind(id_bound)
-    .bind(outcome_names(outcomes))
+    .bind(outcomes)
     .bind(settled_before)
     .bind(limit)
     .fetch_one(pool)
@@ -359,7 +359,7 @@ pub async fn prune_preview(
                 (SELECT count(*) FROM alert_evidence WHERE alert_id IN (SELECT id FROM candidates))",
     )
     .bind(id_bound)
-    .bind(outcome_names(outcomes))
+    .bind(outcomes)
     .bind(settled_before)
     .fetch_one(pool)
     .await?;

@@ -1,11 +1,12 @@
 //! Listings for operators: the live queue, and alerts by state.
 
 use chrono::{DateTime, Utc};
-use outbox_core::AlertState;
+use outbox_core::{AlertState, AttemptKind};
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
 use crate::lifecycle::LAST_EVIDENCE_LINE;
+use crate::sql_names::SqlName;
 use crate::StoreError;
 
 /// One alert in a listing.
@@ -24,7 +25,7 @@ pub struct OutboxEntry {
     /// Identity: revision.
     pub revision: i32,
     /// Current state.
-    pub state: String,
+    pub state: AlertState,
     /// Attempts started (live alerts) or recorded (settled ones).
     pub attempts: i32,
     /// When it was approved.
@@ -77,7 +78,7 @@ pub async fn list(
             "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
                 a.revision, ao.outcome AS state, \
                 (SELECT count(*)::int4 FROM delivery_attempts da \
-                 WHERE da.alert_id = a.id AND da.kind = 'send') AS attempts, \
+                 WHERE da.alert_id = a.id AND da.kind = {send}) AS attempts, \
                 a.created_at, NULL::timestamptz AS next_attempt_at, \
                 {LAST_EVIDENCE_LINE} AS last_evidence \
          FROM alert_outcomes ao \
@@ -87,11 +88,12 @@ pub async fn list(
          WHERE ao.outcome = $1 \
            AND ($3::text IS NULL OR t.name = $3) AND ($4::text IS NULL OR d.name = $4) \
            AND ($5::float8 IS NULL OR a.created_at >= now() - make_interval(secs => $5)) \
-         ORDER BY a.created_at, a.id LIMIT $2"
+         ORDER BY a.created_at, a.id LIMIT $2",
+            send = AttemptKind::Send.sql(),
         )
     };
     let rows = sqlx::query_as::<_, OutboxEntry>(&sql)
-        .bind(state.map(AlertState::as_str))
+        .bind(state)
         .bind(filter.limit)
         .bind(&filter.tenant)
         .bind(&filter.destination)
