@@ -19,7 +19,7 @@ use outbox_core::{
     AlertState, AttemptKind, AttemptOutcome, DestinationKind, LiveStatus, OnUncertain, Outcome,
 };
 
-use crate::lifecycle::{requeue_assignments, COMPLETE_BATCH};
+use crate::lifecycle::{requeue_assignments, ATTEMPT_INSERT, COMPLETE_BATCH, EVENT_INSERT};
 use crate::sql_names::{sql_list, SqlName};
 use crate::StoreError;
 
@@ -171,7 +171,7 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
                      CASE WHEN o.send_started_at IS NOT NULL THEN {pending} ELSE {uncertain} END \
                          AS claimed_from \
              ), started AS ( \
-                 INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
+                 {EVENT_INSERT} \
                  SELECT c.alert_id, c.claimed_from, {sending}, c.attempts, 'dispatcher:' || $2, \
                         format('claimed to settle uncertain attempt %s', c.attempts) \
                  FROM claimed c WHERE c.claimed_from = {uncertain} \
@@ -290,18 +290,16 @@ pub async fn sweep_expired_leases(db: impl PgExecutor<'_>, limit: i64) -> Result
              FROM expired e WHERE o.alert_id = e.alert_id \
              RETURNING o.alert_id \
          ), recorded AS ( \
-             INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
-                 started_at, finished_at, idempotency_key, payload_sha256, outcome, error_class, \
-                 to_state, line) \
+             {ATTEMPT_INSERT} \
              SELECT e.alert_id, e.attempts, {send}, e.lease_owner, e.fencing_token, \
                     e.send_started_at, now(), e.alert_id::text, a.payload_sha256, \
-                    {attempt_uncertain}, 'lease_expired', {uncertain}, \
+                    {attempt_uncertain}, NULL, NULL, 'lease_expired', NULL, {uncertain}, \
                     format('lease expired during attempt %s; the send may have happened; \
 destination acceptance unknown', e.attempts) \
              FROM expired e JOIN alerts a ON a.id = e.alert_id \
              WHERE e.send_started_at IS NOT NULL \
          ), explained AS ( \
-             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
+             {EVENT_INSERT} \
              SELECT e.alert_id, {sending}, {uncertain}, e.attempts, 'dispatcher:' || e.lease_owner, \
                     format('lease expired while settling attempt %s; still uncertain', e.attempts) \
              FROM expired e WHERE e.send_started_at IS NULL \
@@ -340,7 +338,7 @@ pub async fn begin_resend(
              UPDATE alerts SET possible_duplicate = true \
              WHERE id IN (SELECT alert_id FROM resend) AND $5 \
          ), started AS ( \
-             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
+             {EVENT_INSERT} \
              SELECT alert_id, {sending}, {sending}, attempts, 'dispatcher:' || $3, \
                     format('attempt %s started: %s', attempts, $4::text) \
              FROM resend \
@@ -592,11 +590,9 @@ pub async fn record_attempt(
     attempt: &AttemptRecord,
 ) -> Result<bool, StoreError> {
     let inserted = sqlx::query(&format!(
-        "INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
-             started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
-             destination_reference, error_class, response_excerpt) \
+        "{ATTEMPT_INSERT} \
          SELECT o.alert_id, $4, $5, $3, $2, $6, now(), o.alert_id::text, a.payload_sha256, \
-                $7, $8, $9, $10, left($11, 1000) \
+                $7, $8, $9, $10, left($11, 1000), NULL, NULL \
          FROM outbox o JOIN alerts a ON a.id = o.alert_id \
          WHERE o.alert_id = $1 AND o.fencing_token = $2 AND o.status = {sending}",
         sending = LiveStatus::Sending.sql(),
@@ -634,7 +630,7 @@ pub async fn release(
              WHERE o.alert_id = $1 AND o.fencing_token = $2 AND o.status = {sending} \
              RETURNING o.alert_id, o.attempts \
          ), explained AS ( \
-             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
+             {EVENT_INSERT} \
              SELECT alert_id, {sending}, $3, NULL, 'dispatcher:' || $4, \
                     format('claim given back: %s; nothing was sent; back to %s', $5::text, $3) \
              FROM released \

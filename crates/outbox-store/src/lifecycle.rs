@@ -49,9 +49,40 @@ pub struct Event<'a> {
     pub line: &'a str,
 }
 
-/// The evidence table and its columns, in the order every insert lists them.
-const EVENT_INSERT: &str =
+/// The evidence table and its columns, in the order every insert lists them: every line
+/// of evidence is written through this one insert.
+pub(crate) const EVENT_INSERT: &str =
     "INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line)";
+
+/// The attempts table and its columns, in the order every insert lists them (an insert
+/// that has no value for a column gives `NULL`): every attempt is recorded through this
+/// one insert.
+pub(crate) const ATTEMPT_INSERT: &str =
+    "INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
+     started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
+     destination_reference, error_class, response_excerpt, to_state, line)";
+
+/// Queues newly approved alerts. It follows a CTE named `approved` that yields each new
+/// alert's `id`, `destination_id`, `after_alert` (an earlier revision it must wait for, or
+/// `NULL`), `actor` and evidence `line`, and adds two: `queued`, its outbox row (returning
+/// `alert_id`, `next_attempt_at`), and `explained`, the first line of its evidence
+/// (returning `alert_id`, `at`, `line`). An approval through the API, a monitor's batch
+/// and a revision all queue through this one fragment, so a new alert is queued and
+/// explained alike whichever way it came.
+pub(crate) static ENQUEUE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "queued AS ( \
+             INSERT INTO outbox (alert_id, destination_id, after_alert) \
+             SELECT id, destination_id, after_alert FROM approved \
+             RETURNING alert_id, next_attempt_at \
+         ), explained AS ( \
+             {EVENT_INSERT} \
+             SELECT id, NULL, {pending}, NULL, actor, line FROM approved \
+             RETURNING alert_id, at, line \
+         )",
+        pending = AlertState::Pending.sql(),
+    )
+});
 
 /// Appends a line to an alert's evidence trail.
 pub async fn append_event(db: impl PgExecutor<'_>, event: Event<'_>) -> Result<(), StoreError> {
@@ -206,9 +237,7 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
                ON current_claim.alert_id = i.alert_id \
               AND current_claim.fencing_token = i.fencing_token \
          ), recorded AS ( \
-             INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
-                 started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
-                 destination_reference, error_class, response_excerpt, to_state, line) \
+             {ATTEMPT_INSERT} \
              SELECT f.alert_id, f.attempt, f.kind, f.worker, f.fencing_token, f.started_at, now(), \
                     f.alert_id::text, a.payload_sha256, f.outcome, f.http_status, \
                     f.destination_reference, f.error_class, left(f.response_excerpt, 1000), \
