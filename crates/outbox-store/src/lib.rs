@@ -2,9 +2,6 @@
 //! small documented functions, plus the migrator.
 //!
 //! Layout:
-//! - `bench` (only with the `bench-support` feature, which only the benchmark crate
-//!   enables): counters, samples, synthetic history and the schema reset of the
-//!   benchmark; never part of the product's store API.
 //! - [`demo`]: the demo's read-only progress and report counts.
 //! - [`checker`]: the fault suite's referee reads, straight from the tables.
 //! - [`connect`]: pools (with a bounded wait for the database at start-up, following the
@@ -43,8 +40,6 @@
 //! a transaction; functions that must be atomic open their own transaction on a pool.
 
 pub mod alerts;
-#[cfg(feature = "bench-support")]
-pub mod bench;
 pub mod checker;
 pub mod connect;
 pub mod console;
