@@ -43,7 +43,6 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use outbox_runtime::http_server::PeerAddr;
-use outbox_store::console;
 use outbox_store::operator_accounts::{self, Account, Session, SignInTurn};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -419,7 +418,7 @@ pub(crate) async fn login(
     let failed = |name: &str| {
         let operator = format!("console:{name}");
         async move {
-            console::record_failed_sign_in(
+            outbox_store::audit::record_failed_sign_in(
                 pool,
                 &operator,
                 &address.map_or_else(
@@ -491,7 +490,7 @@ pub(crate) async fn login(
     )
     .await?;
     let tenants = operator_accounts::tenant_ids(&console.pool, account_id).await?;
-    console::record_audit(
+    outbox_store::audit::record_audit(
         &console.pool,
         &format!("console:{name}"),
         tenants.as_deref(),
@@ -554,7 +553,7 @@ pub(crate) async fn logout(
     if let Some(cookie) = session_cookie(&headers) {
         operator_accounts::close_session(&console.pool, &session_hash(cookie)).await?;
     }
-    console::record_audit(
+    outbox_store::audit::record_audit(
         &console.pool,
         &signed.actor(),
         signed.scope(),

@@ -6,7 +6,6 @@
 //! takes it next.
 
 use outbox_core::BulkReplayState;
-use outbox_store::console;
 use outbox_store::operator;
 use outbox_store::StoreError;
 use std::time::Duration;
@@ -23,7 +22,7 @@ const POLL: Duration = Duration::from_secs(5);
 /// Works on bulk replays until `stopped` says stop.
 pub(crate) async fn run(console: Console, mut stopped: watch::Receiver<bool>) {
     loop {
-        match console::take_bulk_replay(&console.pool, LEASE).await {
+        match outbox_store::bulk_replays::take_bulk_replay(&console.pool, LEASE).await {
             Ok(Some(replay)) => {
                 if let Err(err) = work_on(&console, replay, &stopped).await {
                     tracing::warn!(error = %err, "bulk replay interrupted; it resumes later");
@@ -43,12 +42,12 @@ pub(crate) async fn run(console: Console, mut stopped: watch::Receiver<bool>) {
 
 async fn work_on(
     console: &Console,
-    replay: console::BulkReplay,
+    replay: outbox_store::bulk_replays::BulkReplay,
     stopped: &watch::Receiver<bool>,
 ) -> Result<(), StoreError> {
     let mut cursor = replay.cursor_id;
     loop {
-        let batch = console::alerts_page(
+        let batch = outbox_store::outbox::alerts_page(
             &console.pool,
             replay.tenant_ids.as_deref(),
             &replay.filter,
@@ -64,7 +63,7 @@ async fn work_on(
                 Err(StoreError::Refused(_) | StoreError::UnknownAlert(_)) => skipped += 1,
                 Err(err) => {
                     // What was replayed so far is recorded before giving up the batch.
-                    console::advance_bulk_replay(
+                    outbox_store::bulk_replays::advance_bulk_replay(
                         &console.pool,
                         replay.id,
                         replayed,
@@ -80,7 +79,7 @@ async fn work_on(
             cursor = Some(alert.id);
         }
         let finished = (batch.len() as i64) < console.config.bulk_batch;
-        let state = console::advance_bulk_replay(
+        let state = outbox_store::bulk_replays::advance_bulk_replay(
             &console.pool,
             replay.id,
             replayed,

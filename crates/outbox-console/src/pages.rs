@@ -4,7 +4,7 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use outbox_core::{AlertState, BulkReplayState};
-use outbox_store::console::{self, AlertFilter};
+use outbox_store::outbox::AlertFilter;
 use outbox_store::{alerts, destinations, operator, rendered};
 use std::collections::HashMap;
 use uuid::Uuid;
@@ -38,7 +38,7 @@ pub(crate) async fn overview(
         .iter()
         .map(|state| minijinja::context! { state => state.as_str(), count => by_state[state] })
         .collect();
-    let health = console::destination_health(&console.pool, signed.scope()).await?;
+    let health = outbox_store::health::destination_health(&console.pool, signed.scope()).await?;
     let oldest_due = health
         .iter()
         .filter_map(|d| d.oldest_due_age_secs)
@@ -62,9 +62,17 @@ pub(crate) async fn overview(
     let held_filter = attention(AlertState::Held);
     let uncertain_filter = attention(AlertState::Uncertain);
     let mut attention_rows =
-        console::alerts_page(&console.pool, signed.scope(), &held_filter, None, 10).await?;
+        outbox_store::outbox::alerts_page(&console.pool, signed.scope(), &held_filter, None, 10)
+            .await?;
     attention_rows.extend(
-        console::alerts_page(&console.pool, signed.scope(), &uncertain_filter, None, 10).await?,
+        outbox_store::outbox::alerts_page(
+            &console.pool,
+            signed.scope(),
+            &uncertain_filter,
+            None,
+            10,
+        )
+        .await?,
     );
     console.views.render(
         &signed,
@@ -210,7 +218,7 @@ pub(crate) async fn outbox(
 ) -> Result<Response, PageError> {
     let filter = query.filter()?;
     let before = query.before()?;
-    let rows = console::alerts_page(
+    let rows = outbox_store::outbox::alerts_page(
         &console.pool,
         signed.scope(),
         &filter,
@@ -252,7 +260,7 @@ pub(crate) async fn outbox(
                 to => query.to.trim(),
                 subject => query.subject.trim(),
             },
-            tenants => console::tenant_names(&console.pool, signed.scope()).await?,
+            tenants => outbox_store::tenants::tenant_names(&console.pool, signed.scope()).await?,
             states => AlertState::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
         },
     )
@@ -269,7 +277,7 @@ pub(crate) async fn visible_alert(
     signed: &Signed,
     id: Uuid,
 ) -> Result<alerts::AlertDetail, PageError> {
-    let tenant = console::alert_tenant(&console.pool, id).await?;
+    let tenant = outbox_store::alerts::alert_tenant(&console.pool, id).await?;
     let detail = match tenant {
         Some(tenant) if signed.sees_tenant(tenant) => {
             alerts::detail(&console.pool, Some(tenant), id).await?
@@ -331,8 +339,8 @@ pub(crate) async fn destinations(
     signed: Signed,
 ) -> Result<Response, PageError> {
     let all = destinations::list(&console.pool, None).await?;
-    let health = console::destination_health(&console.pool, signed.scope()).await?;
-    let errors = console::recent_errors(&console.pool, signed.scope(), 5).await?;
+    let health = outbox_store::health::destination_health(&console.pool, signed.scope()).await?;
+    let errors = outbox_store::health::recent_errors(&console.pool, signed.scope(), 5).await?;
     let rows: Vec<_> = all
         .iter()
         .filter(|d| signed.sees_tenant_named(&d.tenant))
@@ -374,10 +382,10 @@ pub(crate) async fn audit(
 ) -> Result<Response, PageError> {
     let operator = non_empty(&query.operator);
     let after = non_empty(&query.after)
-        .map(|text| text.parse::<console::AuditCursor>())
+        .map(|text| text.parse::<outbox_store::audit::AuditCursor>())
         .transpose()
         .map_err(PageError::BadRequest)?;
-    let mut entries = console::audit(
+    let mut entries = outbox_store::audit::audit(
         &console.pool,
         signed.scope(),
         operator.as_deref(),

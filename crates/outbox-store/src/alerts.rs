@@ -790,3 +790,16 @@ pub async fn detail(
         evidence,
     }))
 }
+
+/// The tenant of an alert, if it exists.
+pub async fn alert_tenant(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+) -> Result<Option<Uuid>, StoreError> {
+    Ok(
+        sqlx::query_scalar::<_, Uuid>("SELECT tenant_id FROM alerts WHERE id = $1")
+            .bind(alert_id)
+            .fetch_optional(db)
+            .await?,
+    )
+}

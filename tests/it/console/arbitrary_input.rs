@@ -153,12 +153,12 @@ impl Target {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-        let bulk = outbox_store::console::create_bulk_replay(
+        let bulk = outbox_store::bulk_replays::create_bulk_replay(
             &db.pool,
             "alice",
             "n",
             Some(&[tenant.id]),
-            &outbox_store::console::AlertFilter {
+            &outbox_store::outbox::AlertFilter {
                 tenant: Some("nobody".into()),
                 state: Some(outbox_core::AlertState::Held),
                 ..Default::default()

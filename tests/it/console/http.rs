@@ -904,16 +904,22 @@ async fn a_bulk_replay_counts_first_then_replays_each_alert_once_in_the_backgrou
 async fn a_bulk_replay_left_half_done_by_a_dead_worker_resumes_after_its_cursor() {
     let db = TestDb::new().await;
     let (_sink, _, ids) = held_alerts(&db, "acme", 5).await;
-    let filter = outbox_store::console::AlertFilter {
+    let filter = outbox_store::outbox::AlertFilter {
         state: Some(outbox_core::AlertState::Held),
         ..Default::default()
     };
-    let run =
-        outbox_store::console::create_bulk_replay(&db.pool, "alice", "resume me", None, &filter, 5)
-            .await
-            .unwrap();
+    let run = outbox_store::bulk_replays::create_bulk_replay(
+        &db.pool,
+        "alice",
+        "resume me",
+        None,
+        &filter,
+        5,
+    )
+    .await
+    .unwrap();
     // A worker took it, replayed the two newest alerts, recorded its cursor, and died.
-    let taken = outbox_store::console::take_bulk_replay(&db.pool, Duration::from_millis(1))
+    let taken = outbox_store::bulk_replays::take_bulk_replay(&db.pool, Duration::from_millis(1))
         .await
         .unwrap()
         .unwrap();
@@ -923,7 +929,7 @@ async fn a_bulk_replay_left_half_done_by_a_dead_worker_resumes_after_its_cursor(
             .await
             .unwrap();
     }
-    outbox_store::console::advance_bulk_replay(
+    outbox_store::bulk_replays::advance_bulk_replay(
         &db.pool,
         run,
         2,
@@ -956,12 +962,12 @@ async fn a_bulk_replay_left_half_done_by_a_dead_worker_resumes_after_its_cursor(
 async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
     let db = TestDb::new().await;
     let (_sink, _, _ids) = held_alerts(&db, "acme", 3).await;
-    let run = outbox_store::console::create_bulk_replay(
+    let run = outbox_store::bulk_replays::create_bulk_replay(
         &db.pool,
         "alice",
         "later",
         None,
-        &outbox_store::console::AlertFilter {
+        &outbox_store::outbox::AlertFilter {
             state: Some(outbox_core::AlertState::Held),
             ..Default::default()
         },
@@ -970,7 +976,7 @@ async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
     .await
     .unwrap();
     assert!(
-        outbox_store::console::set_bulk_replay_running(&db.pool, run, false)
+        outbox_store::bulk_replays::set_bulk_replay_running(&db.pool, run, false)
             .await
             .unwrap()
     );

@@ -1,6 +1,7 @@
-//! The demo's reads (`outboxctl demo`): how far a run has come and what became of its
-//! alerts. Read-only counts over the whole database, which only makes sense in the demo's
-//! own database; kept apart from the operators' API so no operator command reaches them.
+//! What became of alerts, counted over the whole database: how far a run has come
+//! (approved, settled, uncertain now) and how the accepted ones got there (first try,
+//! retries, a de-duplicated resend, a lookup). The counts only mean something in a
+//! database that holds one run (`outboxctl demo` makes one); no operator command reads them.
 
 use outbox_core::{AttemptKind, AttemptOutcome, LiveStatus, Outcome};
 use sqlx::{PgExecutor, PgPool};

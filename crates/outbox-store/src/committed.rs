@@ -1,5 +1,7 @@
-//! The referee's reads: what the database says happened, queried directly from the
-//! tables (never through the dispatcher's statements), for the fault-suite checker.
+//! Alerts as committed, read straight from the tables (never through the dispatcher's
+//! statements): every alert with its state and evidence, identities committed more than
+//! once, and the stored messages of email alerts. The fault suite's referee compares these
+//! with what the destinations received.
 
 use outbox_core::{AlertState, DestinationKind};
 use sqlx::PgPool;
