@@ -8,6 +8,7 @@
 use crate::db::{self, DrainEvidence};
 use anyhow::Context;
 use outbox_dispatcher::Transport;
+use outbox_runtime::shutdown::{Shutdown, Trigger};
 use outbox_store::PgPool;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -392,20 +393,20 @@ pub(crate) fn check(
 
 /// Samples the live queue every 20 ms until stopped.
 struct Sampler {
-    stop: tokio::sync::watch::Sender<bool>,
+    stop: Trigger,
     task: tokio::task::JoinHandle<Vec<(f64, i64)>>,
     max_sending: Arc<AtomicI64>,
 }
 
 impl Sampler {
     fn start(pool: PgPool, own_queries: Arc<AtomicU64>, started: Instant) -> Sampler {
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let (stop, mut stopped) = Shutdown::new();
         let max_sending = Arc::new(AtomicI64::new(0));
         let max = max_sending.clone();
         let task = tokio::spawn(async move {
             let mut dead = Vec::new();
             let mut last_dead_at = None::<Instant>;
-            while !*stopped.borrow() {
+            while !stopped.is_set() {
                 own_queries.fetch_add(1, Ordering::Relaxed);
                 if let Ok(sample) = db::queue_sample(&pool).await {
                     max.fetch_max(sample.sending, Ordering::Relaxed);
@@ -415,7 +416,7 @@ impl Sampler {
                     }
                 }
                 tokio::select! {
-                    _ = stopped.changed() => {}
+                    () = stopped.wait() => {}
                     () = tokio::time::sleep(Duration::from_millis(20)) => {}
                 }
             }
@@ -429,7 +430,7 @@ impl Sampler {
     }
 
     async fn stop(self) -> (i64, Vec<(f64, i64)>) {
-        let _ = self.stop.send(true);
+        self.stop.set();
         let dead = self.task.await.unwrap_or_default();
         (self.max_sending.load(Ordering::Relaxed), dead)
     }

@@ -6,10 +6,10 @@
 //! takes it next.
 
 use outbox_core::BulkReplayState;
+use outbox_runtime::shutdown::Shutdown;
 use outbox_store::operator;
 use outbox_store::StoreError;
 use std::time::Duration;
-use tokio::sync::watch;
 
 use crate::Console;
 
@@ -20,7 +20,7 @@ const LEASE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_secs(5);
 
 /// Works on bulk replays until `stopped` says stop.
-pub(crate) async fn run(console: Console, mut stopped: watch::Receiver<bool>) {
+pub(crate) async fn run(console: Console, mut stopped: Shutdown) {
     loop {
         match outbox_store::bulk_replays::take_bulk_replay(&console.pool, LEASE).await {
             Ok(Some(replay)) => {
@@ -33,7 +33,7 @@ pub(crate) async fn run(console: Console, mut stopped: watch::Receiver<bool>) {
             Err(err) => tracing::warn!(error = %err, "cannot read bulk replays"),
         }
         tokio::select! {
-            _ = stopped.wait_for(|stop| *stop) => return,
+            () = stopped.wait() => return,
             () = console.bulk_wake.notified() => {}
             () = tokio::time::sleep(POLL) => {}
         }
@@ -43,7 +43,7 @@ pub(crate) async fn run(console: Console, mut stopped: watch::Receiver<bool>) {
 async fn work_on(
     console: &Console,
     replay: outbox_store::bulk_replays::BulkReplay,
-    stopped: &watch::Receiver<bool>,
+    stopped: &Shutdown,
 ) -> Result<(), StoreError> {
     let mut cursor = replay.cursor_id;
     loop {
@@ -89,7 +89,7 @@ async fn work_on(
             LEASE,
         )
         .await?;
-        if finished || state != BulkReplayState::Running || *stopped.borrow() {
+        if finished || state != BulkReplayState::Running || stopped.is_set() {
             return Ok(());
         }
     }

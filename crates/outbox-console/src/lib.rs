@@ -43,6 +43,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use hyper::service::service_fn;
 use outbox_runtime::http_server::{self, RequestBody, ServerLimits};
+use outbox_runtime::shutdown::Shutdown;
 use outbox_store::PgPool;
 use std::future::Future;
 use std::sync::Arc;
@@ -191,18 +192,14 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let console = Console::new(pool, config);
     tracing::info!(addr = %listener.local_addr()?, "console listening");
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stopped = Shutdown::on(shutdown);
     let worker = tokio::spawn(bulk::run(console.clone(), stopped.clone()));
     let app = router(console);
     let service = service_fn(move |request: hyper::Request<RequestBody>| {
         // `Router` is always ready, so it is called without waiting for readiness.
         tower_service::Service::call(&mut app.clone(), request)
     });
-    http_server::serve(listener, limits, service, async move {
-        shutdown.await;
-        let _ = stop.send(true);
-    })
-    .await;
+    http_server::serve(listener, limits, service, stopped.until_set()).await;
     let _ = worker.await;
     Ok(())
 }
