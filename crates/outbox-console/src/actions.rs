@@ -6,15 +6,14 @@
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use outbox_core::AlertState;
-use outbox_store::bulk_replays::BulkReplay;
 use outbox_store::destinations;
 use outbox_store::operator::{self, Resolution};
 use uuid::Uuid;
 
 use crate::auth::Signed;
+use crate::error_page::PageError;
 use crate::input::{Form, Query};
-use crate::pages::{alert_id, visible_alert, ListQuery};
-use crate::view::PageError;
+use crate::pages::{alert_id, visible_alert, visible_bulk_replay, ListQuery};
 use crate::Console;
 
 /// The longest note kept, as for `outboxctl --note`.
@@ -327,29 +326,6 @@ async fn bulk_replay_tenants(
         }
     }
     Ok(scope.map(<[Uuid]>::to_vec))
-}
-
-/// Reads a bulk replay its account may see: one started within the account's grant.
-pub(crate) async fn visible_bulk_replay(
-    console: &Console,
-    signed: &Signed,
-    id: &str,
-) -> Result<BulkReplay, PageError> {
-    let not_found = || PageError::NotFound("no such bulk replay".into());
-    let id = Uuid::parse_str(id).map_err(|_| not_found())?;
-    let replay = outbox_store::bulk_replays::bulk_replay(&console.pool, id)
-        .await?
-        .ok_or_else(not_found)?;
-    let within_grant = match (&replay.tenant_ids, signed.scope()) {
-        (_, None) => true,
-        (None, Some(_)) => false,
-        (Some(started), Some(mine)) => started.iter().all(|t| mine.contains(t)),
-    };
-    if within_grant {
-        Ok(replay)
-    } else {
-        Err(not_found())
-    }
 }
 
 /// Stopping or resuming a bulk replay.

@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use uuid::Uuid;
 
 use crate::auth::Signed;
+use crate::error_page::PageError;
 use crate::input::Query;
-use crate::view::{sparkline, PageError};
+use crate::view::sparkline;
 use crate::Console;
 
 /// Rows per outbox page.
@@ -287,6 +288,29 @@ pub(crate) async fn visible_alert(
     detail.ok_or_else(|| PageError::NotFound("no such alert".into()))
 }
 
+/// Reads a bulk replay its account may see: one started within the account's grant.
+pub(crate) async fn visible_bulk_replay(
+    console: &Console,
+    signed: &Signed,
+    id: &str,
+) -> Result<outbox_store::bulk_replays::BulkReplay, PageError> {
+    let not_found = || PageError::NotFound("no such bulk replay".into());
+    let id = Uuid::parse_str(id).map_err(|_| not_found())?;
+    let replay = outbox_store::bulk_replays::bulk_replay(&console.pool, id)
+        .await?
+        .ok_or_else(not_found)?;
+    let within_grant = match (&replay.tenant_ids, signed.scope()) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(started), Some(mine)) => started.iter().all(|t| mine.contains(t)),
+    };
+    if within_grant {
+        Ok(replay)
+    } else {
+        Err(not_found())
+    }
+}
+
 /// `GET /console/alerts/{id}`: identity, payload, revisions, attempts, evidence, email.
 pub(crate) async fn alert(
     State(console): State<Console>,
@@ -424,7 +448,7 @@ pub(crate) async fn bulk_progress(
     signed: Signed,
     Path(id): Path<String>,
 ) -> Result<Response, PageError> {
-    let replay = crate::actions::visible_bulk_replay(&console, &signed, &id).await?;
+    let replay = visible_bulk_replay(&console, &signed, &id).await?;
     console.views.render(
         &signed,
         "bulk_progress.html",

@@ -15,6 +15,7 @@
 //! - [`untrusted`]: showing text others wrote on a terminal without letting it act on
 //!   the terminal (control, escape and bidirectional characters shown as escapes).
 //! - [`token`]: API tokens (generated here, only their hash is ever stored).
+//! - [`password`]: operator passwords (generated here, stored as argon2id hashes).
 //! - [`signing`]: Standard Webhooks signing secrets (`whsec_...`).
 //! - [`sealing`]: signing secrets encrypted at rest under named keys (`OUTBOX_SECRET_KEYS`).
 //! - [`redact`]: credentials in URLs hidden before they are shown.
@@ -33,6 +34,7 @@ pub mod headers;
 pub mod identity;
 pub mod in_flight;
 pub mod json_limits;
+pub mod password;
 pub mod query;
 pub mod recipients;
 pub mod redact;

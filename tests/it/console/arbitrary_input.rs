@@ -171,13 +171,13 @@ impl Target {
             .execute(&db.pool)
             .await
             .unwrap();
-        let password = outbox_console::new_password();
+        let password = outbox_core::password::new_password();
         outbox_store::operator_accounts::create(
             &db.pool,
             "alice",
             "operator",
             None,
-            &outbox_console::hash_password(&password).unwrap(),
+            &outbox_core::password::hash_password(&password).unwrap(),
         )
         .await
         .unwrap();
