@@ -28,7 +28,7 @@ impl Received {
 async fn the_demo_runs_its_invariants_hold_and_each_email_arrives_once_in_its_language() {
     let eml_dir = std::env::temp_dir().join(format!("outbox-demo-inbox-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&eml_dir);
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
+    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_outboxctl"))
         .args([
             "demo",
             "--examples",
@@ -38,8 +38,7 @@ async fn the_demo_runs_its_invariants_hold_and_each_email_arrives_once_in_its_la
         ])
         .env("DATABASE_URL", outbox_testkit::server_url())
         .output()
-        .await
-        .unwrap();
+        .await;
     let stdout = String::from_utf8(output.stdout).unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();
     // The demo keeps its database for a look around; this test looks, then drops it.

@@ -189,15 +189,14 @@ pub struct CliRun {
 
 /// Runs the real `outboxctl` against `db`, as operator `alice`.
 pub async fn outboxctl(db: &TestDb, args: &[&str]) -> CliRun {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
+    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_outboxctl"))
         .args(args)
         .env("DATABASE_URL", &db.url)
         .env("USER", "alice")
         .env_remove("OUTBOX_TENANT")
         .env_remove("OUTBOX_ALLOW_PRIVATE")
         .output()
-        .await
-        .expect("run outboxctl");
+        .await;
     CliRun {
         ok: output.status.success(),
         stdout: String::from_utf8(output.stdout).unwrap(),
