@@ -47,7 +47,7 @@ pub struct AppState {
     /// The database.
     pub pool: PgPool,
     /// Wakes dispatchers when an approval or revision created work.
-    pub wake_ups: outbox_store::dispatch::WakeUpNotifier,
+    pub wake_ups: outbox_store::wake_ups::WakeUpNotifier,
     /// Approvals answered, by result, for `/metrics`.
     pub approvals: std::sync::Arc<health::ApprovalCounts>,
     /// Tokens the database accepted, kept for at most [`TOKEN_CACHE_TTL`].
@@ -61,7 +61,7 @@ pub struct AppState {
 impl AppState {
     fn new(pool: PgPool) -> Self {
         AppState {
-            wake_ups: outbox_store::dispatch::WakeUpNotifier::new(pool.clone()),
+            wake_ups: outbox_store::wake_ups::WakeUpNotifier::new(pool.clone()),
             approvals: std::sync::Arc::default(),
             tokens: std::sync::Arc::new(auth::TokenCache::new(TOKEN_CACHE_TTL)),
             figures: Vec::new(),

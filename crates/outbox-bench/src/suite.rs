@@ -475,7 +475,7 @@ async fn offer_stream(
             )
             .await?,
         );
-        outbox_store::dispatch::notify_due(&workload.pool).await?;
+        outbox_store::wake_ups::notify_due(&workload.pool).await?;
     }
     Ok(ids)
 }

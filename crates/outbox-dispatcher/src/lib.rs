@@ -757,7 +757,7 @@ async fn listen_for_wake_ups(pool: PgPool, wake: Arc<Notify>, mut stop: Shutdown
 
 async fn forward_wake_ups(pool: PgPool, wake: Arc<Notify>) {
     loop {
-        match dispatch::listen(&pool).await {
+        match outbox_store::wake_ups::listen(&pool).await {
             Ok(mut listener) => loop {
                 match listener.recv().await {
                     Ok(()) => wake.notify_one(),

@@ -82,7 +82,7 @@ pub struct CheckedApproval<'a> {
     /// alert (delivered on its commit, never before, and never if it rolls back). The API
     /// sets it for the first approval of a burst only: PostgreSQL serialises the commits
     /// of notifying transactions, so the others leave the wake-up to
-    /// [`crate::dispatch::WakeUpNotifier`].
+    /// [`crate::wake_ups::WakeUpNotifier`].
     pub notify_dispatchers: bool,
 }
 
@@ -226,7 +226,7 @@ pub async fn approve_on(
         .bind(approval.occurrence)
         .bind(approval.actor)
         .bind(approval.notify_dispatchers)
-        .bind(crate::dispatch::WAKE_UP_CHANNEL)
+        .bind(crate::wake_ups::WAKE_UP_CHANNEL)
         .fetch_one(&mut *conn)
         .await
         .map_err(StoreError::from_payload_error)?;

@@ -14,7 +14,9 @@
 //! - [`lifecycle`]: every transition of an alert, written once: settle, requeue, the
 //!   evidence line, and the operator transitions (replay, resolve) with their refusals;
 //!   the dispatcher's batch completion is built from the same pieces.
-//! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and wake-ups.
+//! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and queue figures.
+//! - [`wake_ups`]: approvals waking idle dispatchers (`NOTIFY`, folded under load), and
+//!   dispatchers listening for them.
 //! - [`upkeep`]: the live queue's own vacuum, which dispatchers run once its dead tuples
 //!   pass a threshold.
 //! - [`health`]: destination health: dispatchers' tallies of their sends merged per
@@ -65,6 +67,7 @@ mod sql_names;
 pub mod tenants;
 pub mod tokens;
 pub mod upkeep;
+pub mod wake_ups;
 
 pub use connect::{connect, connect_with_retry, MIGRATOR};
 pub use error::StoreError;
