@@ -236,9 +236,8 @@ async fn run() -> anyhow::Result<()> {
                 ),
                 None => None,
             };
-            let (stop, stopped) = tokio::sync::watch::channel(false);
-            let mut monitors_stopped = stopped.clone();
-            let mut console_stopped = stopped.clone();
+            // One shutdown for the API, the monitors and the console.
+            let stopped = outbox_runtime::shutdown::Shutdown::on(outbox_runtime::shutdown_signal());
             let password_checks = match console.console_max_password_checks {
                 Some(max) => outbox_console::PasswordChecks::new(
                     max,
@@ -262,28 +261,21 @@ async fn run() -> anyhow::Result<()> {
                         password_checks,
                         ..outbox_console::ConsoleConfig::default()
                     },
-                    async move {
-                        let _ = console_stopped.wait_for(|s| *s).await;
-                    },
+                    stopped.clone().until_set(),
                 ))
             });
             let monitors = tokio::spawn(outbox_decider::run_every(
                 pool.clone(),
                 interval,
                 news,
-                async move {
-                    let _ = monitors_stopped.wait_for(|s| *s).await;
-                },
+                stopped.clone().until_set(),
             ));
             outbox_api::serve_with_figures(
                 outbox_api::Listeners { api, operations },
                 pool,
                 limits.server_limits(),
                 figures,
-                async move {
-                    outbox_runtime::shutdown_signal().await;
-                    let _ = stop.send(true);
-                },
+                stopped.until_set(),
             )
             .await?;
             let _ = monitors.await;

@@ -390,7 +390,7 @@ async fn next_wake_up(listener: &mut sqlx::postgres::PgListener) -> String {
 /// in commit order, so whatever arrives before the marker was committed before it.
 async fn send_marker(db: &outbox_testkit::TestDb, marker: &str) {
     sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(outbox_store::dispatch::WAKE_UP_CHANNEL)
+        .bind(outbox_store::wake_ups::WAKE_UP_CHANNEL)
         .bind(marker)
         .execute(&db.pool)
         .await
@@ -405,7 +405,7 @@ async fn an_approval_wakes_dispatchers_on_its_commit_and_a_rolled_back_one_wakes
         .await
         .unwrap();
     listener
-        .listen(outbox_store::dispatch::WAKE_UP_CHANNEL)
+        .listen(outbox_store::wake_ups::WAKE_UP_CHANNEL)
         .await
         .unwrap();
     let payloads: Vec<String> = (0..3)

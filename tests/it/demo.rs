@@ -32,13 +32,12 @@ async fn the_demo_runs_its_invariants_hold_and_each_email_arrives_once_in_its_la
     // data is built in and the other binaries are found beside outboxctl.
     let elsewhere = std::env::temp_dir().join(format!("outbox-demo-cwd-{}", std::process::id()));
     std::fs::create_dir_all(&elsewhere).unwrap();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
+    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_outboxctl"))
         .args(["demo", "--eml-dir", eml_dir.to_str().unwrap()])
         .current_dir(&elsewhere)
         .env("DATABASE_URL", outbox_testkit::server_url())
         .output()
-        .await
-        .unwrap();
+        .await;
     let _ = std::fs::remove_dir(&elsewhere);
     let stdout = String::from_utf8(output.stdout).unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();

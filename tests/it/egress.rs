@@ -395,7 +395,7 @@ pub(crate) async fn watchlist(db: &TestDb, tenant: uuid::Uuid) {
 
 /// `decider run-once` polling `news_url` with a token; its exit status and stderr.
 async fn poll_once(db: &TestDb, news_url: &str) -> (bool, String) {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_decider"))
+    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
         .args([
             "run-once",
             "--database-url",
@@ -409,8 +409,7 @@ async fn poll_once(db: &TestDb, news_url: &str) -> (bool, String) {
         .env("RUST_LOG", "error")
         .env_remove("OUTBOX_ALLOW_PRIVATE")
         .output()
-        .await
-        .unwrap();
+        .await;
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
@@ -450,7 +449,7 @@ async fn the_news_poller_refuses_a_feed_on_a_blocked_address() {
     watchlist(&db, tenant.id).await;
     let (port, connections) = counting_listener().await;
     for host in ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"] {
-        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_decider"))
+        let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
             .args([
                 "run-once",
                 "--database-url",
@@ -462,8 +461,7 @@ async fn the_news_poller_refuses_a_feed_on_a_blocked_address() {
             .env("RUST_LOG", "error")
             .env_remove("OUTBOX_ALLOW_PRIVATE")
             .output()
-            .await
-            .unwrap();
+            .await;
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{host}");
         assert!(

@@ -14,7 +14,6 @@ use outbox_testkit::tls::{TestCa, TlsFiles};
 use outbox_testkit::TestDb;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -181,21 +180,12 @@ async fn approve(db: &TestDb, destination: &str, subject: &str) -> Uuid {
 async fn drain_logged(db: &TestDb, worker: &str, extra: &[&str]) -> String {
     let mut args = dispatcher_args(db, worker, extra);
     args.push("--drain".into());
-    let output = tokio::time::timeout(
-        DEADLINE,
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
-            .args(&args)
-            .env_remove("FAILPOINTS")
-            .env_remove("OUTBOX_ALLOW_PRIVATE")
-            .env("RUST_LOG", "debug")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("dispatcher --drain did not finish")
-    .unwrap();
+    // `Run` waits up to DEADLINE and kills a dispatcher that has not finished by then.
+    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_dispatcher"))
+        .args(&args)
+        .env("RUST_LOG", "debug")
+        .output()
+        .await;
     let logs = String::from_utf8_lossy(&output.stderr).into_owned();
     for line in logs.lines() {
         eprintln!("[dispatcher] {line}");
@@ -516,14 +506,13 @@ async fn a_broken_tenant_template_stops_the_dispatcher_at_start_with_one_line() 
     std::fs::write(templates.join("acme/generic.en.subject.txt"), "{% if %}").unwrap();
     let mut args = dispatcher_args(&db, "w1", &["--templates-dir", templates.to_str().unwrap()]);
     args.push("--drain".into());
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
+    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_dispatcher"))
         .args(&args)
         .env_remove("OUTBOX_ALLOW_PRIVATE")
         .env_remove("RUST_BACKTRACE")
         .env_remove("RUST_LIB_BACKTRACE")
         .output()
-        .await
-        .unwrap();
+        .await;
     std::fs::remove_dir_all(&templates).unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -755,8 +744,7 @@ async fn the_smtp_password_is_sealed_at_rest_and_opened_only_to_authenticate() {
         "k1:{}",
         base64::engine::general_purpose::STANDARD.encode([7u8; 32])
     );
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"));
-    command
+    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_outboxctl"))
         .args([
             "destination",
             "add",
@@ -785,16 +773,9 @@ async fn the_smtp_password_is_sealed_at_rest_and_opened_only_to_authenticate() {
         .env("DATABASE_URL", &db.url)
         .env("OUTBOX_SECRET_KEYS", &keys)
         .env_remove("OUTBOX_ALLOW_PRIVATE")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap();
-    let mut input = child.stdin.take().unwrap();
-    tokio::io::AsyncWriteExt::write_all(&mut input, format!("{PASSWORD}\n").as_bytes())
-        .await
-        .unwrap();
-    drop(input);
-    let output = child.wait_with_output().await.unwrap();
+        .stdin(format!("{PASSWORD}\n"))
+        .output()
+        .await;
     assert!(
         output.status.success(),
         "{}",
@@ -1191,7 +1172,7 @@ async fn a_contracts_owners_get_its_renewal_alert_beside_the_destinations_recipi
     std::fs::remove_dir_all(&dir).unwrap();
 
     // Thirty days before the action date: the 30-day alert is due.
-    let decided = tokio::process::Command::new(env!("CARGO_BIN_EXE_decider"))
+    let decided = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
         .args([
             "run-once",
             "--now",
@@ -1200,10 +1181,9 @@ async fn a_contracts_owners_get_its_renewal_alert_beside_the_destinations_recipi
             &db.url,
         ])
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .status()
+        .output()
         .await
-        .unwrap();
+        .status;
     assert!(decided.success());
     let (id, payload): (Uuid, Value) =
         sqlx::query_as("SELECT id, payload FROM alerts WHERE subject = 'contract:A-17'")

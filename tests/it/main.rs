@@ -8,7 +8,6 @@ mod common;
 
 mod approvals;
 mod bad_input;
-mod bench;
 mod chaos;
 #[path = "console/main.rs"]
 mod console;
@@ -28,6 +27,7 @@ mod lookup_backoff;
 mod monitors;
 mod operators;
 mod outboxctl;
+mod product_binaries;
 mod queue_upkeep;
 mod retention;
 mod secrets;

@@ -218,16 +218,13 @@ async fn cron_firing_fifty_times_and_four_deciders_at_once_make_one_alert_per_id
     // Four deciders at once, each firing several times.
     let mut children = Vec::new();
     for _ in 0..4 {
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_decider"))
+        let run = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
             .args(["run-once", "--now", &now, "--database-url", &db.url])
-            .stdout(std::process::Stdio::null())
-            .env("RUST_LOG", "warn")
-            .spawn()
-            .unwrap();
-        children.push(child);
+            .env("RUST_LOG", "warn");
+        children.push(tokio::spawn(run.output()));
     }
-    for mut child in children {
-        assert!(child.wait().await.unwrap().success());
+    for child in children {
+        assert!(child.await.unwrap().status.success());
     }
     // Then cron fires again and again on the same day.
     for _ in 0..50 {
@@ -305,16 +302,14 @@ async fn news_ingested_twice_and_two_deciders_give_one_alert_per_entry_article_a
 
     let runs: Vec<_> = (0..2)
         .map(|_| {
-            tokio::process::Command::new(env!("CARGO_BIN_EXE_decider"))
+            let run = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
                 .args(["run-once", "--database-url", &db.url])
-                .stdout(std::process::Stdio::null())
-                .env("RUST_LOG", "warn")
-                .spawn()
-                .unwrap()
+                .env("RUST_LOG", "warn");
+            tokio::spawn(run.output())
         })
         .collect();
-    for mut run in runs {
-        assert!(run.wait().await.unwrap().success());
+    for run in runs {
+        assert!(run.await.unwrap().status.success());
     }
 
     let alerts: Vec<(String, String)> = sqlx::query_as(
@@ -416,7 +411,7 @@ async fn the_poller_follows_next_and_resumes_from_its_cursor() {
     let (url, asked) = fake_webz().await;
 
     let poll = || async {
-        let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_decider"))
+        let status = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
             .args([
                 "run-once",
                 "--database-url",
@@ -428,10 +423,9 @@ async fn the_poller_follows_next_and_resumes_from_its_cursor() {
             ])
             .env("WEBZ_TOKEN", "secret-token")
             .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .status()
+            .output()
             .await
-            .unwrap();
+            .status;
         assert!(status.success());
     };
     poll().await;

@@ -9,7 +9,7 @@ use crate::common;
 
 use common::add_tenant;
 use common::procs::*;
-use common::{outboxctl, CliRun as Run};
+use common::{outboxctl, revise, CliRun as Run};
 use outbox_testkit::TestDb;
 use serde_json::{json, Value};
 
@@ -34,29 +34,6 @@ async fn three_held() -> (TestDb, Sink, Vec<uuid::Uuid>) {
     assert_eq!(states(&db).await, [("held".to_owned(), 3)].into());
     sink.faults(json!({"drop_response_rate": 0.0})).await;
     (db, sink, ids)
-}
-
-/// `outboxctl revise ID` with this payload, which must succeed.
-async fn revise(db: &TestDb, id: &str, payload: &str) -> Run {
-    let dir = std::env::temp_dir().join(format!("revise-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let corrected = dir.join("payload.json");
-    std::fs::write(&corrected, payload).unwrap();
-    let revised = outboxctl(
-        db,
-        &[
-            "revise",
-            id,
-            "--payload",
-            corrected.to_str().unwrap(),
-            "--reason",
-            "new text",
-        ],
-    )
-    .await;
-    std::fs::remove_dir_all(&dir).ok();
-    assert!(revised.ok, "{}", revised.stderr);
-    revised
 }
 
 async fn counts(db: &TestDb) -> (i64, i64, i64) {

@@ -393,11 +393,10 @@ async fn migrate_status_lists_applied_and_pending_migrations_and_changes_nothing
     let (url, name) = outbox_store::connect::create_database(&server, "outbox_test")
         .await
         .unwrap();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
+    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_outboxctl"))
         .args(["migrate", "--status", "--database-url", &url])
         .output()
-        .await
-        .unwrap();
+        .await;
     let (stdout, stderr) = (
         String::from_utf8(output.stdout).unwrap(),
         String::from_utf8(output.stderr).unwrap(),
@@ -441,10 +440,10 @@ async fn every_binary_says_its_version_and_the_schema_it_expects() {
         ("decider", env!("CARGO_BIN_EXE_decider")),
         ("dispatcher", env!("CARGO_BIN_EXE_dispatcher")),
     ] {
-        let output = std::process::Command::new(binary)
-            .arg("--version")
+        let output = outbox_testkit::process::Run::new(binary)
+            .args(["--version"])
             .output()
-            .unwrap();
+            .await;
         assert!(output.status.success());
         assert_eq!(
             String::from_utf8(output.stdout).unwrap().trim(),

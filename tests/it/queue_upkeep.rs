@@ -58,11 +58,10 @@ async fn the_vacuum_threshold_must_be_a_positive_number_or_off() {
     let db = TestDb::new().await;
     for bad in ["0", "1.5", "lots"] {
         let args = dispatcher_args(&db, "bad", &["--queue-vacuum-after", bad]);
-        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
+        let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_dispatcher"))
             .args(&args)
             .output()
-            .await
-            .unwrap();
+            .await;
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
             !output.status.success(),

@@ -13,7 +13,6 @@ use common::{Api, CliRun};
 use outbox_testkit::TestDb;
 use reqwest::StatusCode;
 use std::sync::{Arc, Mutex};
-use tokio::io::AsyncWriteExt;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// The base64 part of [`SECRET`]: what must never be readable in the database.
@@ -29,33 +28,21 @@ fn keys_k1() -> String {
 
 /// Runs the real `outboxctl` with extra environment and, optionally, standard input.
 async fn ctl(db: &TestDb, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> CliRun {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"));
-    command
+    let mut run = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_outboxctl"))
         .args(args)
         .env("DATABASE_URL", &db.url)
         .env("USER", "alice")
         .env_remove("OUTBOX_TENANT")
         .env_remove("OUTBOX_SECRET_KEYS")
         // The sinks and receivers of these tests listen on loopback.
-        .env("OUTBOX_ALLOW_PRIVATE", common::procs::TEST_ALLOW_PRIVATE)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+        .env("OUTBOX_ALLOW_PRIVATE", common::procs::TEST_ALLOW_PRIVATE);
     for (name, value) in env {
-        command.env(name, value);
+        run = run.env(name, value);
     }
-    let mut child = command.spawn().expect("run outboxctl");
-    let mut input = child.stdin.take().unwrap();
     if let Some(text) = stdin {
-        // A command that refuses its arguments exits without reading its input: the pipe
-        // may then be closed before everything is written, which is not the test's concern.
-        match input.write_all(text.as_bytes()).await {
-            Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {}
-            other => other.unwrap(),
-        }
+        run = run.stdin(text);
     }
-    drop(input);
-    let output = child.wait_with_output().await.unwrap();
+    let output = run.output().await;
     CliRun {
         ok: output.status.success(),
         stdout: String::from_utf8(output.stdout).unwrap(),
@@ -640,8 +627,7 @@ async fn poll_news(
     flags: &[&str],
     env: &[(&str, &str)],
 ) -> (bool, String) {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_decider"));
-    command
+    let mut run = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
         .args([
             "run-once",
             "--database-url",
@@ -657,9 +643,9 @@ async fn poll_news(
         .env_remove("WEBZ_TOKEN_FILE")
         .env_remove("OUTBOX_ALLOW_PRIVATE");
     for (name, value) in env {
-        command.env(name, value);
+        run = run.env(name, value);
     }
-    let output = command.output().await.unwrap();
+    let output = run.output().await;
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stderr).into_owned(),

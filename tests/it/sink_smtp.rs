@@ -193,13 +193,12 @@ async fn the_smtp_credentials_come_from_a_file_or_the_environment_and_as_a_flag_
         (dir.join("absent"), "reading"),
         (bad, "expected USER:PASSWORD"),
     ] {
-        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_sink"))
+        let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_sink"))
             .args(["--listen", "127.0.0.1:0", "--smtp-auth-file"])
-            .arg(&path)
+            .args([&path])
             .env("RUST_LOG", "error")
             .output()
-            .await
-            .unwrap();
+            .await;
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{stderr}");
         assert!(

@@ -7,13 +7,12 @@ use outbox_testkit::TestDb;
 /// Runs `binary` with `args` and `DATABASE_URL=url`; asserts it fails with exactly one
 /// line, `error: {expected}`, on stderr, and returns nothing else.
 async fn refuses(binary: &str, args: &[&str], url: &str, expected: &str) {
-    let output = tokio::process::Command::new(binary)
+    let output = outbox_testkit::process::Run::new(binary)
         .args(args)
         .env("DATABASE_URL", url)
         .env("RUST_LOG", "off")
         .output()
-        .await
-        .unwrap();
+        .await;
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(!output.status.success(), "{binary} {args:?} succeeded");
     assert_eq!(

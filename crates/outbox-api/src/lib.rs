@@ -32,6 +32,7 @@ use axum::Router;
 use hyper::service::service_fn;
 use outbox_runtime::http_server::{self, RequestBody, ServerLimits};
 use outbox_runtime::prometheus::Figures;
+use outbox_runtime::shutdown::Shutdown;
 use outbox_store::PgPool;
 use std::future::Future;
 use tokio::net::TcpListener;
@@ -46,7 +47,7 @@ pub struct AppState {
     /// The database.
     pub pool: PgPool,
     /// Wakes dispatchers when an approval or revision created work.
-    pub wake_ups: outbox_store::dispatch::WakeUpNotifier,
+    pub wake_ups: outbox_store::wake_ups::WakeUpNotifier,
     /// Approvals answered, by result, for `/metrics`.
     pub approvals: std::sync::Arc<health::ApprovalCounts>,
     /// Tokens the database accepted, kept for at most [`TOKEN_CACHE_TTL`].
@@ -60,7 +61,7 @@ pub struct AppState {
 impl AppState {
     fn new(pool: PgPool) -> Self {
         AppState {
-            wake_ups: outbox_store::dispatch::WakeUpNotifier::new(pool.clone()),
+            wake_ups: outbox_store::wake_ups::WakeUpNotifier::new(pool.clone()),
             approvals: std::sync::Arc::default(),
             tokens: std::sync::Arc::new(auth::TokenCache::new(TOKEN_CACHE_TTL)),
             figures: Vec::new(),
@@ -154,15 +155,8 @@ pub async fn serve_with_figures(
         figures,
         ..AppState::new(pool)
     };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let stop_both = async move {
-        shutdown.await;
-        let _ = stop.send(true);
-    };
-    let stopped_at = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-        // The sender is dropped only after it sent: both ways mean stop.
-        let _ = stopped.wait_for(|stop| *stop).await;
-    };
+    // One shutdown for both servers.
+    let stopped = Shutdown::on(shutdown);
     let operations = match listeners.operations {
         Some(listener) => {
             // Logged before the API's line, which tests and scripts wait for.
@@ -171,7 +165,7 @@ pub async fn serve_with_figures(
                 listener,
                 limits,
                 operations_router(state.clone()),
-                stopped_at(stopped.clone()),
+                stopped.clone().until_set(),
             ))
         }
         None => None,
@@ -181,14 +175,14 @@ pub async fn serve_with_figures(
         listeners.api,
         limits,
         api_router(state),
-        stopped_at(stopped),
+        stopped.until_set(),
     );
     let operations = async move {
         if let Some(operations) = operations {
             operations.await;
         }
     };
-    tokio::join!(stop_both, api, operations);
+    tokio::join!(api, operations);
     Ok(())
 }
 

@@ -5,9 +5,10 @@
 //! The clock starts just before the dispatchers start (their start-up is included) and
 //! stops when the sink has seen every key and the outbox is empty: every outcome recorded.
 
+use crate::db::{self, DrainEvidence};
 use anyhow::Context;
 use outbox_dispatcher::Transport;
-use outbox_store::bench::{self, DrainEvidence};
+use outbox_runtime::shutdown::{Shutdown, Trigger};
 use outbox_store::PgPool;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -157,9 +158,9 @@ pub async fn drain(
     // keeps checkpoints from recycling it meanwhile.
     let mut wal_keeper = pool.acquire().await?;
     let wal_inspection =
-        bench::enable_wal_inspection(pool).await && bench::reserve_wal(&mut wal_keeper).await;
+        db::enable_wal_inspection(pool).await && db::reserve_wal(&mut wal_keeper).await;
     let rows_before = settled_row_counters(pool, None).await?;
-    let counters_before = bench::server_counters(pool).await?;
+    let counters_before = db::server_counters(pool).await?;
     let host_before = HostCpu::now();
     let cpu_before = process_cpu_secs();
     let started = Instant::now();
@@ -192,7 +193,7 @@ pub async fn drain(
     }
     loop {
         own_queries.fetch_add(1, Ordering::Relaxed);
-        if bench::queue_empty(pool).await? {
+        if db::queue_empty(pool).await? {
             break;
         }
         anyhow::ensure!(
@@ -209,16 +210,16 @@ pub async fn drain(
     if let Some(url) = sink_stats {
         sink_after = SinkCounters::read(&http, url).await?;
     }
-    let counters_after = bench::server_counters(pool).await?;
+    let counters_after = db::server_counters(pool).await?;
     // The counters' own read counts as one commit.
     let own = own_queries.load(Ordering::Relaxed) as i64 + 1;
     let commits = (counters_after.commits - counters_before.commits - own).max(0);
-    let evidence = bench::drain_evidence(pool).await?;
+    let evidence = db::drain_evidence(pool).await?;
     let row_writes = RowWrites::between(pool, &rows_before, n).await?;
     let database_wal_bytes_per_delivery = if wal_inspection {
         let bytes =
-            bench::database_wal_bytes(pool, counters_before.wal_lsn, counters_after.wal_lsn).await;
-        bench::release_wal(&mut wal_keeper).await?;
+            db::database_wal_bytes(pool, counters_before.wal_lsn, counters_after.wal_lsn).await;
+        db::release_wal(&mut wal_keeper).await?;
         Some(bytes? as f64 / n as f64)
     } else {
         None
@@ -270,17 +271,17 @@ pub struct TableWrites {
 pub struct RowWrites {
     /// Inserts, updates and deletes per delivery, all tables together.
     pub total: f64,
-    /// By table, in [`bench::DELIVERY_TABLES`] order.
+    /// By table, in [`db::DELIVERY_TABLES`] order.
     pub tables: Vec<TableWrites>,
 }
 
 impl RowWrites {
     /// The writes since `before` (read with [`settled_row_counters`] before the drain),
     /// per delivery of `n`, once every backend has published its counters.
-    async fn between(pool: &PgPool, before: &[bench::RowCounters], n: u64) -> anyhow::Result<Self> {
+    async fn between(pool: &PgPool, before: &[db::RowCounters], n: u64) -> anyhow::Result<Self> {
         let after = settled_row_counters(pool, Some((before, n))).await?;
         let per = |d: i64| d as f64 / n as f64;
-        let tables: Vec<TableWrites> = bench::DELIVERY_TABLES
+        let tables: Vec<TableWrites> = db::DELIVERY_TABLES
             .iter()
             .zip(before.iter().zip(&after))
             .map(|(table, (b, a))| TableWrites {
@@ -315,25 +316,25 @@ impl RowWrites {
     }
 }
 
-/// The row counters of [`bench::DELIVERY_TABLES`] once they have stopped moving: the
+/// The row counters of [`db::DELIVERY_TABLES`] once they have stopped moving: the
 /// server publishes a backend's counters lazily (at the latest a second after it goes
 /// idle, and when it exits), so they are read every 250 ms until unchanged for 1.5 s.
 /// After a drain (`drained`: the counters before it and its size), they must also show
 /// an attempt row per delivery, which every delivery writes.
 async fn settled_row_counters(
     pool: &PgPool,
-    drained: Option<(&[bench::RowCounters], u64)>,
-) -> anyhow::Result<Vec<bench::RowCounters>> {
-    let attempts = bench::DELIVERY_TABLES
+    drained: Option<(&[db::RowCounters], u64)>,
+) -> anyhow::Result<Vec<db::RowCounters>> {
+    let attempts = db::DELIVERY_TABLES
         .iter()
         .position(|t| *t == "delivery_attempts")
         .unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = bench::row_counters(pool, &bench::DELIVERY_TABLES).await?;
+    let mut last = db::row_counters(pool, &db::DELIVERY_TABLES).await?;
     let mut unchanged_since = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        let now = bench::row_counters(pool, &bench::DELIVERY_TABLES).await?;
+        let now = db::row_counters(pool, &db::DELIVERY_TABLES).await?;
         if now != last {
             last = now;
             unchanged_since = Instant::now();
@@ -392,22 +393,22 @@ pub(crate) fn check(
 
 /// Samples the live queue every 20 ms until stopped.
 struct Sampler {
-    stop: tokio::sync::watch::Sender<bool>,
+    stop: Trigger,
     task: tokio::task::JoinHandle<Vec<(f64, i64)>>,
     max_sending: Arc<AtomicI64>,
 }
 
 impl Sampler {
     fn start(pool: PgPool, own_queries: Arc<AtomicU64>, started: Instant) -> Sampler {
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let (stop, mut stopped) = Shutdown::new();
         let max_sending = Arc::new(AtomicI64::new(0));
         let max = max_sending.clone();
         let task = tokio::spawn(async move {
             let mut dead = Vec::new();
             let mut last_dead_at = None::<Instant>;
-            while !*stopped.borrow() {
+            while !stopped.is_set() {
                 own_queries.fetch_add(1, Ordering::Relaxed);
-                if let Ok(sample) = bench::queue_sample(&pool).await {
+                if let Ok(sample) = db::queue_sample(&pool).await {
                     max.fetch_max(sample.sending, Ordering::Relaxed);
                     if last_dead_at.is_none_or(|at| at.elapsed() >= Duration::from_millis(500)) {
                         last_dead_at = Some(Instant::now());
@@ -415,7 +416,7 @@ impl Sampler {
                     }
                 }
                 tokio::select! {
-                    _ = stopped.changed() => {}
+                    () = stopped.wait() => {}
                     () = tokio::time::sleep(Duration::from_millis(20)) => {}
                 }
             }
@@ -429,7 +430,7 @@ impl Sampler {
     }
 
     async fn stop(self) -> (i64, Vec<(f64, i64)>) {
-        let _ = self.stop.send(true);
+        self.stop.set();
         let dead = self.task.await.unwrap_or_default();
         (self.max_sending.load(Ordering::Relaxed), dead)
     }

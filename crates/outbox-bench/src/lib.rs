@@ -10,9 +10,12 @@
 //! - `sustained`: a long open-loop run at a share of capacity, reported interval by
 //!   interval (`bench run --only sustained`).
 //! - `measure`: CPU readings and percentiles.
-//!
-//! The SQL it needs lives in `outbox_store::bench`.
+//! - `db`: the statements the benchmark needs besides the product's (counters, samples,
+//!   synthetic history, the schema reset). They live in this crate rather than the store so
+//!   that no product binary links them.
+//! - `main.rs`: the `bench` binary (`cargo run --release -p outbox-bench -- run`).
 
+pub mod db;
 pub mod drain;
 pub mod measure;
 pub mod peer;

@@ -68,7 +68,7 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
     let pool = outbox_store::connect(&args.db, "benchmark", 4)
         .await
         .with_context(|| "connecting to the harness's database".to_owned())?;
-    outbox_store::bench::reset_public_schema(&pool).await?;
+    crate::db::reset_public_schema(&pool).await?;
     let workload = Workload::prepare(
         pool.clone(),
         &DestinationSettings {
@@ -84,7 +84,7 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
         .context("resetting the sink")?
         .error_for_status()?;
     let enqueue = workload.approve_bulk(0, args.n).await?;
-    outbox_store::bench::vacuum_analyze(&pool).await?;
+    crate::db::vacuum_analyze(&pool).await?;
 
     let discard = dispatchers == Dispatchers::InProcess(Transport::Discard);
     let stats_url = format!("{sink}/stats");

@@ -283,7 +283,7 @@ async fn run_on(
         seconds: took.as_secs_f64(),
         per_sec: n as f64 / took.as_secs_f64(),
     };
-    outbox_store::bench::vacuum_analyze(&pool).await?;
+    crate::db::vacuum_analyze(&pool).await?;
     progress("draining over HTTP");
     let deliveries_http = drain(
         &pool,
@@ -301,7 +301,7 @@ async fn run_on(
     if settings.phases == Phases::All {
         workload.approve_bulk(next, n).await?;
         next += n;
-        outbox_store::bench::vacuum_analyze(&pool).await?;
+        crate::db::vacuum_analyze(&pool).await?;
         progress("draining with a no-op instead of HTTP");
         let noop = drain(
             &pool,
@@ -318,7 +318,7 @@ async fn run_on(
         for &k in &settings.processes {
             workload.approve_bulk(next, n).await?;
             next += n;
-            outbox_store::bench::vacuum_analyze(&pool).await?;
+            crate::db::vacuum_analyze(&pool).await?;
             progress(&format!("draining with {k} dispatcher processes"));
             let report = drain(
                 &pool,
@@ -386,7 +386,7 @@ async fn run_on(
     let latency_half_capacity = latency(&pool, &http, sink, &loaded_ids, rate).await?;
     api.stop().await;
     delivered += settings.idle_samples + loaded_ids.len() as u64;
-    let evidence = outbox_store::bench::drain_evidence(&pool).await?;
+    let evidence = crate::db::drain_evidence(&pool).await?;
     anyhow::ensure!(
         evidence.accepted == delivered as i64 && evidence.attempt_rows == delivered as i64,
         "after the latency phases: {evidence:?} for {delivered} alerts"
@@ -416,7 +416,7 @@ async fn host_facts(pool: &PgPool) -> anyhow::Result<HashMap<String, String>> {
             .map(|n| n.get().to_string())
             .unwrap_or_default(),
     );
-    for (name, value) in outbox_store::bench::server_settings(pool).await? {
+    for (name, value) in crate::db::server_settings(pool).await? {
         host.insert(name, value);
     }
     Ok(host)
@@ -475,7 +475,7 @@ async fn offer_stream(
             )
             .await?,
         );
-        outbox_store::dispatch::notify_due(&workload.pool).await?;
+        outbox_store::wake_ups::notify_due(&workload.pool).await?;
     }
     Ok(ids)
 }
@@ -492,7 +492,7 @@ async fn latency(
     // (with a deadline) until every alert has its send attempt.
     let deadline = Instant::now() + Duration::from_secs(60);
     let approved: HashMap<Uuid, (DateTime<Utc>, DateTime<Utc>)> = loop {
-        let rows = outbox_store::bench::approved_and_claimed_at(pool, ids).await?;
+        let rows = crate::db::approved_and_claimed_at(pool, ids).await?;
         let recorded: HashMap<_, _> = rows
             .iter()
             .filter_map(|(id, approved, claimed)| claimed.map(|c| (*id, (*approved, c))))
@@ -573,9 +573,9 @@ async fn claim_cost_on(settings: &SuiteSettings, url: &str) -> anyhow::Result<Cl
     let queue = (settings.n / 5).max(2_000);
     let (batch, rounds) = (100, 100);
     workload.approve_bulk(0, queue).await?;
-    outbox_store::bench::vacuum_analyze(&pool).await?;
+    crate::db::vacuum_analyze(&pool).await?;
     progress(&format!("claim cost: {queue} pending, empty history"));
-    let empty = outbox_store::bench::time_claims(&pool, batch, rounds).await?;
+    let empty = crate::db::time_claims(&pool, batch, rounds).await?;
 
     progress(&format!(
         "claim cost: writing {} alerts of history",
@@ -586,7 +586,7 @@ async fn claim_cost_on(settings: &SuiteSettings, url: &str) -> anyhow::Result<Cl
     let mut from = 0u64;
     while from < settings.history {
         let count = chunk.min(settings.history - from);
-        outbox_store::bench::seed_history(
+        crate::db::seed_history(
             &pool,
             workload.tenant_id,
             workload.destination_id,
@@ -600,9 +600,9 @@ async fn claim_cost_on(settings: &SuiteSettings, url: &str) -> anyhow::Result<Cl
         }
     }
     let history_seeding_secs = started.elapsed().as_secs_f64();
-    outbox_store::bench::vacuum_analyze(&pool).await?;
+    crate::db::vacuum_analyze(&pool).await?;
     progress("claim cost: with history");
-    let with_history = outbox_store::bench::time_claims(&pool, batch, rounds).await?;
+    let with_history = crate::db::time_claims(&pool, batch, rounds).await?;
 
     progress("retention: pruning the history");
     let started = Instant::now();

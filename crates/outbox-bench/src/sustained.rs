@@ -80,7 +80,7 @@ pub struct Interval {
     /// The same, 99th percentile, ms.
     pub p99_ms: f64,
     /// Live and dead tuples of every table written to.
-    pub tables: Vec<outbox_store::bench::TableTuples>,
+    pub tables: Vec<crate::db::TableTuples>,
 }
 
 impl Interval {
@@ -244,7 +244,7 @@ async fn run_on(
 
     let started = Instant::now();
     let mut intervals = Vec::new();
-    let mut last_attempt = outbox_store::bench::accepted_since(&pool, 0).await?.last_id;
+    let mut last_attempt = crate::db::accepted_since(&pool, 0).await?.last_id;
     let mut sink_before = SinkCounters::read(&http, &sink.stats_url()).await?;
     let mut approved_before = 0;
     let mut interval_started = Instant::now();
@@ -258,7 +258,7 @@ async fn run_on(
         index += 1;
         let sink_now = SinkCounters::read(&http, &sink.stats_url()).await?;
         let approved_now = approved.load(Ordering::Relaxed);
-        let accepted = outbox_store::bench::accepted_since(&pool, last_attempt).await?;
+        let accepted = crate::db::accepted_since(&pool, last_attempt).await?;
         last_attempt = accepted.last_id;
         let interval = Interval {
             index,
@@ -269,7 +269,7 @@ async fn run_on(
             accepted: accepted.accepted,
             p50_ms: accepted.p50_ms,
             p99_ms: accepted.p99_ms,
-            tables: outbox_store::bench::written_tables(&pool).await?,
+            tables: crate::db::written_tables(&pool).await?,
         };
         on_interval(&interval);
         intervals.push(interval);
@@ -301,7 +301,7 @@ async fn run_on(
     wait_until_settled(&pool, &http, sink, total).await?;
     running.stop().await?;
     api.stop().await;
-    let evidence = outbox_store::bench::drain_evidence(&pool).await?;
+    let evidence = crate::db::drain_evidence(&pool).await?;
     anyhow::ensure!(
         evidence.accepted == total as i64 && evidence.not_accepted == 0,
         "after the run: {evidence:?} for {total} alerts"
@@ -425,7 +425,7 @@ async fn wait_until_settled(
         let keys = SinkCounters::read(http, &sink.stats_url())
             .await?
             .distinct_keys;
-        if keys >= total && outbox_store::bench::queue_empty(pool).await? {
+        if keys >= total && crate::db::queue_empty(pool).await? {
             return Ok(());
         }
         anyhow::ensure!(

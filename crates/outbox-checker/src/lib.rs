@@ -159,14 +159,14 @@ pub async fn check_with_inboxes(
     sinks: &[Sink],
     inboxes: &[Inbox],
 ) -> Result<Report, outbox_store::StoreError> {
-    let alerts = outbox_store::checker::committed_alerts(pool).await?;
-    let duplicated = outbox_store::checker::duplicated_identities(pool).await?;
+    let alerts = outbox_store::committed::committed_alerts(pool).await?;
+    let duplicated = outbox_store::committed::duplicated_identities(pool).await?;
     let mut report = Report {
         seed,
         alerts: alerts.len(),
         ..Report::default()
     };
-    let by_id: HashMap<String, &outbox_store::checker::CommittedAlert> =
+    let by_id: HashMap<String, &outbox_store::committed::CommittedAlert> =
         alerts.iter().map(|a| (a.id.to_string(), a)).collect();
 
     for alert in &alerts {
@@ -309,7 +309,7 @@ pub async fn check_with_inboxes(
             .push((sink.destination.clone(), wire));
     }
     if !inboxes.is_empty() {
-        let stored = outbox_store::checker::stored_messages(pool).await?;
+        let stored = outbox_store::committed::stored_messages(pool).await?;
         check_inboxes(&mut report, &by_id, &stored, inboxes);
     }
     for alert in &alerts {
@@ -335,11 +335,11 @@ pub async fn check_with_inboxes(
 /// Counts what the inboxes show against the alerts (`by_id`) and their stored messages.
 fn check_inboxes(
     report: &mut Report,
-    by_id: &HashMap<String, &outbox_store::checker::CommittedAlert>,
-    stored: &[outbox_store::checker::StoredMessage],
+    by_id: &HashMap<String, &outbox_store::committed::CommittedAlert>,
+    stored: &[outbox_store::committed::StoredMessage],
     inboxes: &[Inbox],
 ) {
-    let stored: HashMap<String, &outbox_store::checker::StoredMessage> =
+    let stored: HashMap<String, &outbox_store::committed::StoredMessage> =
         stored.iter().map(|m| (m.alert_id.to_string(), m)).collect();
     for inbox in inboxes {
         let mut received: HashMap<&str, usize> = HashMap::new();
@@ -444,7 +444,7 @@ pub async fn explain(
         out.push_str(&format!("{}: {}\n", offence.kind, offence.detail));
         if let Some(id) = offence.alert_id {
             out.push_str(&format!("  alert {id}\n"));
-            for line in outbox_store::checker::evidence_lines(pool, id).await? {
+            for line in outbox_store::committed::evidence_lines(pool, id).await? {
                 out.push_str(&format!("    {line}\n"));
             }
             for sink in sinks {

@@ -6,15 +6,14 @@
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use outbox_core::AlertState;
-use outbox_store::console::{self, BulkReplay};
 use outbox_store::destinations;
 use outbox_store::operator::{self, Resolution};
 use uuid::Uuid;
 
 use crate::auth::Signed;
+use crate::error_page::PageError;
 use crate::input::{Form, Query};
-use crate::pages::{alert_id, visible_alert, ListQuery};
-use crate::view::PageError;
+use crate::pages::{alert_id, visible_alert, visible_bulk_replay, ListQuery};
 use crate::Console;
 
 /// The longest note kept, as for `outboxctl --note`.
@@ -212,7 +211,7 @@ pub(crate) async fn set_destination_enabled(
         &signed.actor(),
     )
     .await?;
-    console::record_audit(
+    outbox_store::audit::record_audit(
         &console.pool,
         &signed.actor(),
         Some(&[tenant.id]),
@@ -229,9 +228,9 @@ pub(crate) async fn set_destination_enabled(
 }
 
 /// Only held and failed alerts can be replayed: a bulk replay's filter must say which.
-fn replayable_filter(query: &ListQuery) -> Result<console::AlertFilter, PageError> {
+fn replayable_filter(query: &ListQuery) -> Result<outbox_store::outbox::AlertFilter, PageError> {
     let filter = query.filter()?;
-    if !matches!(filter.state, Some(AlertState::Held | AlertState::Failed)) {
+    if !filter.state.is_some_and(operator::replayable) {
         return Err(PageError::BadRequest(
             "a bulk replay needs state held or failed in its filter (only those can be replayed)"
                 .into(),
@@ -249,7 +248,7 @@ pub(crate) async fn bulk_dry_run(
 ) -> Result<Response, PageError> {
     signed.require_operator()?;
     let filter = replayable_filter(&query)?;
-    let count = console::count_alerts(&console.pool, signed.scope(), &filter).await?;
+    let count = outbox_store::outbox::count_alerts(&console.pool, signed.scope(), &filter).await?;
     console.views.render(
         &signed,
         "bulk.html",
@@ -282,8 +281,9 @@ pub(crate) async fn start_bulk_replay(
     signed.authorize_action(&form.csrf)?;
     let note = required_note(&form.note)?;
     let filter = replayable_filter(&form.query)?;
-    let planned = console::count_alerts(&console.pool, signed.scope(), &filter).await?;
-    let id = console::create_bulk_replay(
+    let planned =
+        outbox_store::outbox::count_alerts(&console.pool, signed.scope(), &filter).await?;
+    let id = outbox_store::bulk_replays::create_bulk_replay(
         &console.pool,
         &signed.actor(),
         note,
@@ -293,7 +293,7 @@ pub(crate) async fn start_bulk_replay(
     )
     .await?;
     let tenants = bulk_replay_tenants(&console, signed.scope(), &filter).await?;
-    console::record_audit(
+    outbox_store::audit::record_audit(
         &console.pool,
         &signed.actor(),
         tenants.as_deref(),
@@ -316,39 +316,16 @@ pub(crate) async fn start_bulk_replay(
 async fn bulk_replay_tenants(
     console: &Console,
     scope: Option<&[Uuid]>,
-    filter: &console::AlertFilter,
+    filter: &outbox_store::outbox::AlertFilter,
 ) -> Result<Option<Vec<Uuid>>, PageError> {
     if let Some(name) = &filter.tenant {
-        if let Some(tenant) = console::tenant_id(&console.pool, name).await? {
+        if let Some(tenant) = outbox_store::tenants::tenant_id(&console.pool, name).await? {
             if scope.is_none_or(|scope| scope.contains(&tenant)) {
                 return Ok(Some(vec![tenant]));
             }
         }
     }
     Ok(scope.map(<[Uuid]>::to_vec))
-}
-
-/// Reads a bulk replay its account may see: one started within the account's grant.
-pub(crate) async fn visible_bulk_replay(
-    console: &Console,
-    signed: &Signed,
-    id: &str,
-) -> Result<BulkReplay, PageError> {
-    let not_found = || PageError::NotFound("no such bulk replay".into());
-    let id = Uuid::parse_str(id).map_err(|_| not_found())?;
-    let replay = console::bulk_replay(&console.pool, id)
-        .await?
-        .ok_or_else(not_found)?;
-    let within_grant = match (&replay.tenant_ids, signed.scope()) {
-        (_, None) => true,
-        (None, Some(_)) => false,
-        (Some(started), Some(mine)) => started.iter().all(|t| mine.contains(t)),
-    };
-    if within_grant {
-        Ok(replay)
-    } else {
-        Err(not_found())
-    }
 }
 
 /// Stopping or resuming a bulk replay.
@@ -370,7 +347,9 @@ pub(crate) async fn set_bulk_running(
     signed.authorize_action(&form.csrf)?;
     let running = switch("running", &form.running)?;
     let replay = visible_bulk_replay(&console, &signed, &id).await?;
-    if !console::set_bulk_replay_running(&console.pool, replay.id, running).await? {
+    if !outbox_store::bulk_replays::set_bulk_replay_running(&console.pool, replay.id, running)
+        .await?
+    {
         return Err(PageError::Refused(format!(
             "bulk replay {} is {}; it cannot be {}",
             replay.id,
@@ -380,7 +359,7 @@ pub(crate) async fn set_bulk_running(
     }
     let tenants =
         bulk_replay_tenants(&console, replay.tenant_ids.as_deref(), &replay.filter).await?;
-    console::record_audit(
+    outbox_store::audit::record_audit(
         &console.pool,
         &signed.actor(),
         tenants.as_deref(),

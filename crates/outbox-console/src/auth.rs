@@ -33,8 +33,6 @@
 //! Sign-ins and sign-outs are in the audit log by `console:NAME`; failed and refused
 //! sign-ins too, counted on one line per name as typed, address and limit window.
 
-use argon2::password_hash::{PasswordHasher, SaltString};
-use argon2::Argon2;
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -43,15 +41,14 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use outbox_runtime::http_server::PeerAddr;
-use outbox_store::console;
 use outbox_store::operator_accounts::{self, Account, Session, SignInTurn};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
+use crate::error_page::PageError;
 use crate::input::Form;
-use crate::view::PageError;
 use crate::Console;
 
 /// The session cookie's name.
@@ -136,22 +133,6 @@ fn random_token() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     URL_SAFE_NO_PAD.encode(bytes)
-}
-
-/// A new random password for an account (shown once, never stored).
-pub fn new_password() -> String {
-    random_token()
-}
-
-/// The argon2id hash of `password`, in PHC string form, with a random salt.
-pub fn hash_password(password: &str) -> Result<String, String> {
-    let mut salt = [0u8; 16];
-    rand::rng().fill_bytes(&mut salt);
-    let salt = SaltString::encode_b64(&salt).map_err(|err| err.to_string())?;
-    Argon2::default()
-        .hash_password(password.as_bytes(), &salt)
-        .map(|hash| hash.to_string())
-        .map_err(|err| err.to_string())
 }
 
 fn session_hash(session_id: &str) -> Vec<u8> {
@@ -419,7 +400,7 @@ pub(crate) async fn login(
     let failed = |name: &str| {
         let operator = format!("console:{name}");
         async move {
-            console::record_failed_sign_in(
+            outbox_store::audit::record_failed_sign_in(
                 pool,
                 &operator,
                 &address.map_or_else(
@@ -491,7 +472,7 @@ pub(crate) async fn login(
     )
     .await?;
     let tenants = operator_accounts::tenant_ids(&console.pool, account_id).await?;
-    console::record_audit(
+    outbox_store::audit::record_audit(
         &console.pool,
         &format!("console:{name}"),
         tenants.as_deref(),
@@ -527,9 +508,9 @@ pub(crate) async fn login(
     Ok(response)
 }
 
-/// A fixed argon2id hash (of a random password nobody kept, at `hash_password`'s cost)
-/// to verify against when the name is unknown: written out, so that no check outside the
-/// bound computes it.
+/// A fixed argon2id hash (of a random password nobody kept, at the cost of
+/// `outbox_core::password::hash_password`) to verify against when the name is unknown:
+/// written out, so that no check outside the bound computes it.
 const DUMMY_HASH: &str =
     "$argon2id$v=19$m=19456,t=2,p=1$vjIJAKSHiflJgAXNcZ+TUw$ZoMUyQ4fRcchHmhbX679C/3Wns0Px7eXxRvde7lT0W8";
 
@@ -554,7 +535,7 @@ pub(crate) async fn logout(
     if let Some(cookie) = session_cookie(&headers) {
         operator_accounts::close_session(&console.pool, &session_hash(cookie)).await?;
     }
-    console::record_audit(
+    outbox_store::audit::record_audit(
         &console.pool,
         &signed.actor(),
         signed.scope(),
@@ -576,6 +557,7 @@ pub(crate) async fn logout(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use outbox_core::password::{hash_password, new_password};
 
     #[test]
     fn a_password_verifies_against_its_hash_and_nothing_else() {

@@ -5,11 +5,11 @@
 //! operator, or whose process died, is picked up after its cursor by whichever console
 //! takes it next.
 
-use outbox_store::console;
+use outbox_core::BulkReplayState;
+use outbox_runtime::shutdown::Shutdown;
 use outbox_store::operator;
 use outbox_store::StoreError;
 use std::time::Duration;
-use tokio::sync::watch;
 
 use crate::Console;
 
@@ -20,9 +20,9 @@ const LEASE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_secs(5);
 
 /// Works on bulk replays until `stopped` says stop.
-pub(crate) async fn run(console: Console, mut stopped: watch::Receiver<bool>) {
+pub(crate) async fn run(console: Console, mut stopped: Shutdown) {
     loop {
-        match console::take_bulk_replay(&console.pool, LEASE).await {
+        match outbox_store::bulk_replays::take_bulk_replay(&console.pool, LEASE).await {
             Ok(Some(replay)) => {
                 if let Err(err) = work_on(&console, replay, &stopped).await {
                     tracing::warn!(error = %err, "bulk replay interrupted; it resumes later");
@@ -33,7 +33,7 @@ pub(crate) async fn run(console: Console, mut stopped: watch::Receiver<bool>) {
             Err(err) => tracing::warn!(error = %err, "cannot read bulk replays"),
         }
         tokio::select! {
-            _ = stopped.wait_for(|stop| *stop) => return,
+            () = stopped.wait() => return,
             () = console.bulk_wake.notified() => {}
             () = tokio::time::sleep(POLL) => {}
         }
@@ -42,12 +42,12 @@ pub(crate) async fn run(console: Console, mut stopped: watch::Receiver<bool>) {
 
 async fn work_on(
     console: &Console,
-    replay: console::BulkReplay,
-    stopped: &watch::Receiver<bool>,
+    replay: outbox_store::bulk_replays::BulkReplay,
+    stopped: &Shutdown,
 ) -> Result<(), StoreError> {
     let mut cursor = replay.cursor_id;
     loop {
-        let batch = console::alerts_page(
+        let batch = outbox_store::outbox::alerts_page(
             &console.pool,
             replay.tenant_ids.as_deref(),
             &replay.filter,
@@ -63,7 +63,7 @@ async fn work_on(
                 Err(StoreError::Refused(_) | StoreError::UnknownAlert(_)) => skipped += 1,
                 Err(err) => {
                     // What was replayed so far is recorded before giving up the batch.
-                    console::advance_bulk_replay(
+                    outbox_store::bulk_replays::advance_bulk_replay(
                         &console.pool,
                         replay.id,
                         replayed,
@@ -79,7 +79,7 @@ async fn work_on(
             cursor = Some(alert.id);
         }
         let finished = (batch.len() as i64) < console.config.bulk_batch;
-        let state = console::advance_bulk_replay(
+        let state = outbox_store::bulk_replays::advance_bulk_replay(
             &console.pool,
             replay.id,
             replayed,
@@ -89,7 +89,7 @@ async fn work_on(
             LEASE,
         )
         .await?;
-        if finished || state != "running" || *stopped.borrow() {
+        if finished || state != BulkReplayState::Running || stopped.is_set() {
             return Ok(());
         }
     }

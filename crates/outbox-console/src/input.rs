@@ -10,7 +10,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::view::PageError;
+use crate::error_page::PageError;
 
 /// Largest form body read (the console's forms are a note and a filter at most).
 const FORM_LIMIT: usize = 64 * 1024;

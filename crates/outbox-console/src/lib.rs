@@ -6,7 +6,8 @@
 //! - [`serve`] / [`router`]: the routes under `/console`, served by
 //!   `outbox_runtime::http_server` (the same slow-client deadlines as the API), with
 //!   security headers on every answer (`security_headers`).
-//! - `auth`: operator passwords (argon2id), sign-in sessions (256-bit random ids, stored
+//! - `auth`: signing in with an operator's password (its argon2id hash is made by
+//!   `outbox_core::password`, which `outboxctl` also uses), sign-in sessions (256-bit random ids, stored
 //!   as SHA-256, HttpOnly SameSite=Strict cookie, Secure on request), the per-session form
 //!   token checked in constant time, the sign-in form's own token (tied to a pre-session
 //!   cookie), failed sign-ins limited per name and per address, and the `Signed`
@@ -22,7 +23,9 @@
 //! - `bulk`: the background worker of bulk replays: batches, a lease, a cursor; a stopped
 //!   or crashed run resumes where it was.
 //! - `view`: the templates (`templates/`, embedded; autoescape on), filters that show
-//!   untrusted text safely, the SVG sparkline, error pages.
+//!   untrusted text safely, the SVG sparkline.
+//! - `error_page`: why a page or an action failed (`PageError`, what every handler answers
+//!   with on failure), as a plain page written by hand.
 //!
 //! Untrusted text (payloads, subjects, destinations' answers) is escaped by the template
 //! engine and shown through `outbox_core::untrusted::visible`, and pages carry a CSP
@@ -31,6 +34,7 @@
 mod actions;
 mod auth;
 mod bulk;
+mod error_page;
 mod input;
 mod pages;
 pub mod password_checks;
@@ -43,13 +47,13 @@ use axum::routing::{get, post};
 use axum::Router;
 use hyper::service::service_fn;
 use outbox_runtime::http_server::{self, RequestBody, ServerLimits};
+use outbox_runtime::shutdown::Shutdown;
 use outbox_store::PgPool;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-pub use auth::{hash_password, new_password};
 pub use password_checks::PasswordChecks;
 
 /// How the console behaves.
@@ -145,7 +149,7 @@ pub fn router(console: Console) -> Router {
             post(actions::set_bulk_running),
         )
         .route("/console/static/console.css", get(view::stylesheet))
-        .fallback(view::not_found)
+        .fallback(error_page::not_found)
         .layer(middleware::from_fn(security_headers))
         .with_state(console)
 }
@@ -156,7 +160,7 @@ pub fn router(console: Console) -> Router {
 /// (the form token is the main defence; this is a second one).
 async fn security_headers(request: Request<axum::body::Body>, next: Next) -> Response {
     if request.method() == axum::http::Method::POST && !auth::same_origin(request.headers()) {
-        return view::refused_cross_origin();
+        return error_page::refused_cross_origin();
     }
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
@@ -191,18 +195,14 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let console = Console::new(pool, config);
     tracing::info!(addr = %listener.local_addr()?, "console listening");
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stopped = Shutdown::on(shutdown);
     let worker = tokio::spawn(bulk::run(console.clone(), stopped.clone()));
     let app = router(console);
     let service = service_fn(move |request: hyper::Request<RequestBody>| {
         // `Router` is always ready, so it is called without waiting for readiness.
         tower_service::Service::call(&mut app.clone(), request)
     });
-    http_server::serve(listener, limits, service, async move {
-        shutdown.await;
-        let _ = stop.send(true);
-    })
-    .await;
+    http_server::serve(listener, limits, service, stopped.until_set()).await;
     let _ = worker.await;
     Ok(())
 }

@@ -3,15 +3,16 @@
 use axum::extract::{Path, State};
 use axum::response::Response;
 use chrono::{DateTime, NaiveDateTime, Utc};
-use outbox_core::AlertState;
-use outbox_store::console::{self, AlertFilter};
+use outbox_core::{AlertState, BulkReplayState};
+use outbox_store::outbox::AlertFilter;
 use outbox_store::{alerts, destinations, operator, rendered};
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use uuid::Uuid;
 
 use crate::auth::Signed;
+use crate::error_page::PageError;
 use crate::input::Query;
-use crate::view::{sparkline, PageError};
+use crate::view::sparkline;
 use crate::Console;
 
 /// Rows per outbox page.
@@ -23,24 +24,22 @@ pub(crate) async fn overview(
     signed: Signed,
 ) -> Result<Response, PageError> {
     let stats = operator::stats(&console.pool).await?;
-    let mut by_state: BTreeMap<&str, i64> = AlertState::ALL
-        .iter()
-        .map(|state| (state.as_str(), 0))
-        .collect();
+    let mut by_state: HashMap<AlertState, i64> =
+        AlertState::ALL.iter().map(|state| (*state, 0)).collect();
     for row in stats
         .by_state
         .iter()
         .filter(|row| signed.sees_tenant_named(&row.tenant))
     {
-        if let Some(count) = by_state.get_mut(row.state.as_str()) {
+        if let Some(count) = by_state.get_mut(&row.state) {
             *count += row.count;
         }
     }
     let counts: Vec<_> = AlertState::ALL
         .iter()
-        .map(|state| minijinja::context! { state => state.as_str(), count => by_state[state.as_str()] })
+        .map(|state| minijinja::context! { state => state.as_str(), count => by_state[state] })
         .collect();
-    let health = console::destination_health(&console.pool, signed.scope()).await?;
+    let health = outbox_store::health::destination_health(&console.pool, signed.scope()).await?;
     let oldest_due = health
         .iter()
         .filter_map(|d| d.oldest_due_age_secs)
@@ -64,17 +63,25 @@ pub(crate) async fn overview(
     let held_filter = attention(AlertState::Held);
     let uncertain_filter = attention(AlertState::Uncertain);
     let mut attention_rows =
-        console::alerts_page(&console.pool, signed.scope(), &held_filter, None, 10).await?;
+        outbox_store::outbox::alerts_page(&console.pool, signed.scope(), &held_filter, None, 10)
+            .await?;
     attention_rows.extend(
-        console::alerts_page(&console.pool, signed.scope(), &uncertain_filter, None, 10).await?,
+        outbox_store::outbox::alerts_page(
+            &console.pool,
+            signed.scope(),
+            &uncertain_filter,
+            None,
+            10,
+        )
+        .await?,
     );
     console.views.render(
         &signed,
         "overview.html",
         minijinja::context! {
             counts => counts,
-            held_count => by_state["held"],
-            uncertain_count => by_state["uncertain"],
+            held_count => by_state[&AlertState::Held],
+            uncertain_count => by_state[&AlertState::Uncertain],
             oldest_due => oldest_due,
             destinations => destinations,
             disabled => health.iter().filter(|d| !d.enabled).collect::<Vec<_>>(),
@@ -212,7 +219,7 @@ pub(crate) async fn outbox(
 ) -> Result<Response, PageError> {
     let filter = query.filter()?;
     let before = query.before()?;
-    let rows = console::alerts_page(
+    let rows = outbox_store::outbox::alerts_page(
         &console.pool,
         signed.scope(),
         &filter,
@@ -234,7 +241,9 @@ pub(crate) async fn outbox(
             format!("/console/outbox?{filter_query}&before={last}")
         }
     });
-    let bulk = matches!(filter.state, Some(AlertState::Held | AlertState::Failed))
+    let bulk = filter
+        .state
+        .is_some_and(operator::replayable)
         .then(|| format!("/console/bulk-replay?{filter_query}"));
     console.views.render(
         &signed,
@@ -252,7 +261,7 @@ pub(crate) async fn outbox(
                 to => query.to.trim(),
                 subject => query.subject.trim(),
             },
-            tenants => console::tenant_names(&console.pool, signed.scope()).await?,
+            tenants => outbox_store::tenants::tenant_names(&console.pool, signed.scope()).await?,
             states => AlertState::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
         },
     )
@@ -269,7 +278,7 @@ pub(crate) async fn visible_alert(
     signed: &Signed,
     id: Uuid,
 ) -> Result<alerts::AlertDetail, PageError> {
-    let tenant = console::alert_tenant(&console.pool, id).await?;
+    let tenant = outbox_store::alerts::alert_tenant(&console.pool, id).await?;
     let detail = match tenant {
         Some(tenant) if signed.sees_tenant(tenant) => {
             alerts::detail(&console.pool, Some(tenant), id).await?
@@ -277,6 +286,29 @@ pub(crate) async fn visible_alert(
         _ => None,
     };
     detail.ok_or_else(|| PageError::NotFound("no such alert".into()))
+}
+
+/// Reads a bulk replay its account may see: one started within the account's grant.
+pub(crate) async fn visible_bulk_replay(
+    console: &Console,
+    signed: &Signed,
+    id: &str,
+) -> Result<outbox_store::bulk_replays::BulkReplay, PageError> {
+    let not_found = || PageError::NotFound("no such bulk replay".into());
+    let id = Uuid::parse_str(id).map_err(|_| not_found())?;
+    let replay = outbox_store::bulk_replays::bulk_replay(&console.pool, id)
+        .await?
+        .ok_or_else(not_found)?;
+    let within_grant = match (&replay.tenant_ids, signed.scope()) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(started), Some(mine)) => started.iter().all(|t| mine.contains(t)),
+    };
+    if within_grant {
+        Ok(replay)
+    } else {
+        Err(not_found())
+    }
 }
 
 /// `GET /console/alerts/{id}`: identity, payload, revisions, attempts, evidence, email.
@@ -300,7 +332,8 @@ pub(crate) async fn alert(
             text => visible_lines(&String::from_utf8_lossy(&message.bytes)),
         }
     });
-    let state = detail.state.as_str();
+    // Which actions are open is the lifecycle's answer, the same rules the actions apply.
+    let open = operator::open_actions(&console.pool, id).await?;
     console.views.render(
         &signed,
         "alert.html",
@@ -308,8 +341,7 @@ pub(crate) async fn alert(
             a => &detail,
             payload => payload,
             email => email,
-            can_replay => matches!(state, "held" | "failed") && detail.pruned_at.is_none(),
-            can_resolve => matches!(state, "held" | "uncertain"),
+            open => open,
         },
     )
 }
@@ -331,8 +363,8 @@ pub(crate) async fn destinations(
     signed: Signed,
 ) -> Result<Response, PageError> {
     let all = destinations::list(&console.pool, None).await?;
-    let health = console::destination_health(&console.pool, signed.scope()).await?;
-    let errors = console::recent_errors(&console.pool, signed.scope(), 5).await?;
+    let health = outbox_store::health::destination_health(&console.pool, signed.scope()).await?;
+    let errors = outbox_store::health::recent_errors(&console.pool, signed.scope(), 5).await?;
     let rows: Vec<_> = all
         .iter()
         .filter(|d| signed.sees_tenant_named(&d.tenant))
@@ -374,10 +406,10 @@ pub(crate) async fn audit(
 ) -> Result<Response, PageError> {
     let operator = non_empty(&query.operator);
     let after = non_empty(&query.after)
-        .map(|text| text.parse::<console::AuditCursor>())
+        .map(|text| text.parse::<outbox_store::audit::AuditCursor>())
         .transpose()
         .map_err(PageError::BadRequest)?;
-    let mut entries = console::audit(
+    let mut entries = outbox_store::audit::audit(
         &console.pool,
         signed.scope(),
         operator.as_deref(),
@@ -416,13 +448,13 @@ pub(crate) async fn bulk_progress(
     signed: Signed,
     Path(id): Path<String>,
 ) -> Result<Response, PageError> {
-    let replay = crate::actions::visible_bulk_replay(&console, &signed, &id).await?;
+    let replay = visible_bulk_replay(&console, &signed, &id).await?;
     console.views.render(
         &signed,
         "bulk_progress.html",
         minijinja::context! {
             r => &replay,
-            running => replay.state == "running",
+            running => replay.state == BulkReplayState::Running,
             handled => replay.replayed + replay.skipped,
         },
     )

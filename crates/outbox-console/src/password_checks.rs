@@ -203,8 +203,8 @@ mod tests {
 
     #[test]
     fn a_check_in_kept_memory_agrees_with_argon2s_own() {
-        let password = crate::auth::new_password();
-        let hash = crate::auth::hash_password(&password).expect("hash");
+        let password = outbox_core::password::new_password();
+        let hash = outbox_core::password::hash_password(&password).expect("hash");
         let mut memory = Vec::new();
         assert!(matches_in(&mut memory, &password, &hash));
         let size = memory.len();
@@ -229,7 +229,7 @@ mod tests {
         drop(first);
         assert_eq!(checks.running(), 0);
         let again = checks.turn().await.expect("the permit came back");
-        let hash = crate::auth::hash_password("pw").expect("hash");
+        let hash = outbox_core::password::hash_password("pw").expect("hash");
         assert!(again.check("pw".into(), hash).await);
         let mut figures = String::new();
         outbox_runtime::prometheus::Figures::render(&*checks, &mut figures);

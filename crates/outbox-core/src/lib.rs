@@ -3,8 +3,8 @@
 //! Layout:
 //! - [`state`]: the lifecycle's vocabulary, typed: an alert's state ([`AlertState`]), the
 //!   live queue's status ([`LiveStatus`]), where it comes to rest ([`Outcome`]), attempts
-//!   ([`AttemptKind`], [`AttemptOutcome`]), and destinations ([`DestinationKind`],
-//!   [`OnUncertain`]).
+//!   ([`AttemptKind`], [`AttemptOutcome`]), destinations ([`DestinationKind`],
+//!   [`OnUncertain`]) and operators' bulk replays ([`BulkReplayState`]).
 //! - [`in_flight`]: a destination's in-flight bound (its crash blast radius): defaults and
 //!   what it means for an operator.
 //! - [`identity`]: what makes two approvals the same alert, and the input limits
@@ -15,6 +15,7 @@
 //! - [`untrusted`]: showing text others wrote on a terminal without letting it act on
 //!   the terminal (control, escape and bidirectional characters shown as escapes).
 //! - [`token`]: API tokens (generated here, only their hash is ever stored).
+//! - [`password`]: operator passwords (generated here, stored as argon2id hashes).
 //! - [`signing`]: Standard Webhooks signing secrets (`whsec_...`).
 //! - [`sealing`]: signing secrets encrypted at rest under named keys (`OUTBOX_SECRET_KEYS`).
 //! - [`redact`]: credentials in URLs hidden before they are shown.
@@ -33,6 +34,7 @@ pub mod headers;
 pub mod identity;
 pub mod in_flight;
 pub mod json_limits;
+pub mod password;
 pub mod query;
 pub mod recipients;
 pub mod redact;
@@ -50,8 +52,8 @@ pub use identity::{
 pub use json_limits::{JsonLimitError, MAX_PAYLOAD_DEPTH};
 pub use recipients::RecipientError;
 pub use state::{
-    AlertState, AttemptKind, AttemptOutcome, DestinationKind, LiveStatus, OnUncertain, Outcome,
-    UnknownValue,
+    AlertState, AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, LiveStatus,
+    OnUncertain, Outcome, UnknownValue,
 };
 pub use token::{ApiToken, TokenHash};
 pub mod signing;

@@ -2,10 +2,11 @@
 //! live queue's status ([`LiveStatus`]), where it comes to rest ([`Outcome`]), what an
 //! attempt was and how it ended ([`AttemptKind`], [`AttemptOutcome`]), and what a
 //! destination is and wants done with an uncertain send ([`DestinationKind`],
-//! [`OnUncertain`]).
+//! [`OnUncertain`]), and where an operator's bulk replay stands ([`BulkReplayState`]).
 //!
-//! Every type has one stable text form (`as_str`, `Display`, `FromStr`, and
-//! `TryFrom<String>` for the store's row conversion), and it is exactly the set of names
+//! Every type has one stable text form (`as_str`, `Display`, `FromStr`, `TryFrom<String>`
+//! and, with the `sqlx` feature the store turns on, PostgreSQL's `text`: queries bind the
+//! values and rows decode into them), and it is exactly the set of names
 //! the database's CHECK constraints allow; the store's tests hold the two together. These
 //! names are the only place a state is spelled in Rust: everything else matches on
 //! variants, so a typo does not compile.
@@ -80,6 +81,43 @@ macro_rules! named_values {
 
             fn try_from(s: String) -> Result<Self, Self::Error> {
                 s.parse()
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl sqlx::Type<sqlx::Postgres> for $name {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl sqlx::postgres::PgHasArrayType for $name {
+            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::postgres::PgHasArrayType>::array_type_info()
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl sqlx::Encode<'_, sqlx::Postgres> for $name {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<sqlx::Postgres>>::encode(self.as_str(), buf)
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $name {
+            fn decode(
+                value: sqlx::postgres::PgValueRef<'r>,
+            ) -> Result<Self, sqlx::error::BoxDynError> {
+                Ok(<&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?.parse()?)
             }
         }
     };
@@ -242,6 +280,18 @@ named_values! {
     }
 }
 
+named_values! {
+    /// Where an operator's bulk replay stands (`console_bulk_replays.state`).
+    BulkReplayState, "bulk replay state", "running, stopped, done" {
+        /// Its worker replays the next batch after its cursor.
+        Running => "running",
+        /// An operator stopped it; it resumes after its cursor when set running again.
+        Stopped => "stopped",
+        /// Every matching alert was handled.
+        Done => "done",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +318,7 @@ mod tests {
         round_trips(AttemptOutcome::ALL);
         round_trips(DestinationKind::ALL);
         round_trips(OnUncertain::ALL);
+        round_trips(BulkReplayState::ALL);
     }
 
     #[test]
@@ -313,12 +364,21 @@ mod tests {
         assert!(err.to_string().contains("not_processed"), "{err}");
     }
 
+    /// Each error lists every name; and every name is lowercase words and underscores, so
+    /// the store may write one into SQL as a literal (for a partial index's predicate)
+    /// without quoting.
     #[test]
-    fn the_expected_lists_name_every_value() {
+    fn the_expected_lists_name_every_value_in_lowercase_words() {
         fn check<T: Copy + fmt::Display + FromStr<Err = UnknownValue>>(all: &[T]) {
             let expected = "\u{0}".parse::<T>().err().map(|e| e.expected).unwrap_or("");
             let names: Vec<String> = all.iter().map(ToString::to_string).collect();
             assert_eq!(expected, names.join(", "));
+            for name in &names {
+                assert!(
+                    !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                    "{name}"
+                );
+            }
         }
         check(AlertState::ALL);
         check(LiveStatus::ALL);
@@ -327,6 +387,7 @@ mod tests {
         check(AttemptOutcome::ALL);
         check(DestinationKind::ALL);
         check(OnUncertain::ALL);
+        check(BulkReplayState::ALL);
     }
 
     #[test]

@@ -54,8 +54,8 @@ pub(crate) async fn add(
             tenant_ids.push(id);
         }
     }
-    let password = outbox_console::new_password();
-    let hash = outbox_console::hash_password(&password)
+    let password = outbox_core::password::new_password();
+    let hash = outbox_core::password::hash_password(&password)
         .map_err(|err| anyhow::anyhow!("hashing the password: {err}"))?;
     let scope = (!tenant_ids.is_empty()).then_some(tenant_ids.as_slice());
     operator_accounts::create(pool, name, role.as_str(), scope, &hash).await?;

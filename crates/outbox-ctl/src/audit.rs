@@ -5,7 +5,7 @@
 //! `console:NAME`; with the tenant it concerns, so that an account limited to that tenant
 //! sees it.
 
-use outbox_store::{console, tenants, PgPool};
+use outbox_store::{tenants, PgPool};
 
 use crate::operate::actor_name;
 use crate::{Command, DestinationCommand, OperatorCommand, SecretsCommand, TokenCommand};
@@ -139,7 +139,7 @@ pub(crate) async fn record(pool: &PgPool, line: Line) -> anyhow::Result<()> {
     };
     // Target and note say which tenant by the name the command was given; the line's
     // tenant is its id, which is what an account's grant is checked against.
-    console::record_audit(
+    outbox_store::audit::record_audit(
         pool,
         &line.actor,
         tenant.as_ref().map(std::slice::from_ref),

@@ -9,7 +9,6 @@ use outbox_core::{duration, signing};
 use outbox_store::destinations::{self, StoredSecrets};
 use outbox_store::tokens::{self, Revoked};
 use outbox_store::{tenants, PgPool};
-use std::io::Read;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -43,19 +42,13 @@ impl SecretSources {
             secrets.extend(secret_lines(&text, &format!("--secret-file `{path}`"))?);
         }
         if self.secret_stdin {
-            secrets.extend(secret_lines(&read_stdin()?, "--secret-stdin")?);
+            secrets.extend(secret_lines(
+                &crate::secret_input::from_stdin("--secret-stdin")?,
+                "--secret-stdin",
+            )?);
         }
         Ok(secrets)
     }
-}
-
-fn read_stdin() -> anyhow::Result<String> {
-    let mut text = String::new();
-    std::io::stdin()
-        .take(64 * 1024)
-        .read_to_string(&mut text)
-        .context("--secret-stdin: standard input is not readable text")?;
-    Ok(text)
 }
 
 /// Non-empty lines of `text`, each a valid secret.
@@ -131,7 +124,13 @@ pub(crate) async fn rotate_secret(
             false,
         )
     } else {
-        (one_secret(&read_stdin()?, "--secret-stdin")?, false)
+        (
+            one_secret(
+                &crate::secret_input::from_stdin("--secret-stdin")?,
+                "--secret-stdin",
+            )?,
+            false,
+        )
     };
     if args.overlap > Duration::from_secs(90 * 24 * 3600) {
         bail!("--overlap must be at most 90d");

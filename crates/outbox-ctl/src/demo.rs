@@ -240,7 +240,7 @@ pub(crate) async fn run(
         }
         decided.push(String::from_utf8_lossy(&output.stdout).trim().to_owned());
     }
-    let approved = outbox_store::demo::progress(&pool).await?.total;
+    let approved = outbox_store::outcome_counts::progress(&pool).await?.total;
     eprintln!("decider A: {}", decided[0]);
     eprintln!("decider B: {}", decided[1]);
     eprintln!("{approved} alerts approved in all: one per identity, whichever run decided it");
@@ -252,8 +252,8 @@ pub(crate) async fn run(
     // `legal` (no lookup, no de-duplication) has its answer lost, and so has the CFO's
     // first email (the relay takes it, and its reply to the final dot is lost): both end
     // held.
-    let held_webhook = outbox_store::demo::first_alert_for(&pool, "legal").await?;
-    let held_email = outbox_store::demo::first_alert_for(&pool, MAILBOXES[0].0).await?;
+    let held_webhook = outbox_store::outcome_counts::first_alert_for(&pool, "legal").await?;
+    let held_email = outbox_store::outcome_counts::first_alert_for(&pool, MAILBOXES[0].0).await?;
     if held_webhook.is_some() || held_email.is_some() {
         let domain = MAIL_FROM.rsplit('@').next().unwrap_or_default();
         let faults = serde_json::json!({
@@ -308,7 +308,7 @@ pub(crate) async fn run(
     );
     let mut dispatchers = dispatchers;
     loop {
-        let now = outbox_store::demo::progress(&pool).await?;
+        let now = outbox_store::outcome_counts::progress(&pool).await?;
         progress.set_position(now.settled.unsigned_abs());
         progress.set_message(format!("({} uncertain)", now.uncertain));
         let mut running = false;
@@ -341,7 +341,7 @@ pub(crate) async fn run(
         .json()
         .await?;
 
-    let report = outbox_store::demo::report(&pool).await?;
+    let report = outbox_store::outcome_counts::report(&pool).await?;
     let mut table = Table::new(["", "ALERTS"]);
     table.row(["approved".to_owned(), approved.to_string()]);
     table.row([

@@ -144,7 +144,7 @@ pub(crate) async fn list_outbox(
             e.destination,
             format!("{} / {}", e.subject, e.occurrence),
             e.revision.to_string(),
-            e.state,
+            e.state.to_string(),
             e.attempts.to_string(),
             age(now, e.created_at),
             e.last_evidence.unwrap_or_default(),

@@ -8,6 +8,8 @@
 //! - `credentials`: signing secrets from files or standard input, sealed with
 //!   `OUTBOX_SECRET_KEYS`; `destination rotate-secret`, `secrets rewrap`,
 //!   `token create|list|revoke`.
+//! - `secret_input`: a secret given in a file or on standard input (signing secrets, an
+//!   email API's key, an SMTP password), never as an argument.
 //! - `demo`: the whole system on the sample data, in a database of its own;
 //!   `demo_server`: which server it runs on (a private one when none answers).
 //! - `inspect`: `alert show`, `outbox list`.
@@ -17,7 +19,7 @@
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
 //!   `article ingest`, `tenant configure`.
 //! - `accounts`: `operator add|list|remove`, the console's operator accounts (a new
-//!   account's password is printed once).
+//!   account's password is printed once; `outbox_core::password` makes and hashes it).
 //! - `template`: `template preview`, an alert rendered as email (`outbox-render`) and
 //!   printed instead of sent.
 //! - `audit`: the audit log's line for each command that changes accounts, tokens,
@@ -39,6 +41,7 @@ mod inspect;
 mod mail_view;
 mod operate;
 mod schema;
+mod secret_input;
 mod setup;
 mod sources;
 mod table;

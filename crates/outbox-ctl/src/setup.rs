@@ -8,6 +8,7 @@ use outbox_store::{tenants, PgPool};
 use std::time::Duration;
 
 use crate::credentials::{self, SecretSources};
+use crate::secret_input;
 use crate::table::Table;
 
 /// Longest request timeout a destination may have.
@@ -229,28 +230,15 @@ impl EmailApiArgs {
 
     /// The API key from its file or standard input, if one was given.
     fn bearer_token(&self) -> anyhow::Result<Option<String>> {
-        let (text, source) = match (&self.bearer_token_file, self.bearer_token_stdin) {
-            (Some(path), _) => (
-                std::fs::read_to_string(path)
-                    .with_context(|| format!("--bearer-token-file `{path}` cannot be read"))?,
-                "--bearer-token-file",
-            ),
-            (None, true) => {
-                let mut text = String::new();
-                std::io::Read::read_to_string(
-                    &mut std::io::Read::take(std::io::stdin(), 64 * 1024),
-                    &mut text,
-                )
-                .context("--bearer-token-stdin: standard input is not readable text")?;
-                (text, "--bearer-token-stdin")
-            }
-            (None, false) => return Ok(None),
+        let Some((text, source)) = secret_input::read(
+            "bearer-token",
+            self.bearer_token_file.as_deref(),
+            self.bearer_token_stdin,
+        )?
+        else {
+            return Ok(None);
         };
-        let token = text
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .trim_end_matches('\r');
+        let token = secret_input::first_line(&text);
         if token.is_empty()
             || token.len() > 1024
             || token.chars().any(|c| c.is_control() || c == ' ')
@@ -312,31 +300,18 @@ impl EmailArgs {
 
     /// The password from its file or standard input, if one was given.
     fn password(&self) -> anyhow::Result<Option<String>> {
-        let (text, source) = match (&self.smtp_password_file, self.smtp_password_stdin) {
-            (Some(_), true) => {
-                bail!("give the SMTP password with --smtp-password-file or --smtp-password-stdin, not both")
-            }
-            (Some(path), false) => (
-                std::fs::read_to_string(path)
-                    .with_context(|| format!("--smtp-password-file `{path}` cannot be read"))?,
-                "--smtp-password-file",
-            ),
-            (None, true) => {
-                let mut text = String::new();
-                std::io::Read::read_to_string(
-                    &mut std::io::Read::take(std::io::stdin(), 64 * 1024),
-                    &mut text,
-                )
-                .context("--smtp-password-stdin: standard input is not readable text")?;
-                (text, "--smtp-password-stdin")
-            }
-            (None, false) => return Ok(None),
+        if self.smtp_password_file.is_some() && self.smtp_password_stdin {
+            bail!("give the SMTP password with --smtp-password-file or --smtp-password-stdin, not both")
+        }
+        let Some((text, source)) = secret_input::read(
+            "smtp-password",
+            self.smtp_password_file.as_deref(),
+            self.smtp_password_stdin,
+        )?
+        else {
+            return Ok(None);
         };
-        let password = text
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .trim_end_matches('\r');
+        let password = secret_input::first_line(&text);
         if password.is_empty() || password.len() > 1024 {
             bail!("{source} must hold a password of 1 to 1024 bytes on its first line");
         }

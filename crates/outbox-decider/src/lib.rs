@@ -67,7 +67,7 @@ pub(crate) async fn approve_in_batches(
         created += approve_sorted(&mut conn, tenant_id, alerts, actor).await?;
     }
     if created > 0 {
-        outbox_store::dispatch::notify_due(pool).await?;
+        outbox_store::wake_ups::notify_due(pool).await?;
     }
     Ok(created)
 }

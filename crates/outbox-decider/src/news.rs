@@ -239,7 +239,7 @@ pub async fn evaluate(pool: &PgPool, actor: &str) -> Result<u64, DecideError> {
         }
     }
     if created > 0 {
-        outbox_store::dispatch::notify_due(pool).await?;
+        outbox_store::wake_ups::notify_due(pool).await?;
     }
     Ok(created)
 }

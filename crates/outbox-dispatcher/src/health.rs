@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use uuid::Uuid;
 
-use crate::{Shared, Signal};
+use crate::Shared;
+use outbox_runtime::shutdown::Shutdown;
 
 /// Sends counted since the last report, per destination, with the destination's name
 /// (for logs and metrics).
@@ -60,7 +61,7 @@ impl Tallies {
 }
 
 /// Reports the tallies every `interval` until the dispatcher stops.
-pub(crate) async fn report_every(shared: Arc<Shared>, interval: Duration, mut stop: Signal) {
+pub(crate) async fn report_every(shared: Arc<Shared>, interval: Duration, mut stop: Shutdown) {
     loop {
         tokio::select! {
             () = stop.wait() => return,

@@ -71,6 +71,7 @@ mod upkeep;
 mod work;
 
 use outbox_core::retry::RetrySchedule;
+use outbox_runtime::shutdown::{Shutdown, Trigger};
 use outbox_store::dispatch::{self, ClaimedAlert};
 use outbox_store::PgPool;
 use std::collections::HashMap;
@@ -78,7 +79,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -203,12 +204,12 @@ pub(crate) struct Shared {
     /// have enabled the destination since).
     disabled: Mutex<HashMap<Uuid, Instant>>,
     /// Set once shutdown begins: nothing new is sent after it.
-    stop: Signal,
+    stop: Shutdown,
     /// Set once the claim loop has ended, so no claim statement can still be running.
     /// Claims are given back for shutdown only after it: a claim already on its way to
     /// the database when shutdown began would otherwise pick up rows given back a moment
     /// before, and each would be given back twice.
-    claims_ended: Signal,
+    claims_ended: Shutdown,
     /// Each tenant's email templates: replaced whole when SIGHUP reloads them.
     templates: std::sync::RwLock<Arc<TenantTemplates>>,
     /// This process's sends at once (`Config::max_concurrent_sends`): a permit is taken
@@ -254,41 +255,6 @@ impl Shared {
 /// process off it without asking the database.
 const GONE_MARK: Duration = Duration::from_secs(30);
 
-/// A one-way signal, set once and seen by every clone: the dispatcher's stop (shutdown
-/// began, or a drain ended) and the end of its claim loop. One type, built one way
-/// ([`Signal::new`]), passed down as a value to whatever must notice it.
-#[derive(Debug, Clone)]
-pub(crate) struct Signal(watch::Receiver<bool>);
-
-/// What sets a [`Signal`]; only `run` holds one.
-#[derive(Debug)]
-struct SetSignal(watch::Sender<bool>);
-
-impl Signal {
-    /// A signal, not yet set, and what sets it.
-    fn new() -> (SetSignal, Signal) {
-        let (set, seen) = watch::channel(false);
-        (SetSignal(set), Signal(seen))
-    }
-
-    /// Whether it is set.
-    pub(crate) fn is_set(&self) -> bool {
-        *self.0.borrow()
-    }
-
-    /// Waits until it is set (at once if it is). Also returns if its setter is gone,
-    /// which only happens once `run` has ended.
-    pub(crate) async fn wait(&mut self) {
-        let _ = self.0.wait_for(|set| *set).await;
-    }
-}
-
-impl SetSignal {
-    fn set(&self) {
-        self.0.send_replace(true);
-    }
-}
-
 /// Runs a dispatcher until `shutdown` resolves (or, with `drain`, until nothing is due).
 /// On shutdown it stops claiming, lets sends in flight finish within the deadline, and
 /// gives back claims it never acted on.
@@ -297,7 +263,7 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<RunSummary, DispatchError> {
-    let (set_stop, stop) = Signal::new();
+    let (set_stop, stop) = Shutdown::new();
     let set_stop = Arc::new(set_stop);
     let stop_on_signal = set_stop.clone();
     tokio::spawn(async move {
@@ -317,7 +283,7 @@ pub async fn run(
         wake.clone(),
         stop.clone(),
     ));
-    let (set_claims_ended, claims_ended) = Signal::new();
+    let (set_claims_ended, claims_ended) = Shutdown::new();
     let shared = Arc::new(Shared {
         pool: pool.clone(),
         http: http::client(&config.egress, config.connect_timeout),
@@ -550,7 +516,7 @@ impl ClaimLoop {
     /// Shutdown: sends under way finish (bounded by the deadline); claims waiting for
     /// their turn are given back by their tasks, which see the stop signal, once
     /// `claims_ended` says no claim can be under way.
-    async fn shut_down(mut self, claims_ended: &SetSignal) -> RunSummary {
+    async fn shut_down(mut self, claims_ended: &Trigger) -> RunSummary {
         claims_ended.set();
         tracing::info!(
             in_flight = self.tasks.len(),
@@ -751,7 +717,7 @@ async fn record(
 async fn reload_templates_on_hangup(
     shared: Arc<Shared>,
     dir: std::path::PathBuf,
-    mut stop: Signal,
+    mut stop: Shutdown,
 ) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hangups = match signal(SignalKind::hangup()) {
@@ -782,7 +748,7 @@ async fn reload_templates_on_hangup(
 
 /// Forwards `NOTIFY outbox_due` to the claim loop until the dispatcher stops. Reconnects
 /// on failure; the loop's polling covers any wake-up missed meanwhile.
-async fn listen_for_wake_ups(pool: PgPool, wake: Arc<Notify>, mut stop: Signal) {
+async fn listen_for_wake_ups(pool: PgPool, wake: Arc<Notify>, mut stop: Shutdown) {
     tokio::select! {
         () = stop.wait() => {}
         () = forward_wake_ups(pool, wake) => {}
@@ -791,7 +757,7 @@ async fn listen_for_wake_ups(pool: PgPool, wake: Arc<Notify>, mut stop: Signal) 
 
 async fn forward_wake_ups(pool: PgPool, wake: Arc<Notify>) {
     loop {
-        match dispatch::listen(&pool).await {
+        match outbox_store::wake_ups::listen(&pool).await {
             Ok(mut listener) => loop {
                 match listener.recv().await {
                     Ok(()) => wake.notify_one(),

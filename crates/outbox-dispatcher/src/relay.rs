@@ -20,6 +20,7 @@ use lettre::transport::smtp::client::{
 use lettre::transport::smtp::extension::{ClientId, Extension};
 use outbox_egress::tls::{server_name, RelayTrust};
 use rustls::pki_types::ServerName;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -28,7 +29,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::classify::{Exchange, SmtpPhase};
-use crate::smtp::within;
 
 /// The transport security of a destination's relay.
 #[derive(Debug)]
@@ -219,6 +219,16 @@ impl AsyncTokioStream for ImplicitTls {
     fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.0.get_ref().0.peer_addr()
     }
+}
+
+/// `step`, unless `deadline` passes first.
+pub(crate) async fn within<T>(
+    deadline: tokio::time::Instant,
+    step: impl Future<Output = T>,
+) -> Result<T, ()> {
+    tokio::time::timeout_at(deadline, step)
+        .await
+        .map_err(|_| ())
 }
 
 #[cfg(test)]

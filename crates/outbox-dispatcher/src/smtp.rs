@@ -23,7 +23,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::classify::{Exchange, SmtpPhase};
-use crate::relay::Security;
+use crate::relay::{within, Security};
 use crate::templates::TenantTemplates;
 use crate::Shared;
 
@@ -366,16 +366,6 @@ async fn before_data<T>(
         }),
         Err(()) => Some(not_sent(format!("{command} timed out"))),
     }
-}
-
-/// `step`, unless `deadline` passes first.
-pub(crate) async fn within<T>(
-    deadline: tokio::time::Instant,
-    step: impl Future<Output = T>,
-) -> Result<T, ()> {
-    tokio::time::timeout_at(deadline, step)
-        .await
-        .map_err(|_| ())
 }
 
 /// The three-digit code of a negative reply.

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{Shared, Signal};
+use crate::Shared;
+use outbox_runtime::shutdown::Shutdown;
 
 /// How often a dispatcher looks at the queue's dead tuples.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(2);
@@ -19,7 +20,7 @@ const LONG_VACUUM: Duration = Duration::from_secs(1);
 pub(crate) async fn vacuum_queue_when_due(
     shared: Arc<Shared>,
     after_dead_tuples: u64,
-    mut stop: Signal,
+    mut stop: Shutdown,
 ) {
     match outbox_store::upkeep::may_vacuum_queue(&shared.pool).await {
         Ok(true) => {}

@@ -1,6 +1,7 @@
 //! What every binary of the alert outbox shares.
 //!
 //! Layout: [`init_tracing`] / [`init_tracing_quiet`] (human or JSON logs), [`shutdown_signal`] (SIGTERM/SIGINT),
+//! [`shutdown`] (the one stop signal every listener and loop of a process is given),
 //! [`failpoints`] (crash points for tests, compiled in only with the `failpoints` feature),
 //! [`prometheus`] (histograms and queue figures in the Prometheus text format),
 //! [`http_server`] (the HTTP/1.1 server of every listening process, with deadlines for slow
@@ -15,6 +16,7 @@ pub mod http_server;
 pub mod private_postgres;
 pub mod process;
 pub mod prometheus;
+pub mod shutdown;
 
 /// An error and its causes on one line, each cause said once: libraries often repeat their
 /// source's text in their own message ("error with configuration: invalid port number",

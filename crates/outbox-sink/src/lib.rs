@@ -50,6 +50,7 @@ mod server;
 mod smtp;
 mod state;
 
+use outbox_runtime::shutdown::Shutdown;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -139,17 +140,13 @@ pub async fn serve_with_mail(
         faults = ?sink.faults(),
         "sink configured"
     );
-    // One shutdown for both servers.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let trigger = async move {
-        shutdown.await;
-        let _ = stop.send(true);
-    };
+    // One shutdown for every server.
+    let stopped = Shutdown::on(shutdown);
     let http = server::run(
         listener,
         Arc::clone(&sink),
         args.server_limits(),
-        smtp::stopped(stopped.clone()),
+        stopped.clone().until_set(),
     );
     let config = smtp::SmtpConfig::from_args(&args, tls);
     let serve_mail = |listener: Option<TcpListener>, kind| {
@@ -162,6 +159,6 @@ pub async fn serve_with_mail(
     };
     let plain = serve_mail(mail.smtp, smtp::Listener::Plain);
     let implicit = serve_mail(mail.smtps, smtp::Listener::ImplicitTls);
-    tokio::join!(trigger, http, plain, implicit);
+    tokio::join!(http, plain, implicit);
     Ok(())
 }

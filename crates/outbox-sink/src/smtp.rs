@@ -26,6 +26,7 @@
 //! the sink's ([`Sink::decide_mail`]), under its one lock, so a seed replays a run.
 
 use base64::Engine;
+use outbox_runtime::shutdown::Shutdown;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::io;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{timeout_at, Instant};
 use tokio_rustls::TlsAcceptor;
@@ -138,7 +139,7 @@ pub(crate) fn tls_config(args: &SinkArgs) -> io::Result<Option<Arc<rustls::Serve
     Ok(Some(Arc::new(config)))
 }
 
-/// Serves SMTP on `listener` until `stop` turns true (or its sender goes away); then
+/// Serves SMTP on `listener` until `stop` is set; then
 /// accepts no more connections, tells the ones waiting for a command `421` and waits for
 /// every connection to end (a message being received is finished first).
 pub(crate) async fn run(
@@ -146,7 +147,7 @@ pub(crate) async fn run(
     kind: Listener,
     sink: Arc<Sink>,
     config: SmtpConfig,
-    stop: watch::Receiver<bool>,
+    stop: Shutdown,
 ) {
     let config = Arc::new(config);
     let permits = Arc::new(Semaphore::new(config.max_connections.max(1)));
@@ -155,7 +156,7 @@ pub(crate) async fn run(
     let mut stopping = stop.clone();
     loop {
         tokio::select! {
-            () = until_stopped(&mut stopping) => break,
+            () = stopping.wait() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => match Arc::clone(&permits).try_acquire_owned() {
                     Ok(permit) => {
@@ -202,7 +203,7 @@ async fn connection(
     peer: std::net::SocketAddr,
     sink: Arc<Sink>,
     config: Arc<SmtpConfig>,
-    stop: watch::Receiver<bool>,
+    stop: Shutdown,
     _permit: OwnedSemaphorePermit,
 ) {
     // Replies are small and each waits for the client: no waiting for Nagle's algorithm.
@@ -304,7 +305,7 @@ struct Session {
     tls: Option<&'static str>,
     sink: Arc<Sink>,
     config: Arc<SmtpConfig>,
-    stop: watch::Receiver<bool>,
+    stop: Shutdown,
     greeted: bool,
     authenticated_as: Option<String>,
     transaction: Option<Transaction>,
@@ -654,7 +655,7 @@ impl Session {
             let stop = &mut self.stop;
             tokio::select! {
                 read = timeout_at(deadline, reader.read_until(b'\n', &mut line)) => Some(read),
-                () = until_stopped(stop) => None,
+                () = stop.wait() => None,
             }
         };
         let read = match read {
@@ -798,16 +799,6 @@ fn decode_base64(text: &str) -> Option<String> {
         .decode(text.trim())
         .ok()?;
     String::from_utf8(bytes).ok()
-}
-
-/// Resolves when `stop` turns true or its sender goes away.
-pub(crate) async fn stopped(mut stop: watch::Receiver<bool>) {
-    until_stopped(&mut stop).await;
-}
-
-async fn until_stopped(stop: &mut watch::Receiver<bool>) {
-    // The guard `wait_for` returns is dropped here, before any other await.
-    let _ = stop.wait_for(|stop| *stop).await;
 }
 
 #[cfg(test)]

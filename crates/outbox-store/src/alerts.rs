@@ -15,12 +15,13 @@ use chrono::{DateTime, Utc};
 use outbox_core::CheckedPayload;
 use serde_json::value::RawValue;
 use sqlx::{PgConnection, PgExecutor, PgPool};
+use std::sync::LazyLock;
 use uuid::Uuid;
 
-use outbox_core::{AlertState, AttemptKind, AttemptOutcome, Outcome};
+use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, Outcome};
 
 pub use crate::lifecycle::EvidenceLine;
-use crate::lifecycle::{append_event, evidence_trail, Event, STATE, STATE_JOINS};
+use crate::lifecycle::{append_event, evidence_trail, Event, ENQUEUE, STATE, STATE_JOINS};
 use crate::StoreError;
 
 /// SQL for the fingerprint of a JSON text parameter; must match how payloads are sent.
@@ -81,7 +82,7 @@ pub struct CheckedApproval<'a> {
     /// alert (delivered on its commit, never before, and never if it rolls back). The API
     /// sets it for the first approval of a burst only: PostgreSQL serialises the commits
     /// of notifying transactions, so the others leave the wake-up to
-    /// [`crate::dispatch::WakeUpNotifier`].
+    /// [`crate::wake_ups::WakeUpNotifier`].
     pub notify_dispatchers: bool,
 }
 
@@ -157,8 +158,9 @@ struct ApprovalRow {
 /// identity's revisions to tell "same alert" from "conflict"; a revision committed by a
 /// concurrent approval after this statement's snapshot is not among them, and the caller
 /// then asks again in a fresh snapshot.
-const APPROVE: &str = "\
-    WITH given AS ( \
+static APPROVE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH given AS ( \
         SELECT p AS payload, t AS text, sha256(convert_to(t, 'UTF8')) AS sha256 \
         FROM (SELECT p, p::text AS t FROM (SELECT $1::jsonb AS p OFFSET 0) parsed OFFSET 0) \
              AS rendered \
@@ -170,16 +172,12 @@ const APPROVE: &str = "\
         SELECT $2, $3, $5, $6, d.id, 0, g.payload, g.sha256, $7 FROM dest d, given g \
         ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
         RETURNING id, destination_id, created_at \
-    ), queued AS ( \
-        INSERT INTO outbox (alert_id, destination_id) SELECT id, destination_id FROM inserted \
-        RETURNING next_attempt_at \
-    ), explained AS ( \
-        INSERT INTO alert_events (alert_id, from_state, to_state, actor, line) \
-        SELECT id, NULL, 'pending', $7, \
+    ), approved AS ( \
+        SELECT id, destination_id, NULL::uuid AS after_alert, $7::text AS actor, \
                format('alert approved for destination `%s`; queued for delivery', $4::text) \
+                   AS line \
         FROM inserted \
-        RETURNING at, line \
-    ), woken AS ( \
+    ), {enqueue}, woken AS ( \
         SELECT pg_notify($9, '') FROM inserted WHERE $8 \
     ), earlier AS ( \
         SELECT a.id, a.revision, a.payload_sha256 = g.sha256 AS same_payload \
@@ -197,7 +195,10 @@ const APPROVE: &str = "\
     FROM given g \
     LEFT JOIN inserted i ON true \
     LEFT JOIN queued q ON true \
-    LEFT JOIN explained e ON true";
+    LEFT JOIN explained e ON true",
+        enqueue = *ENQUEUE,
+    )
+});
 
 /// Approves an alert whose payload has been checked, in one statement (one round trip):
 /// alert row, pending outbox row and evidence line, and the answer the API gives (the new
@@ -216,7 +217,7 @@ pub async fn approve_on(
     conn: &mut PgConnection,
     approval: CheckedApproval<'_>,
 ) -> Result<Approved, StoreError> {
-    let row = sqlx::query_as::<_, ApprovalRow>(APPROVE)
+    let row = sqlx::query_as::<_, ApprovalRow>(&APPROVE)
         .bind(approval.payload.as_str())
         .bind(Uuid::now_v7())
         .bind(approval.tenant_id)
@@ -225,7 +226,7 @@ pub async fn approve_on(
         .bind(approval.occurrence)
         .bind(approval.actor)
         .bind(approval.notify_dispatchers)
-        .bind(crate::dispatch::WAKE_UP_CHANNEL)
+        .bind(crate::wake_ups::WAKE_UP_CHANNEL)
         .fetch_one(&mut *conn)
         .await
         .map_err(StoreError::from_payload_error)?;
@@ -454,22 +455,11 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
     .execute(&mut *tx)
     .await
     .map_err(StoreError::from_payload_error)?;
-    enqueue_revision(&mut tx, id, &target, revision).await?;
-    append_event(
-        &mut *tx,
-        Event {
-            alert_id: id,
-            from: None,
-            to: AlertState::Pending,
-            attempt: None,
-            actor: rev.actor,
-            line: &format!(
-                "revision {revision} approved as a correction of {}: {}; queued for delivery",
-                rev.alert_id, rev.reason
-            ),
-        },
-    )
-    .await?;
+    let line = format!(
+        "revision {revision} approved as a correction of {}: {}; queued for delivery",
+        rev.alert_id, rev.reason
+    );
+    enqueue_revision(&mut tx, id, &target, revision, rev.actor, &line).await?;
     if !superseded_previous {
         let state_now = current_state(&mut *tx, rev.alert_id).await?;
         append_event(
@@ -500,26 +490,35 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
 /// Queues a new revision behind the latest earlier revision of its identity that is
 /// still live (it may yet reach the destination): dispatchers do not claim the revision
 /// until that one has settled, so a correction never arrives before what it corrects.
+/// Queued through [`ENQUEUE`], as every approval is.
 async fn enqueue_revision(
     tx: &mut PgConnection,
     alert_id: Uuid,
     target: &RevisedAlert,
     revision: i32,
+    actor: &str,
+    line: &str,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO outbox (alert_id, destination_id, after_alert) \
-         VALUES ($1, $2, ( \
-             SELECT p.id FROM alerts p JOIN outbox po ON po.alert_id = p.id \
-             WHERE p.tenant_id = $3 AND p.subject = $4 AND p.occurrence = $5 \
-               AND p.destination_id = $2 AND p.revision < $6 \
-             ORDER BY p.revision DESC LIMIT 1))",
-    )
+    sqlx::query(&format!(
+        "WITH approved AS ( \
+             SELECT $1::uuid AS id, $2::uuid AS destination_id, ( \
+                 SELECT p.id FROM alerts p JOIN outbox po ON po.alert_id = p.id \
+                 WHERE p.tenant_id = $3 AND p.subject = $4 AND p.occurrence = $5 \
+                   AND p.destination_id = $2 AND p.revision < $6 \
+                 ORDER BY p.revision DESC LIMIT 1) AS after_alert, \
+                 $7::text AS actor, $8::text AS line \
+         ), {enqueue} \
+         SELECT count(*) FROM queued",
+        enqueue = *ENQUEUE,
+    ))
     .bind(alert_id)
     .bind(target.destination_id)
     .bind(target.tenant_id)
     .bind(&target.subject)
     .bind(&target.occurrence)
     .bind(revision)
+    .bind(actor)
+    .bind(line)
     .execute(tx)
     .await?;
     Ok(())
@@ -536,13 +535,21 @@ async fn supersede_if_unsent(
 ) -> Result<bool, StoreError> {
     let unsent = sqlx::query_scalar::<_, Uuid>(
         "SELECT o.alert_id FROM outbox o \
-         WHERE o.alert_id = $1 AND o.status = 'pending' \
+         WHERE o.alert_id = $1 AND o.status = $2 \
            AND NOT EXISTS (SELECT 1 FROM delivery_attempts d \
-                           WHERE d.alert_id = o.alert_id \
-                             AND d.outcome IN ('accepted', 'uncertain', 'found')) \
+                           WHERE d.alert_id = o.alert_id AND d.outcome = ANY($3)) \
          FOR UPDATE OF o",
     )
     .bind(alert_id)
+    .bind(LiveStatus::Pending)
+    .bind(
+        [
+            AttemptOutcome::Accepted,
+            AttemptOutcome::Uncertain,
+            AttemptOutcome::Found,
+        ]
+        .as_slice(),
+    )
     .fetch_optional(&mut *tx)
     .await?;
     if unsent.is_none() {
@@ -782,4 +789,17 @@ pub async fn detail(
         attempts,
         evidence,
     }))
+}
+
+/// The tenant of an alert, if it exists.
+pub async fn alert_tenant(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+) -> Result<Option<Uuid>, StoreError> {
+    Ok(
+        sqlx::query_scalar::<_, Uuid>("SELECT tenant_id FROM alerts WHERE id = $1")
+            .bind(alert_id)
+            .fetch_optional(db)
+            .await?,
+    )
 }

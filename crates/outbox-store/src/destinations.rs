@@ -199,7 +199,7 @@ pub async fn create_with_id(
     .bind(&new.idempotency_header)
     .bind(retention_secs)
     .bind(&new.lookup_url_template)
-    .bind(new.on_uncertain.as_str())
+    .bind(new.on_uncertain)
     .bind(timeout_ms)
     .bind(i32::try_from(new.max_in_flight).unwrap_or(i32::MAX))
     .execute(db)
@@ -222,14 +222,14 @@ pub async fn create_email_with_id(
         "INSERT INTO destinations (id, tenant_id, name, kind, url, idempotency_header, \
              on_uncertain, timeout_ms, max_in_flight, smtp_tls, smtp_username, smtp_password, \
              mail_from, mail_to, locale, smtp_ca_pem) \
-         VALUES ($1, $2, $3, 'email', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+         VALUES ($1, $2, $3, $16, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     )
     .bind(id)
     .bind(new.tenant_id)
     .bind(&new.name)
     .bind(&new.url)
     .bind(&new.idempotency_header)
-    .bind(new.on_uncertain.as_str())
+    .bind(new.on_uncertain)
     .bind(timeout_ms)
     .bind(i32::try_from(new.max_in_flight).unwrap_or(i32::MAX))
     .bind(&email.smtp_tls)
@@ -239,6 +239,7 @@ pub async fn create_email_with_id(
     .bind(&email.mail_to)
     .bind(&email.locale)
     .bind(&email.smtp_ca_pem)
+    .bind(DestinationKind::Email)
     .execute(db)
     .await
     .map_err(|err| name_taken(err, &new.name))?;
@@ -271,7 +272,7 @@ pub async fn create_email_api_with_id(
     .bind(&new.idempotency_header)
     .bind(retention_secs)
     .bind(&new.lookup_url_template)
-    .bind(new.on_uncertain.as_str())
+    .bind(new.on_uncertain)
     .bind(timeout_ms)
     .bind(i32::try_from(new.max_in_flight).unwrap_or(i32::MAX))
     .bind(&api.body_template)

@@ -1,5 +1,5 @@
 //! The dispatcher's statements: claim due rows, sweep expired leases, start a resend,
-//! record outcomes, release unsent claims, wake-ups, queue figures.
+//! record outcomes, release unsent claims, queue figures. Wake-ups are `crate::wake_ups`'.
 //!
 //! Ordering rule: "attempt N started" is committed by the claim (or by [`begin_resend`])
 //! before any byte goes to the destination; a crash mid-send therefore always leaves a
@@ -11,6 +11,7 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool};
+use std::sync::LazyLock;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -18,15 +19,13 @@ use outbox_core::{
     AlertState, AttemptKind, AttemptOutcome, DestinationKind, LiveStatus, OnUncertain, Outcome,
 };
 
-use crate::lifecycle::{requeue_assignments, COMPLETE_BATCH};
+use crate::lifecycle::{requeue_assignments, ATTEMPT_INSERT, COMPLETE_BATCH, EVENT_INSERT};
+use crate::sql_names::{sql_list, SqlName};
 use crate::StoreError;
 
 /// The error class of a lookup that settled nothing (no answer, or one other than found
 /// or not found). [`claim`] counts these per attempt, by this name in its SQL.
 pub const FAILED_LOOKUP: &str = "lookup_failed";
-
-/// The channel dispatchers LISTEN on and deciders NOTIFY after approving.
-pub const WAKE_UP_CHANNEL: &str = "outbox_due";
 
 /// A row a dispatcher now holds, with everything needed to act on it without another
 /// query: the stored payload and the destination's capabilities. Its `Debug` leaves out
@@ -117,6 +116,104 @@ impl std::fmt::Debug for ClaimedAlert {
     }
 }
 
+/// The claim statement ([`claim`]). The states are written in as literals (`crate::sql_names`):
+/// `outbox_due_idx` is a partial index on the due statuses, which only a constant matches.
+static CLAIM: LazyLock<String> = LazyLock::new(|| {
+    format!(
+            "WITH full_destinations AS ( \
+                 SELECT s.destination_id \
+                 FROM (SELECT destination_id, count(*) AS in_flight FROM outbox \
+                       WHERE status = {sending} GROUP BY destination_id) s \
+                 JOIN destinations d ON d.id = s.destination_id \
+                 WHERE s.in_flight >= d.max_in_flight \
+             ), candidates AS ( \
+                 SELECT o.alert_id, o.destination_id, o.next_attempt_at \
+                 FROM outbox o JOIN destinations d ON d.id = o.destination_id \
+                 WHERE o.status IN ({due}) AND o.next_attempt_at <= now() \
+                   AND d.enabled AND o.destination_id <> ALL($4::uuid[]) \
+                   AND o.destination_id NOT IN (SELECT f.destination_id FROM full_destinations f) \
+                   AND (o.after_alert IS NULL \
+                        OR NOT EXISTS (SELECT 1 FROM outbox p WHERE p.alert_id = o.after_alert)) \
+                 ORDER BY o.next_attempt_at \
+                 LIMIT $1 \
+             ), room AS ( \
+                 SELECT c.destination_id, outbox_claim_room(c.destination_id, d.max_in_flight) AS room \
+                 FROM (SELECT DISTINCT destination_id FROM candidates) c \
+                 JOIN destinations d ON d.id = c.destination_id \
+             ), chosen AS ( \
+                 SELECT c.alert_id \
+                 FROM (SELECT alert_id, destination_id, row_number() OVER ( \
+                           PARTITION BY destination_id ORDER BY next_attempt_at, alert_id) AS place \
+                       FROM candidates) c \
+                 JOIN room r ON r.destination_id = c.destination_id \
+                 WHERE c.place <= r.room \
+             ), due AS ( \
+                 SELECT o.alert_id FROM outbox o \
+                 WHERE o.alert_id = ANY(ARRAY(SELECT alert_id FROM chosen)) \
+                   AND o.status IN ({due}) AND o.next_attempt_at <= now() \
+                 FOR UPDATE OF o SKIP LOCKED \
+             ), claimed AS ( \
+                 UPDATE outbox o SET \
+                     status = {sending}, \
+                     lease_owner = $2, \
+                     lease_expires_at = now() + greatest($3 * interval '1 millisecond', \
+                         (2 * (SELECT d.timeout_ms FROM destinations d WHERE d.id = o.destination_id) \
+                          + 1000) * interval '1 millisecond'), \
+                     fencing_token = nextval('outbox_fencing_token_seq'), \
+                     send_started_at = CASE WHEN o.status = {pending} THEN now() END, \
+                     attempts = o.attempts + CASE WHEN o.status = {pending} THEN 1 ELSE 0 END \
+                 WHERE o.alert_id = ANY(ARRAY(SELECT alert_id FROM due)) \
+                 RETURNING o.alert_id, o.fencing_token, o.attempts, o.lease_expires_at, \
+                     o.budget_since, o.budget_base_attempts, \
+                     CASE WHEN o.send_started_at IS NOT NULL THEN {pending} ELSE {uncertain} END \
+                         AS claimed_from \
+             ), started AS ( \
+                 {EVENT_INSERT} \
+                 SELECT c.alert_id, c.claimed_from, {sending}, c.attempts, 'dispatcher:' || $2, \
+                        format('claimed to settle uncertain attempt %s', c.attempts) \
+                 FROM claimed c WHERE c.claimed_from = {uncertain} \
+             ) \
+             SELECT c.alert_id, c.fencing_token, c.attempts, c.claimed_from, c.lease_expires_at, \
+                    now() AS db_now, \
+                    a.payload::text AS payload, c.budget_since, \
+                    c.budget_base_attempts, a.created_at AS alert_created_at, \
+                    CASE WHEN c.claimed_from = {uncertain} THEN \
+                        (SELECT min(da.started_at) FROM delivery_attempts da \
+                         WHERE da.alert_id = c.alert_id AND da.kind = {send}) END AS first_send_started_at, \
+                    CASE WHEN c.claimed_from = {uncertain} THEN \
+                        (SELECT max(da.started_at) FROM delivery_attempts da \
+                         WHERE da.alert_id = c.alert_id AND da.kind = {send}) END AS last_send_started_at, \
+                    CASE WHEN c.claimed_from = {uncertain} THEN \
+                        (SELECT count(*) FROM delivery_attempts da \
+                         WHERE da.alert_id = c.alert_id AND da.kind = {lookup} AND da.attempt = c.attempts \
+                           AND da.error_class = '{FAILED_LOOKUP}' AND da.started_at >= c.budget_since) \
+                         ELSE 0 END AS failed_lookups, \
+                    CASE WHEN c.claimed_from = {uncertain} THEN \
+                        (SELECT min(da.started_at) FROM delivery_attempts da \
+                         WHERE da.alert_id = c.alert_id AND da.kind = {lookup} AND da.attempt = c.attempts \
+                           AND da.error_class = '{FAILED_LOOKUP}' AND da.started_at >= c.budget_since) \
+                         END AS first_failed_lookup_at, \
+                    d.id AS destination_id, d.name AS destination, d.kind, d.url, \
+                    d.signing_secrets || CASE WHEN d.retiring_until > now() \
+                        THEN d.retiring_signing_secrets ELSE '{{}}'::text[] END AS signing_secrets, \
+                    d.idempotency_header, \
+                    extract(epoch FROM d.idempotency_retention)::float8 AS idempotency_retention_secs, \
+                    d.lookup_url_template, d.reference_header, d.on_uncertain, d.timeout_ms, \
+                    d.max_in_flight, d.max_attempts, \
+                    extract(epoch FROM d.max_retry_window)::float8 AS max_retry_window_secs, \
+                    d.body_template, d.bearer_token \
+             FROM claimed c \
+             JOIN alerts a ON a.id = c.alert_id \
+             JOIN destinations d ON d.id = a.destination_id",
+        pending = LiveStatus::Pending.sql(),
+        sending = LiveStatus::Sending.sql(),
+        uncertain = LiveStatus::Uncertain.sql(),
+        due = sql_list(DUE),
+        send = AttemptKind::Send.sql(),
+        lookup = AttemptKind::Lookup.sql(),
+    )
+});
+
 /// Claims up to `limit` due rows (pending, or uncertain and due for resolution) of enabled
 /// destinations, oldest due first, skipping rows other dispatchers hold and revisions
 /// queued behind an earlier revision that is still live (`after_alert`: a correction is
@@ -161,99 +258,13 @@ pub async fn claim(
     lease: Duration,
     saturated: &[Uuid],
 ) -> Result<Vec<ClaimedAlert>, StoreError> {
-    let rows = sqlx::query_as::<_, ClaimedAlert>(
-        "WITH full_destinations AS ( \
-             SELECT s.destination_id \
-             FROM (SELECT destination_id, count(*) AS in_flight FROM outbox \
-                   WHERE status = 'sending' GROUP BY destination_id) s \
-             JOIN destinations d ON d.id = s.destination_id \
-             WHERE s.in_flight >= d.max_in_flight \
-         ), candidates AS ( \
-             SELECT o.alert_id, o.destination_id, o.next_attempt_at \
-             FROM outbox o JOIN destinations d ON d.id = o.destination_id \
-             WHERE o.status IN ('pending', 'uncertain') AND o.next_attempt_at <= now() \
-               AND d.enabled AND o.destination_id <> ALL($4::uuid[]) \
-               AND o.destination_id NOT IN (SELECT f.destination_id FROM full_destinations f) \
-               AND (o.after_alert IS NULL \
-                    OR NOT EXISTS (SELECT 1 FROM outbox p WHERE p.alert_id = o.after_alert)) \
-             ORDER BY o.next_attempt_at \
-             LIMIT $1 \
-         ), room AS ( \
-             SELECT c.destination_id, outbox_claim_room(c.destination_id, d.max_in_flight) AS room \
-             FROM (SELECT DISTINCT destination_id FROM candidates) c \
-             JOIN destinations d ON d.id = c.destination_id \
-         ), chosen AS ( \
-             SELECT c.alert_id \
-             FROM (SELECT alert_id, destination_id, row_number() OVER ( \
-                       PARTITION BY destination_id ORDER BY next_attempt_at, alert_id) AS place \
-                   FROM candidates) c \
-             JOIN room r ON r.destination_id = c.destination_id \
-             WHERE c.place <= r.room \
-         ), due AS ( \
-             SELECT o.alert_id FROM outbox o \
-             WHERE o.alert_id = ANY(ARRAY(SELECT alert_id FROM chosen)) \
-               AND o.status IN ('pending', 'uncertain') AND o.next_attempt_at <= now() \
-             FOR UPDATE OF o SKIP LOCKED \
-         ), claimed AS ( \
-             UPDATE outbox o SET \
-                 status = 'sending', \
-                 lease_owner = $2, \
-                 lease_expires_at = now() + greatest($3 * interval '1 millisecond', \
-                     (2 * (SELECT d.timeout_ms FROM destinations d WHERE d.id = o.destination_id) \
-                      + 1000) * interval '1 millisecond'), \
-                 fencing_token = nextval('outbox_fencing_token_seq'), \
-                 send_started_at = CASE WHEN o.status = 'pending' THEN now() END, \
-                 attempts = o.attempts + CASE WHEN o.status = 'pending' THEN 1 ELSE 0 END \
-             WHERE o.alert_id = ANY(ARRAY(SELECT alert_id FROM due)) \
-             RETURNING o.alert_id, o.fencing_token, o.attempts, o.lease_expires_at, \
-                 o.budget_since, o.budget_base_attempts, \
-                 CASE WHEN o.send_started_at IS NOT NULL THEN 'pending' ELSE 'uncertain' END \
-                     AS claimed_from \
-         ), started AS ( \
-             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
-             SELECT c.alert_id, c.claimed_from, 'sending', c.attempts, 'dispatcher:' || $2, \
-                    format('claimed to settle uncertain attempt %s', c.attempts) \
-             FROM claimed c WHERE c.claimed_from = 'uncertain' \
-         ) \
-         SELECT c.alert_id, c.fencing_token, c.attempts, c.claimed_from, c.lease_expires_at, \
-                now() AS db_now, \
-                a.payload::text AS payload, c.budget_since, \
-                c.budget_base_attempts, a.created_at AS alert_created_at, \
-                CASE WHEN c.claimed_from = 'uncertain' THEN \
-                    (SELECT min(da.started_at) FROM delivery_attempts da \
-                     WHERE da.alert_id = c.alert_id AND da.kind = 'send') END AS first_send_started_at, \
-                CASE WHEN c.claimed_from = 'uncertain' THEN \
-                    (SELECT max(da.started_at) FROM delivery_attempts da \
-                     WHERE da.alert_id = c.alert_id AND da.kind = 'send') END AS last_send_started_at, \
-                CASE WHEN c.claimed_from = 'uncertain' THEN \
-                    (SELECT count(*) FROM delivery_attempts da \
-                     WHERE da.alert_id = c.alert_id AND da.kind = 'lookup' AND da.attempt = c.attempts \
-                       AND da.error_class = 'lookup_failed' AND da.started_at >= c.budget_since) \
-                     ELSE 0 END AS failed_lookups, \
-                CASE WHEN c.claimed_from = 'uncertain' THEN \
-                    (SELECT min(da.started_at) FROM delivery_attempts da \
-                     WHERE da.alert_id = c.alert_id AND da.kind = 'lookup' AND da.attempt = c.attempts \
-                       AND da.error_class = 'lookup_failed' AND da.started_at >= c.budget_since) \
-                     END AS first_failed_lookup_at, \
-                d.id AS destination_id, d.name AS destination, d.kind, d.url, \
-                d.signing_secrets || CASE WHEN d.retiring_until > now() \
-                    THEN d.retiring_signing_secrets ELSE '{}'::text[] END AS signing_secrets, \
-                d.idempotency_header, \
-                extract(epoch FROM d.idempotency_retention)::float8 AS idempotency_retention_secs, \
-                d.lookup_url_template, d.reference_header, d.on_uncertain, d.timeout_ms, \
-                d.max_in_flight, d.max_attempts, \
-                extract(epoch FROM d.max_retry_window)::float8 AS max_retry_window_secs, \
-                d.body_template, d.bearer_token \
-         FROM claimed c \
-         JOIN alerts a ON a.id = c.alert_id \
-         JOIN destinations d ON d.id = a.destination_id",
-    )
-    .bind(limit)
-    .bind(worker)
-    .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
-    .bind(saturated)
-    .fetch_all(db)
-    .await?;
+    let rows = sqlx::query_as::<_, ClaimedAlert>(&CLAIM)
+        .bind(limit)
+        .bind(worker)
+        .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
+        .bind(saturated)
+        .fetch_all(db)
+        .await?;
     Ok(rows)
 }
 
@@ -267,7 +278,7 @@ pub async fn sweep_expired_leases(db: impl PgExecutor<'_>, limit: i64) -> Result
         "WITH expired AS ( \
              SELECT o.alert_id, o.attempts, o.lease_owner, o.fencing_token, o.send_started_at \
              FROM outbox o \
-             WHERE o.status = 'sending' AND o.lease_expires_at < now() \
+             WHERE o.status = {sending} AND o.lease_expires_at < now() \
              ORDER BY o.lease_expires_at \
              LIMIT $1 \
              FOR UPDATE SKIP LOCKED \
@@ -276,24 +287,26 @@ pub async fn sweep_expired_leases(db: impl PgExecutor<'_>, limit: i64) -> Result
              FROM expired e WHERE o.alert_id = e.alert_id \
              RETURNING o.alert_id \
          ), recorded AS ( \
-             INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
-                 started_at, finished_at, idempotency_key, payload_sha256, outcome, error_class, \
-                 to_state, line) \
-             SELECT e.alert_id, e.attempts, 'send', e.lease_owner, e.fencing_token, \
-                    e.send_started_at, now(), e.alert_id::text, a.payload_sha256, 'uncertain', \
-                    'lease_expired', 'uncertain', \
+             {ATTEMPT_INSERT} \
+             SELECT e.alert_id, e.attempts, {send}, e.lease_owner, e.fencing_token, \
+                    e.send_started_at, now(), e.alert_id::text, a.payload_sha256, \
+                    {attempt_uncertain}, NULL, NULL, 'lease_expired', NULL, {uncertain}, \
                     format('lease expired during attempt %s; the send may have happened; \
 destination acceptance unknown', e.attempts) \
              FROM expired e JOIN alerts a ON a.id = e.alert_id \
              WHERE e.send_started_at IS NOT NULL \
          ), explained AS ( \
-             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
-             SELECT e.alert_id, 'sending', 'uncertain', e.attempts, 'dispatcher:' || e.lease_owner, \
+             {EVENT_INSERT} \
+             SELECT e.alert_id, {sending}, {uncertain}, e.attempts, 'dispatcher:' || e.lease_owner, \
                     format('lease expired while settling attempt %s; still uncertain', e.attempts) \
              FROM expired e WHERE e.send_started_at IS NULL \
          ) \
          SELECT count(*) FROM moved",
-        requeue = requeue_assignments("'uncertain'", "now()"),
+        requeue = requeue_assignments(&LiveStatus::Uncertain.sql(), "now()"),
+        sending = LiveStatus::Sending.sql(),
+        uncertain = LiveStatus::Uncertain.sql(),
+        send = AttemptKind::Send.sql(),
+        attempt_uncertain = AttemptOutcome::Uncertain.sql(),
     ))
     .bind(limit)
     .fetch_one(db)
@@ -313,22 +326,23 @@ pub async fn begin_resend(
     why: &str,
     possible_duplicate: bool,
 ) -> Result<Option<i32>, StoreError> {
-    let attempt = sqlx::query_scalar::<_, i32>(
+    let attempt = sqlx::query_scalar::<_, i32>(&format!(
         "WITH resend AS ( \
              UPDATE outbox SET attempts = attempts + 1, send_started_at = now() \
-             WHERE alert_id = $1 AND fencing_token = $2 AND status = 'sending' \
+             WHERE alert_id = $1 AND fencing_token = $2 AND status = {sending} \
              RETURNING alert_id, attempts \
          ), flagged AS ( \
              UPDATE alerts SET possible_duplicate = true \
              WHERE id IN (SELECT alert_id FROM resend) AND $5 \
          ), started AS ( \
-             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
-             SELECT alert_id, 'sending', 'sending', attempts, 'dispatcher:' || $3, \
+             {EVENT_INSERT} \
+             SELECT alert_id, {sending}, {sending}, attempts, 'dispatcher:' || $3, \
                     format('attempt %s started: %s', attempts, $4::text) \
              FROM resend \
          ) \
          SELECT attempts FROM resend",
-    )
+        sending = LiveStatus::Sending.sql(),
+    ))
     .bind(alert_id)
     .bind(fencing_token)
     .bind(worker)
@@ -572,22 +586,21 @@ pub async fn record_attempt(
     worker: &str,
     attempt: &AttemptRecord,
 ) -> Result<bool, StoreError> {
-    let inserted = sqlx::query(
-        "INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
-             started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
-             destination_reference, error_class, response_excerpt) \
+    let inserted = sqlx::query(&format!(
+        "{ATTEMPT_INSERT} \
          SELECT o.alert_id, $4, $5, $3, $2, $6, now(), o.alert_id::text, a.payload_sha256, \
-                $7, $8, $9, $10, left($11, 1000) \
+                $7, $8, $9, $10, left($11, 1000), NULL, NULL \
          FROM outbox o JOIN alerts a ON a.id = o.alert_id \
-         WHERE o.alert_id = $1 AND o.fencing_token = $2 AND o.status = 'sending'",
-    )
+         WHERE o.alert_id = $1 AND o.fencing_token = $2 AND o.status = {sending}",
+        sending = LiveStatus::Sending.sql(),
+    ))
     .bind(alert_id)
     .bind(fencing_token)
     .bind(worker)
     .bind(attempt.attempt)
-    .bind(attempt.kind.as_str())
+    .bind(attempt.kind)
     .bind(attempt.started_at)
-    .bind(attempt.outcome.as_str())
+    .bind(attempt.outcome)
     .bind(attempt.http_status.map(|s| s as i16))
     .bind(&attempt.destination_reference)
     .bind(&attempt.error_class)
@@ -610,209 +623,28 @@ pub async fn release(
     let released = sqlx::query_scalar::<_, Uuid>(&format!(
         "WITH released AS ( \
              UPDATE outbox o SET {requeue}, \
-                 attempts = o.attempts - CASE WHEN $3 = 'pending' THEN 1 ELSE 0 END \
-             WHERE o.alert_id = $1 AND o.fencing_token = $2 AND o.status = 'sending' \
+                 attempts = o.attempts - CASE WHEN $3 = {pending} THEN 1 ELSE 0 END \
+             WHERE o.alert_id = $1 AND o.fencing_token = $2 AND o.status = {sending} \
              RETURNING o.alert_id, o.attempts \
          ), explained AS ( \
-             INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line) \
-             SELECT alert_id, 'sending', $3, NULL, 'dispatcher:' || $4, \
+             {EVENT_INSERT} \
+             SELECT alert_id, {sending}, $3, NULL, 'dispatcher:' || $4, \
                     format('claim given back: %s; nothing was sent; back to %s', $5::text, $3) \
              FROM released \
          ) \
          SELECT alert_id FROM released",
         requeue = requeue_assignments("$3", "now()"),
+        pending = LiveStatus::Pending.sql(),
+        sending = LiveStatus::Sending.sql(),
     ))
     .bind(claim.alert_id)
     .bind(claim.fencing_token)
-    .bind(claim.claimed_from.as_str())
+    .bind(claim.claimed_from)
     .bind(worker)
     .bind(why)
     .fetch_optional(db)
     .await?;
     Ok(released.is_some())
-}
-
-/// Wakes listening dispatchers: new work may be due.
-pub async fn notify_due(db: impl PgExecutor<'_>) -> Result<(), StoreError> {
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(WAKE_UP_CHANNEL)
-        .execute(db)
-        .await?;
-    Ok(())
-}
-
-/// Sends wake-ups after approvals without flooding PostgreSQL: the first approval of a
-/// burst notifies at once, inside its own transaction when it asks first
-/// ([`notify_inline`](Self::notify_inline)), so an idle system wakes on the commit; later
-/// ones inside the window that follows are folded into one trailing notification at its
-/// end. The window adapts ([`WakeUpWindow`]).
-#[derive(Debug, Clone)]
-pub struct WakeUpNotifier {
-    pool: PgPool,
-    window: std::sync::Arc<std::sync::Mutex<WakeUpWindow>>,
-}
-
-impl WakeUpNotifier {
-    /// A notifier on `pool`.
-    pub fn new(pool: PgPool) -> Self {
-        WakeUpNotifier {
-            pool,
-            window: std::sync::Arc::new(std::sync::Mutex::new(WakeUpWindow::default())),
-        }
-    }
-
-    /// Says that new work is due. Never blocks; a failed notification only costs latency
-    /// (dispatchers also poll).
-    pub fn poke(&self) {
-        if self.lock().poke() {
-            self.run_window(true);
-        }
-    }
-
-    /// For an approval about to be written: whether its own transaction should carry the
-    /// wake-up, delivered on its commit with no round trip of its own. True when no
-    /// notification went out in the last window, which this then opens; false when one
-    /// did, and the caller then [`poke`](Self::poke)s after its commit, which folds into
-    /// the window's trailing notification. PostgreSQL serialises the commits of notifying
-    /// transactions, so under load most approvals must not carry one.
-    pub fn notify_inline(&self) -> bool {
-        let opened = self.lock().open_inline();
-        if opened {
-            self.run_window(false);
-        }
-        opened
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, WakeUpWindow> {
-        self.window.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Notifies (at once when `notify_first`), then at the end of each window again while
-    /// pokes came in during it.
-    fn run_window(&self, notify_first: bool) {
-        let notifier = self.clone();
-        tokio::spawn(async move {
-            let mut notify = notify_first;
-            let mut window = notifier.lock().length();
-            loop {
-                if notify {
-                    if let Err(err) = notify_due(&notifier.pool).await {
-                        tracing::debug!(error = %err, "wake-up notification failed");
-                    }
-                }
-                tokio::time::sleep(window).await;
-                match notifier.lock().close() {
-                    Some(next) => {
-                        window = next;
-                        notify = true;
-                    }
-                    None => return,
-                }
-            }
-        });
-    }
-}
-
-/// When [`WakeUpNotifier`] notifies: the state of its window, apart from the clock and
-/// the database.
-///
-/// The window starts at [`MIN`](Self::MIN), so a trickle of approvals a few milliseconds
-/// apart is woken for at once, and doubles after each window that folded approvals, up to
-/// [`MAX`](Self::MAX), so a steady stream sends at most one notification per 10 ms; a
-/// window without approvals ends the burst and the length starts over. PostgreSQL
-/// serialises the commits of notifying transactions, which is why there is a window at
-/// all. With a fixed 10 ms window, a trickle waited up to 10 ms for its wake-up (idle
-/// approval-to-claim p50 8.4 ms in `bench run`; 2.4 ms with this).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WakeUpWindow {
-    phase: WindowPhase,
-    length: Duration,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WindowPhase {
-    /// No window open: the next approval notifies at once.
-    Idle,
-    /// A window is open and nothing has been folded into it yet.
-    Open,
-    /// A window is open and owes a trailing notification at its end.
-    Owed,
-}
-
-impl Default for WakeUpWindow {
-    fn default() -> Self {
-        WakeUpWindow {
-            phase: WindowPhase::Idle,
-            length: Self::MIN,
-        }
-    }
-}
-
-impl WakeUpWindow {
-    /// The first window of a burst.
-    pub const MIN: Duration = Duration::from_millis(1);
-    /// The longest window, reached under a steady stream of approvals.
-    pub const MAX: Duration = Duration::from_millis(10);
-
-    /// The length of the window open now (or of the next one).
-    pub fn length(&self) -> Duration {
-        self.length
-    }
-
-    /// An approval asks to carry the notification in its own transaction: granted (and a
-    /// window opened) only when no window is open.
-    pub fn open_inline(&mut self) -> bool {
-        if self.phase != WindowPhase::Idle {
-            return false;
-        }
-        self.phase = WindowPhase::Open;
-        true
-    }
-
-    /// New work is due: true when this opens a window, whose opener notifies at once;
-    /// false when it folds into the open window's trailing notification.
-    pub fn poke(&mut self) -> bool {
-        if self.phase == WindowPhase::Idle {
-            self.phase = WindowPhase::Open;
-            true
-        } else {
-            self.phase = WindowPhase::Owed;
-            false
-        }
-    }
-
-    /// The open window has ended. `Some(next)`: notify now and keep a window of `next`
-    /// open; `None`: nothing was folded into it, the burst is over.
-    pub fn close(&mut self) -> Option<Duration> {
-        if self.phase == WindowPhase::Owed {
-            self.phase = WindowPhase::Open;
-            self.length = (self.length * 2).min(Self::MAX);
-            Some(self.length)
-        } else {
-            self.phase = WindowPhase::Idle;
-            self.length = Self::MIN;
-            None
-        }
-    }
-}
-
-/// A subscription to wake-ups on [`WAKE_UP_CHANNEL`].
-#[derive(Debug)]
-pub struct WakeUps(sqlx::postgres::PgListener);
-
-/// Subscribes to wake-ups.
-pub async fn listen(pool: &PgPool) -> Result<WakeUps, StoreError> {
-    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
-    listener.listen(WAKE_UP_CHANNEL).await?;
-    Ok(WakeUps(listener))
-}
-
-impl WakeUps {
-    /// Waits for the next wake-up.
-    pub async fn recv(&mut self) -> Result<(), StoreError> {
-        self.0.recv().await?;
-        Ok(())
-    }
 }
 
 /// Whether any live row of an enabled destination is due now or within `horizon`
@@ -821,15 +653,16 @@ pub async fn work_due_within(
     db: impl PgExecutor<'_>,
     horizon: Duration,
 ) -> Result<bool, StoreError> {
-    let due: bool = sqlx::query_scalar(
+    let due: bool = sqlx::query_scalar(&format!(
         "SELECT EXISTS ( \
              SELECT 1 FROM outbox o JOIN destinations d ON d.id = o.destination_id \
              WHERE d.enabled \
-               AND CASE WHEN o.status = 'sending' THEN o.lease_expires_at ELSE o.next_attempt_at END \
+               AND CASE WHEN o.status = {sending} THEN o.lease_expires_at ELSE o.next_attempt_at END \
                    <= now() + $1 * interval '1 millisecond' \
                AND (o.after_alert IS NULL \
                     OR NOT EXISTS (SELECT 1 FROM outbox p WHERE p.alert_id = o.after_alert)))",
-    )
+        sending = LiveStatus::Sending.sql(),
+    ))
     .bind(i64::try_from(horizon.as_millis()).unwrap_or(i64::MAX))
     .fetch_one(db)
     .await?;
@@ -838,9 +671,17 @@ pub async fn work_due_within(
 
 /// The age in seconds of the oldest row that is due and that no dispatcher holds (NULL
 /// when there is none): `/metrics` and `outboxctl stats` both show it.
-pub(crate) const OLDEST_DUE_AGE_SECS: &str =
-    "SELECT extract(epoch FROM now() - min(next_attempt_at))::float8 FROM outbox \
-     WHERE status IN ('pending', 'uncertain') AND next_attempt_at <= now()";
+pub(crate) static OLDEST_DUE_AGE_SECS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT extract(epoch FROM now() - min(next_attempt_at))::float8 FROM outbox \
+         WHERE status IN ({due}) AND next_attempt_at <= now()",
+        due = sql_list(DUE),
+    )
+});
+
+/// The statuses a row is due in (at its `next_attempt_at`): the predicate of the partial
+/// index `outbox_due_idx`.
+pub(crate) const DUE: &[LiveStatus] = &[LiveStatus::Pending, LiveStatus::Uncertain];
 
 /// Queue figures for `/metrics`.
 #[derive(Debug, Clone, Default)]
@@ -863,59 +704,16 @@ pub async fn queue_figures(pool: &PgPool) -> Result<QueueFigures, StoreError> {
     .into_iter()
     .map(|(status, n)| Ok((status.parse::<LiveStatus>()?, n)))
     .collect::<Result<Vec<_>, StoreError>>()?;
-    let oldest: Option<f64> = sqlx::query_scalar(OLDEST_DUE_AGE_SECS)
+    let oldest: Option<f64> = sqlx::query_scalar(&OLDEST_DUE_AGE_SECS)
         .fetch_one(pool)
         .await?;
-    let held: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM alert_outcomes WHERE outcome = 'held'")
-            .fetch_one(pool)
-            .await?;
+    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_outcomes WHERE outcome = $1")
+        .bind(Outcome::Held)
+        .fetch_one(pool)
+        .await?;
     Ok(QueueFigures {
         live,
         oldest_due_age_secs: oldest.unwrap_or(0.0),
         held,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::WakeUpWindow;
-    use std::time::Duration;
-
-    #[test]
-    fn a_lone_approval_notifies_inline_and_the_window_ends_quietly() {
-        let mut window = WakeUpWindow::default();
-        assert!(window.open_inline());
-        assert_eq!(window.length(), WakeUpWindow::MIN);
-        assert_eq!(window.close(), None);
-        // The next approval, however soon after the window, notifies at once again.
-        assert!(window.open_inline());
-    }
-
-    #[test]
-    fn approvals_inside_a_window_fold_into_one_trailing_notification() {
-        let mut window = WakeUpWindow::default();
-        assert!(window.poke());
-        assert!(!window.open_inline());
-        assert!(!window.poke());
-        assert!(!window.poke());
-        assert_eq!(window.close(), Some(Duration::from_millis(2)));
-        assert_eq!(window.close(), None);
-    }
-
-    #[test]
-    fn a_steady_stream_doubles_the_window_up_to_the_longest_and_a_pause_resets_it() {
-        let mut window = WakeUpWindow::default();
-        assert!(window.open_inline());
-        let mut lengths = Vec::new();
-        for _ in 0..6 {
-            assert!(!window.poke());
-            lengths.push(window.close().expect("a poke owes a notification"));
-        }
-        let ms: Vec<u128> = lengths.iter().map(Duration::as_millis).collect();
-        assert_eq!(ms, [2, 4, 8, 10, 10, 10]);
-        assert_eq!(window.close(), None);
-        assert_eq!(window.length(), WakeUpWindow::MIN);
-        assert!(window.poke());
-    }
 }

@@ -14,12 +14,20 @@
 //! dispatcher's first failure and a newer acceptance; such failures are counted from that
 //! dispatcher's next report on, so the window errs late by at most one report interval,
 //! never early.
+//!
+//! What operators read of it: each destination's last hour of sends in buckets
+//! ([`destination_health`]) and its recent failed or uncertain attempts
+//! ([`recent_errors`]), within an account's tenant grant ([`Scope`]).
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use outbox_core::{AttemptKind, AttemptOutcome};
+use sqlx::{PgExecutor, PgPool};
 use std::time::Duration;
 use uuid::Uuid;
 
+use crate::dispatch::DUE;
+use crate::sql_names::sql_list;
+use crate::tenants::Scope;
 use crate::StoreError;
 
 /// What one dispatcher saw of one destination since its previous report.
@@ -227,4 +235,139 @@ pub async fn set_disable_after_failing(
     .execute(db)
     .await?;
     Ok(updated.rows_affected() == 1)
+}
+
+/// A destination's last hour, and whether it is on.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct DestinationHealth {
+    /// Its id.
+    pub id: Uuid,
+    /// Its tenant's id.
+    pub tenant_id: Uuid,
+    /// Its tenant's name.
+    pub tenant: String,
+    /// Its name.
+    pub name: String,
+    /// Whether alerts are delivered to it.
+    pub enabled: bool,
+    /// Why it is off (`disabled by NAME`, the destination's 410, or `disabled
+    /// automatically: ...` after failing for its window).
+    pub disabled_reason: Option<String>,
+    /// When it was disabled automatically for failing, while it stays off for that.
+    pub auto_disabled_at: Option<DateTime<Utc>>,
+    /// Since when every send has failed, as the dispatchers last reported (`None` while
+    /// the latest send was accepted).
+    pub failing_since: Option<DateTime<Utc>>,
+    /// Its failing window in seconds (`None`: never disabled automatically).
+    pub disable_after_failing_secs: Option<i64>,
+    /// Send attempts finished in the last hour.
+    pub attempts: i64,
+    /// Of those, accepted.
+    pub accepted: i64,
+    /// Of those, neither accepted nor uncertain (rejected, not processed, not sent).
+    pub errors: i64,
+    /// Uncertain ones.
+    pub uncertain: i64,
+    /// Attempts per five minutes over the last hour, oldest first (12 buckets).
+    pub attempts_by_bucket: Vec<i64>,
+    /// Accepted per five minutes over the last hour, oldest first (12 buckets).
+    pub accepted_by_bucket: Vec<i64>,
+    /// Age in seconds of its oldest due row (pending or uncertain), if any.
+    pub oldest_due_age_secs: Option<f64>,
+}
+
+/// Every destination in scope with its last hour of send attempts, by tenant and name.
+pub async fn destination_health(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+) -> Result<Vec<DestinationHealth>, StoreError> {
+    Ok(sqlx::query_as::<_, DestinationHealth>(&format!(
+        "WITH recent AS ( \
+             SELECT a.destination_id, da.outcome, \
+                    LEAST(11, GREATEST(0, floor(extract(epoch FROM da.finished_at - (now() - interval '1 hour')) / 300)))::int AS bucket \
+             FROM delivery_attempts da JOIN alerts a ON a.id = da.alert_id \
+             WHERE da.kind = $2 AND da.finished_at > now() - interval '1 hour' \
+         ), per_bucket AS ( \
+             SELECT destination_id, bucket, count(*) AS attempts, \
+                    count(*) FILTER (WHERE outcome = $3) AS accepted, \
+                    count(*) FILTER (WHERE outcome NOT IN ($3, $4)) AS errors, \
+                    count(*) FILTER (WHERE outcome = $4) AS uncertain \
+             FROM recent GROUP BY 1, 2 \
+         ) \
+         SELECT d.id, d.tenant_id, t.name AS tenant, d.name, d.enabled, d.disabled_reason, \
+                CASE WHEN NOT d.enabled THEN h.auto_disabled_at END AS auto_disabled_at, \
+                h.failing_since, \
+                ceil(extract(epoch FROM d.disable_after_failing))::int8 AS disable_after_failing_secs, \
+                COALESCE((SELECT sum(p.attempts) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS attempts, \
+                COALESCE((SELECT sum(p.accepted) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS accepted, \
+                COALESCE((SELECT sum(p.errors) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS errors, \
+                COALESCE((SELECT sum(p.uncertain) FROM per_bucket p WHERE p.destination_id = d.id), 0)::int8 AS uncertain, \
+                ARRAY(SELECT COALESCE(p.attempts, 0) FROM generate_series(0, 11) b \
+                      LEFT JOIN per_bucket p ON p.destination_id = d.id AND p.bucket = b ORDER BY b) \
+                    AS attempts_by_bucket, \
+                ARRAY(SELECT COALESCE(p.accepted, 0) FROM generate_series(0, 11) b \
+                      LEFT JOIN per_bucket p ON p.destination_id = d.id AND p.bucket = b ORDER BY b) \
+                    AS accepted_by_bucket, \
+                (SELECT extract(epoch FROM now() - min(o.next_attempt_at))::float8 FROM outbox o \
+                 WHERE o.destination_id = d.id AND o.status IN ({due}) \
+                   AND o.next_attempt_at <= now()) AS oldest_due_age_secs \
+         FROM destinations d JOIN tenants t ON t.id = d.tenant_id \
+         LEFT JOIN destination_health h ON h.destination_id = d.id \
+         WHERE $1::uuid[] IS NULL OR d.tenant_id = ANY($1) \
+         ORDER BY t.name, d.name",
+        due = sql_list(DUE),
+    ))
+    .bind(scope)
+    .bind(AttemptKind::Send)
+    .bind(AttemptOutcome::Accepted)
+    .bind(AttemptOutcome::Uncertain)
+    .fetch_all(db)
+    .await?)
+}
+
+/// A recent failed or uncertain attempt at a destination.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct RecentError {
+    /// The destination.
+    pub destination_id: Uuid,
+    /// The alert.
+    pub alert_id: Uuid,
+    /// When it finished.
+    pub finished_at: DateTime<Utc>,
+    /// Its outcome.
+    pub outcome: AttemptOutcome,
+    /// The destination's HTTP status, if it answered.
+    pub http_status: Option<i16>,
+    /// The kind of failure.
+    pub error_class: Option<String>,
+    /// The start of the destination's answer (untrusted text).
+    pub response_excerpt: Option<String>,
+}
+
+/// The last `per_destination` attempts of the last day that were not accepted, per
+/// destination in scope, newest first.
+pub async fn recent_errors(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+    per_destination: i64,
+) -> Result<Vec<RecentError>, StoreError> {
+    Ok(sqlx::query_as::<_, RecentError>(
+        "SELECT destination_id, alert_id, finished_at, outcome, http_status, error_class, \
+                response_excerpt \
+         FROM ( \
+             SELECT a.destination_id, da.alert_id, da.finished_at, da.outcome, da.http_status, \
+                    da.error_class, da.response_excerpt, \
+                    row_number() OVER (PARTITION BY a.destination_id ORDER BY da.id DESC) AS n \
+             FROM delivery_attempts da JOIN alerts a ON a.id = da.alert_id \
+             WHERE da.finished_at > now() - interval '1 day' AND da.kind = $3 \
+               AND da.outcome <> $4 \
+               AND ($1::uuid[] IS NULL OR a.tenant_id = ANY($1)) \
+         ) e WHERE n <= $2 ORDER BY destination_id, finished_at DESC",
+    )
+    .bind(scope)
+    .bind(per_destination)
+    .bind(AttemptKind::Send)
+    .bind(AttemptOutcome::Accepted)
+    .fetch_all(db)
+    .await?)
 }

@@ -1,29 +1,28 @@
-//! The alert outbox's storage: every SQL statement of the system lives in this crate, as
-//! small documented functions, plus the migrator.
+//! The alert outbox's storage: every SQL statement of the product lives in this crate, as
+//! small documented functions, plus the migrator. Modules are named for what they store;
+//! the benchmark's own statements are in its crate, so that no product binary links them.
 //!
 //! Layout:
-//! - `bench` (only with the `bench-support` feature, which only the benchmark crate
-//!   enables): counters, samples, synthetic history and the schema reset of the
-//!   benchmark; never part of the product's store API.
-//! - [`demo`]: the demo's read-only progress and report counts.
-//! - [`checker`]: the fault suite's referee reads, straight from the tables.
 //! - [`connect`]: pools (with a bounded wait for the database at start-up, following the
 //!   writable server of several) and [`MIGRATOR`]; [`servers`]: libpq's multi-host URLs
 //!   and `target_session_attrs`; [`schema`]: the schema version a build expects, and
 //!   which migrations a database has applied.
 //! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts (tokens with expiry
 //!   and revocation), and where alerts go (with signing secrets as stored, their rotation,
-//!   and re-sealing under a new key).
+//!   and re-sealing under a new key); an account's tenant grant ([`tenants::Scope`]).
 //! - [`alerts`]: the decider's write path (approve, revise, in one transaction each) and
 //!   the read model of an alert with its attempts and evidence trail.
 //! - [`lifecycle`]: every transition of an alert, written once: settle, requeue, the
 //!   evidence line, and the operator transitions (replay, resolve) with their refusals;
 //!   the dispatcher's batch completion is built from the same pieces.
-//! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and wake-ups.
+//! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and queue figures.
+//! - [`wake_ups`]: approvals waking idle dispatchers (`NOTIFY`, folded under load), and
+//!   dispatchers listening for them.
 //! - [`upkeep`]: the live queue's own vacuum, which dispatchers run once its dead tuples
 //!   pass a threshold.
 //! - [`health`]: destination health: dispatchers' tallies of their sends merged per
-//!   destination, and the automatic disable of one failing for longer than its window.
+//!   destination, and the automatic disable of one failing for longer than its window;
+//!   each destination's last hour of sends and its recent errors.
 //! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval.
 //! - [`operator`]: operators' actions (replay, all-or-nothing replay of many, resolve, in
 //!   a transaction each around the lifecycle's transitions; destinations on and off),
@@ -31,23 +30,28 @@
 //! - [`rendered`]: email alerts (and email API request bodies) as sent: what rendering
 //!   one needs, and its exact bytes, stored once before the first send and reused by
 //!   every attempt.
-//! - [`outbox`]: listings of the live queue and of alerts by state.
-//! - [`operator_accounts`]: the console's operator accounts and sign-in sessions.
-//! - [`console`]: the console's reads (keyset-paged alert list, destinations' last hour,
-//!   recent errors, audit log), each within an account's tenant grant, and its bulk
-//!   replays' progress.
+//! - [`outbox`]: listings of the live queue and of alerts by state, and the filtered,
+//!   keyset-paged list of alerts within a tenant grant.
+//! - [`operator_accounts`]: operator accounts and sign-in sessions.
+//! - [`audit`]: the audit log (operators' evidence lines and the log's own lines, failed
+//!   sign-ins counted per window).
+//! - [`bulk_replays`]: operators' bulk replays, their progress and their worker's lease.
+//! - [`committed`]: alerts as committed, straight from the tables (what the fault suite's
+//!   referee compares with what destinations received).
+//! - [`outcome_counts`]: what became of a database's alerts, counted (a demo run's
+//!   progress and report).
+//! - `sql_names`: the typed names written into SQL as literals, for the predicates a
+//!   partial index needs as constants (everything else binds them).
 //! - [`error`]: the store's error type, [`StoreError`].
 //!
 //! Functions that are one statement take any `PgExecutor`, so callers can compose them in
 //! a transaction; functions that must be atomic open their own transaction on a pool.
 
 pub mod alerts;
-#[cfg(feature = "bench-support")]
-pub mod bench;
-pub mod checker;
+pub mod audit;
+pub mod bulk_replays;
+pub mod committed;
 pub mod connect;
-pub mod console;
-pub mod demo;
 pub mod destinations;
 pub mod dispatch;
 pub mod error;
@@ -57,12 +61,15 @@ pub mod monitors;
 pub mod operator;
 pub mod operator_accounts;
 pub mod outbox;
+pub mod outcome_counts;
 pub mod rendered;
 pub mod schema;
 pub mod servers;
+mod sql_names;
 pub mod tenants;
 pub mod tokens;
 pub mod upkeep;
+pub mod wake_ups;
 
 pub use connect::{connect, connect_with_retry, MIGRATOR};
 pub use error::StoreError;

@@ -24,11 +24,12 @@
 //! of deadlocking.
 
 use chrono::{DateTime, Utc};
-use outbox_core::{AlertState, LiveStatus, Outcome};
+use outbox_core::{AlertState, AttemptKind, LiveStatus, Outcome};
 use sqlx::{PgConnection, PgExecutor};
 use std::sync::LazyLock;
 use uuid::Uuid;
 
+use crate::sql_names::SqlName;
 use crate::StoreError;
 
 /// One line of an alert's evidence trail.
@@ -48,16 +49,47 @@ pub struct Event<'a> {
     pub line: &'a str,
 }
 
-/// The evidence table and its columns, in the order every insert lists them.
-const EVENT_INSERT: &str =
+/// The evidence table and its columns, in the order every insert lists them: every line
+/// of evidence is written through this one insert.
+pub(crate) const EVENT_INSERT: &str =
     "INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line)";
+
+/// The attempts table and its columns, in the order every insert lists them (an insert
+/// that has no value for a column gives `NULL`): every attempt is recorded through this
+/// one insert.
+pub(crate) const ATTEMPT_INSERT: &str =
+    "INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
+     started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
+     destination_reference, error_class, response_excerpt, to_state, line)";
+
+/// Queues newly approved alerts. It follows a CTE named `approved` that yields each new
+/// alert's `id`, `destination_id`, `after_alert` (an earlier revision it must wait for, or
+/// `NULL`), `actor` and evidence `line`, and adds two: `queued`, its outbox row (returning
+/// `alert_id`, `next_attempt_at`), and `explained`, the first line of its evidence
+/// (returning `alert_id`, `at`, `line`). An approval through the API, a monitor's batch
+/// and a revision all queue through this one fragment, so a new alert is queued and
+/// explained alike whichever way it came.
+pub(crate) static ENQUEUE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "queued AS ( \
+             INSERT INTO outbox (alert_id, destination_id, after_alert) \
+             SELECT id, destination_id, after_alert FROM approved \
+             RETURNING alert_id, next_attempt_at \
+         ), explained AS ( \
+             {EVENT_INSERT} \
+             SELECT id, NULL, {pending}, NULL, actor, line FROM approved \
+             RETURNING alert_id, at, line \
+         )",
+        pending = AlertState::Pending.sql(),
+    )
+});
 
 /// Appends a line to an alert's evidence trail.
 pub async fn append_event(db: impl PgExecutor<'_>, event: Event<'_>) -> Result<(), StoreError> {
     sqlx::query(&format!("{EVENT_INSERT} VALUES ($1, $2, $3, $4, $5, $6)"))
         .bind(event.alert_id)
-        .bind(event.from.map(AlertState::as_str))
-        .bind(event.to.as_str())
+        .bind(event.from)
+        .bind(event.to)
         .bind(event.attempt)
         .bind(event.actor)
         .bind(event.line)
@@ -113,7 +145,7 @@ pub async fn settle(
          VALUES ($1, $2, $3) {SETTLE_CONFLICT}"
     ))
     .bind(alert_id)
-    .bind(outcome.as_str())
+    .bind(outcome)
     .bind(reference)
     .execute(&mut *tx)
     .await?;
@@ -137,11 +169,12 @@ pub async fn requeue_with_fresh_budget(
          VALUES ($1, $2, $3, $3) \
          ON CONFLICT (alert_id) DO UPDATE SET {}, budget_since = now(), \
              budget_base_attempts = o.attempts",
-        requeue_assignments("'pending'", "now()")
+        requeue_assignments("$4", "now()")
     ))
     .bind(alert_id)
     .bind(destination_id)
     .bind(last_attempt)
+    .bind(LiveStatus::Pending)
     .execute(&mut *tx)
     .await?;
     Ok(())
@@ -204,9 +237,7 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
                ON current_claim.alert_id = i.alert_id \
               AND current_claim.fencing_token = i.fencing_token \
          ), recorded AS ( \
-             INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
-                 started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
-                 destination_reference, error_class, response_excerpt, to_state, line) \
+             {ATTEMPT_INSERT} \
              SELECT f.alert_id, f.attempt, f.kind, f.worker, f.fencing_token, f.started_at, now(), \
                     f.alert_id::text, a.payload_sha256, f.outcome, f.http_status, \
                     f.destination_reference, f.error_class, left(f.response_excerpt, 1000), \
@@ -220,11 +251,12 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
              {SETTLE_CONFLICT} \
          ), explained AS ( \
              {EVENT_INSERT} \
-             SELECT f.alert_id, 'sending', f.to_state, f.attempt, 'dispatcher:' || f.worker, f.line \
+             SELECT f.alert_id, {sending}, f.to_state, f.attempt, 'dispatcher:' || f.worker, f.line \
              FROM fenced f WHERE f.kind IS NULL \
          ) \
          SELECT alert_id, fencing_token FROM fenced",
         requeue = requeue_assignments("i.requeue_status", "i.requeue_at"),
+        sending = AlertState::Sending.sql(),
     )
 });
 
@@ -353,7 +385,7 @@ pub async fn standing(
     let row = sqlx::query_as::<_, StandingRow>(&format!(
         "SELECT ao.outcome, a.destination_id, ao.destination_reference, \
                 COALESCE((SELECT max(d.attempt) FROM delivery_attempts d \
-                          WHERE d.alert_id = a.id AND d.kind = 'send'), 0) AS last_attempt, \
+                          WHERE d.alert_id = a.id AND d.kind = $2), 0) AS last_attempt, \
                 (SELECT later.id FROM alerts later \
                  WHERE later.tenant_id = a.tenant_id AND later.subject = a.subject \
                    AND later.occurrence = a.occurrence \
@@ -364,6 +396,7 @@ pub async fn standing(
          WHERE a.id = $1{lock_alert}"
     ))
     .bind(alert_id)
+    .bind(AttemptKind::Send)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(row) = row else {
@@ -410,31 +443,32 @@ impl Standing {
     pub fn replay_refusal(&self) -> Result<Option<String>, StoreError> {
         let alert_id = self.alert_id;
         let state = self.state()?;
-        let refusal = match state {
-            AlertState::Held | AlertState::Failed => {
-                if let Some(latest) = self.latest_revision {
-                    Some(format!(
-                        "alert {alert_id} has been corrected by a later revision ({latest}); replaying it would send the outdated payload"
-                    ))
-                } else if self.pruned {
-                    Some(pruned_refusal(alert_id))
-                } else {
-                    None
-                }
+        let refusal = if replayable(state) {
+            if let Some(latest) = self.latest_revision {
+                Some(format!(
+                    "alert {alert_id} has been corrected by a later revision ({latest}); replaying it would send the outdated payload"
+                ))
+            } else if self.pruned {
+                Some(pruned_refusal(alert_id))
+            } else {
+                None
             }
-            AlertState::Accepted => Some(format!(
-                "alert {alert_id} was accepted by the destination{}; replaying it would deliver it twice, so it is refused",
-                self.destination_reference
-                    .as_deref()
-                    .map(|r| format!(" (reference {r})"))
-                    .unwrap_or_default()
-            )),
-            AlertState::Superseded => Some(format!(
-                "alert {alert_id} was superseded by a revision and is never sent; replay the revision instead"
-            )),
-            AlertState::Pending | AlertState::Sending | AlertState::Uncertain => Some(format!(
-                "alert {alert_id} is {state}; only held or failed alerts can be replayed"
-            )),
+        } else {
+            match state {
+                AlertState::Accepted => Some(format!(
+                    "alert {alert_id} was accepted by the destination{}; replaying it would deliver it twice, so it is refused",
+                    self.destination_reference
+                        .as_deref()
+                        .map(|r| format!(" (reference {r})"))
+                        .unwrap_or_default()
+                )),
+                AlertState::Superseded => Some(format!(
+                    "alert {alert_id} was superseded by a revision and is never sent; replay the revision instead"
+                )),
+                _ => Some(format!(
+                    "alert {alert_id} is {state}; only held or failed alerts can be replayed"
+                )),
+            }
         };
         Ok(refusal)
     }
@@ -465,6 +499,13 @@ impl Standing {
         };
         Ok(refusal)
     }
+}
+
+/// Whether alerts in `state` may be replayed at all: held and failed ones, which have come
+/// to rest without being delivered. [`Standing::replay_refusal`] adds what else must hold;
+/// a bulk replay's selection asks this before it counts anything.
+pub fn replayable(state: AlertState) -> bool {
+    matches!(state, AlertState::Held | AlertState::Failed)
 }
 
 /// Why a pruned alert cannot be replayed.

@@ -4,6 +4,7 @@
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
+use crate::lifecycle::ENQUEUE;
 use crate::StoreError;
 
 /// A contract as imported. Dates are `YYYY-MM-DD`; the amount is decimal text.
@@ -238,7 +239,7 @@ pub async fn approve_batch(
     // Each payload is parsed once (the `jsonb[]` cast) and rendered once for its
     // fingerprint; each destination's evidence line is formatted once. Sorting with the
     // "C" collation is byte order, whatever the database's.
-    let created = sqlx::query_scalar::<_, Uuid>(
+    let created = sqlx::query_scalar::<_, Uuid>(&format!(
         "WITH input AS ( \
              SELECT * FROM unnest($1::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[]) \
                  AS i(id, destination_id, subject, occurrence, payload) \
@@ -251,20 +252,17 @@ pub async fn approve_batch(
              ORDER BY i.subject COLLATE \"C\", i.occurrence COLLATE \"C\", i.destination_id \
              ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
              RETURNING id, destination_id \
-         ), queued AS ( \
-             INSERT INTO outbox (alert_id, destination_id) \
-             SELECT id, destination_id FROM inserted \
          ), line AS MATERIALIZED ( \
              SELECT id, format('alert approved by %s for destination `%s`; queued for delivery', \
                                $7::text, name) AS line \
              FROM destinations WHERE tenant_id = $2 \
-         ), explained AS ( \
-             INSERT INTO alert_events (alert_id, from_state, to_state, actor, line) \
-             SELECT n.id, NULL, 'pending', $7, l.line \
+         ), approved AS ( \
+             SELECT n.id, n.destination_id, NULL::uuid AS after_alert, $7::text AS actor, l.line \
              FROM inserted n JOIN line l ON l.id = n.destination_id \
-         ) \
+         ), {enqueue} \
          SELECT id FROM inserted",
-    )
+        enqueue = *ENQUEUE,
+    ))
     .bind(alerts.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
     .bind(tenant_id)
     .bind(alerts.iter().map(|a| a.destination_id).collect::<Vec<_>>())

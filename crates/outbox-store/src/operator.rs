@@ -4,12 +4,12 @@
 //! transaction: an action either happens with its evidence, or not at all.
 
 use chrono::{DateTime, Utc};
-use outbox_core::{AlertState, Outcome};
+use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, Outcome};
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::dispatch::OLDEST_DUE_AGE_SECS;
-pub use crate::lifecycle::{pruned_refusal, Resolution};
+pub use crate::lifecycle::{pruned_refusal, replayable, Resolution};
 use crate::lifecycle::{STATE, STATE_JOINS};
 use crate::{lifecycle, StoreError};
 
@@ -26,6 +26,31 @@ pub async fn replay(
     lifecycle::replay(&mut tx, alert_id, actor, note).await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// What an operator may do to an alert right now, as the lifecycle answers: for each
+/// action, `None` when it is open, or the reason it is refused. A page or command shows
+/// these answers rather than deciding for itself; the action itself asks again under the
+/// alert's lock, so an answer that goes stale is refused, never acted on.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OpenActions {
+    /// Why a replay is refused.
+    pub replay: Option<String>,
+    /// Why resolving (as accepted, or abandoning) is refused.
+    pub resolve: Option<String>,
+    /// Why resolving as "not delivered" is refused.
+    pub resolve_not_delivered: Option<String>,
+}
+
+/// Reads [`OpenActions`] for one alert, without locking it.
+pub async fn open_actions(pool: &PgPool, alert_id: Uuid) -> Result<OpenActions, StoreError> {
+    let mut conn = pool.acquire().await?;
+    let alert = lifecycle::standing(&mut conn, alert_id, false).await?;
+    Ok(OpenActions {
+        replay: alert.replay_refusal()?,
+        resolve: alert.resolve_refusal(&Resolution::Abandon)?,
+        resolve_not_delivered: alert.resolve_refusal(&Resolution::NotDelivered)?,
+    })
 }
 
 /// Replays every one of `ids` or none: one transaction, the alerts locked in id order
@@ -93,7 +118,7 @@ pub async fn settled_ids(
            AND ($3::text IS NULL OR d.name = $3) \
          ORDER BY ao.settled_at, a.id",
     )
-    .bind(outcome.as_str())
+    .bind(outcome)
     .bind(tenant)
     .bind(destination)
     .fetch_all(db)
@@ -195,16 +220,21 @@ pub async fn stats(pool: &PgPool) -> Result<Stats, StoreError> {
         i64,
         DateTime<Utc>,
     ) = sqlx::query_as(&format!(
-        "SELECT ({OLDEST_DUE_AGE_SECS}), \
-                    (SELECT count(*) FROM outbox WHERE status = 'uncertain'), \
-                    (SELECT count(*) FROM alert_outcomes WHERE outcome = 'held'), \
+        "SELECT ({oldest}), \
+                    (SELECT count(*) FROM outbox WHERE status = $1), \
+                    (SELECT count(*) FROM alert_outcomes WHERE outcome = $2), \
                     (SELECT count(*) FROM delivery_attempts \
-                     WHERE kind = 'send' AND finished_at > now() - interval '1 hour'), \
+                     WHERE kind = $3 AND finished_at > now() - interval '1 hour'), \
                     (SELECT count(*) FROM delivery_attempts \
-                     WHERE kind = 'send' AND outcome = 'accepted' \
+                     WHERE kind = $3 AND outcome = $4 \
                        AND finished_at > now() - interval '1 hour'), \
-                    now()"
+                    now()",
+        oldest = *OLDEST_DUE_AGE_SECS,
     ))
+    .bind(LiveStatus::Uncertain)
+    .bind(Outcome::Held)
+    .bind(AttemptKind::Send)
+    .bind(AttemptOutcome::Accepted)
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -238,11 +268,6 @@ pub fn prunable_outcomes(include_failed: bool) -> Vec<Outcome> {
         outcomes.push(Outcome::Failed);
     }
     outcomes
-}
-
-/// Outcomes as their stored names, for an `= ANY($n::text[])` parameter.
-fn outcome_names(outcomes: &[Outcome]) -> Vec<&'static str> {
-    outcomes.iter().map(|o| o.as_str()).collect()
 }
 
 /// The smallest UUIDv7 of the millisecond `at`: alert ids are UUIDv7 taken at approval,
@@ -303,7 +328,7 @@ pub async fn prune_step(
     )
     .bind(after)
     .bind(id_bound)
-    .bind(outcome_names(outcomes))
+    .bind(outcomes)
     .bind(settled_before)
     .bind(limit)
     .fetch_one(pool)
@@ -334,7 +359,7 @@ pub async fn prune_preview(
                 (SELECT count(*) FROM alert_evidence WHERE alert_id IN (SELECT id FROM candidates))",
     )
     .bind(id_bound)
-    .bind(outcome_names(outcomes))
+    .bind(outcomes)
     .bind(settled_before)
     .fetch_one(pool)
     .await?;

@@ -1,11 +1,17 @@
-//! Listings for operators: the live queue, and alerts by state.
+//! Listings of alerts: the live queue and alerts by state (`outboxctl list`), and the
+//! filtered, keyset-paged list within an account's tenant grant (the console's outbox
+//! page, and the selection of a bulk replay). Every read of a limited account takes its
+//! grant ([`Scope`]) and applies it in SQL, so it cannot read past it whatever it asks for.
 
 use chrono::{DateTime, Utc};
-use outbox_core::AlertState;
-use sqlx::PgExecutor;
+use outbox_core::{AlertState, AttemptKind};
+use sqlx::{PgExecutor, Postgres, QueryBuilder};
 use uuid::Uuid;
 
-use crate::lifecycle::LAST_EVIDENCE_LINE;
+use crate::lifecycle::{LAST_EVIDENCE_LINE, STATE, STATE_JOINS};
+use crate::operator::first_id_at;
+use crate::sql_names::SqlName;
+use crate::tenants::Scope;
 use crate::StoreError;
 
 /// One alert in a listing.
@@ -24,7 +30,7 @@ pub struct OutboxEntry {
     /// Identity: revision.
     pub revision: i32,
     /// Current state.
-    pub state: String,
+    pub state: AlertState,
     /// Attempts started (live alerts) or recorded (settled ones).
     pub attempts: i32,
     /// When it was approved.
@@ -77,7 +83,7 @@ pub async fn list(
             "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
                 a.revision, ao.outcome AS state, \
                 (SELECT count(*)::int4 FROM delivery_attempts da \
-                 WHERE da.alert_id = a.id AND da.kind = 'send') AS attempts, \
+                 WHERE da.alert_id = a.id AND da.kind = {send}) AS attempts, \
                 a.created_at, NULL::timestamptz AS next_attempt_at, \
                 {LAST_EVIDENCE_LINE} AS last_evidence \
          FROM alert_outcomes ao \
@@ -87,11 +93,12 @@ pub async fn list(
          WHERE ao.outcome = $1 \
            AND ($3::text IS NULL OR t.name = $3) AND ($4::text IS NULL OR d.name = $4) \
            AND ($5::float8 IS NULL OR a.created_at >= now() - make_interval(secs => $5)) \
-         ORDER BY a.created_at, a.id LIMIT $2"
+         ORDER BY a.created_at, a.id LIMIT $2",
+            send = AttemptKind::Send.sql(),
         )
     };
     let rows = sqlx::query_as::<_, OutboxEntry>(&sql)
-        .bind(state.map(AlertState::as_str))
+        .bind(state)
         .bind(filter.limit)
         .bind(&filter.tenant)
         .bind(&filter.destination)
@@ -99,4 +106,142 @@ pub async fn list(
         .fetch_all(db)
         .await?;
     Ok(rows)
+}
+
+/// What the outbox page lists. Empty fields do not filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AlertFilter {
+    /// Tenant name.
+    pub tenant: Option<String>,
+    /// Destination name.
+    pub destination: Option<String>,
+    /// One state.
+    pub state: Option<AlertState>,
+    /// Approved at or after.
+    pub from: Option<DateTime<Utc>>,
+    /// Approved before.
+    pub to: Option<DateTime<Utc>>,
+    /// Text the subject contains (case-insensitive).
+    pub subject: Option<String>,
+}
+
+/// Alert ids are UUIDv7 taken by the approving process, so ids walk in approval order and
+/// a time range becomes a range of the primary key, which the list walks instead of the
+/// whole table. The approving process's clock and the database's may differ: the id range
+/// is widened by this much on both sides, and `created_at` decides exactly.
+const CLOCK_MARGIN_HOURS: i64 = 24;
+
+fn push_filter<'a>(
+    query: &mut QueryBuilder<'a, Postgres>,
+    scope: Scope<'a>,
+    filter: &'a AlertFilter,
+) {
+    if let Some(tenants) = scope {
+        query
+            .push(" AND a.tenant_id = ANY(")
+            .push_bind(tenants)
+            .push(")");
+    }
+    // By id, not by a join on the name: the planner then walks `alerts_tenant_id_idx` in id
+    // order, which stays quick for a tenant with few alerts among millions.
+    if let Some(tenant) = &filter.tenant {
+        query
+            .push(" AND a.tenant_id = (SELECT id FROM tenants WHERE name = ")
+            .push_bind(tenant)
+            .push(")");
+    }
+    if let Some(destination) = &filter.destination {
+        query
+            .push(" AND a.destination_id IN (SELECT id FROM destinations WHERE name = ")
+            .push_bind(destination)
+            .push(")");
+    }
+    if let Some(state) = filter.state {
+        if let Some(live) = state.live() {
+            query.push(" AND o.status = ").push_bind(live);
+        } else if let Some(outcome) = state.outcome() {
+            query.push(" AND ao.outcome = ").push_bind(outcome);
+        }
+    }
+    let margin = chrono::Duration::hours(CLOCK_MARGIN_HOURS);
+    if let Some(from) = filter.from {
+        query.push(" AND a.created_at >= ").push_bind(from);
+        query
+            .push(" AND a.id >= ")
+            .push_bind(first_id_at(from - margin));
+    }
+    if let Some(to) = filter.to {
+        query.push(" AND a.created_at < ").push_bind(to);
+        query
+            .push(" AND a.id < ")
+            .push_bind(first_id_at(to + margin));
+    }
+    if let Some(subject) = &filter.subject {
+        let escaped = subject
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
+        query
+            .push(" AND a.subject ILIKE ")
+            .push_bind(format!("%{escaped}%"))
+            .push(" ESCAPE '\\'");
+    }
+}
+
+/// The joins the state filter needs: [`STATE_JOINS`], with the table a state filter reads
+/// (live states from the small outbox table, settled ones from the outcome table) joined
+/// inner, so that the planner can walk that table's index in id order.
+fn push_from(query: &mut QueryBuilder<'_, Postgres>, filter: &AlertFilter) {
+    let joins = match filter.state {
+        Some(state) if state.is_live() => {
+            STATE_JOINS.replacen("LEFT JOIN outbox", "JOIN outbox", 1)
+        }
+        Some(_) => STATE_JOINS.replacen("LEFT JOIN alert_outcomes", "JOIN alert_outcomes", 1),
+        None => STATE_JOINS.to_owned(),
+    };
+    query.push(format!(
+        " FROM alerts a JOIN tenants t ON t.id = a.tenant_id \
+          JOIN destinations d ON d.id = a.destination_id \
+          {joins} WHERE true"
+    ));
+}
+
+/// One page of alerts matching `filter`, newest first, strictly older than `before`
+/// (the last id of the previous page): keyset paging along the primary key, so a page
+/// deep in history costs what the first one does.
+pub async fn alerts_page(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+    filter: &AlertFilter,
+    before: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<OutboxEntry>, StoreError> {
+    let mut query = QueryBuilder::<Postgres>::new(format!(
+        "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
+                a.revision, {STATE} AS state, \
+                COALESCE(o.attempts, (SELECT count(*)::int4 FROM delivery_attempts da \
+                                      WHERE da.alert_id = a.id AND da.kind = "
+    ));
+    query.push_bind(AttemptKind::Send).push(format!(
+        ")) AS attempts, a.created_at, o.next_attempt_at, {LAST_EVIDENCE_LINE} AS last_evidence"
+    ));
+    push_from(&mut query, filter);
+    push_filter(&mut query, scope, filter);
+    if let Some(before) = before {
+        query.push(" AND a.id < ").push_bind(before);
+    }
+    query.push(" ORDER BY a.id DESC LIMIT ").push_bind(limit);
+    Ok(query.build_query_as::<OutboxEntry>().fetch_all(db).await?)
+}
+
+/// How many alerts match `filter` (the dry run of a bulk replay).
+pub async fn count_alerts(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+    filter: &AlertFilter,
+) -> Result<i64, StoreError> {
+    let mut query = QueryBuilder::<Postgres>::new("SELECT count(*)");
+    push_from(&mut query, filter);
+    push_filter(&mut query, scope, filter);
+    Ok(query.build_query_scalar::<i64>().fetch_one(db).await?)
 }

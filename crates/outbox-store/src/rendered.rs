@@ -3,6 +3,7 @@
 //! and read by every attempt.
 
 use chrono::{DateTime, Utc};
+use outbox_core::DestinationKind;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
@@ -69,9 +70,10 @@ pub async fn email_job(
                 t.locale AS tenant_locale, t.name AS tenant_name \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \
          JOIN tenants t ON t.id = a.tenant_id \
-         WHERE a.id = $1 AND d.kind = 'email'",
+         WHERE a.id = $1 AND d.kind = $2",
     )
     .bind(alert_id)
+    .bind(DestinationKind::Email)
     .fetch_optional(db)
     .await?)
 }

@@ -1,4 +1,5 @@
-//! Tenants: the unit of isolation. Every alert, destination and token belongs to one.
+//! Tenants: the unit of isolation. Every alert, destination and token belongs to one, and
+//! an operator account may be limited to some of them ([`Scope`]).
 
 use sqlx::PgExecutor;
 use uuid::Uuid;
@@ -55,4 +56,30 @@ pub async fn find(db: impl PgExecutor<'_>, name_or_id: &str) -> Result<Tenant, S
         .fetch_optional(db)
         .await?
         .ok_or_else(|| StoreError::UnknownTenant(name_or_id.to_owned()))
+}
+
+/// The tenants an account may see: `None` for every tenant.
+pub type Scope<'a> = Option<&'a [Uuid]>;
+
+/// The id of the tenant called `name`, if there is one.
+pub async fn tenant_id(db: impl PgExecutor<'_>, name: &str) -> Result<Option<Uuid>, StoreError> {
+    Ok(
+        sqlx::query_scalar::<_, Uuid>("SELECT id FROM tenants WHERE name = $1")
+            .bind(name)
+            .fetch_optional(db)
+            .await?,
+    )
+}
+
+/// Tenants by name within a scope, for the filter's choices.
+pub async fn tenant_names(
+    db: impl PgExecutor<'_>,
+    scope: Scope<'_>,
+) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar::<_, String>(
+        "SELECT name FROM tenants WHERE $1::uuid[] IS NULL OR id = ANY($1) ORDER BY name",
+    )
+    .bind(scope)
+    .fetch_all(db)
+    .await?)
 }

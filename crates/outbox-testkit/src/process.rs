@@ -1,4 +1,6 @@
-//! The workspace's binaries as child processes of a test: [`Process::spawn`] starts one with
+//! The workspace's binaries as child processes of a test: [`Run`] runs one to its end (a
+//! command, or a start-up that must be refused) for its status and what it printed;
+//! [`Process::spawn`] starts one with
 //! its log (JSON lines, stderr) in a file of its own under a directory per test,
 //! [`Process::listening`] waits for a listener's announcement with a [`DEADLINE`], and a
 //! process dropped while its test panics prints the end of its log into the test's output,
@@ -15,7 +17,7 @@ use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
+use std::process::{ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
 use std::time::Duration;
@@ -189,6 +191,94 @@ impl Drop for Process {
             if let Some(dir) = self.log.parent() {
                 let _ = std::fs::remove_dir(dir);
             }
+        }
+    }
+}
+
+/// A workspace binary run to its end, for its exit status and what it printed: a command
+/// (`outboxctl ...`, `decider run-once`) or a start-up that must be refused. Like
+/// [`Process::spawn`], crash points and egress openings (`FAILPOINTS`,
+/// `OUTBOX_ALLOW_PRIVATE`) come only from what the test sets, never from the environment
+/// the tests run in. Standard input is empty unless given; the run is killed if it has not
+/// ended within [`DEADLINE`].
+#[derive(Debug)]
+pub struct Run {
+    command: Command,
+    name: String,
+    stdin: Option<Vec<u8>>,
+}
+
+impl Run {
+    /// `binary` (a `CARGO_BIN_EXE_...` path), not started yet.
+    pub fn new(binary: &str) -> Run {
+        let name = Path::new(binary)
+            .file_name()
+            .map_or_else(|| binary.to_owned(), |n| n.to_string_lossy().into_owned());
+        let mut command = Command::new(binary);
+        command
+            .env_remove("FAILPOINTS")
+            .env_remove("OUTBOX_ALLOW_PRIVATE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        Run {
+            command,
+            name,
+            stdin: None,
+        }
+    }
+
+    /// Adds arguments.
+    pub fn args<A: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = A>) -> Run {
+        self.command.args(args);
+        self
+    }
+
+    /// Sets an environment variable.
+    pub fn env(mut self, key: &str, value: impl AsRef<OsStr>) -> Run {
+        self.command.env(key, value);
+        self
+    }
+
+    /// Runs it in `dir` instead of the test's own directory.
+    pub fn current_dir(mut self, dir: impl AsRef<Path>) -> Run {
+        self.command.current_dir(dir);
+        self
+    }
+
+    /// Removes an environment variable the tests may run with.
+    pub fn env_remove(mut self, key: &str) -> Run {
+        self.command.env_remove(key);
+        self
+    }
+
+    /// Gives `input` on standard input.
+    pub fn stdin(mut self, input: impl Into<Vec<u8>>) -> Run {
+        self.command.stdin(Stdio::piped());
+        self.stdin = Some(input.into());
+        self
+    }
+
+    /// Runs it to its end and returns its status and what it printed.
+    pub async fn output(mut self) -> Output {
+        let name = self.name;
+        let mut child = self
+            .command
+            .spawn()
+            .unwrap_or_else(|err| panic!("starting {name}: {err}"));
+        if let (Some(input), Some(mut pipe)) = (self.stdin, child.stdin.take()) {
+            // A command that refuses its arguments exits without reading its input: the
+            // pipe may then close before everything is written, which is not the test's
+            // concern.
+            match tokio::io::AsyncWriteExt::write_all(&mut pipe, &input).await {
+                Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {}
+                other => other.unwrap_or_else(|err| panic!("writing to {name}: {err}")),
+            }
+        }
+        match tokio::time::timeout(DEADLINE, child.wait_with_output()).await {
+            Ok(output) => output.unwrap_or_else(|err| panic!("waiting for {name}: {err}")),
+            Err(_) => panic!("{name} did not end in time"),
         }
     }
 }

@@ -189,18 +189,40 @@ pub struct CliRun {
 
 /// Runs the real `outboxctl` against `db`, as operator `alice`.
 pub async fn outboxctl(db: &TestDb, args: &[&str]) -> CliRun {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_outboxctl"))
+    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_outboxctl"))
         .args(args)
         .env("DATABASE_URL", &db.url)
         .env("USER", "alice")
         .env_remove("OUTBOX_TENANT")
         .env_remove("OUTBOX_ALLOW_PRIVATE")
         .output()
-        .await
-        .expect("run outboxctl");
+        .await;
     CliRun {
         ok: output.status.success(),
         stdout: String::from_utf8(output.stdout).unwrap(),
         stderr: String::from_utf8(output.stderr).unwrap(),
     }
+}
+
+/// `outboxctl revise ID` with this payload, which must succeed.
+pub async fn revise(db: &TestDb, id: &str, payload: &str) -> CliRun {
+    let dir = std::env::temp_dir().join(format!("revise-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let corrected = dir.join("payload.json");
+    std::fs::write(&corrected, payload).unwrap();
+    let revised = outboxctl(
+        db,
+        &[
+            "revise",
+            id,
+            "--payload",
+            corrected.to_str().unwrap(),
+            "--reason",
+            "new text",
+        ],
+    )
+    .await;
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(revised.ok, "{}", revised.stderr);
+    revised
 }

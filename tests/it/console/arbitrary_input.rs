@@ -153,12 +153,12 @@ impl Target {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-        let bulk = outbox_store::console::create_bulk_replay(
+        let bulk = outbox_store::bulk_replays::create_bulk_replay(
             &db.pool,
             "alice",
             "n",
             Some(&[tenant.id]),
-            &outbox_store::console::AlertFilter {
+            &outbox_store::outbox::AlertFilter {
                 tenant: Some("nobody".into()),
                 state: Some(outbox_core::AlertState::Held),
                 ..Default::default()
@@ -171,13 +171,13 @@ impl Target {
             .execute(&db.pool)
             .await
             .unwrap();
-        let password = outbox_console::new_password();
+        let password = outbox_core::password::new_password();
         outbox_store::operator_accounts::create(
             &db.pool,
             "alice",
             "operator",
             None,
-            &outbox_console::hash_password(&password).unwrap(),
+            &outbox_core::password::hash_password(&password).unwrap(),
         )
         .await
         .unwrap();

@@ -2,7 +2,7 @@
 //! headers, paging, bulk replays. What is asserted is read back from the database.
 
 use super::*;
-use common::outboxctl;
+use common::{outboxctl, revise};
 
 const PAGES: &[&str] = &[
     "/console",
@@ -471,6 +471,65 @@ async fn resolutions_need_a_note_and_a_confirm_and_go_through_the_store() {
     assert_eq!(reference.as_deref(), Some("INV-42"));
 }
 
+/// The page shows the lifecycle's answer, not a copy of its rules: a held alert that a
+/// later revision corrected offers no Replay and no "not delivered" (both would send the
+/// outdated payload) and says why in their place, while recording what happened stays
+/// open. A held alert nobody corrected keeps every button.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrected_alert_offers_no_replay_and_says_why() {
+    let db = TestDb::new().await;
+    let (_sink, _, ids) = held_alerts(&db, "acme", 2).await;
+    revise(
+        &db,
+        &ids[0].to_string(),
+        r#"{"alert": 0, "text": "corrected"}"#,
+    )
+    .await;
+    let console = Console::start(db).await;
+    let alice = console.signed_in("alice", "operator", None).await;
+
+    let corrected = console
+        .get(Some(&alice), &format!("/console/alerts/{}", ids[0]))
+        .await;
+    assert_eq!(corrected.status, StatusCode::OK);
+    assert!(
+        !corrected.body.contains("id=\"replay\""),
+        "Replay offered for a corrected alert: {}",
+        corrected.body
+    );
+    assert!(!corrected.body.contains("id=\"resolve-not-delivered\""));
+    assert!(
+        corrected.body.contains("id=\"replay-refused\"")
+            && corrected
+                .body
+                .contains("has been corrected by a later revision"),
+        "{}",
+        corrected.body
+    );
+    assert!(corrected
+        .body
+        .contains("id=\"resolve-not-delivered-refused\""));
+    assert!(corrected.body.contains("id=\"resolve-accepted\""));
+    assert!(corrected.body.contains("id=\"resolve-abandon\""));
+
+    let untouched = console
+        .get(Some(&alice), &format!("/console/alerts/{}", ids[1]))
+        .await;
+    for button in [
+        "replay",
+        "resolve-accepted",
+        "resolve-not-delivered",
+        "resolve-abandon",
+    ] {
+        assert!(
+            untouched.body.contains(&format!("id=\"{button}\"")),
+            "{button}: {}",
+            untouched.body
+        );
+    }
+    assert!(!untouched.body.contains("class=\"refusal\""));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_account_limited_to_a_tenant_cannot_read_or_act_past_it() {
     let db = TestDb::new().await;
@@ -845,16 +904,22 @@ async fn a_bulk_replay_counts_first_then_replays_each_alert_once_in_the_backgrou
 async fn a_bulk_replay_left_half_done_by_a_dead_worker_resumes_after_its_cursor() {
     let db = TestDb::new().await;
     let (_sink, _, ids) = held_alerts(&db, "acme", 5).await;
-    let filter = outbox_store::console::AlertFilter {
+    let filter = outbox_store::outbox::AlertFilter {
         state: Some(outbox_core::AlertState::Held),
         ..Default::default()
     };
-    let run =
-        outbox_store::console::create_bulk_replay(&db.pool, "alice", "resume me", None, &filter, 5)
-            .await
-            .unwrap();
+    let run = outbox_store::bulk_replays::create_bulk_replay(
+        &db.pool,
+        "alice",
+        "resume me",
+        None,
+        &filter,
+        5,
+    )
+    .await
+    .unwrap();
     // A worker took it, replayed the two newest alerts, recorded its cursor, and died.
-    let taken = outbox_store::console::take_bulk_replay(&db.pool, Duration::from_millis(1))
+    let taken = outbox_store::bulk_replays::take_bulk_replay(&db.pool, Duration::from_millis(1))
         .await
         .unwrap()
         .unwrap();
@@ -864,7 +929,7 @@ async fn a_bulk_replay_left_half_done_by_a_dead_worker_resumes_after_its_cursor(
             .await
             .unwrap();
     }
-    outbox_store::console::advance_bulk_replay(
+    outbox_store::bulk_replays::advance_bulk_replay(
         &db.pool,
         run,
         2,
@@ -897,12 +962,12 @@ async fn a_bulk_replay_left_half_done_by_a_dead_worker_resumes_after_its_cursor(
 async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
     let db = TestDb::new().await;
     let (_sink, _, _ids) = held_alerts(&db, "acme", 3).await;
-    let run = outbox_store::console::create_bulk_replay(
+    let run = outbox_store::bulk_replays::create_bulk_replay(
         &db.pool,
         "alice",
         "later",
         None,
-        &outbox_store::console::AlertFilter {
+        &outbox_store::outbox::AlertFilter {
             state: Some(outbox_core::AlertState::Held),
             ..Default::default()
         },
@@ -911,7 +976,7 @@ async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
     .await
     .unwrap();
     assert!(
-        outbox_store::console::set_bulk_replay_running(&db.pool, run, false)
+        outbox_store::bulk_replays::set_bulk_replay_running(&db.pool, run, false)
             .await
             .unwrap()
     );

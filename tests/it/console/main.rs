@@ -89,8 +89,8 @@ impl Console {
 
     /// Creates an account straight in the store; returns its password.
     pub(crate) async fn account(&self, name: &str, role: &str, tenants: Option<&[Uuid]>) -> String {
-        let password = outbox_console::new_password();
-        let hash = outbox_console::hash_password(&password).unwrap();
+        let password = outbox_core::password::new_password();
+        let hash = outbox_core::password::hash_password(&password).unwrap();
         outbox_store::operator_accounts::create(&self.db.pool, name, role, tenants, &hash)
             .await
             .unwrap();

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::dispatch::{self, AttemptRecord, Completion, Next};
-use outbox_core::{AttemptKind, AttemptOutcome, DestinationKind, OnUncertain};
+use outbox_core::{AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, OnUncertain};
 use outbox_testkit::TestDb;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -56,6 +56,7 @@ async fn every_typed_name_is_exactly_what_the_schema_allows() {
         ("delivery_attempts", "outcome", names(AttemptOutcome::ALL)),
         ("destinations", "kind", names(DestinationKind::ALL)),
         ("destinations", "on_uncertain", names(OnUncertain::ALL)),
+        ("console_bulk_replays", "state", names(BulkReplayState::ALL)),
     ];
     for (table, column, typed) in pairs {
         // Equal sets: every variant's name passes the CHECK, and every name the CHECK

@@ -1,4 +1,5 @@
-//! `bench`: measures the outbox. See `outbox_bench` for what and how.
+//! `bench`: measures the outbox. See `outbox_bench` for what and how. The benchmark's
+//! binary is in its own crate so that no product binary depends on the benchmark.
 
 /// Many small allocations per delivery (requests, rows, evidence lines) on several
 /// threads: mimalloc keeps them off the C allocator's contended arenas.

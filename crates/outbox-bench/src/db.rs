@@ -1,13 +1,15 @@
-//! Statements the benchmark needs besides the product's own: server counters (commits,
-//! WAL position, dead tuples), queue samples, a synthetic history of settled alerts, and
-//! the claim timed on its own. Nothing here is used by the product's processes.
+//! The benchmark's own statements, besides the product's: server counters (commits, WAL
+//! position, dead tuples), queue samples, a synthetic history of settled alerts, the claim
+//! timed on its own, and a reset of the `public` schema. They live here, not in
+//! `outbox-store`, so that no product binary can link them: a feature of the store would
+//! be unified into every binary built alongside the benchmark.
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
-use crate::StoreError;
+use outbox_store::StoreError;
 
 /// Empties the connected database's `public` schema, so that the benchmark can migrate it
 /// from scratch. Only for a database given to the benchmark.
@@ -316,9 +318,14 @@ pub async fn time_claims(
     for _ in 0..rounds {
         let mut tx = pool.begin().await?;
         let started = Instant::now();
-        let claimed =
-            crate::dispatch::claim(&mut *tx, "benchmark", batch, Duration::from_secs(60), &[])
-                .await?;
+        let claimed = outbox_store::dispatch::claim(
+            &mut *tx,
+            "benchmark",
+            batch,
+            Duration::from_secs(60),
+            &[],
+        )
+        .await?;
         took.push(started.elapsed());
         if claimed.len() as i64 != batch {
             return Err(StoreError::Refused(format!(

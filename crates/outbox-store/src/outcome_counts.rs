@@ -1,7 +1,9 @@
-//! The demo's reads (`outboxctl demo`): how far a run has come and what became of its
-//! alerts. Read-only counts over the whole database, which only makes sense in the demo's
-//! own database; kept apart from the operators' API so no operator command reaches them.
+//! What became of alerts, counted over the whole database: how far a run has come
+//! (approved, settled, uncertain now) and how the accepted ones got there (first try,
+//! retries, a de-duplicated resend, a lookup). The counts only mean something in a
+//! database that holds one run (`outboxctl demo` makes one); no operator command reads them.
 
+use outbox_core::{AttemptKind, AttemptOutcome, LiveStatus, Outcome};
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
@@ -39,8 +41,9 @@ pub async fn progress(db: impl PgExecutor<'_>) -> Result<Progress, StoreError> {
     let (total, settled, uncertain): (i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM alerts), \
                 (SELECT count(*) FROM alert_outcomes), \
-                (SELECT count(*) FROM outbox WHERE status = 'uncertain')",
+                (SELECT count(*) FROM outbox WHERE status = $1)",
     )
+    .bind(LiveStatus::Uncertain)
     .fetch_one(db)
     .await?;
     Ok(Progress {
@@ -85,30 +88,38 @@ pub async fn report(pool: &PgPool) -> Result<Report, StoreError> {
         "WITH accepted AS ( \
                  SELECT a.id, \
                         EXISTS (SELECT 1 FROM delivery_attempts d WHERE d.alert_id = a.id \
-                                AND d.kind = 'lookup' AND d.outcome = 'found') AS lookup, \
+                                AND d.kind = $1 AND d.outcome = $2) AS lookup, \
                         EXISTS (SELECT 1 FROM delivery_attempts d WHERE d.alert_id = a.id \
-                                AND d.kind = 'send' AND d.outcome = 'uncertain') AS was_uncertain, \
+                                AND d.kind = $3 AND d.outcome = $4) AS was_uncertain, \
                         (SELECT count(*) FROM delivery_attempts d WHERE d.alert_id = a.id \
-                                AND d.kind = 'send') AS sends \
+                                AND d.kind = $3) AS sends \
                  FROM alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id \
-                 WHERE ao.outcome = 'accepted' \
+                 WHERE ao.outcome = $5 \
              ) \
              SELECT count(*) FILTER (WHERE lookup), \
                     count(*) FILTER (WHERE NOT lookup AND was_uncertain), \
                     count(*) FILTER (WHERE NOT lookup AND NOT was_uncertain AND sends > 1), \
                     count(*) FILTER (WHERE NOT lookup AND NOT was_uncertain AND sends <= 1), \
-                    (SELECT count(*) FROM alert_outcomes WHERE outcome = 'held'), \
-                    (SELECT count(*) FROM alert_outcomes WHERE outcome = 'failed'), \
+                    (SELECT count(*) FROM alert_outcomes WHERE outcome = $6), \
+                    (SELECT count(*) FROM alert_outcomes WHERE outcome = $7), \
                     (SELECT count(*) FROM outbox) \
              FROM accepted",
     )
+    .bind(AttemptKind::Lookup)
+    .bind(AttemptOutcome::Found)
+    .bind(AttemptKind::Send)
+    .bind(AttemptOutcome::Uncertain)
+    .bind(Outcome::Accepted)
+    .bind(Outcome::Held)
+    .bind(Outcome::Failed)
     .fetch_one(pool)
     .await?;
     let held_lines = sqlx::query_as::<_, (Uuid, String)>(&format!(
         "SELECT a.id, {LAST_EVIDENCE_LINE} \
          FROM alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id \
-         WHERE ao.outcome = 'held' ORDER BY a.created_at, a.id LIMIT 10"
+         WHERE ao.outcome = $1 ORDER BY a.created_at, a.id LIMIT 10"
     ))
+    .bind(Outcome::Held)
     .fetch_all(pool)
     .await?;
     Ok(Report {

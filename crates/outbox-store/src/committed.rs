@@ -1,7 +1,9 @@
-//! The referee's reads: what the database says happened, queried directly from the
-//! tables (never through the dispatcher's statements), for the fault-suite checker.
+//! Alerts as committed, read straight from the tables (never through the dispatcher's
+//! statements): every alert with its state and evidence, identities committed more than
+//! once, and the stored messages of email alerts. The fault suite's referee compares these
+//! with what the destinations received.
 
-use outbox_core::AlertState;
+use outbox_core::{AlertState, DestinationKind};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -121,8 +123,9 @@ pub async fn stored_messages(pool: &PgPool) -> Result<Vec<StoredMessage>, StoreE
                 encode(sha256(r.bytes || '\\x0d0a'::bytea), 'hex') AS wire_sha256 \
          FROM rendered_messages r JOIN alerts a ON a.id = r.alert_id \
          JOIN destinations d ON d.id = a.destination_id \
-         WHERE d.kind = 'email'",
+         WHERE d.kind = $1",
     )
+    .bind(DestinationKind::Email)
     .fetch_all(pool)
     .await?;
     Ok(rows)

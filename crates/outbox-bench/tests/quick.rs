@@ -4,7 +4,8 @@
 //! own database and sink. The run checks each
 //! drain itself (every alert accepted once, one attempt row each, no duplicate at the sink,
 //! never more rows in `sending` than the bound) and fails if one does not hold; this test
-//! reads the figures back and checks them again. It never asserts a time.
+//! reads the figures back and checks them again. It never asserts a time. The drains start
+//! the `dispatcher` binary built beside `bench` (`cargo test --workspace` builds both).
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 

@@ -1,0 +1,50 @@
+//! The lifecycle's typed names written into SQL text, for the few predicates the planner
+//! must see as constants.
+//!
+//! Queries bind the names as values (the enums encode as `text`). A predicate that selects
+//! a partial index (`outbox_due_idx` is `WHERE status IN ('pending', 'uncertain')`) or a
+//! constant shared by statically built statements cannot be a parameter: a generic plan
+//! cannot prove a parameter matches the index's predicate. There the name is written as a
+//! literal, from the enum, here, so a renamed state still changes every statement at once.
+
+use outbox_core::{AlertState, AttemptKind, AttemptOutcome, DestinationKind, LiveStatus, Outcome};
+
+/// A typed name that can be written into SQL as a quoted literal.
+pub(crate) trait SqlName: Copy {
+    /// The stored name.
+    fn name(self) -> &'static str;
+
+    /// The name as a SQL string literal (`'pending'`). The names are lowercase words and
+    /// underscores (the core's tests hold them to that), so nothing needs escaping.
+    fn sql(self) -> String {
+        format!("'{}'", self.name())
+    }
+}
+
+macro_rules! sql_names {
+    ($($name:ty),+) => {
+        $(impl SqlName for $name {
+            fn name(self) -> &'static str {
+                self.as_str()
+            }
+        })+
+    };
+}
+
+sql_names!(
+    AlertState,
+    LiveStatus,
+    Outcome,
+    AttemptKind,
+    AttemptOutcome,
+    DestinationKind
+);
+
+/// Several names as the inside of a SQL `IN (...)` list: `'pending', 'uncertain'`.
+pub(crate) fn sql_list<T: SqlName>(names: &[T]) -> String {
+    names
+        .iter()
+        .map(|name| name.sql())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
