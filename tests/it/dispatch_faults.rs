@@ -478,15 +478,29 @@ async fn a_failed_resend_stays_uncertain_instead_of_becoming_an_ordinary_retry()
         "drop_response_for_keys": [id.to_string()],
     }))
     .await;
-    let first = spawn_dispatcher(&dispatcher_args(&db, "first", &[]), None);
+    // The first dispatcher's next claim (its resend of the uncertain attempt) ends it
+    // before anything is sent: the 503 below must answer a resend, and a resend the first
+    // dispatcher made before the test could script it would be answered 200 instead.
+    let mut first = spawn_dispatcher(
+        &dispatcher_args(&db, "first", &[]),
+        Some("dispatch-after-claim=1*off->return"),
+    );
     wait_for_db(
         &db,
         "SELECT count(*) FROM alert_evidence WHERE to_state = 'uncertain'",
         |n| n == 1,
     )
     .await;
-    let mut first = first;
-    first.kill().await.unwrap();
+    let ended = tokio::time::timeout(DEADLINE, first.wait())
+        .await
+        .expect("the first dispatcher's resend claim ends it")
+        .unwrap();
+    assert!(!ended.success());
+    assert_eq!(
+        sink.stats().await["requests"],
+        1,
+        "only attempt 1 was sent by the first dispatcher"
+    );
     sink.faults(json!({"script": [{"status": 503}]})).await;
     drain(&db, "second", &["--drain-horizon", "5s"]).await;
 
