@@ -347,8 +347,34 @@ fn is_root() -> bool {
 }
 
 fn free_port() -> Result<u16, PrivateServerError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .map_err(|err| PrivateServerError::Failed(format!("finding a free port: {err}")))
+    unused_port().ok_or_else(|| PrivateServerError::Failed("no free port".to_owned()))
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on now, for a server that will listen
+/// there a little later (PostgreSQL, Patroni, HAProxy, etcd). It is taken below the
+/// kernel's ephemeral range (`ip_local_port_range`), so that no `bind` to port 0 and no
+/// outgoing connection of another process can be handed the same port meanwhile; within
+/// one process, successive calls never return the same port.
+pub fn unused_port() -> Option<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOWEST: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_start: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .filter(|&start| start > LOWEST + 1_000)
+        .unwrap_or(32_768);
+    let span = ephemeral_start - LOWEST;
+    // Each process starts at its own place in the span, so two processes rarely try the
+    // same ports; the bind below catches the rest.
+    let start = (std::process::id().wrapping_mul(7_919)) % span;
+    for _ in 0..span {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = LOWEST + (start + step) % span;
+        let port = u16::try_from(port).ok()?;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Some(port);
+        }
+    }
+    None
 }

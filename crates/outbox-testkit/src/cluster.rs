@@ -369,10 +369,9 @@ fn run(bin: &Path, tool: &str, args: &[&str]) {
     );
 }
 
-/// A port nobody listens on now (the kernel's choice for an ephemeral bind).
+/// A port nobody listens on now, that no other test can be handed before its server listens.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("bind an ephemeral port")
-        .port()
+    // Below the ephemeral range, never the same twice in this process: a port chosen now
+    // and listened on seconds later must not be handed to another test meanwhile.
+    outbox_runtime::private_postgres::unused_port().expect("a free port")
 }
