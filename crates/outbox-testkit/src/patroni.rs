@@ -140,12 +140,52 @@ impl PatroniCluster {
             Replication::Synchronous => "sync_standby",
             Replication::Asynchronous => "replica",
         };
-        cluster.wait_for("node2 to stream from node1", |c| {
-            c.member("node2").is_some_and(|m| {
-                m.contains(&format!("\"role\": \"{wanted}\"")) && m.contains("\"lag\": 0")
-            })
+        cluster.wait_for("node2 to join as a replica", |c| {
+            c.member("node2")
+                .is_some_and(|m| m.contains(&format!("\"role\": \"{wanted}\"")))
         });
+        cluster.wait_until_caught_up();
         cluster
+    }
+
+    /// Waits until the leader's other node streams from it and has replayed everything the
+    /// leader had written when this was called. (Patroni reports a replica fresh from its
+    /// base backup with no lag before it streams: its replication slot is made on the
+    /// leader's next loop, and until then whatever the leader writes reaches nobody.)
+    pub fn wait_until_caught_up(&mut self) {
+        let leader = self.leader().expect("a leader");
+        let follower = &self.nodes[1 - leader].name.clone();
+        let port = self.nodes[leader].pg_port.to_string();
+        let bin = bindir();
+        let sql = |query: &str| -> Option<String> {
+            let output = Command::new(bin.join("psql"))
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port,
+                    "-U",
+                    "postgres",
+                    "-d",
+                    "postgres",
+                ])
+                .args(["-Atq", "-c", query])
+                .env("PGPASSWORD", PASSWORD)
+                .output()
+                .ok()?;
+            output
+                .status
+                .success()
+                .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+        };
+        let target = sql("SELECT pg_current_wal_lsn()").expect("the leader's WAL position");
+        let query = format!(
+            "SELECT count(*) FROM pg_stat_replication WHERE application_name = '{follower}' \
+             AND state = 'streaming' AND replay_lsn >= '{target}'"
+        );
+        self.wait_for("the replica to stream and catch up", |_| {
+            sql(&query).as_deref() == Some("1")
+        });
     }
 
     /// A URL for `database` through HAProxy, with `target_session_attrs=read-write` as the

@@ -74,6 +74,9 @@ async fn crash_the_leader_under_load(replication: Replication) -> Report {
         ],
     )
     .await;
+    // The set-up itself is on the replica before any load: what a crash may lose is the
+    // approvals' work, never the schema.
+    cluster.wait_until_caught_up();
     let old_leader = cluster.leader().expect("a leader");
     let (mut decider, api) = decider(&cluster.url("postgres")).await;
     let mut through_haproxy = dispatcher(&cluster.url("postgres"), "through-haproxy");
