@@ -195,7 +195,20 @@ fn free_port() -> u16 {
 /// listens: as `postgres` when the tests run as root (PostgreSQL refuses root), as the
 /// current user otherwise.
 fn demo_without_a_server(port: u16, extra_env: &[(&str, &str)]) -> std::process::Command {
-    let outboxctl = env!("CARGO_BIN_EXE_outboxctl");
+    // The demo runs as `postgres`, which may not be able to reach the build directory (a
+    // clone in a private temporary directory): it runs copies of the binaries it needs.
+    let copies = std::env::temp_dir().join(format!("outbox-demo-bins-{}", std::process::id()));
+    std::fs::create_dir_all(&copies).unwrap();
+    for binary in [
+        env!("CARGO_BIN_EXE_outboxctl"),
+        env!("CARGO_BIN_EXE_decider"),
+        env!("CARGO_BIN_EXE_dispatcher"),
+        env!("CARGO_BIN_EXE_sink"),
+    ] {
+        let path = std::path::Path::new(binary);
+        std::fs::copy(path, copies.join(path.file_name().unwrap())).unwrap();
+    }
+    let outboxctl = copies.join("outboxctl");
     let root = std::process::Command::new("id")
         .arg("-u")
         .output()

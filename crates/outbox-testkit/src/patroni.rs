@@ -80,6 +80,10 @@ impl PatroniCluster {
             .stderr(log_file(&root.join("etcd.log")))
             .spawn()
             .expect("start etcd (Debian: apt-get install etcd-server)");
+        // Patroni runs as `postgres`, which may not be able to read the checkout (a clone
+        // in a private temporary directory): it reads a copy of the settings.
+        std::fs::copy(deploy_dir().join("patroni.yml"), root.join("patroni.yml"))
+            .expect("copy patroni.yml");
         let nodes = [1, 2].map(|n| {
             let dir = root.join(format!("node{n}"));
             std::fs::create_dir_all(&dir).expect("make a node's directory");
@@ -364,7 +368,7 @@ impl PatroniCluster {
         let api = format!("127.0.0.1:{}", node.api_port);
         let postgres = format!("127.0.0.1:{}", node.pg_port);
         let patroni = command
-            .arg(deploy_dir().join("patroni.yml"))
+            .arg(self.root.join("patroni.yml"))
             .current_dir(&node.dir)
             .env("HOME", &node.dir)
             .env("PATRONI_NAME", &node.name)
