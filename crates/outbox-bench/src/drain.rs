@@ -5,62 +5,17 @@
 //! The clock starts just before the dispatchers start (their start-up is included) and
 //! stops when the sink has seen every key and the outbox is empty: every outcome recorded.
 
-use crate::db::{self, DrainEvidence};
 use anyhow::Context;
-use outbox_dispatcher::Transport;
 use outbox_runtime::shutdown::{Shutdown, Trigger};
 use outbox_store::PgPool;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::db::{self, DrainEvidence};
+use crate::dispatchers::{Dispatchers, DrainSettings, Running};
 use crate::measure::{process_cpu_secs, HostCpu};
-
-/// Who delivers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Dispatchers {
-    /// One dispatcher inside this process, with this transport.
-    InProcess(#[serde(skip)] Transport),
-    /// This many `dispatcher` processes side by side, each with `--drain`.
-    Processes(u32),
-}
-
-/// Dispatcher settings for a drain.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct DrainSettings {
-    /// Who delivers.
-    pub dispatchers: Dispatchers,
-    /// Rows per claim statement.
-    pub batch_size: u32,
-    /// Rows a dispatcher holds in `sending` at once (its crash blast radius).
-    pub max_in_flight: u32,
-    /// Sends a dispatcher runs at once (`--max-concurrent-sends`).
-    pub max_concurrent_sends: u32,
-    /// The sink's address: the one address the dispatchers' egress guard opens (the
-    /// bench's sinks listen on loopback, which is otherwise refused).
-    #[serde(skip)]
-    pub sink_ip: Option<std::net::IpAddr>,
-}
-
-/// The address of a sink's URL when its host is an IP literal (as the bench's are).
-pub fn sink_ip(url: &str) -> Option<std::net::IpAddr> {
-    let url = reqwest::Url::parse(url).ok()?;
-    let host = url.host_str()?;
-    host.trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse()
-        .ok()
-}
-
-impl DrainSettings {
-    /// The allow-list opening exactly the sink's address.
-    fn allow_private(&self) -> String {
-        self.sink_ip.map(|ip| ip.to_string()).unwrap_or_default()
-    }
-}
 
 /// Counters of a sink, read over HTTP (`GET <stats_url>`): the peers' sink and ours
 /// both answer `distinct_keys` and `requests`; duplicates are named differently.
@@ -149,82 +104,39 @@ pub async fn drain(
     sink_stats: Option<&str>,
 ) -> anyhow::Result<DrainReport> {
     let http = reqwest::Client::new();
-    let sink_before = match sink_stats {
-        Some(url) => SinkCounters::read(&http, url).await?,
-        None => SinkCounters::default(),
-    };
     let own_queries = Arc::new(AtomicU64::new(0));
-    // The WAL of the drain is read back afterwards: a slot (held by this connection)
-    // keeps checkpoints from recycling it meanwhile.
-    let mut wal_keeper = pool.acquire().await?;
-    let wal_inspection =
-        db::enable_wal_inspection(pool).await && db::reserve_wal(&mut wal_keeper).await;
-    let rows_before = settled_row_counters(pool, None).await?;
-    let counters_before = db::server_counters(pool).await?;
-    let host_before = HostCpu::now();
-    let cpu_before = process_cpu_secs();
-    let started = Instant::now();
-
-    let sampler = Sampler::start(pool.clone(), own_queries.clone(), started);
+    let mut before = Before::read(pool, &http, sink_stats).await?;
+    let sampler = Sampler::start(pool.clone(), own_queries.clone(), before.started);
     let mut running = Running::start(database_url, settings).await?;
 
     // Phase 1: the sink has every key. Phase 2: every outcome is recorded.
-    let deadline = started + Duration::from_secs(1800);
-    let mut sink_after = sink_before;
+    let deadline = before.started + Duration::from_secs(1800);
     if let Some(url) = sink_stats {
-        loop {
-            sink_after = SinkCounters::read(&http, url).await?;
-            if sink_after.distinct_keys - sink_before.distinct_keys >= n {
-                break;
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "the drain did not finish in 30 minutes"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-    if sink_stats.is_none() {
+        wait_for_sink_keys(&http, url, before.sink.distinct_keys + n, deadline).await?;
+    } else {
         // Nothing to watch at a sink (the no-op send): wait for the dispatcher to end by
         // itself once nothing is due, as the peers wait for their in-process counter,
         // rather than poll the queue throughout, which costs the database CPU the drain
         // would be charged for (about 15 % of it in the peers' harness).
         running.wait_until_ended(deadline).await?;
     }
-    loop {
-        own_queries.fetch_add(1, Ordering::Relaxed);
-        if db::queue_empty(pool).await? {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the drain did not finish in 30 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let host_cpu_busy_pct = host_before.busy_pct_since();
+    wait_for_empty_queue(pool, &own_queries, deadline).await?;
+    let seconds = before.started.elapsed().as_secs_f64();
+    let host_cpu_busy_pct = before.host_cpu.busy_pct_since();
     running.stop().await?;
-    let driver_cpu_s = process_cpu_secs() - cpu_before;
+    let driver_cpu_s = process_cpu_secs() - before.cpu_secs;
     let (max_sending, outbox_dead_tuples) = sampler.stop().await;
-    if let Some(url) = sink_stats {
-        sink_after = SinkCounters::read(&http, url).await?;
-    }
+    let sink_after = match sink_stats {
+        Some(url) => SinkCounters::read(&http, url).await?,
+        None => before.sink,
+    };
     let counters_after = db::server_counters(pool).await?;
     // The counters' own read counts as one commit.
     let own = own_queries.load(Ordering::Relaxed) as i64 + 1;
-    let commits = (counters_after.commits - counters_before.commits - own).max(0);
+    let commits = (counters_after.commits - before.counters.commits - own).max(0);
     let evidence = db::drain_evidence(pool).await?;
-    let row_writes = RowWrites::between(pool, &rows_before, n).await?;
-    let database_wal_bytes_per_delivery = if wal_inspection {
-        let bytes =
-            db::database_wal_bytes(pool, counters_before.wal_lsn, counters_after.wal_lsn).await;
-        db::release_wal(&mut wal_keeper).await?;
-        Some(bytes? as f64 / n as f64)
-    } else {
-        None
-    };
-    drop(wal_keeper);
+    let row_writes = RowWrites::between(pool, &before.rows, n).await?;
+    let database_wal_bytes_per_delivery = before.database_wal(pool, &counters_after, n).await?;
     let processes = match settings.dispatchers {
         Dispatchers::InProcess(_) => 1,
         Dispatchers::Processes(k) => i64::from(k),
@@ -234,10 +146,10 @@ pub async fn drain(
         settings,
         seconds,
         deliveries_per_sec: n as f64 / seconds,
-        sink_requests: sink_after.requests - sink_before.requests,
-        sink_duplicates: sink_after.duplicates() - sink_before.duplicates(),
+        sink_requests: sink_after.requests - before.sink.requests,
+        sink_duplicates: sink_after.duplicates() - before.sink.duplicates(),
         commits_per_delivery: commits as f64 / n as f64,
-        wal_bytes_per_delivery: (counters_after.wal_lsn - counters_before.wal_lsn) as f64
+        wal_bytes_per_delivery: (counters_after.wal_lsn - before.counters.wal_lsn) as f64
             / n as f64,
         row_writes,
         database_wal_bytes_per_delivery,
@@ -248,6 +160,107 @@ pub async fn drain(
         outbox_dead_tuples,
         evidence,
     })
+}
+
+/// What is read just before a drain starts, to be subtracted afterwards.
+struct Before {
+    /// The sink's counters (zero without a sink to read).
+    sink: SinkCounters,
+    /// Holds the WAL of the drain (a slot on this connection) while `wal_inspection`.
+    wal_keeper: sqlx::pool::PoolConnection<sqlx::Postgres>,
+    /// Whether the drain's own WAL can be read back (`pg_walinspect`).
+    wal_inspection: bool,
+    rows: Vec<db::RowCounters>,
+    counters: db::ServerCounters,
+    host_cpu: HostCpu,
+    cpu_secs: f64,
+    /// The drain's clock starts here, just before the dispatchers start.
+    started: Instant,
+}
+
+impl Before {
+    async fn read(
+        pool: &PgPool,
+        http: &reqwest::Client,
+        sink_stats: Option<&str>,
+    ) -> anyhow::Result<Before> {
+        let sink = match sink_stats {
+            Some(url) => SinkCounters::read(http, url).await?,
+            None => SinkCounters::default(),
+        };
+        // The WAL of the drain is read back afterwards: a slot (held by this connection)
+        // keeps checkpoints from recycling it meanwhile.
+        let mut wal_keeper = pool.acquire().await?;
+        let wal_inspection =
+            db::enable_wal_inspection(pool).await && db::reserve_wal(&mut wal_keeper).await;
+        let rows = settled_row_counters(pool, None).await?;
+        let counters = db::server_counters(pool).await?;
+        Ok(Before {
+            sink,
+            wal_keeper,
+            wal_inspection,
+            rows,
+            counters,
+            host_cpu: HostCpu::now(),
+            cpu_secs: process_cpu_secs(),
+            started: Instant::now(),
+        })
+    }
+
+    /// The WAL bytes per delivery of this database's own records between these counters
+    /// and `after`, when the server can tell; releases the WAL held meanwhile.
+    async fn database_wal(
+        &mut self,
+        pool: &PgPool,
+        after: &db::ServerCounters,
+        n: u64,
+    ) -> anyhow::Result<Option<f64>> {
+        if !self.wal_inspection {
+            return Ok(None);
+        }
+        let bytes = db::database_wal_bytes(pool, self.counters.wal_lsn, after.wal_lsn).await;
+        db::release_wal(&mut self.wal_keeper).await?;
+        Ok(Some(bytes? as f64 / n as f64))
+    }
+}
+
+/// Waits (until `deadline`) for the sink at `stats_url` to have seen `keys` distinct keys.
+async fn wait_for_sink_keys(
+    http: &reqwest::Client,
+    stats_url: &str,
+    keys: u64,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    loop {
+        if SinkCounters::read(http, stats_url).await?.distinct_keys >= keys {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the drain did not finish in 30 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (until `deadline`) for the outbox to be empty: every outcome recorded. Each
+/// poll counts as one of the benchmark's own queries.
+async fn wait_for_empty_queue(
+    pool: &PgPool,
+    own_queries: &AtomicU64,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    loop {
+        own_queries.fetch_add(1, Ordering::Relaxed);
+        if db::queue_empty(pool).await? {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the drain did not finish in 30 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Row writes of one table per delivery over a drain.
@@ -434,144 +447,4 @@ impl Sampler {
         let dead = self.task.await.unwrap_or_default();
         (self.max_sending.load(Ordering::Relaxed), dead)
     }
-}
-
-/// Dispatchers at work.
-pub(crate) enum Running {
-    InProcess {
-        stop: tokio::sync::oneshot::Sender<()>,
-        task: tokio::task::JoinHandle<
-            Result<outbox_dispatcher::RunSummary, outbox_dispatcher::DispatchError>,
-        >,
-    },
-    Processes(Vec<tokio::process::Child>),
-}
-
-impl Running {
-    pub(crate) async fn start(
-        database_url: &str,
-        settings: DrainSettings,
-    ) -> anyhow::Result<Running> {
-        match settings.dispatchers {
-            Dispatchers::InProcess(transport) => {
-                let dispatcher_pool = outbox_store::connect(database_url, "dispatcher", 16).await?;
-                let config = outbox_dispatcher::Config {
-                    worker_id: outbox_dispatcher::default_worker_id(),
-                    batch_size: settings.batch_size,
-                    max_in_flight: settings.max_in_flight,
-                    max_concurrent_sends: Some(settings.max_concurrent_sends),
-                    lease: Duration::from_secs(30),
-                    poll_interval: Duration::from_secs(1),
-                    retry_schedule: outbox_core::retry::RetrySchedule::parse("5s,30s,2m")
-                        .map_err(anyhow::Error::msg)?,
-                    // The no-op send has no sink to watch: the dispatcher ends by itself once
-                    // nothing is due, and the drain waits for that (`Running::wait_until_ended`).
-                    drain: matches!(transport, outbox_dispatcher::Transport::Discard)
-                        .then_some(Duration::ZERO),
-                    shutdown_deadline: Duration::from_secs(20),
-                    metrics_listen: None,
-                    connect_timeout: Duration::from_secs(5),
-                    transport,
-                    // The workload stores its secrets in plain text.
-                    secret_keys: Default::default(),
-                    egress: outbox_egress::Guard::new(
-                        outbox_egress::AllowList::parse(&settings.allow_private())
-                            .map_err(anyhow::Error::msg)?,
-                    ),
-                    templates: Default::default(),
-                    templates_dir: None,
-                    health_report_interval: Duration::from_secs(5),
-                    queue_vacuum_after: Some(outbox_dispatcher::DEFAULT_QUEUE_VACUUM_AFTER),
-                };
-                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-                let task = tokio::spawn(outbox_dispatcher::run(dispatcher_pool, config, async {
-                    let _ = stopped.await;
-                }));
-                Ok(Running::InProcess { stop, task })
-            }
-            Dispatchers::Processes(k) => {
-                let program = sibling_binary("dispatcher")?;
-                let mut children = Vec::new();
-                for i in 0..k {
-                    let child = tokio::process::Command::new(&program)
-                        .arg("--database-url")
-                        .arg(database_url)
-                        .arg("--worker-id")
-                        .arg(format!("bench-{i}"))
-                        .arg("--batch-size")
-                        .arg(settings.batch_size.to_string())
-                        .arg("--max-in-flight")
-                        .arg(settings.max_in_flight.to_string())
-                        .arg("--max-concurrent-sends")
-                        .arg(settings.max_concurrent_sends.to_string())
-                        .arg("--drain")
-                        .arg("--allow-private")
-                        .arg(settings.allow_private())
-                        .env("RUST_LOG", "warn")
-                        .kill_on_drop(true)
-                        .spawn()
-                        .with_context(|| format!("starting {}", program.display()))?;
-                    children.push(child);
-                }
-                Ok(Running::Processes(children))
-            }
-        }
-    }
-
-    /// Waits (until `deadline`) for the dispatchers to end by themselves, as they do once
-    /// nothing is due when they drain: the in-process no-op dispatcher, or processes.
-    pub(crate) async fn wait_until_ended(&mut self, deadline: Instant) -> anyhow::Result<()> {
-        loop {
-            let ended = match self {
-                Running::InProcess { task, .. } => task.is_finished(),
-                Running::Processes(children) => {
-                    let mut all = true;
-                    for child in children.iter_mut() {
-                        all &= child.try_wait()?.is_some();
-                    }
-                    all
-                }
-            };
-            if ended {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "the dispatchers did not end in 30 minutes"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-
-    pub(crate) async fn stop(self) -> anyhow::Result<()> {
-        match self {
-            Running::InProcess { stop, task } => {
-                let _ = stop.send(());
-                task.await??;
-            }
-            Running::Processes(children) => {
-                for mut child in children {
-                    let status = child.wait().await?;
-                    anyhow::ensure!(status.success(), "a dispatcher process ended with {status}");
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A binary built beside the running one (`target/<profile>/<name>`).
-pub fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("locating this program")?;
-    let dir = exe.parent().context("this program has no directory")?;
-    // Test binaries live one level down, in `deps/`.
-    for candidate in [dir.join(name), dir.join("..").join(name)] {
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    anyhow::bail!(
-        "`{name}` is not built beside {}; build the workspace's binaries first",
-        exe.display()
-    )
 }

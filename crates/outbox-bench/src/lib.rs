@@ -3,22 +3,38 @@
 //!
 //! Layout:
 //! - `workload`: the tenant, the destination and the alerts every measurement uses.
-//! - `drain`: one timed drain by dispatchers (in this process or as processes), with the
-//!   server's counters read around it and the live queue sampled during it.
+//! - `dispatchers`: who delivers (one dispatcher in this process, or `dispatcher`
+//!   processes) with which settings, and those dispatchers at work.
+//! - `drain`: one timed drain by dispatchers, with the server's counters read around it
+//!   and the live queue sampled during it.
 //! - `peer`: the external driver of the queue peers' harness (`RESULT {json}`).
-//! - `suite`: every figure in one run (`bench run`), on its own database and sink.
+//! - `suite`: every figure in one run (`bench run`), on its own database and sink: its
+//!   settings, its phases (`suite/drains.rs`, `latency.rs`, `claim_cost.rs`) and its
+//!   report (`suite/report.rs`).
 //! - `sustained`: a long open-loop run at a share of capacity, reported interval by
 //!   interval (`bench run --only sustained`).
+//! - what both runs use: `own_sink` (our sink on a thread of its own), `api` (the approval
+//!   API served from this process, and its client), `scratch` (a database of the run's
+//!   own) and `progress` (the progress lines on stderr).
 //! - `measure`: CPU readings and percentiles.
 //! - `db`: the statements the benchmark needs besides the product's (counters, samples,
 //!   synthetic history, the schema reset). They live in this crate rather than the store so
 //!   that no product binary links them.
 //! - `main.rs`: the `bench` binary (`cargo run --release -p outbox-bench -- run`).
 
+pub mod api;
 pub mod db;
+pub mod dispatchers;
 pub mod drain;
 pub mod measure;
+pub mod own_sink;
 pub mod peer;
+pub mod scratch;
 pub mod suite;
 pub mod sustained;
 pub mod workload;
+
+/// One progress line on stderr (`bench: ...`); stdout holds only the report.
+pub(crate) fn progress(what: &str) {
+    eprintln!("bench: {what}");
+}

@@ -12,7 +12,8 @@ use anyhow::Context;
 use outbox_dispatcher::Transport;
 use serde_json::json;
 
-use crate::drain::{drain, Dispatchers, DrainSettings};
+use crate::dispatchers::{self, Dispatchers, DrainSettings};
+use crate::drain::drain;
 use crate::workload::{DestinationSettings, Workload};
 
 /// The harness's arguments (`--n --variant --db --sink`), and the dispatcher's settings.
@@ -97,7 +98,7 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
             batch_size: args.batch_size,
             max_in_flight: args.max_in_flight,
             max_concurrent_sends: args.concurrent_sends,
-            sink_ip: crate::drain::sink_ip(sink),
+            sink_ip: dispatchers::sink_ip(sink),
         },
         (!discard).then_some(stats_url.as_str()),
     )

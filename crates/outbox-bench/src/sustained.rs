@@ -14,16 +14,19 @@
 //!    the sends accepted in that interval, and live/dead tuples of every table written to;
 //! 3. the check: every approval accepted once, and the sink saw no duplicate.
 
-use anyhow::Context;
 use outbox_dispatcher::Transport;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::drain::{self, Dispatchers, DrainSettings, Running, SinkCounters};
-use crate::suite::{progress, Api, OwnSink};
-use crate::workload::{DestinationSettings, Workload};
+use crate::api::{Api, ApiClient};
+use crate::dispatchers::{self, Dispatchers, DrainSettings, Running};
+use crate::drain::SinkCounters;
+use crate::own_sink::OwnSink;
+use crate::progress;
+use crate::scratch::on_own_database;
+use crate::workload::Workload;
 
 /// Share of the measured capacity the run offers.
 pub const SHARE_OF_CAPACITY: f64 = 0.7;
@@ -165,12 +168,32 @@ pub async fn run(
     on_interval: impl Fn(&Interval),
 ) -> anyhow::Result<SustainedReport> {
     let sink = OwnSink::start()?;
-    let (url, name) = outbox_store::connect::create_database(server_url, "outbox_bench")
-        .await
-        .context("creating the benchmark database")?;
-    let result = run_on(&url, &sink, settings, on_interval).await;
-    outbox_store::connect::drop_database(server_url, &name).await?;
-    result
+    let sink = &sink;
+    on_own_database(server_url, |url| async move {
+        run_on(&url, sink, settings, on_interval).await
+    })
+    .await
+}
+
+/// The rate the run offers, and where it came from.
+struct Rate {
+    /// The capacity measured first, when no rate was given.
+    capacity: Option<Capacity>,
+    /// Approvals per second.
+    per_sec: f64,
+    /// Where the rate came from, for the report's header.
+    source: String,
+}
+
+/// Counts shared with the tasks that approve.
+#[derive(Clone, Default)]
+struct Tallies {
+    /// The next alert's index (every approval takes its own).
+    next: Arc<AtomicU64>,
+    /// Approvals answered `201` during the run.
+    approved: Arc<AtomicU64>,
+    /// Approvals refused or failed during the run.
+    failed: Arc<AtomicU64>,
 }
 
 async fn run_on(
@@ -180,119 +203,37 @@ async fn run_on(
     on_interval: impl Fn(&Interval),
 ) -> anyhow::Result<SustainedReport> {
     let pool = outbox_store::connect(url, "benchmark", 4).await?;
-    let workload = Workload::prepare(
-        pool.clone(),
-        &DestinationSettings {
-            url: format!("{}/hook", sink.base),
-            max_in_flight: crate::peer::DESTINATION_BOUND,
-        },
-    )
-    .await?;
+    let workload = Workload::prepare(pool.clone(), &sink.destination()).await?;
     let api_pool = outbox_store::connect(url, "decider", 32).await?;
     let api = Api::start(api_pool, &workload).await?;
-    let running = Running::start(
-        url,
-        DrainSettings {
-            dispatchers: Dispatchers::InProcess(Transport::Http),
-            batch_size: settings.batch_size,
-            max_in_flight: settings.max_in_flight,
-            max_concurrent_sends: settings.concurrent_sends,
-            sink_ip: drain::sink_ip(&sink.base),
-        },
-    )
-    .await?;
+    let running = Running::start(url, drain_settings(&settings, sink)).await?;
     let http = reqwest::Client::new();
-    let next = Arc::new(AtomicU64::new(0));
+    let tallies = Tallies::default();
 
-    let (capacity, rate, rate_source) = match settings.rate {
-        Some(rate) => (None, rate, "given".to_owned()),
-        None => {
-            let capacity = measure_capacity(&api, &workload, &next, sink, &settings).await?;
-            let rate =
-                SHARE_OF_CAPACITY * capacity.approvals_per_sec.min(capacity.deliveries_per_sec);
-            let source = format!(
-                "{:.0} % of a measured capacity of {:.0}/s: {:.0} approvals/s and {:.0} deliveries/s together",
-                SHARE_OF_CAPACITY * 100.0,
-                capacity.approvals_per_sec.min(capacity.deliveries_per_sec),
-                capacity.approvals_per_sec,
-                capacity.deliveries_per_sec
-            );
-            (Some(capacity), rate, source)
-        }
-    };
-    anyhow::ensure!(rate > 0.0, "the rate must be above 0 approvals/s");
+    let rate = choose_rate(&api, &workload, &tallies.next, sink, &settings).await?;
+    anyhow::ensure!(rate.per_sec > 0.0, "the rate must be above 0 approvals/s");
     // The capacity measurement's backlog is delivered before the run starts.
-    wait_until_settled(&pool, &http, sink, next.load(Ordering::Relaxed)).await?;
+    wait_until_settled(&pool, &http, sink, tallies.next.load(Ordering::Relaxed)).await?;
 
     progress(&format!(
-        "sustained: {rate:.0} approvals/s ({rate_source}) for {}s",
-        settings.run_secs
+        "sustained: {:.0} approvals/s ({}) for {}s",
+        rate.per_sec, rate.source, settings.run_secs
     ));
-    let approved = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(AtomicU64::new(0));
-    let offered_from = next.load(Ordering::Relaxed);
+    let offered_from = tallies.next.load(Ordering::Relaxed);
     let offer = tokio::spawn(offer_open_loop(
         api.client.clone(),
         workload.clone(),
-        next.clone(),
-        rate,
+        tallies.clone(),
+        rate.per_sec,
         Duration::from_secs(settings.run_secs),
         settings.max_outstanding,
-        approved.clone(),
-        failed.clone(),
     ));
-
-    let started = Instant::now();
-    let mut intervals = Vec::new();
-    let mut last_attempt = crate::db::accepted_since(&pool, 0).await?.last_id;
-    let mut sink_before = SinkCounters::read(&http, &sink.stats_url()).await?;
-    let mut approved_before = 0;
-    let mut interval_started = Instant::now();
-    let period = Duration::from_secs(settings.interval_secs.max(1));
-    let mut index = 0;
-    while started.elapsed() < Duration::from_secs(settings.run_secs) {
-        let end = (interval_started + period).min(started + Duration::from_secs(settings.run_secs));
-        tokio::time::sleep_until(end.into()).await;
-        let seconds = interval_started.elapsed().as_secs_f64();
-        interval_started = Instant::now();
-        index += 1;
-        let sink_now = SinkCounters::read(&http, &sink.stats_url()).await?;
-        let approved_now = approved.load(Ordering::Relaxed);
-        let accepted = crate::db::accepted_since(&pool, last_attempt).await?;
-        last_attempt = accepted.last_id;
-        let interval = Interval {
-            index,
-            at_secs: started.elapsed().as_secs_f64(),
-            approvals_per_sec: (approved_now - approved_before) as f64 / seconds,
-            deliveries_per_sec: (sink_now.distinct_keys - sink_before.distinct_keys) as f64
-                / seconds,
-            accepted: accepted.accepted,
-            p50_ms: accepted.p50_ms,
-            p99_ms: accepted.p99_ms,
-            tables: crate::db::written_tables(&pool).await?,
-        };
-        on_interval(&interval);
-        intervals.push(interval);
-        sink_before = sink_now;
-        approved_before = approved_now;
-    }
+    let intervals = report_intervals(&pool, &http, sink, &settings, &tallies, on_interval).await?;
     offer.await??;
-    let approved = approved.load(Ordering::Relaxed);
-    let failed_approvals = failed.load(Ordering::Relaxed);
-    let total = next.load(Ordering::Relaxed);
-    let answered = if failed_approvals > 0 {
-        Err(anyhow::anyhow!(
-            "{failed_approvals} approvals failed during the run"
-        ))
-    } else if total - offered_from != approved {
-        Err(anyhow::anyhow!(
-            "{approved} of {} approvals answered",
-            total - offered_from
-        ))
-    } else {
-        Ok(())
-    };
-    if let Err(err) = answered {
+    let approved = tallies.approved.load(Ordering::Relaxed);
+    let failed_approvals = tallies.failed.load(Ordering::Relaxed);
+    let total = tallies.next.load(Ordering::Relaxed);
+    if let Err(err) = all_answered(failed_approvals, approved, total - offered_from) {
         // Stopped before the verdict, so that the database is never dropped under them.
         running.stop().await?;
         api.stop().await;
@@ -301,23 +242,136 @@ async fn run_on(
     wait_until_settled(&pool, &http, sink, total).await?;
     running.stop().await?;
     api.stop().await;
-    let evidence = crate::db::drain_evidence(&pool).await?;
+    let sink_duplicates = delivered_once(&pool, &http, sink, total).await?;
+    pool.close().await;
+    Ok(SustainedReport {
+        settings,
+        capacity: rate.capacity,
+        rate_per_sec: rate.per_sec,
+        rate_source: rate.source,
+        intervals,
+        approved,
+        failed_approvals,
+        sink_duplicates,
+    })
+}
+
+/// One dispatcher in this process, delivering over HTTP to `sink`.
+fn drain_settings(settings: &SustainedSettings, sink: &OwnSink) -> DrainSettings {
+    DrainSettings {
+        dispatchers: Dispatchers::InProcess(Transport::Http),
+        batch_size: settings.batch_size,
+        max_in_flight: settings.max_in_flight,
+        max_concurrent_sends: settings.concurrent_sends,
+        sink_ip: dispatchers::sink_ip(&sink.base),
+    }
+}
+
+/// The rate given, or [`SHARE_OF_CAPACITY`] of a capacity measured now: the lower of
+/// approvals/s and deliveries/s, measured together.
+async fn choose_rate(
+    api: &Api,
+    workload: &Workload,
+    next: &Arc<AtomicU64>,
+    sink: &OwnSink,
+    settings: &SustainedSettings,
+) -> anyhow::Result<Rate> {
+    if let Some(rate) = settings.rate {
+        return Ok(Rate {
+            capacity: None,
+            per_sec: rate,
+            source: "given".to_owned(),
+        });
+    }
+    let capacity = measure_capacity(api, workload, next, sink, settings).await?;
+    let both = capacity.approvals_per_sec.min(capacity.deliveries_per_sec);
+    let source = format!(
+        "{:.0} % of a measured capacity of {:.0}/s: {:.0} approvals/s and {:.0} deliveries/s together",
+        SHARE_OF_CAPACITY * 100.0,
+        both,
+        capacity.approvals_per_sec,
+        capacity.deliveries_per_sec
+    );
+    Ok(Rate {
+        capacity: Some(capacity),
+        per_sec: SHARE_OF_CAPACITY * both,
+        source,
+    })
+}
+
+/// Every `interval_secs` until the run's end (the last interval may be shorter), one
+/// [`Interval`]: approvals (`tallies`) and new sink keys per second, the sends accepted
+/// meanwhile with their latency, and the tables' tuples. `on_interval` sees each as it
+/// ends.
+async fn report_intervals(
+    pool: &outbox_store::PgPool,
+    http: &reqwest::Client,
+    sink: &OwnSink,
+    settings: &SustainedSettings,
+    tallies: &Tallies,
+    on_interval: impl Fn(&Interval),
+) -> anyhow::Result<Vec<Interval>> {
+    let started = Instant::now();
+    let run_for = Duration::from_secs(settings.run_secs);
+    let period = Duration::from_secs(settings.interval_secs.max(1));
+    let mut intervals = Vec::new();
+    let mut last_attempt = crate::db::accepted_since(pool, 0).await?.last_id;
+    let mut sink_before = SinkCounters::read(http, &sink.stats_url()).await?;
+    let mut approved_before = 0;
+    let mut interval_started = Instant::now();
+    while started.elapsed() < run_for {
+        let end = (interval_started + period).min(started + run_for);
+        tokio::time::sleep_until(end.into()).await;
+        let seconds = interval_started.elapsed().as_secs_f64();
+        interval_started = Instant::now();
+        let sink_now = SinkCounters::read(http, &sink.stats_url()).await?;
+        let approved_now = tallies.approved.load(Ordering::Relaxed);
+        let accepted = crate::db::accepted_since(pool, last_attempt).await?;
+        last_attempt = accepted.last_id;
+        let interval = Interval {
+            index: intervals.len() + 1,
+            at_secs: started.elapsed().as_secs_f64(),
+            approvals_per_sec: (approved_now - approved_before) as f64 / seconds,
+            deliveries_per_sec: (sink_now.distinct_keys - sink_before.distinct_keys) as f64
+                / seconds,
+            accepted: accepted.accepted,
+            p50_ms: accepted.p50_ms,
+            p99_ms: accepted.p99_ms,
+            tables: crate::db::written_tables(pool).await?,
+        };
+        on_interval(&interval);
+        intervals.push(interval);
+        sink_before = sink_now;
+        approved_before = approved_now;
+    }
+    Ok(intervals)
+}
+
+/// Whether every one of the `offered` approvals was answered `201`.
+fn all_answered(failed: u64, approved: u64, offered: u64) -> anyhow::Result<()> {
+    anyhow::ensure!(failed == 0, "{failed} approvals failed during the run");
+    anyhow::ensure!(
+        offered == approved,
+        "{approved} of {offered} approvals answered"
+    );
+    Ok(())
+}
+
+/// The final check, once settled: each of the `total` alerts accepted, none left
+/// otherwise. Returns the deliveries of a key the sink had already applied.
+async fn delivered_once(
+    pool: &outbox_store::PgPool,
+    http: &reqwest::Client,
+    sink: &OwnSink,
+    total: u64,
+) -> anyhow::Result<u64> {
+    let evidence = crate::db::drain_evidence(pool).await?;
     anyhow::ensure!(
         evidence.accepted == total as i64 && evidence.not_accepted == 0,
         "after the run: {evidence:?} for {total} alerts"
     );
-    let sink_after = SinkCounters::read(&http, &sink.stats_url()).await?;
-    pool.close().await;
-    Ok(SustainedReport {
-        settings,
-        capacity,
-        rate_per_sec: rate,
-        rate_source,
-        intervals,
-        approved,
-        failed_approvals,
-        sink_duplicates: sink_after.effective_duplicates,
-    })
+    let sink_after = SinkCounters::read(http, &sink.stats_url()).await?;
+    Ok(sink_after.effective_duplicates)
 }
 
 /// Closed loop for a while: API clients approving as fast as they get answers, the
@@ -368,16 +422,13 @@ async fn measure_capacity(
 /// approvals due are started without waiting for earlier answers (at most
 /// `max_outstanding` at once; beyond that, arrivals queue in this process and the
 /// interval's approvals/s shows the shortfall).
-#[allow(clippy::too_many_arguments)]
 async fn offer_open_loop(
-    client: crate::suite::ApiClient,
+    client: ApiClient,
     workload: Workload,
-    next: Arc<AtomicU64>,
+    tallies: Tallies,
     rate: f64,
     run_for: Duration,
     max_outstanding: usize,
-    approved: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
 ) -> anyhow::Result<()> {
     let tick = Duration::from_millis(10);
     let mut interval = tokio::time::interval(tick);
@@ -392,17 +443,16 @@ async fn offer_open_loop(
         let count = owed.floor() as u64;
         owed -= count as f64;
         for _ in 0..count {
-            let i = next.fetch_add(1, Ordering::Relaxed);
+            let i = tallies.next.fetch_add(1, Ordering::Relaxed);
             let (client, workload) = (client.clone(), workload.clone());
-            let (approved, failed, outstanding) =
-                (approved.clone(), failed.clone(), outstanding.clone());
+            let (tallies, outstanding) = (tallies.clone(), outstanding.clone());
             requests.spawn(async move {
                 let _permit = outstanding.acquire_owned().await;
                 match client.approve_one(&workload, i).await {
-                    Ok(_) => approved.fetch_add(1, Ordering::Relaxed),
+                    Ok(_) => tallies.approved.fetch_add(1, Ordering::Relaxed),
                     Err(err) => {
                         tracing::warn!(error = %err, "approval failed");
-                        failed.fetch_add(1, Ordering::Relaxed)
+                        tallies.failed.fetch_add(1, Ordering::Relaxed)
                     }
                 };
             });

@@ -6,64 +6,93 @@
 use outbox_checker::{
     check, check_with_inboxes, explain, Capability, Inbox, InboxMessage, Sink, SinkRecord,
 };
-use outbox_store::dispatch::{self, Completion, Next};
+use outbox_store::destinations::NewDestination;
+use outbox_store::dispatch::{self, ClaimedAlert, Completion, Next};
 use outbox_testkit::TestDb;
 use std::time::Duration;
+use uuid::Uuid;
+
+/// A destination `name` of `tenant` at `url` that holds its uncertain sends.
+fn destination(tenant: Uuid, name: &str, url: &str) -> NewDestination {
+    NewDestination {
+        tenant_id: tenant,
+        name: name.into(),
+        url: url.into(),
+        signing_secrets: vec![],
+        idempotency_header: "Idempotency-Key".into(),
+        idempotency_retention: None,
+        lookup_url_template: None,
+        on_uncertain: outbox_core::OnUncertain::Hold,
+        timeout: Duration::from_secs(1),
+        max_in_flight: 4,
+    }
+}
+
+/// Approves alert `subject` / `o` of `tenant` for `destination`.
+async fn approve(db: &TestDb, tenant: Uuid, destination: &str, subject: &str, payload: &str) {
+    outbox_store::alerts::approve(
+        &db.pool,
+        outbox_store::alerts::Approval {
+            tenant_id: tenant,
+            destination,
+            subject,
+            occurrence: "o",
+            payload_json: payload,
+            actor: "test",
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// Claims every due alert (up to 10) as worker `w`.
+async fn claim(db: &TestDb) -> Vec<ClaimedAlert> {
+    dispatch::claim(&db.pool, "w", 10, Duration::from_secs(30), &[])
+        .await
+        .unwrap()
+}
+
+/// Records the claimed `row` as accepted by its destination, with `reference`.
+async fn settle_accepted(db: &TestDb, row: &ClaimedAlert, reference: &str) {
+    let done = Completion {
+        alert_id: row.alert_id,
+        fencing_token: row.fencing_token,
+        worker: "w".into(),
+        attempt: None,
+        next: Next::Settle {
+            outcome: outbox_core::Outcome::Accepted,
+            reference: Some(reference.into()),
+        },
+        line: "accepted".into(),
+        disable_destination: None,
+    };
+    assert!(dispatch::complete(&db.pool, &done).await.unwrap());
+}
 
 /// Two alerts, both delivered and recorded as accepted; returns their ids and hashes.
 async fn clean_history(db: &TestDb) -> Vec<(String, String)> {
     let tenant = outbox_store::tenants::create(&db.pool, "acme", "UTC", None)
         .await
         .unwrap();
-    outbox_store::destinations::create(
-        &db.pool,
-        &outbox_store::destinations::NewDestination {
-            tenant_id: tenant,
-            name: "ops".into(),
-            url: "http://127.0.0.1:9/hook".into(),
-            signing_secrets: vec![],
-            idempotency_header: "Idempotency-Key".into(),
-            idempotency_retention: Some(Duration::from_secs(3600)),
-            lookup_url_template: None,
-            on_uncertain: outbox_core::OnUncertain::Hold,
-            timeout: Duration::from_secs(1),
-            max_in_flight: 4,
-        },
-    )
-    .await
-    .unwrap();
-    for n in 0..2 {
-        outbox_store::alerts::approve(
-            &db.pool,
-            outbox_store::alerts::Approval {
-                tenant_id: tenant,
-                destination: "ops",
-                subject: &format!("s{n}"),
-                occurrence: "o",
-                payload_json: &format!("{{\"n\": {n}}}"),
-                actor: "test",
-            },
-        )
+    let ops = NewDestination {
+        idempotency_retention: Some(Duration::from_secs(3600)),
+        ..destination(tenant, "ops", "http://127.0.0.1:9/hook")
+    };
+    outbox_store::destinations::create(&db.pool, &ops)
         .await
         .unwrap();
+    for n in 0..2 {
+        approve(
+            db,
+            tenant,
+            "ops",
+            &format!("s{n}"),
+            &format!("{{\"n\": {n}}}"),
+        )
+        .await;
     }
-    for row in dispatch::claim(&db.pool, "w", 10, Duration::from_secs(30), &[])
-        .await
-        .unwrap()
-    {
-        let done = Completion {
-            alert_id: row.alert_id,
-            fencing_token: row.fencing_token,
-            worker: "w".into(),
-            attempt: None,
-            next: Next::Settle {
-                outcome: outbox_core::Outcome::Accepted,
-                reference: Some("r".into()),
-            },
-            line: "accepted".into(),
-            disable_destination: None,
-        };
-        assert!(dispatch::complete(&db.pool, &done).await.unwrap());
+    for row in claim(db).await {
+        settle_accepted(db, &row, "r").await;
     }
     sqlx::query_as("SELECT id::text, encode(payload_sha256, 'hex') FROM alerts ORDER BY id")
         .fetch_all(&db.pool)
@@ -140,7 +169,7 @@ async fn a_sink_record_without_a_committed_alert_is_unexpected() {
     let db = TestDb::new().await;
     let alerts = clean_history(&db).await;
     let mut records: Vec<_> = alerts.iter().map(|(k, h)| applied(k, h)).collect();
-    records.push(applied(&uuid::Uuid::now_v7().to_string(), "00"));
+    records.push(applied(&Uuid::now_v7().to_string(), "00"));
     let report = check(&db.pool, 1, &sink(Capability::Idempotent, records))
         .await
         .unwrap();
@@ -269,18 +298,7 @@ async fn email_history(db: &TestDb) -> InboxMessage {
     let tenant = outbox_store::tenants::create(&db.pool, "acme", "UTC", None)
         .await
         .unwrap();
-    let new = outbox_store::destinations::NewDestination {
-        tenant_id: tenant,
-        name: "mail".into(),
-        url: "smtp://127.0.0.1:25".into(),
-        signing_secrets: vec![],
-        idempotency_header: "Idempotency-Key".into(),
-        idempotency_retention: None,
-        lookup_url_template: None,
-        on_uncertain: outbox_core::OnUncertain::Hold,
-        timeout: Duration::from_secs(1),
-        max_in_flight: 4,
-    };
+    let new = destination(tenant, "mail", "smtp://127.0.0.1:25");
     let email = outbox_store::destinations::EmailSettings {
         smtp_tls: "none".into(),
         smtp_username: None,
@@ -294,23 +312,8 @@ async fn email_history(db: &TestDb) -> InboxMessage {
     outbox_store::destinations::create_email_with_id(&db.pool, id, &new, &email)
         .await
         .unwrap();
-    outbox_store::alerts::approve(
-        &db.pool,
-        outbox_store::alerts::Approval {
-            tenant_id: tenant,
-            destination: "mail",
-            subject: "s",
-            occurrence: "o",
-            payload_json: "{\"n\": 1}",
-            actor: "test",
-        },
-    )
-    .await
-    .unwrap();
-    let row = dispatch::claim(&db.pool, "w", 10, Duration::from_secs(30), &[])
-        .await
-        .unwrap()
-        .remove(0);
+    approve(db, tenant, "mail", "s", "{\"n\": 1}").await;
+    let row = claim(db).await.remove(0);
     let alert_id = row.alert_id;
     let bytes = b"Message-ID: <m@acme.example>\r\n\r\nhello".to_vec();
     let mut on_the_wire = bytes.clone();
@@ -326,19 +329,7 @@ async fn email_history(db: &TestDb) -> InboxMessage {
     outbox_store::rendered::store_once(&db.pool, alert_id, &message_id, &bytes, &sha(&bytes), "v")
         .await
         .unwrap();
-    let done = Completion {
-        alert_id,
-        fencing_token: row.fencing_token,
-        worker: "w".into(),
-        attempt: None,
-        next: Next::Settle {
-            outcome: outbox_core::Outcome::Accepted,
-            reference: Some("Q1".into()),
-        },
-        line: "accepted".into(),
-        disable_destination: None,
-    };
-    assert!(dispatch::complete(&db.pool, &done).await.unwrap());
+    settle_accepted(db, &row, "Q1").await;
     InboxMessage {
         message_id: Some(format!("{alert_id}@acme.example")),
         alert_id: Some(alert_id.to_string()),
@@ -402,7 +393,7 @@ async fn an_inbox_is_judged_by_message_id_and_the_stored_bytes() {
     assert_eq!(mutated.mutated_retries, 1, "{mutated}");
 
     let mut stray = received.clone();
-    stray.alert_id = Some(uuid::Uuid::now_v7().to_string());
+    stray.alert_id = Some(Uuid::now_v7().to_string());
     let unexpected = judge(vec![received.clone(), stray], Capability::PlainHold).await;
     assert_eq!(unexpected.unexpected, 1, "{unexpected}");
     assert!(!unexpected.passed());
