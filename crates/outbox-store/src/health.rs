@@ -25,8 +25,7 @@ use sqlx::{PgExecutor, PgPool};
 use std::time::Duration;
 use uuid::Uuid;
 
-use crate::dispatch::DUE;
-use crate::sql_names::sql_list;
+use crate::dispatch::due_status;
 use crate::tenants::Scope;
 use crate::StoreError;
 
@@ -311,13 +310,13 @@ pub async fn destination_health(
                       LEFT JOIN per_bucket p ON p.destination_id = d.id AND p.bucket = b ORDER BY b) \
                     AS accepted_by_bucket, \
                 (SELECT extract(epoch FROM now() - min(o.next_attempt_at))::float8 FROM outbox o \
-                 WHERE o.destination_id = d.id AND o.status IN ({due}) \
+                 WHERE o.destination_id = d.id AND {due} \
                    AND o.next_attempt_at <= now()) AS oldest_due_age_secs \
          FROM destinations d JOIN tenants t ON t.id = d.tenant_id \
          LEFT JOIN destination_health h ON h.destination_id = d.id \
          WHERE $1::uuid[] IS NULL OR d.tenant_id = ANY($1) \
          ORDER BY t.name, d.name",
-        due = sql_list(DUE),
+        due = due_status("o.status"),
     ))
     .bind(scope)
     .bind(AttemptKind::Send)
