@@ -1,10 +1,10 @@
 //! The alert lifecycle's transitions and refusals, each written once. Everything that moves
 //! an alert between states is here or is built from the pieces here:
 //!
-//! - [`settle`]: an alert leaves the live queue for an [`Outcome`] (with the destination's
-//!   reference when it was accepted), recorded in `alert_outcomes`, never in the wide
-//!   alert row. Its set-based twin is the settling step of [`COMPLETE_BATCH`], built with
-//!   the same `SETTLE_CONFLICT`.
+//! - [`settle`]: an alert leaves the live queue for an [`Outcome`](outbox_core::Outcome)
+//!   (with the destination's reference when it was accepted), recorded in
+//!   `alert_outcomes`, never in the wide alert row. Its set-based twin is the settling
+//!   step of [`COMPLETE_BATCH`], built with the same `SETTLE_CONFLICT`.
 //! - requeue: a live row goes back to `pending` or `uncertain`, its claim cleared
 //!   ([`requeue_assignments`], used by the batch completion, the lease sweep and a
 //!   dispatcher's release), or a settled alert comes back to the queue with a fresh retry

@@ -117,8 +117,9 @@ pub async fn requeue_with_fresh_budget(
 /// Evidence: a completion that recorded an attempt (or lookup) writes its state and line
 /// into that attempt row, so a routine delivery costs four row writes (the claim's outbox
 /// update, the attempt row, the outbox row's delete, the outcome row) and no evidence row
-/// of its own; [`evidence_trail`] reads them back with the other lines. A completion
-/// without one (nothing was sent) writes its line through [`EVENT_INSERT`].
+/// of its own; [`evidence_trail`](super::evidence_trail) reads them back with the other
+/// lines. A completion without one (nothing was sent) writes its line through
+/// [`EVENT_INSERT`].
 ///
 /// Parameters, one array each, in this order: alert_id, fencing_token, worker, attempt,
 /// kind, started_at, outcome, http_status, destination_reference, error_class,
