@@ -1,5 +1,11 @@
 //! Connection pools (on one server, or following the writable one of several) and the
 //! migrator.
+//!
+//! libpq chooses a server for each connection. A sqlx pool opens its connections with one
+//! set of options, so the choice is made for the pool instead: [`ServerList::find`] picks
+//! the server, the pool is pointed at it, and the pool's follower watches it and points the
+//! pool at another server when it stops qualifying. Each connection is still checked when
+//! it opens, so none is ever handed out to a server of the wrong kind.
 
 use backon::{ExponentialBuilder, Retryable};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -9,7 +15,8 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::servers::{ServerList, ServerRole, SessionAttrs};
+use crate::server_role::ServerRole;
+use crate::servers::ServerList;
 use crate::StoreError;
 
 /// The schema, embedded from the workspace's `migrations/` folder.
@@ -73,8 +80,7 @@ pub async fn connect(
         // half-way through its transaction by a standby.
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
-                let role = ServerRole::of(conn).await?;
-                if role.satisfies(attrs) || attrs == SessionAttrs::PreferStandby {
+                if ServerRole::of(conn).await?.keeps(attrs) {
                     Ok(())
                 } else {
                     // As if the server were unreachable: it is, for what we need.
@@ -149,7 +155,7 @@ async fn follow(
             },
         };
         let why = match role {
-            Ok(role) if role.satisfies(attrs) || attrs == SessionAttrs::PreferStandby => continue,
+            Ok(role) if role.keeps(attrs) => continue,
             Ok(_) => format!("is no longer {}", attrs.describe()),
             Err(err) => format!("cannot be reached ({})", crate::error::cause(&err)),
         };

@@ -184,28 +184,7 @@ pub async fn create_with_id(
     id: Uuid,
     new: &NewDestination,
 ) -> Result<Uuid, StoreError> {
-    let timeout_ms = i32::try_from(new.timeout.as_millis()).unwrap_or(i32::MAX);
-    let retention_secs = new.idempotency_retention.map(|d| d.as_secs_f64());
-    sqlx::query(
-        "INSERT INTO destinations (id, tenant_id, name, url, signing_secrets, idempotency_header, \
-             idempotency_retention, lookup_url_template, on_uncertain, timeout_ms, max_in_flight) \
-         VALUES ($1, $2, $3, $4, $5, $6, make_interval(secs => $7), $8, $9, $10, $11)",
-    )
-    .bind(id)
-    .bind(new.tenant_id)
-    .bind(&new.name)
-    .bind(&new.url)
-    .bind(&new.signing_secrets)
-    .bind(&new.idempotency_header)
-    .bind(retention_secs)
-    .bind(&new.lookup_url_template)
-    .bind(new.on_uncertain)
-    .bind(timeout_ms)
-    .bind(i32::try_from(new.max_in_flight).unwrap_or(i32::MAX))
-    .execute(db)
-    .await
-    .map_err(|err| name_taken(err, &new.name))?;
-    Ok(id)
+    insert(db, &DestinationRow::webhook(id, new)).await
 }
 
 /// Creates an email destination under an id chosen by the caller (from [`new_id`]): `new`
@@ -217,33 +196,19 @@ pub async fn create_email_with_id(
     new: &NewDestination,
     email: &EmailSettings,
 ) -> Result<Uuid, StoreError> {
-    let timeout_ms = i32::try_from(new.timeout.as_millis()).unwrap_or(i32::MAX);
-    sqlx::query(
-        "INSERT INTO destinations (id, tenant_id, name, kind, url, idempotency_header, \
-             on_uncertain, timeout_ms, max_in_flight, smtp_tls, smtp_username, smtp_password, \
-             mail_from, mail_to, locale, smtp_ca_pem) \
-         VALUES ($1, $2, $3, $16, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-    )
-    .bind(id)
-    .bind(new.tenant_id)
-    .bind(&new.name)
-    .bind(&new.url)
-    .bind(&new.idempotency_header)
-    .bind(new.on_uncertain)
-    .bind(timeout_ms)
-    .bind(i32::try_from(new.max_in_flight).unwrap_or(i32::MAX))
-    .bind(&email.smtp_tls)
-    .bind(&email.smtp_username)
-    .bind(&email.smtp_password)
-    .bind(&email.mail_from)
-    .bind(&email.mail_to)
-    .bind(&email.locale)
-    .bind(&email.smtp_ca_pem)
-    .bind(DestinationKind::Email)
-    .execute(db)
-    .await
-    .map_err(|err| name_taken(err, &new.name))?;
-    Ok(id)
+    let row = DestinationRow {
+        kind: DestinationKind::Email,
+        // SMTP signs nothing, de-duplicates nothing and answers no lookup.
+        signing_secrets: &[],
+        idempotency_retention_secs: None,
+        lookup_url_template: None,
+        smtp: Some(email),
+        mail_from: Some(&email.mail_from),
+        mail_to: &email.mail_to,
+        locale: email.locale.as_deref(),
+        ..DestinationRow::webhook(id, new)
+    };
+    insert(db, &row).await
 }
 
 /// Creates a webhook destination that speaks to an HTTP email API, under an id chosen by
@@ -255,36 +220,94 @@ pub async fn create_email_api_with_id(
     new: &NewDestination,
     api: &EmailApiSettings,
 ) -> Result<Uuid, StoreError> {
-    let timeout_ms = i32::try_from(new.timeout.as_millis()).unwrap_or(i32::MAX);
-    let retention_secs = new.idempotency_retention.map(|d| d.as_secs_f64());
+    let row = DestinationRow {
+        body: Some(api),
+        mail_from: Some(&api.mail_from),
+        mail_to: &api.mail_to,
+        locale: api.locale.as_deref(),
+        ..DestinationRow::webhook(id, new)
+    };
+    insert(db, &row).await
+}
+
+/// A destination's row as inserted: a [`NewDestination`] and what its kind adds. The
+/// columns a kind does not have hold what the table's defaults would (empty, `NULL`), so
+/// that every kind is created through the one insert, [`insert`].
+struct DestinationRow<'a> {
+    id: Uuid,
+    new: &'a NewDestination,
+    kind: DestinationKind,
+    signing_secrets: &'a [String],
+    idempotency_retention_secs: Option<f64>,
+    lookup_url_template: Option<&'a str>,
+    /// An email destination's relay settings.
+    smtp: Option<&'a EmailSettings>,
+    /// A webhook's body template and API key, when it speaks to an HTTP email API.
+    body: Option<&'a EmailApiSettings>,
+    /// Sender, recipients and locale: an email destination's, or an email API's.
+    mail_from: Option<&'a str>,
+    mail_to: &'a [String],
+    locale: Option<&'a str>,
+}
+
+impl<'a> DestinationRow<'a> {
+    /// A plain webhook: `new` alone.
+    fn webhook(id: Uuid, new: &'a NewDestination) -> Self {
+        DestinationRow {
+            id,
+            new,
+            kind: DestinationKind::Webhook,
+            signing_secrets: &new.signing_secrets,
+            idempotency_retention_secs: new.idempotency_retention.map(|d| d.as_secs_f64()),
+            lookup_url_template: new.lookup_url_template.as_deref(),
+            smtp: None,
+            body: None,
+            mail_from: None,
+            mail_to: &[],
+            locale: None,
+        }
+    }
+}
+
+/// Inserts a destination's row and returns its id; a name the tenant already uses is
+/// [`StoreError::AlreadyExists`].
+async fn insert(db: impl PgExecutor<'_>, row: &DestinationRow<'_>) -> Result<Uuid, StoreError> {
+    let new = row.new;
+    let (smtp, body) = (row.smtp, row.body);
     sqlx::query(
-        "INSERT INTO destinations (id, tenant_id, name, url, signing_secrets, idempotency_header, \
-             idempotency_retention, lookup_url_template, on_uncertain, timeout_ms, max_in_flight, \
-             body_template, body_template_text, mail_from, mail_to, locale, bearer_token) \
-         VALUES ($1, $2, $3, $4, $5, $6, make_interval(secs => $7), $8, $9, $10, $11, \
-                 $12, $13, $14, $15, $16, $17)",
+        "INSERT INTO destinations (id, tenant_id, name, kind, url, signing_secrets, \
+             idempotency_header, idempotency_retention, lookup_url_template, on_uncertain, \
+             timeout_ms, max_in_flight, smtp_tls, smtp_username, smtp_password, smtp_ca_pem, \
+             body_template, body_template_text, bearer_token, mail_from, mail_to, locale) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, make_interval(secs => $8), $9, $10, $11, $12, \
+                 $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
     )
-    .bind(id)
+    .bind(row.id)
     .bind(new.tenant_id)
     .bind(&new.name)
+    .bind(row.kind)
     .bind(&new.url)
-    .bind(&new.signing_secrets)
+    .bind(row.signing_secrets)
     .bind(&new.idempotency_header)
-    .bind(retention_secs)
-    .bind(&new.lookup_url_template)
+    .bind(row.idempotency_retention_secs)
+    .bind(row.lookup_url_template)
     .bind(new.on_uncertain)
-    .bind(timeout_ms)
+    .bind(i32::try_from(new.timeout.as_millis()).unwrap_or(i32::MAX))
     .bind(i32::try_from(new.max_in_flight).unwrap_or(i32::MAX))
-    .bind(&api.body_template)
-    .bind(&api.body_template_text)
-    .bind(&api.mail_from)
-    .bind(&api.mail_to)
-    .bind(&api.locale)
-    .bind(&api.bearer_token)
+    .bind(smtp.map(|e| &e.smtp_tls))
+    .bind(smtp.and_then(|e| e.smtp_username.as_deref()))
+    .bind(smtp.and_then(|e| e.smtp_password.as_deref()))
+    .bind(smtp.and_then(|e| e.smtp_ca_pem.as_deref()))
+    .bind(body.map(|b| &b.body_template))
+    .bind(body.and_then(|b| b.body_template_text.as_deref()))
+    .bind(body.and_then(|b| b.bearer_token.as_deref()))
+    .bind(row.mail_from)
+    .bind(row.mail_to)
+    .bind(row.locale)
     .execute(db)
     .await
     .map_err(|err| name_taken(err, &new.name))?;
-    Ok(id)
+    Ok(row.id)
 }
 
 /// The id of the tenant's destination called `name`. Scoped by tenant: another tenant's

@@ -25,8 +25,7 @@ use sqlx::{PgExecutor, PgPool};
 use std::time::Duration;
 use uuid::Uuid;
 
-use crate::dispatch::DUE;
-use crate::sql_names::sql_list;
+use crate::dispatch::due_status;
 use crate::tenants::Scope;
 use crate::StoreError;
 
@@ -117,66 +116,23 @@ pub async fn report(
     let mut sorted = tallies.to_vec();
     sorted.sort_by_key(|t| t.destination_id);
     let ids: Vec<Uuid> = sorted.iter().map(|t| t.destination_id).collect();
-    let first_failure: Vec<Option<DateTime<Utc>>> =
-        sorted.iter().map(|t| t.first_failure).collect();
-    let last_failure: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|t| t.last_failure).collect();
-    let last_success: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|t| t.last_success).collect();
     let mut tx = pool.begin().await?;
     sqlx::query("SELECT id FROM destinations WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
         .bind(&ids)
         .execute(&mut *tx)
         .await?;
-    // `merged` upserts the health rows (a destination deleted meanwhile is skipped by the
-    // join); `disabled` turns off those failing for longer than their window, only if
-    // still enabled, so each is disabled once; `audited` writes the audit line.
-    let disabled = sqlx::query_as::<_, AutoDisabled>(
-        "WITH report AS ( \
-             SELECT r.* FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], \
-                                    $4::timestamptz[]) \
-                 AS r(destination_id, first_failure, last_failure, last_success) \
-             JOIN destinations d ON d.id = r.destination_id \
-             ORDER BY r.destination_id \
-         ), merged AS ( \
-             INSERT INTO destination_health AS h \
-                 (destination_id, failing_since, last_failure_at, last_success_at) \
-             SELECT destination_id, first_failure, last_failure, last_success FROM report \
-             ON CONFLICT (destination_id) DO UPDATE SET \
-                 last_success_at = GREATEST(h.last_success_at, EXCLUDED.last_success_at), \
-                 last_failure_at = GREATEST(h.last_failure_at, EXCLUDED.last_failure_at), \
-                 failing_since = ( \
-                     SELECT min(f) FROM (VALUES (h.failing_since), (EXCLUDED.failing_since)) v(f) \
-                     WHERE f >= h.counted_from \
-                       AND f > COALESCE(GREATEST(h.last_success_at, EXCLUDED.last_success_at), \
-                                        '-infinity')), \
-                 updated_at = now() \
-             RETURNING h.destination_id, h.failing_since \
-         ), disabled AS ( \
-             UPDATE destinations d SET enabled = false, updated_at = now(), \
-                 disabled_reason = format('disabled automatically: every send has failed since %s UTC, longer than its %s window', \
-                     to_char(m.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), \
-                     (SELECT CASE WHEN w.secs % 86400 = 0 THEN (w.secs / 86400) || 'd' \
-                                  WHEN w.secs % 3600 = 0 THEN (w.secs / 3600) || 'h' \
-                                  WHEN w.secs % 60 = 0 THEN (w.secs / 60) || 'm' \
-                                  ELSE w.secs || 's' END \
-                      FROM (SELECT ceil(extract(epoch FROM d.disable_after_failing))::int8 AS secs) w)) \
-             FROM merged m \
-             WHERE d.id = m.destination_id AND d.enabled \
-               AND m.failing_since < now() - d.disable_after_failing \
-             RETURNING d.id, d.tenant_id, d.name, d.disabled_reason AS reason, m.failing_since \
-         ), audited AS ( \
-             INSERT INTO console_audit (operator, tenant_id, action, target, note) \
-             SELECT 'dispatcher:' || $5, tenant_id, 'destination disabled', name, reason \
-             FROM disabled \
-         ) \
-         SELECT id, name, reason, failing_since FROM disabled",
-    )
-    .bind(&ids)
-    .bind(&first_failure)
-    .bind(&last_failure)
-    .bind(&last_success)
-    .bind(worker)
-    .fetch_all(&mut *tx)
-    .await?;
+    let first_failure: Vec<Option<DateTime<Utc>>> =
+        sorted.iter().map(|t| t.first_failure).collect();
+    let last_failure: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|t| t.last_failure).collect();
+    let last_success: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|t| t.last_success).collect();
+    let disabled = sqlx::query_as::<_, AutoDisabled>(MERGE_REPORT)
+        .bind(&ids)
+        .bind(&first_failure)
+        .bind(&last_failure)
+        .bind(&last_success)
+        .bind(worker)
+        .fetch_all(&mut *tx)
+        .await?;
     if !disabled.is_empty() {
         // A second statement: one statement cannot update a health row twice.
         let disabled_ids: Vec<Uuid> = disabled.iter().map(|d| d.id).collect();
@@ -191,6 +147,51 @@ pub async fn report(
     tx.commit().await?;
     Ok(disabled)
 }
+
+/// [`report`]'s statement, over one array per tally field (destination ids sorted, first
+/// failure, last failure, last success) and the worker: `merged` upserts the health rows
+/// (a destination deleted meanwhile is skipped by the join); `disabled` turns off those
+/// failing for longer than their window, only if still enabled, so each is disabled once;
+/// `audited` writes the audit line.
+const MERGE_REPORT: &str = "WITH report AS ( \
+         SELECT r.* FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], \
+                                $4::timestamptz[]) \
+             AS r(destination_id, first_failure, last_failure, last_success) \
+         JOIN destinations d ON d.id = r.destination_id \
+         ORDER BY r.destination_id \
+     ), merged AS ( \
+         INSERT INTO destination_health AS h \
+             (destination_id, failing_since, last_failure_at, last_success_at) \
+         SELECT destination_id, first_failure, last_failure, last_success FROM report \
+         ON CONFLICT (destination_id) DO UPDATE SET \
+             last_success_at = GREATEST(h.last_success_at, EXCLUDED.last_success_at), \
+             last_failure_at = GREATEST(h.last_failure_at, EXCLUDED.last_failure_at), \
+             failing_since = ( \
+                 SELECT min(f) FROM (VALUES (h.failing_since), (EXCLUDED.failing_since)) v(f) \
+                 WHERE f >= h.counted_from \
+                   AND f > COALESCE(GREATEST(h.last_success_at, EXCLUDED.last_success_at), \
+                                    '-infinity')), \
+             updated_at = now() \
+         RETURNING h.destination_id, h.failing_since \
+     ), disabled AS ( \
+         UPDATE destinations d SET enabled = false, updated_at = now(), \
+             disabled_reason = format('disabled automatically: every send has failed since %s UTC, longer than its %s window', \
+                 to_char(m.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), \
+                 (SELECT CASE WHEN w.secs % 86400 = 0 THEN (w.secs / 86400) || 'd' \
+                              WHEN w.secs % 3600 = 0 THEN (w.secs / 3600) || 'h' \
+                              WHEN w.secs % 60 = 0 THEN (w.secs / 60) || 'm' \
+                              ELSE w.secs || 's' END \
+                  FROM (SELECT ceil(extract(epoch FROM d.disable_after_failing))::int8 AS secs) w)) \
+         FROM merged m \
+         WHERE d.id = m.destination_id AND d.enabled \
+           AND m.failing_since < now() - d.disable_after_failing \
+         RETURNING d.id, d.tenant_id, d.name, d.disabled_reason AS reason, m.failing_since \
+     ), audited AS ( \
+         INSERT INTO console_audit (operator, tenant_id, action, target, note) \
+         SELECT 'dispatcher:' || $5, tenant_id, 'destination disabled', name, reason \
+         FROM disabled \
+     ) \
+     SELECT id, name, reason, failing_since FROM disabled";
 
 /// A destination's health row, as merged.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
@@ -309,13 +310,13 @@ pub async fn destination_health(
                       LEFT JOIN per_bucket p ON p.destination_id = d.id AND p.bucket = b ORDER BY b) \
                     AS accepted_by_bucket, \
                 (SELECT extract(epoch FROM now() - min(o.next_attempt_at))::float8 FROM outbox o \
-                 WHERE o.destination_id = d.id AND o.status IN ({due}) \
+                 WHERE o.destination_id = d.id AND {due} \
                    AND o.next_attempt_at <= now()) AS oldest_due_age_secs \
          FROM destinations d JOIN tenants t ON t.id = d.tenant_id \
          LEFT JOIN destination_health h ON h.destination_id = d.id \
          WHERE $1::uuid[] IS NULL OR d.tenant_id = ANY($1) \
          ORDER BY t.name, d.name",
-        due = sql_list(DUE),
+        due = due_status("o.status"),
     ))
     .bind(scope)
     .bind(AttemptKind::Send)

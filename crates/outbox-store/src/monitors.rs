@@ -37,7 +37,7 @@ pub async fn upsert_contracts(
     tenant_id: Uuid,
     contracts: &[ContractInput],
 ) -> Result<(u64, u64), StoreError> {
-    let join = |v: &Option<Vec<String>>| v.as_ref().map(|v| v.join("\u{1f}"));
+    let columns = ContractColumns::of(contracts);
     let rows: Vec<bool> = sqlx::query_scalar(
         "INSERT INTO contracts (id, tenant_id, external_id, vendor, amount, currency, \
              renewal_date, notice_days, tiers, destinations, recipients) \
@@ -56,70 +56,64 @@ pub async fn upsert_contracts(
              recipients = EXCLUDED.recipients, updated_at = now() \
          RETURNING (xmax = 0)",
     )
-    .bind(contracts.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
+    .bind(&columns.id)
     .bind(tenant_id)
-    .bind(
-        contracts
-            .iter()
-            .map(|c| c.external_id.clone())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        contracts
-            .iter()
-            .map(|c| c.vendor.clone())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        contracts
-            .iter()
-            .map(|c| c.amount.clone())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        contracts
-            .iter()
-            .map(|c| c.currency.clone())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        contracts
-            .iter()
-            .map(|c| c.renewal_date.clone())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        contracts
-            .iter()
-            .map(|c| c.notice_days as i32)
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        contracts
-            .iter()
-            .map(|c| {
-                c.tiers
-                    .as_ref()
-                    .map(|t| t.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
-            })
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        contracts
-            .iter()
-            .map(|c| join(&c.destinations))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        contracts
-            .iter()
-            .map(|c| join(&c.recipients))
-            .collect::<Vec<_>>(),
-    )
+    .bind(&columns.external_id)
+    .bind(&columns.vendor)
+    .bind(&columns.amount)
+    .bind(&columns.currency)
+    .bind(&columns.renewal_date)
+    .bind(&columns.notice_days)
+    .bind(&columns.tiers)
+    .bind(&columns.destinations)
+    .bind(&columns.recipients)
     .fetch_all(db)
     .await?;
     let inserted = rows.iter().filter(|new| **new).count() as u64;
     Ok((inserted, rows.len() as u64 - inserted))
+}
+
+/// [`ContractInput`]s turned into one array per column, for `unnest`. A contract's lists
+/// travel as text (tiers joined by commas, names and addresses by the unit separator),
+/// since a PostgreSQL array of arrays must be rectangular.
+#[derive(Default)]
+struct ContractColumns<'a> {
+    id: Vec<Uuid>,
+    external_id: Vec<&'a str>,
+    vendor: Vec<&'a str>,
+    amount: Vec<&'a str>,
+    currency: Vec<&'a str>,
+    renewal_date: Vec<&'a str>,
+    notice_days: Vec<i32>,
+    tiers: Vec<Option<String>>,
+    destinations: Vec<Option<String>>,
+    recipients: Vec<Option<String>>,
+}
+
+impl<'a> ContractColumns<'a> {
+    fn of(contracts: &'a [ContractInput]) -> Self {
+        let join = |v: &Option<Vec<String>>| v.as_ref().map(|v| v.join("\u{1f}"));
+        let mut c = ContractColumns::default();
+        for contract in contracts {
+            c.id.push(Uuid::now_v7());
+            c.external_id.push(&contract.external_id);
+            c.vendor.push(&contract.vendor);
+            c.amount.push(&contract.amount);
+            c.currency.push(&contract.currency);
+            c.renewal_date.push(&contract.renewal_date);
+            c.notice_days.push(contract.notice_days as i32);
+            c.tiers.push(contract.tiers.as_ref().map(|tiers| {
+                tiers
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }));
+            c.destinations.push(join(&contract.destinations));
+            c.recipients.push(join(&contract.recipients));
+        }
+        c
+    }
 }
 
 /// A contract with what its evaluation needs.

@@ -26,30 +26,40 @@ pub fn version_line() -> &'static str {
 
 /// Checks that the database's schema is the one this build expects: migrated, and not by
 /// an older build. A newer schema passes (an upgrade migrates first, then replaces the
-/// processes one by one, and the older ones keep running meanwhile).
+/// processes one by one, and the older ones keep running meanwhile). The database is at
+/// the newest migration it applied, read from [`migration_status`].
 pub async fn check_current(db: impl sqlx::PgExecutor<'_> + Copy) -> Result<(), StoreError> {
-    let (database, exists): (String, bool) =
-        sqlx::query_as("SELECT current_database(), to_regclass('_sqlx_migrations') IS NOT NULL")
-            .fetch_one(db)
-            .await?;
-    let applied: Option<i64> = if exists {
-        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
-            .fetch_one(db)
-            .await?
-    } else {
-        None
-    };
+    let applied = migration_status(db)
+        .await?
+        .into_iter()
+        .filter(|m| {
+            matches!(
+                m.state,
+                MigrationState::Applied(_) | MigrationState::Unknown(_)
+            )
+        })
+        .map(|m| m.version)
+        .max();
     let expected = expected_version();
     match applied {
-        None => Err(StoreError::SchemaNotCurrent(format!(
-            "the database `{database}` has no outbox schema: run `outboxctl migrate`"
-        ))),
-        Some(version) if version < expected => Err(StoreError::SchemaNotCurrent(format!(
-            "the database `{database}` is at schema version {version} and this build expects \
-             {expected}: run `outboxctl migrate`"
-        ))),
+        None => not_current(db, "has no outbox schema").await,
+        Some(version) if version < expected => {
+            let why = format!("is at schema version {version} and this build expects {expected}");
+            not_current(db, &why).await
+        }
         Some(_) => Ok(()),
     }
+}
+
+/// The refusal of a database whose schema is not current: `why`, with the database's name
+/// and the command that fixes it.
+async fn not_current(db: impl sqlx::PgExecutor<'_>, why: &str) -> Result<(), StoreError> {
+    let database: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(db)
+        .await?;
+    Err(StoreError::SchemaNotCurrent(format!(
+        "the database `{database}` {why}: run `outboxctl migrate`"
+    )))
 }
 
 /// One migration as a database sees it.

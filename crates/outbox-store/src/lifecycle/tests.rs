@@ -5,10 +5,14 @@
 
 use super::*;
 use crate::dispatch::{self, AttemptRecord, Completion, Next};
-use outbox_core::{AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, OnUncertain};
+use outbox_core::{
+    AlertState, AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, LiveStatus,
+    OnUncertain, Outcome,
+};
 use outbox_testkit::TestDb;
 use std::collections::BTreeSet;
 use std::time::Duration;
+use uuid::Uuid;
 
 /// The names a CHECK constraint on `table.column` allows, read from the catalogue
 /// (`column = ANY (ARRAY['a'::text, ...])`, or `column IN (...)` as PostgreSQL prints it).

@@ -1,0 +1,318 @@
+//! Approving an alert: an identity's first revision, its outbox row and its first evidence
+//! line written in one statement, and what the approval came to.
+
+use chrono::{DateTime, Utc};
+use outbox_core::{AlertState, CheckedPayload};
+use serde_json::value::RawValue;
+use sqlx::{PgConnection, PgPool};
+use std::sync::LazyLock;
+use uuid::Uuid;
+
+use super::read_model::{AlertDetail, RevisionSummary};
+use crate::lifecycle::{EvidenceLine, ENQUEUE};
+use crate::StoreError;
+
+/// SQL for the fingerprint of a JSON text parameter; must match how payloads are sent.
+pub(super) const FINGERPRINT_OF_PARAM: &str = "sha256(convert_to($1::jsonb::text, 'UTF8'))";
+
+/// An approval as the decider (API or monitor) makes it. Fields are validated by the caller.
+#[derive(Debug, Clone, Copy)]
+pub struct Approval<'a> {
+    /// The approving tenant.
+    pub tenant_id: Uuid,
+    /// The destination's name, resolved within the tenant.
+    pub destination: &'a str,
+    /// What the alert is about (e.g. `contract:ACME-7`).
+    pub subject: &'a str,
+    /// Which occurrence of it (e.g. `2027-01-31/30d`).
+    pub occurrence: &'a str,
+    /// The payload's JSON text, an object.
+    pub payload_json: &'a str,
+    /// Who approved, for the evidence trail (e.g. `api-token:<id>`).
+    pub actor: &'a str,
+}
+
+/// What an approval came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApproveOutcome {
+    /// A new alert (revision 0) and its outbox row were committed.
+    Created(Uuid),
+    /// This identity already has a revision with exactly this payload; nothing was written.
+    Existing(Uuid),
+    /// This identity exists with a different payload; nothing was written. A correction
+    /// must be an explicit revision of `latest`.
+    Conflict {
+        /// The identity's original alert (revision 0).
+        original: Uuid,
+        /// Its latest revision, the one a correction should revise.
+        latest: Uuid,
+    },
+}
+
+/// An approval whose payload has been checked ([`CheckedPayload`]): what the write path
+/// takes. The API checks the payload with the rest of its request body, so that it is
+/// scanned once per approval; [`Approval::check`] checks it for everyone else.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckedApproval<'a> {
+    /// The approving tenant.
+    pub tenant_id: Uuid,
+    /// The destination's name, resolved within the tenant.
+    pub destination: &'a str,
+    /// What the alert is about.
+    pub subject: &'a str,
+    /// Which occurrence of it.
+    pub occurrence: &'a str,
+    /// The payload, an object.
+    pub payload: CheckedPayload<'a>,
+    /// Who approved, for the evidence trail.
+    pub actor: &'a str,
+    /// Whether the approval's own transaction notifies the dispatchers when it creates an
+    /// alert (delivered on its commit, never before, and never if it rolls back). The API
+    /// sets it for the first approval of a burst only: PostgreSQL serialises the commits
+    /// of notifying transactions, so the others leave the wake-up to
+    /// [`crate::wake_ups::WakeUpNotifier`].
+    pub notify_dispatchers: bool,
+}
+
+impl<'a> Approval<'a> {
+    /// Checks the payload by the API's rules (size, nesting, numbers PostgreSQL can hold).
+    pub fn check(self) -> Result<CheckedApproval<'a>, StoreError> {
+        Ok(CheckedApproval {
+            tenant_id: self.tenant_id,
+            destination: self.destination,
+            subject: self.subject,
+            occurrence: self.occurrence,
+            payload: StoreError::check_payload(self.payload_json)?,
+            actor: self.actor,
+            notify_dispatchers: false,
+        })
+    }
+}
+
+/// What an approval came to, with what an answer needs.
+#[derive(Debug, Clone)]
+pub enum Approved {
+    /// A new alert (revision 0), its outbox row and its evidence line were committed:
+    /// the alert as that commit left it (pending, its one evidence line).
+    Created(Box<AlertDetail>),
+    /// This identity already has a revision with exactly this payload; nothing was written.
+    Existing(Uuid),
+    /// This identity exists with a different payload; nothing was written.
+    Conflict {
+        /// The identity's original alert (revision 0).
+        original: Uuid,
+        /// Its latest revision, the one a correction should revise.
+        latest: Uuid,
+    },
+}
+
+/// Approves an alert: alert row, pending outbox row and evidence line in one statement,
+/// so in one transaction. Checks the payload first.
+pub async fn approve(pool: &PgPool, approval: Approval<'_>) -> Result<ApproveOutcome, StoreError> {
+    Ok(match approve_checked(pool, approval.check()?).await? {
+        Approved::Created(alert) => ApproveOutcome::Created(alert.id),
+        Approved::Existing(id) => ApproveOutcome::Existing(id),
+        Approved::Conflict { original, latest } => ApproveOutcome::Conflict { original, latest },
+    })
+}
+
+/// The row [`APPROVE`] answers with.
+#[derive(Debug, sqlx::FromRow)]
+struct ApprovalRow {
+    /// `None`: the tenant has no destination of that name.
+    destination_id: Option<Uuid>,
+    tenant: Option<String>,
+    /// The new alert's id; `None` when the identity existed.
+    id: Option<Uuid>,
+    /// The payload as stored (and sent): the JSONB's text form.
+    payload: String,
+    payload_sha256: String,
+    created_at: Option<DateTime<Utc>>,
+    next_attempt_at: Option<DateTime<Utc>>,
+    evidence_at: Option<DateTime<Utc>>,
+    evidence_line: Option<String>,
+    /// When nothing was inserted: the identity's revisions in this statement's snapshot,
+    /// oldest first, and whether each has exactly this payload.
+    revisions: Option<Vec<Uuid>>,
+    same_payload: Option<Vec<bool>>,
+}
+
+/// The write path in one statement. The payload is parsed and rendered once (`given`; the
+/// `OFFSET 0` fences keep the planner from copying the conversions into each use); the destination
+/// is resolved within the tenant; the INSERT's `ON CONFLICT DO NOTHING` on the identity is
+/// what makes concurrent approvals produce one alert (it waits for a concurrent inserter of
+/// the same identity to commit or roll back). Only when it inserted do the outbox row, the
+/// evidence line and the optional wake-up follow. When it did not, `earlier` reads the
+/// identity's revisions to tell "same alert" from "conflict"; a revision committed by a
+/// concurrent approval after this statement's snapshot is not among them, and the caller
+/// then asks again in a fresh snapshot.
+static APPROVE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH given AS ( \
+        SELECT p AS payload, t AS text, sha256(convert_to(t, 'UTF8')) AS sha256 \
+        FROM (SELECT p, p::text AS t FROM (SELECT $1::jsonb AS p OFFSET 0) parsed OFFSET 0) \
+             AS rendered \
+    ), dest AS ( \
+        SELECT id FROM destinations WHERE tenant_id = $3 AND name = $4 \
+    ), inserted AS ( \
+        INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
+                            payload, payload_sha256, created_by) \
+        SELECT $2, $3, $5, $6, d.id, 0, g.payload, g.sha256, $7 FROM dest d, given g \
+        ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
+        RETURNING id, destination_id, created_at \
+    ), approved AS ( \
+        SELECT id, destination_id, NULL::uuid AS after_alert, $7::text AS actor, \
+               format('alert approved for destination `%s`; queued for delivery', $4::text) \
+                   AS line \
+        FROM inserted \
+    ), {enqueue}, woken AS ( \
+        SELECT pg_notify($9, '') FROM inserted WHERE $8 \
+    ), earlier AS ( \
+        SELECT a.id, a.revision, a.payload_sha256 = g.sha256 AS same_payload \
+        FROM alerts a, dest d, given g \
+        WHERE a.tenant_id = $3 AND a.subject = $5 AND a.occurrence = $6 \
+          AND a.destination_id = d.id AND NOT EXISTS (SELECT 1 FROM inserted) \
+    ) \
+    SELECT (SELECT id FROM dest) AS destination_id, \
+           (SELECT name FROM tenants WHERE id = $3) AS tenant, \
+           i.id, g.text AS payload, encode(g.sha256, 'hex') AS payload_sha256, i.created_at, \
+           q.next_attempt_at, e.at AS evidence_at, e.line AS evidence_line, \
+           (SELECT array_agg(id ORDER BY revision) FROM earlier) AS revisions, \
+           (SELECT array_agg(same_payload ORDER BY revision) FROM earlier) AS same_payload, \
+           (SELECT count(*) FROM woken) AS woken \
+    FROM given g \
+    LEFT JOIN inserted i ON true \
+    LEFT JOIN queued q ON true \
+    LEFT JOIN explained e ON true",
+        enqueue = *ENQUEUE,
+    )
+});
+
+/// Approves an alert whose payload has been checked, in one statement (one round trip):
+/// alert row, pending outbox row and evidence line, and the answer the API gives (the new
+/// alert as committed, so it is not read back in another snapshot).
+pub async fn approve_checked(
+    pool: &PgPool,
+    approval: CheckedApproval<'_>,
+) -> Result<Approved, StoreError> {
+    let mut conn = pool.acquire().await?;
+    approve_on(&mut conn, approval).await
+}
+
+/// [`approve_checked`] on `conn`. In autocommit the statement is its own transaction;
+/// inside the caller's, the approval and its wake-up commit or roll back with it.
+pub async fn approve_on(
+    conn: &mut PgConnection,
+    approval: CheckedApproval<'_>,
+) -> Result<Approved, StoreError> {
+    let row = sqlx::query_as::<_, ApprovalRow>(&APPROVE)
+        .bind(approval.payload.as_str())
+        .bind(Uuid::now_v7())
+        .bind(approval.tenant_id)
+        .bind(approval.destination)
+        .bind(approval.subject)
+        .bind(approval.occurrence)
+        .bind(approval.actor)
+        .bind(approval.notify_dispatchers)
+        .bind(crate::wake_ups::WAKE_UP_CHANNEL)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(StoreError::from_payload_error)?;
+    // The crash tests stop the process here: the approval is written (and, in autocommit,
+    // committed), and its caller has no answer yet.
+    fail::fail_point!("approve-after-write");
+
+    let Some(destination_id) = row.destination_id else {
+        return Err(StoreError::UnknownDestination(
+            approval.destination.to_owned(),
+        ));
+    };
+    let (Some(id), Some(created_at)) = (row.id, row.created_at) else {
+        let revisions = row.revisions.unwrap_or_default();
+        let same = row.same_payload.unwrap_or_default();
+        return match outcome_among(revisions.iter().copied().zip(same)) {
+            Some(outcome) => Ok(outcome),
+            // The identity was committed by someone else after this statement's snapshot
+            // was taken (ON CONFLICT waited for them): ask again in a fresh one.
+            None => existing_outcome(conn, &approval, destination_id).await,
+        };
+    };
+    let payload = RawValue::from_string(row.payload)
+        .map_err(|err| StoreError::UnstorablePayload(err.to_string()))?;
+    let created_by = approval.actor.to_owned();
+    Ok(Approved::Created(Box::new(AlertDetail {
+        id,
+        tenant: row.tenant.unwrap_or_default(),
+        subject: approval.subject.to_owned(),
+        occurrence: approval.occurrence.to_owned(),
+        destination: approval.destination.to_owned(),
+        revision: 0,
+        state: AlertState::Pending,
+        possible_duplicate: false,
+        payload,
+        payload_sha256: row.payload_sha256,
+        reason: None,
+        destination_reference: None,
+        created_at,
+        created_by: created_by.clone(),
+        settled_at: None,
+        pruned_at: None,
+        next_attempt_at: row.next_attempt_at,
+        revisions: vec![RevisionSummary {
+            id,
+            revision: 0,
+            state: AlertState::Pending,
+            reason: None,
+            created_at,
+        }],
+        attempts: Vec::new(),
+        evidence: vec![EvidenceLine {
+            at: row.evidence_at.unwrap_or(created_at),
+            from_state: None,
+            to_state: AlertState::Pending,
+            attempt: None,
+            actor: created_by,
+            line: row.evidence_line.unwrap_or_default(),
+        }],
+    })))
+}
+
+/// Among an identity's revisions (oldest first, each with whether it has exactly the
+/// approved payload): the one with the same payload, else a conflict naming the original
+/// and the latest; `None` when there are none.
+fn outcome_among(revisions: impl Iterator<Item = (Uuid, bool)>) -> Option<Approved> {
+    let mut first_and_last = None;
+    for (id, same_payload) in revisions {
+        if same_payload {
+            return Some(Approved::Existing(id));
+        }
+        let original = first_and_last.map_or(id, |(original, _)| original);
+        first_and_last = Some((original, id));
+    }
+    first_and_last.map(|(original, latest)| Approved::Conflict { original, latest })
+}
+
+/// After a lost insert race: the identity's revisions read in a fresh snapshot (a new
+/// statement under READ COMMITTED).
+async fn existing_outcome(
+    conn: &mut PgConnection,
+    approval: &CheckedApproval<'_>,
+    destination_id: Uuid,
+) -> Result<Approved, StoreError> {
+    let revisions = sqlx::query_as::<_, (Uuid, bool)>(&format!(
+        "SELECT id, payload_sha256 = {FINGERPRINT_OF_PARAM} AS same_payload \
+         FROM alerts \
+         WHERE tenant_id = $2 AND subject = $3 AND occurrence = $4 AND destination_id = $5 \
+         ORDER BY revision"
+    ))
+    .bind(approval.payload.as_str())
+    .bind(approval.tenant_id)
+    .bind(approval.subject)
+    .bind(approval.occurrence)
+    .bind(destination_id)
+    .fetch_all(conn)
+    .await
+    .map_err(StoreError::from_payload_error)?;
+    // Empty only if the identity's rows were deleted in between.
+    outcome_among(revisions.into_iter()).ok_or(StoreError::Database(sqlx::Error::RowNotFound))
+}

@@ -1,0 +1,269 @@
+//! Recording what became of a claim: the finished attempt or lookup, where the row goes
+//! next, and the fenced batch that writes many completions in one transaction.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgExecutor, PgPool};
+use uuid::Uuid;
+
+use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, Outcome};
+
+use crate::lifecycle::{ATTEMPT_INSERT, COMPLETE_BATCH};
+use crate::sql_names::SqlName;
+use crate::StoreError;
+
+/// A finished attempt or lookup, as recorded in `delivery_attempts`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRecord {
+    /// A send or a lookup.
+    pub kind: AttemptKind,
+    /// The send attempt it belongs to.
+    pub attempt: i32,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The destination's status code, if it answered.
+    pub http_status: Option<u16>,
+    /// The destination's reference, if any.
+    pub destination_reference: Option<String>,
+    /// Failure class, if any.
+    pub error_class: Option<String>,
+    /// Start of the answer, as evidence.
+    pub response_excerpt: Option<String>,
+}
+
+/// Where a claimed row goes next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Leaves the outbox for good or for an operator: accepted, failed or held.
+    Settle {
+        /// The outcome.
+        outcome: Outcome,
+        /// The destination's (or lookup's) reference for an accepted alert.
+        reference: Option<String>,
+    },
+    /// Back to the queue as pending (retry) or uncertain (settle later), due at `at`.
+    Requeue {
+        /// Pending or uncertain (never sending: that is a claim).
+        status: LiveStatus,
+        /// When it is due.
+        at: DateTime<Utc>,
+    },
+}
+
+impl Next {
+    /// The state the alert is in once this is recorded.
+    pub fn state(&self) -> AlertState {
+        match self {
+            Next::Settle { outcome, .. } => (*outcome).into(),
+            Next::Requeue { status, .. } => (*status).into(),
+        }
+    }
+}
+
+/// The outcome of one claim, to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// The alert.
+    pub alert_id: Uuid,
+    /// The claim's fencing token.
+    pub fencing_token: i64,
+    /// The dispatcher.
+    pub worker: String,
+    /// The attempt or lookup that happened, if one did.
+    pub attempt: Option<AttemptRecord>,
+    /// Where the row goes.
+    pub next: Next,
+    /// The evidence line.
+    pub line: String,
+    /// Disable the destination, with this reason (410 Gone).
+    pub disable_destination: Option<String>,
+}
+
+/// Records a completion, fenced: returns `false` (and writes nothing) when the claim is no
+/// longer the row's current one.
+pub async fn complete(pool: &PgPool, done: &Completion) -> Result<bool, StoreError> {
+    let applied = complete_batch(pool, std::slice::from_ref(done)).await?;
+    Ok(applied.first().copied().unwrap_or(false))
+}
+
+/// Records many completions in one transaction (one statement over `unnest` arrays, then
+/// one commit), fenced row by row: the answer says, in input order, which were applied;
+/// a completion whose claim was taken over writes nothing. This is what keeps the cost
+/// of full evidence (an attempt row and an evidence line per delivery) affordable: one
+/// commit, one round trip and one plan per batch instead of per alert.
+///
+/// Locking: the fenced outbox rows are locked in `alert_id` order, the same order for
+/// every batch, so that concurrent recorders never deadlock; each alert row is updated
+/// after its outbox row (the order operators' commands take too). The locks are taken by
+/// the statement's own `DELETE` or `UPDATE` of each outbox row, which is also the fence
+/// (see `lifecycle::COMPLETE_BATCH`). (A fencing token is set only while a row is
+/// `sending`, a CHECK constraint holds that, so the token match is the fence; naming the
+/// status as well would invite the planner onto the lease index.)
+pub async fn complete_batch(pool: &PgPool, batch: &[Completion]) -> Result<Vec<bool>, StoreError> {
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Rows are locked in input order, one index probe each: sorted by alert, so that
+    // concurrent recorders lock in the same order and never deadlock.
+    let mut sorted: Vec<&Completion> = batch.iter().collect();
+    sorted.sort_by_key(|done| done.alert_id);
+    let columns = CompletionColumns::of(&sorted);
+    let mut tx = pool.begin().await?;
+    let applied: Vec<(Uuid, i64)> = sqlx::query_as(COMPLETE_BATCH.as_str())
+        .bind(&columns.alert_id)
+        .bind(&columns.fencing_token)
+        .bind(&columns.worker)
+        .bind(&columns.attempt)
+        .bind(&columns.kind)
+        .bind(&columns.started_at)
+        .bind(&columns.outcome)
+        .bind(&columns.http_status)
+        .bind(&columns.destination_reference)
+        .bind(&columns.error_class)
+        .bind(&columns.response_excerpt)
+        .bind(&columns.requeue_status)
+        .bind(&columns.requeue_at)
+        .bind(&columns.settle)
+        .bind(&columns.settle_reference)
+        .bind(&columns.to_state)
+        .bind(&columns.line)
+        .fetch_all(&mut *tx)
+        .await?;
+    if applied.is_empty() {
+        return Ok(vec![false; batch.len()]);
+    }
+    // `return` ends the process inside the open transaction, as a crash would.
+    fail::fail_point!("complete-before-commit", |_| std::process::abort());
+    // Keyed by claim, not alert: a stale completion and the current one of the same
+    // alert can meet in one batch.
+    let applied: std::collections::HashSet<(Uuid, i64)> = applied.into_iter().collect();
+    let (gone_alerts, gone_reasons): (Vec<Uuid>, Vec<String>) = batch
+        .iter()
+        .filter(|done| applied.contains(&(done.alert_id, done.fencing_token)))
+        .filter_map(|done| Some((done.alert_id, done.disable_destination.clone()?)))
+        .unzip();
+    if !gone_alerts.is_empty() {
+        // Destination rows are locked in id order first, so two recorders disabling the
+        // same destinations cannot deadlock.
+        sqlx::query(
+            "WITH gone AS ( \
+                 SELECT DISTINCT ON (a.destination_id) a.destination_id, i.reason \
+                 FROM unnest($1::uuid[], $2::text[]) AS i(alert_id, reason) \
+                 JOIN alerts a ON a.id = i.alert_id \
+                 ORDER BY a.destination_id \
+             ), locked AS ( \
+                 SELECT d.id FROM destinations d WHERE d.id IN (SELECT destination_id FROM gone) \
+                 ORDER BY d.id FOR UPDATE \
+             ) \
+             UPDATE destinations d SET enabled = false, disabled_reason = g.reason, updated_at = now() \
+             FROM gone g JOIN locked l ON l.id = g.destination_id \
+             WHERE d.id = g.destination_id",
+        )
+        .bind(&gone_alerts)
+        .bind(&gone_reasons)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(batch
+        .iter()
+        .map(|done| applied.contains(&(done.alert_id, done.fencing_token)))
+        .collect())
+}
+
+/// [`Completion`]s turned into one array per column, for `unnest`.
+#[derive(Default)]
+struct CompletionColumns {
+    alert_id: Vec<Uuid>,
+    fencing_token: Vec<i64>,
+    worker: Vec<String>,
+    attempt: Vec<Option<i32>>,
+    kind: Vec<Option<&'static str>>,
+    started_at: Vec<Option<DateTime<Utc>>>,
+    outcome: Vec<Option<&'static str>>,
+    http_status: Vec<Option<i16>>,
+    destination_reference: Vec<Option<String>>,
+    error_class: Vec<Option<String>>,
+    response_excerpt: Vec<Option<String>>,
+    requeue_status: Vec<Option<&'static str>>,
+    requeue_at: Vec<Option<DateTime<Utc>>>,
+    settle: Vec<Option<&'static str>>,
+    settle_reference: Vec<Option<String>>,
+    to_state: Vec<&'static str>,
+    line: Vec<String>,
+}
+
+impl CompletionColumns {
+    fn of(batch: &[&Completion]) -> Self {
+        let mut c = CompletionColumns::default();
+        for done in batch {
+            let attempt = done.attempt.as_ref();
+            c.alert_id.push(done.alert_id);
+            c.fencing_token.push(done.fencing_token);
+            c.worker.push(done.worker.clone());
+            c.attempt.push(attempt.map(|a| a.attempt));
+            c.kind.push(attempt.map(|a| a.kind.as_str()));
+            c.started_at.push(attempt.map(|a| a.started_at));
+            c.outcome.push(attempt.map(|a| a.outcome.as_str()));
+            c.http_status
+                .push(attempt.and_then(|a| a.http_status).map(|s| s as i16));
+            c.destination_reference
+                .push(attempt.and_then(|a| a.destination_reference.clone()));
+            c.error_class
+                .push(attempt.and_then(|a| a.error_class.clone()));
+            c.response_excerpt
+                .push(attempt.and_then(|a| a.response_excerpt.clone()));
+            match &done.next {
+                Next::Settle { outcome, reference } => {
+                    c.requeue_status.push(None);
+                    c.requeue_at.push(None);
+                    c.settle.push(Some(outcome.as_str()));
+                    c.settle_reference.push(reference.clone());
+                }
+                Next::Requeue { status, at } => {
+                    c.requeue_status.push(Some(status.as_str()));
+                    c.requeue_at.push(Some(*at));
+                    c.settle.push(None);
+                    c.settle_reference.push(None);
+                }
+            }
+            c.to_state.push(done.next.state().as_str());
+            c.line.push(done.line.clone());
+        }
+        c
+    }
+}
+
+/// Records one finished attempt or lookup on its own, fenced (a lookup whose finding led
+/// to a resend). Returns `false` when the claim is no longer current.
+pub async fn record_attempt(
+    db: impl PgExecutor<'_>,
+    alert_id: Uuid,
+    fencing_token: i64,
+    worker: &str,
+    attempt: &AttemptRecord,
+) -> Result<bool, StoreError> {
+    let inserted = sqlx::query(&format!(
+        "{ATTEMPT_INSERT} \
+         SELECT o.alert_id, $4, $5, $3, $2, $6, now(), o.alert_id::text, a.payload_sha256, \
+                $7, $8, $9, $10, left($11, 1000), NULL, NULL \
+         FROM outbox o JOIN alerts a ON a.id = o.alert_id \
+         WHERE o.alert_id = $1 AND o.fencing_token = $2 AND o.status = {sending}",
+        sending = LiveStatus::Sending.sql(),
+    ))
+    .bind(alert_id)
+    .bind(fencing_token)
+    .bind(worker)
+    .bind(attempt.attempt)
+    .bind(attempt.kind)
+    .bind(attempt.started_at)
+    .bind(attempt.outcome)
+    .bind(attempt.http_status.map(|s| s as i16))
+    .bind(&attempt.destination_reference)
+    .bind(&attempt.error_class)
+    .bind(&attempt.response_excerpt)
+    .execute(db)
+    .await?;
+    Ok(inserted.rows_affected() == 1)
+}

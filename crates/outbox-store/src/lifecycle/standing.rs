@@ -1,0 +1,125 @@
+//! Where an alert stands: the one definition of its state that every reader joins, and
+//! its standing as an operator's transition reads it under its locks.
+
+use outbox_core::{AlertState, AttemptKind, LiveStatus, Outcome};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// How every reader finds an alert's state, joined to an alert aliased `a`: its live
+/// outbox row (`o`) and its resting place (`ao`). With [`STATE`], the one definition of an
+/// alert's state (the view `alert_states` is the same joins, for people at a psql prompt).
+pub(crate) const STATE_JOINS: &str = "LEFT JOIN outbox o ON o.alert_id = a.id \
+     LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id";
+
+/// An alert's state over [`STATE_JOINS`]: the live status while it has an outbox row,
+/// else where it came to rest.
+pub(crate) const STATE: &str = "COALESCE(o.status, ao.outcome)";
+
+/// An alert as an operator's transition finds it, read under its locks.
+#[derive(Debug, Clone)]
+pub struct Standing {
+    /// The alert.
+    pub alert_id: Uuid,
+    /// Its outbox row's status, while it has one.
+    pub live_status: Option<LiveStatus>,
+    /// Where it came to rest, once it left the queue.
+    pub outcome: Option<Outcome>,
+    /// Its destination.
+    pub destination_id: Uuid,
+    /// The destination's reference, if it gave one.
+    pub destination_reference: Option<String>,
+    /// The highest send attempt recorded.
+    pub last_attempt: i32,
+    /// The identity's latest revision, when it is not this alert.
+    pub latest_revision: Option<Uuid>,
+    /// Retention removed its payload (`outboxctl prune`).
+    pub pruned: bool,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct StandingRow {
+    outcome: Option<String>,
+    destination_id: Uuid,
+    destination_reference: Option<String>,
+    last_attempt: i32,
+    latest_revision: Option<Uuid>,
+    pruned: bool,
+}
+
+/// Reads where an alert stands. With `lock`, takes its outbox row (`FOR UPDATE`) and then
+/// the alert row (`FOR NO KEY UPDATE`: the weakest lock that serialises operators, and
+/// no conflict with the key-share locks anything may take on the alert row), so the
+/// answer holds until the transaction ends; without, it only reads (a dry run).
+pub async fn standing(
+    tx: &mut PgConnection,
+    alert_id: Uuid,
+    lock: bool,
+) -> Result<Standing, StoreError> {
+    let (lock_outbox, lock_alert) = if lock {
+        (" FOR UPDATE", " FOR NO KEY UPDATE OF a")
+    } else {
+        ("", "")
+    };
+    let live_status = sqlx::query_scalar::<_, String>(&format!(
+        "SELECT status FROM outbox WHERE alert_id = $1{lock_outbox}"
+    ))
+    .bind(alert_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let row = sqlx::query_as::<_, StandingRow>(&format!(
+        "SELECT ao.outcome, a.destination_id, ao.destination_reference, \
+                COALESCE((SELECT max(d.attempt) FROM delivery_attempts d \
+                          WHERE d.alert_id = a.id AND d.kind = $2), 0) AS last_attempt, \
+                (SELECT later.id FROM alerts later \
+                 WHERE later.tenant_id = a.tenant_id AND later.subject = a.subject \
+                   AND later.occurrence = a.occurrence \
+                   AND later.destination_id = a.destination_id AND later.revision > a.revision \
+                 ORDER BY later.revision DESC LIMIT 1) AS latest_revision, \
+                a.pruned_at IS NOT NULL AS pruned \
+         FROM alerts a LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id \
+         WHERE a.id = $1{lock_alert}"
+    ))
+    .bind(alert_id)
+    .bind(AttemptKind::Send)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = row else {
+        return Err(StoreError::UnknownAlert(alert_id));
+    };
+    Ok(Standing {
+        alert_id,
+        live_status: parse_optional(live_status)?,
+        outcome: parse_optional(row.outcome)?,
+        destination_id: row.destination_id,
+        destination_reference: row.destination_reference,
+        last_attempt: row.last_attempt,
+        latest_revision: row.latest_revision,
+        pruned: row.pruned,
+    })
+}
+
+/// Parses a nullable column's text into its type.
+pub(crate) fn parse_optional<T>(text: Option<String>) -> Result<Option<T>, StoreError>
+where
+    T: std::str::FromStr<Err = outbox_core::UnknownValue>,
+{
+    text.map(|t| t.parse::<T>()).transpose().map_err(Into::into)
+}
+
+impl Standing {
+    /// The alert's state: the live status while it has an outbox row, else its outcome.
+    pub fn state(&self) -> Result<AlertState, StoreError> {
+        match (self.live_status, self.outcome) {
+            (Some(live), _) => Ok(live.into()),
+            (None, Some(outcome)) => Ok(outcome.into()),
+            // Approval writes the outbox row with the alert, and every transition out of
+            // the queue writes the outcome with the delete: this cannot be.
+            (None, None) => Err(StoreError::Inconsistent(format!(
+                "alert {} has neither an outbox row nor an outcome",
+                self.alert_id
+            ))),
+        }
+    }
+}
