@@ -41,7 +41,8 @@ use tokio::time::{timeout_at, Instant};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{SinkArgs, SmtpCredentials};
-use crate::state::{Envelope, MailAction, Sink};
+use crate::state::inbox::{Envelope, MailAction};
+use crate::state::Sink;
 
 /// Longest command line read, CRLF included. RFC 5321 allows 512; a little more room costs
 /// nothing and spares clients with long parameters.
