@@ -1,5 +1,6 @@
 //! The actions: replay, resolve, destinations on and off, bulk replays. Each checks the
-//! session's form token and the operator role first, then the tenant grant, and then asks
+//! session's form token and the operator role first (by taking its form as
+//! [`Authorized`]), then the tenant grant, and then asks
 //! `outbox_store::operator`, the same functions `outboxctl` calls, with the account as the
 //! actor (`console:NAME`, where `outboxctl --actor NAME` is `cli:NAME`).
 
@@ -10,9 +11,9 @@ use outbox_store::destinations;
 use outbox_store::operator::{self, Resolution};
 use uuid::Uuid;
 
-use crate::auth::Signed;
+use crate::auth::{Authorized, Signed};
 use crate::error_page::PageError;
-use crate::input::{Form, Query};
+use crate::input::Query;
 use crate::pages::{alert_id, visible_alert, visible_bulk_replay, ListQuery};
 use crate::Console;
 
@@ -60,8 +61,6 @@ pub(crate) async fn confirm_replay(
 #[derive(Debug, serde::Deserialize)]
 pub(crate) struct ActionForm {
     #[serde(default)]
-    csrf: String,
-    #[serde(default)]
     note: String,
     #[serde(default)]
     resolution: String,
@@ -72,11 +71,9 @@ pub(crate) struct ActionForm {
 /// `POST /console/alerts/{id}/replay`.
 pub(crate) async fn replay(
     State(console): State<Console>,
-    signed: Signed,
     Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
+    Authorized { signed, form }: Authorized<ActionForm>,
 ) -> Result<Response, PageError> {
-    signed.authorize_action(&form.csrf)?;
     let id = alert_id(&id)?;
     let note = required_note(&form.note)?;
     visible_alert(&console, &signed, id).await?;
@@ -138,11 +135,9 @@ pub(crate) async fn confirm_resolve(
 /// `POST /console/alerts/{id}/resolve`.
 pub(crate) async fn resolve(
     State(console): State<Console>,
-    signed: Signed,
     Path(id): Path<String>,
-    Form(form): Form<ActionForm>,
+    Authorized { signed, form }: Authorized<ActionForm>,
 ) -> Result<Response, PageError> {
-    signed.authorize_action(&form.csrf)?;
     let id = alert_id(&id)?;
     let note = required_note(&form.note)?;
     resolution_text(&form.resolution)?;
@@ -181,19 +176,15 @@ fn switch(field: &str, value: &str) -> Result<bool, PageError> {
 #[derive(Debug, serde::Deserialize)]
 pub(crate) struct EnabledForm {
     #[serde(default)]
-    csrf: String,
-    #[serde(default)]
     enabled: String,
 }
 
 /// `POST /console/destinations/{id}/enabled`: on or off, recorded in the audit log.
 pub(crate) async fn set_destination_enabled(
     State(console): State<Console>,
-    signed: Signed,
     Path(id): Path<String>,
-    Form(form): Form<EnabledForm>,
+    Authorized { signed, form }: Authorized<EnabledForm>,
 ) -> Result<Response, PageError> {
-    signed.authorize_action(&form.csrf)?;
     let enabled = switch("enabled", &form.enabled)?;
     let not_found = || PageError::NotFound("no such destination".into());
     let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
@@ -265,8 +256,6 @@ pub(crate) async fn bulk_dry_run(
 #[derive(Debug, serde::Deserialize)]
 pub(crate) struct BulkForm {
     #[serde(default)]
-    csrf: String,
-    #[serde(default)]
     note: String,
     #[serde(flatten)]
     query: ListQuery,
@@ -275,10 +264,8 @@ pub(crate) struct BulkForm {
 /// `POST /console/bulk-replay`: records the run and wakes the worker.
 pub(crate) async fn start_bulk_replay(
     State(console): State<Console>,
-    signed: Signed,
-    Form(form): Form<BulkForm>,
+    Authorized { signed, form }: Authorized<BulkForm>,
 ) -> Result<Response, PageError> {
-    signed.authorize_action(&form.csrf)?;
     let note = required_note(&form.note)?;
     let filter = replayable_filter(&form.query)?;
     let planned =
@@ -332,19 +319,15 @@ async fn bulk_replay_tenants(
 #[derive(Debug, serde::Deserialize)]
 pub(crate) struct RunningForm {
     #[serde(default)]
-    csrf: String,
-    #[serde(default)]
     running: String,
 }
 
 /// `POST /console/bulk-replay/{id}/running`: stop (`false`) or resume (`true`).
 pub(crate) async fn set_bulk_running(
     State(console): State<Console>,
-    signed: Signed,
     Path(id): Path<String>,
-    Form(form): Form<RunningForm>,
+    Authorized { signed, form }: Authorized<RunningForm>,
 ) -> Result<Response, PageError> {
-    signed.authorize_action(&form.csrf)?;
     let running = switch("running", &form.running)?;
     let replay = visible_bulk_replay(&console, &signed, &id).await?;
     if !outbox_store::bulk_replays::set_bulk_replay_running(&console.pool, replay.id, running)

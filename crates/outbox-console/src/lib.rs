@@ -6,12 +6,14 @@
 //! - [`serve`] / [`router`]: the routes under `/console`, served by
 //!   `outbox_runtime::http_server` (the same slow-client deadlines as the API), with
 //!   security headers on every answer (`security_headers`).
-//! - `auth`: signing in with an operator's password (its argon2id hash is made by
-//!   `outbox_core::password`, which `outboxctl` also uses), sign-in sessions (256-bit random ids, stored
-//!   as SHA-256, HttpOnly SameSite=Strict cookie, Secure on request), the per-session form
-//!   token checked in constant time, the sign-in form's own token (tied to a pre-session
-//!   cookie), failed sign-ins limited per name and per address, and the `Signed`
-//!   extractor that carries the account's role and tenant grant into every handler.
+//! - `auth`: sign-in sessions (256-bit random ids, stored as SHA-256, HttpOnly
+//!   SameSite=Strict cookie, Secure on request), the `Signed` extractor that carries the
+//!   account's role and tenant grant into every handler, and the `Authorized` one that
+//!   checks an action's form token (per session, in constant time) and role first.
+//! - `sign_in`: signing in with an operator's password (its argon2id hash is made by
+//!   `outbox_core::password`, which `outboxctl` also uses), the sign-in form's own token
+//!   (tied to a pre-session cookie), failed sign-ins limited per name and per address, and
+//!   signing out.
 //! - `password_checks`: the bound on argon2 checks running at once (each takes 19 MiB),
 //!   with the memory they hash in kept per permit, and its figures for `/metrics`.
 //! - `input`: the query and form extractors every handler reads through; a NUL character
@@ -38,6 +40,7 @@ mod error_page;
 mod input;
 mod pages;
 pub mod password_checks;
+mod sign_in;
 mod view;
 
 use axum::http::{header, HeaderValue, Request};
@@ -100,7 +103,7 @@ pub struct Console {
     /// Wakes the bulk replay worker when a replay is started or resumed.
     bulk_wake: Arc<tokio::sync::Notify>,
     /// Makes the sign-in form's tokens (drawn at start).
-    login_key: auth::LoginKey,
+    login_key: sign_in::LoginKey,
 }
 
 impl Console {
@@ -111,7 +114,7 @@ impl Console {
             config: Arc::new(config),
             views: Arc::new(view::Views::new()),
             bulk_wake: Arc::default(),
-            login_key: auth::LoginKey::new(),
+            login_key: sign_in::LoginKey::new(),
         }
     }
 }
@@ -121,8 +124,11 @@ pub fn router(console: Console) -> Router {
     Router::new()
         .route("/console", get(pages::overview))
         .route("/console/", get(pages::overview))
-        .route("/console/login", get(auth::login_page).post(auth::login))
-        .route("/console/logout", post(auth::logout))
+        .route(
+            "/console/login",
+            get(sign_in::login_page).post(sign_in::login),
+        )
+        .route("/console/logout", post(sign_in::logout))
         .route("/console/outbox", get(pages::outbox))
         .route("/console/alerts/{id}", get(pages::alert))
         .route(

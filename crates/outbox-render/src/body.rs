@@ -17,10 +17,11 @@
 use std::collections::BTreeMap;
 
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
-use sha2::{Digest, Sha256};
 
+use crate::error::RenderError;
 use crate::locale::Locale;
-use crate::render::{kind_for_alert, RenderError, Renderer};
+use crate::render::{kind_for_alert, Renderer};
+use crate::version::Version;
 
 /// The shipped body templates: name and source.
 const BUILTIN: [(&str, &str); 1] = [(
@@ -173,22 +174,13 @@ impl BodyTemplate {
             .map_err(|err| template_error(&err))?;
         serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&body)
             .map_err(|err| BodyError::NotAnObject(err.to_string()))?;
-        let mut version = Sha256::new();
-        version.update(email.template_version.as_bytes());
-        version.update((self.name.len() as u64).to_be_bytes());
-        version.update(self.name.as_bytes());
-        version.update((self.source.len() as u64).to_be_bytes());
-        version.update(self.source.as_bytes());
+        let mut version = Version::default();
+        version.add_version(&email.template_version);
+        version.add(&self.name);
+        version.add(&self.source);
         Ok(RenderedBody {
             bytes: body.into_bytes(),
-            template_version: format!(
-                "sha256:{}",
-                version
-                    .finalize()
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<String>()
-            ),
+            template_version: version.finish(),
         })
     }
 }
@@ -261,14 +253,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_resend_body_carries_the_rendered_email_in_the_locale() {
-        let to = vec!["cfo@acme.example".to_owned()];
+    /// The shipped Resend body for `payload` sent to `to` in `locale`, and its JSON.
+    fn resend_body(payload: &str, to: &str, locale: Locale) -> (RenderedBody, serde_json::Value) {
+        let to = vec![to.to_owned()];
         let body = BodyTemplate::builtin("email-api-resend")
             .unwrap()
-            .render(&Renderer::builtin(), &mail(SAMPLE_PAYLOAD, &to, Locale::Es))
+            .render(&Renderer::builtin(), &mail(payload, &to, locale))
             .unwrap();
-        let json: serde_json::Value = serde_json::from_slice(&body.bytes).unwrap();
+        let json = serde_json::from_slice(&body.bytes).unwrap();
+        (body, json)
+    }
+
+    #[test]
+    fn the_resend_body_carries_the_rendered_email_in_the_locale() {
+        let (body, json) = resend_body(SAMPLE_PAYLOAD, "cfo@acme.example", Locale::Es);
         assert_eq!(json["from"], "alerts@acme.example");
         assert_eq!(json["to"], serde_json::json!(["cfo@acme.example"]));
         assert!(json["subject"]
@@ -287,12 +285,7 @@ mod tests {
     #[test]
     fn no_value_can_break_out_of_the_json() {
         let hostile = r#"{"kind": "note", "text": "\", \"to\": [\"evil@x\"], \"x\": \"</script>"}"#;
-        let to = vec!["ops@acme.example".to_owned()];
-        let body = BodyTemplate::builtin("email-api-resend")
-            .unwrap()
-            .render(&Renderer::builtin(), &mail(hostile, &to, Locale::En))
-            .unwrap();
-        let json: serde_json::Value = serde_json::from_slice(&body.bytes).unwrap();
+        let (_, json) = resend_body(hostile, "ops@acme.example", Locale::En);
         assert_eq!(json["to"], serde_json::json!(["ops@acme.example"]));
         assert!(json["text"]
             .as_str()

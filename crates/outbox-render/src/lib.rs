@@ -13,6 +13,10 @@
 //! - [`overrides`]: a tenant's templates from files, compiled when loaded.
 //! - [`render`]: [`Renderer::render`] → [`RenderedEmail`] with its `template_version`;
 //!   [`kind_for_alert`] picks the template kind for a stored alert.
+//! - `context`: the payload's fields as template values, and what each kind adds to them.
+//! - `engine`: the template engine's settings, shared by shipped and overriding templates.
+//! - `error`: [`RenderError`].
+//! - `version`: the `sha256:` template versions of emails and request bodies.
 //! - [`body`]: request bodies for HTTP email APIs ([`BodyTemplate`]: `email-api-resend`
 //!   shipped from `templates/bodies/`, or an operator's file), the rendered email written
 //!   into JSON.
@@ -35,14 +39,19 @@
 //!   (strings as they are, numbers as written, lists and maps as compact JSON).
 
 pub mod body;
+mod context;
+mod engine;
+mod error;
 pub mod format;
 pub mod locale;
 pub mod overrides;
 pub mod render;
 pub mod templates;
+mod version;
 
 pub use body::{BodyError, BodyTemplate, Mail, RenderedBody};
+pub use error::RenderError;
 pub use locale::{resolve, Locale, UnknownLocale};
 pub use overrides::Overrides;
-pub use render::{kind_for_alert, RenderError, RenderedEmail, Renderer};
+pub use render::{kind_for_alert, RenderedEmail, Renderer};
 pub use templates::{Kind, Part, UnknownKind};

@@ -81,26 +81,26 @@ pub(crate) struct Conventions {
     pub months: &'static [&'static str],
 }
 
+/// The [`Conventions`] of one locale module of `pure-rust-locales`.
+macro_rules! conventions_of {
+    ($locale:ident) => {
+        Conventions {
+            decimal_point: $locale::LC_MONETARY::MON_DECIMAL_POINT,
+            thousands_sep: $locale::LC_MONETARY::MON_THOUSANDS_SEP,
+            grouping: $locale::LC_MONETARY::MON_GROUPING,
+            symbol_precedes: $locale::LC_MONETARY::P_CS_PRECEDES == 1,
+            symbol_spaced: $locale::LC_MONETARY::P_SEP_BY_SPACE == 1,
+            months: $locale::LC_TIME::MON,
+        }
+    };
+}
+
 impl Locale {
     pub(crate) fn conventions(self) -> Conventions {
         use pure_rust_locales::{en_US, es_ES};
         match self {
-            Locale::En => Conventions {
-                decimal_point: en_US::LC_MONETARY::MON_DECIMAL_POINT,
-                thousands_sep: en_US::LC_MONETARY::MON_THOUSANDS_SEP,
-                grouping: en_US::LC_MONETARY::MON_GROUPING,
-                symbol_precedes: en_US::LC_MONETARY::P_CS_PRECEDES == 1,
-                symbol_spaced: en_US::LC_MONETARY::P_SEP_BY_SPACE == 1,
-                months: en_US::LC_TIME::MON,
-            },
-            Locale::Es => Conventions {
-                decimal_point: es_ES::LC_MONETARY::MON_DECIMAL_POINT,
-                thousands_sep: es_ES::LC_MONETARY::MON_THOUSANDS_SEP,
-                grouping: es_ES::LC_MONETARY::MON_GROUPING,
-                symbol_precedes: es_ES::LC_MONETARY::P_CS_PRECEDES == 1,
-                symbol_spaced: es_ES::LC_MONETARY::P_SEP_BY_SPACE == 1,
-                months: es_ES::LC_TIME::MON,
-            },
+            Locale::En => conventions_of!(en_US),
+            Locale::Es => conventions_of!(es_ES),
         }
     }
 }

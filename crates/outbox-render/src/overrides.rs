@@ -10,8 +10,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::engine::environment;
+use crate::error::RenderError;
 use crate::locale::Locale;
-use crate::render::{environment, RenderError};
 use crate::templates::{Kind, Part};
 
 /// The largest override file read: templates are small, and a folder is not a place to

@@ -1,17 +1,15 @@
-//! Rendering: the payload becomes the templates' context, the three templates of a kind
-//! and locale render into a [`RenderedEmail`].
+//! Rendering: the three templates of a kind and locale, shipped or overridden, render a
+//! payload's context into a [`RenderedEmail`].
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use minijinja::{AutoEscape, Environment, UndefinedBehavior, Value};
-use serde_json::value::RawValue;
-use sha2::{Digest, Sha256};
-
-use crate::format;
+use crate::context::{context_for, parse_object, payload_kind};
+use crate::engine::environment;
+pub use crate::error::RenderError;
 use crate::locale::Locale;
 use crate::overrides::Overrides;
 use crate::templates::{builtin, file_name, Kind, Part};
+use crate::version::Version;
 
 /// One alert as an email: what a mail client shows, and which templates made it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -25,39 +23,6 @@ pub struct RenderedEmail {
     /// `sha256:<hex>` over the three template sources used (names and texts), shipped or
     /// overridden: the same version means the same templates.
     pub template_version: String,
-}
-
-/// Why an alert could not be rendered.
-#[derive(Debug, thiserror::Error)]
-pub enum RenderError {
-    /// The payload is not a JSON object.
-    #[error("payload is not a JSON object: {0}")]
-    Payload(String),
-    /// A field the kind's template needs is missing or has the wrong form.
-    #[error("payload field `{field}` {reason}")]
-    Field {
-        /// The field's name.
-        field: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A template failed: a syntax error, or a value it names is undefined (templates
-    /// are strict: a missing value is an error, never an empty string).
-    #[error("template {name}: {detail}")]
-    Template {
-        /// The template's name, `<kind>.<locale>.<part>`.
-        name: String,
-        /// The template engine's explanation, with the line.
-        detail: String,
-    },
-    /// An override file could not be used.
-    #[error("override {path}: {reason}")]
-    Override {
-        /// The file.
-        path: String,
-        /// Why.
-        reason: String,
-    },
 }
 
 /// Renders alerts with the shipped templates, or with a tenant's overrides where it has
@@ -107,13 +72,11 @@ impl Renderer {
 
         let names = Part::ALL.map(|part| file_name(kind, locale, part));
         let mut env = environment();
-        let mut version = Sha256::new();
+        let mut version = Version::default();
         for (part, name) in Part::ALL.into_iter().zip(&names) {
             let source = self.source(kind, locale, part);
-            version.update((name.len() as u64).to_be_bytes());
-            version.update(name.as_bytes());
-            version.update((source.len() as u64).to_be_bytes());
-            version.update(source.as_bytes());
+            version.add(name);
+            version.add(source);
             env.add_template(name, source)
                 .map_err(|err| template_error(name, &err))?;
         }
@@ -126,7 +89,7 @@ impl Renderer {
             subject: one_line(&render(&names[0])?),
             text: render(&names[1])?,
             html: render(&names[2])?,
-            template_version: format!("sha256:{}", hex(&version.finalize())),
+            template_version: version.finish(),
         })
     }
 }
@@ -138,10 +101,7 @@ pub fn kind_for_alert(payload_json: &str, occurrence: &str) -> Kind {
     let Ok(fields) = parse_object(payload_json) else {
         return Kind::Generic;
     };
-    let payload_kind = fields
-        .get("kind")
-        .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
-    let kind = Kind::for_alert(payload_kind.as_deref(), occurrence);
+    let kind = Kind::for_alert(payload_kind(&fields).as_deref(), occurrence);
     // Formatting checks the fields in every locale alike; English stands for all.
     match context_for(kind, Locale::En, &fields) {
         Ok(_) => kind,
@@ -149,239 +109,11 @@ pub fn kind_for_alert(payload_json: &str, occurrence: &str) -> Kind {
     }
 }
 
-/// The engine's settings, the same for shipped and overriding templates.
-pub(crate) fn environment<'source>() -> Environment<'source> {
-    let mut env = Environment::new();
-    env.set_undefined_behavior(UndefinedBehavior::Strict);
-    // `{% if %}` lines leave no blank line or indentation behind.
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    env.set_auto_escape_callback(|name| {
-        if name.ends_with(".html") {
-            AutoEscape::Html
-        } else {
-            AutoEscape::None
-        }
-    });
-    env
-}
-
 fn template_error(name: &str, err: &minijinja::Error) -> RenderError {
     RenderError::Template {
         name: name.to_owned(),
         detail: err.to_string(),
     }
-}
-
-type Fields = BTreeMap<String, Box<RawValue>>;
-
-/// The payload's top-level fields, each kept as its exact JSON text (numbers are never
-/// converted to floating point).
-fn parse_object(payload_json: &str) -> Result<Fields, RenderError> {
-    serde_json::from_str(payload_json).map_err(|err| RenderError::Payload(err.to_string()))
-}
-
-/// The JSON text as a template value: strings, booleans and null as themselves, integers
-/// that fit as integers (so templates can compare them), other numbers as their exact
-/// text, arrays and objects element by element.
-fn to_value(raw: &RawValue) -> Value {
-    let text = raw.get().trim();
-    match text.as_bytes().first() {
-        Some(b'"') => serde_json::from_str::<String>(text)
-            .map(Value::from)
-            .unwrap_or_else(|_| Value::from(text)),
-        Some(b'[') => match serde_json::from_str::<Vec<Box<RawValue>>>(text) {
-            Ok(items) => Value::from(items.iter().map(|item| to_value(item)).collect::<Vec<_>>()),
-            Err(_) => Value::from(text),
-        },
-        Some(b'{') => match serde_json::from_str::<Fields>(text) {
-            Ok(fields) => Value::from(
-                fields
-                    .iter()
-                    .map(|(name, item)| (name.clone(), to_value(item)))
-                    .collect::<BTreeMap<_, _>>(),
-            ),
-            Err(_) => Value::from(text),
-        },
-        _ => match text {
-            "true" => Value::from(true),
-            "false" => Value::from(false),
-            "null" => Value::from(()),
-            number => number
-                .parse::<i64>()
-                .map(Value::from)
-                .unwrap_or_else(|_| Value::from(number)),
-        },
-    }
-}
-
-/// How the generic template shows a value: a string as its text, a number as written,
-/// `true`/`false`/`null`, and arrays or objects as compact JSON.
-fn display_text(raw: &RawValue) -> String {
-    let text = raw.get().trim();
-    if text.starts_with('"') {
-        if let Ok(string) = serde_json::from_str::<String>(text) {
-            return string;
-        }
-    }
-    if text.starts_with('[') || text.starts_with('{') {
-        return compact_json(text);
-    }
-    text.to_owned()
-}
-
-/// Valid JSON text without the whitespace between tokens (strings are kept as they are,
-/// numbers as written).
-fn compact_json(text: &str) -> String {
-    let mut compact = String::with_capacity(text.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for c in text.chars() {
-        if in_string {
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-        } else if c == '"' {
-            in_string = true;
-        } else if c.is_ascii_whitespace() {
-            continue;
-        }
-        compact.push(c);
-    }
-    compact
-}
-
-fn required<'f>(fields: &'f Fields, field: &'static str) -> Result<&'f RawValue, RenderError> {
-    fields
-        .get(field)
-        .map(|raw| &**raw)
-        .ok_or(RenderError::Field {
-            field,
-            reason: "is missing".to_owned(),
-        })
-}
-
-/// A field's exact text: a JSON string's contents, or a number as written.
-fn exact_text(fields: &Fields, field: &'static str) -> Result<String, RenderError> {
-    let raw = required(fields, field)?.get().trim();
-    if raw.starts_with('"') {
-        return serde_json::from_str::<String>(raw).map_err(|err| RenderError::Field {
-            field,
-            reason: err.to_string(),
-        });
-    }
-    if raw.starts_with(['-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9']) {
-        return Ok(raw.to_owned());
-    }
-    Err(RenderError::Field {
-        field,
-        reason: format!("must be a string or a number, not {raw}"),
-    })
-}
-
-fn integer(fields: &Fields, field: &'static str) -> Result<i64, RenderError> {
-    let raw = required(fields, field)?.get().trim();
-    raw.parse::<i64>().map_err(|_| RenderError::Field {
-        field,
-        reason: format!("must be a whole number, not {raw}"),
-    })
-}
-
-fn formatted(
-    field: &'static str,
-    result: Result<String, format::FormatError>,
-) -> Result<Value, RenderError> {
-    result.map(Value::from).map_err(|err| RenderError::Field {
-        field,
-        reason: format!("cannot be formatted: {err}"),
-    })
-}
-
-/// The templates' context for `kind`. Every payload field is present as itself; the
-/// specific kinds also replace some with their formatted form (documented per template
-/// kind in the crate's opening documentation) and check the fields they need.
-fn context_for(kind: Kind, locale: Locale, fields: &Fields) -> Result<Value, RenderError> {
-    let mut context: BTreeMap<String, Value> = fields
-        .iter()
-        .map(|(name, raw)| (name.clone(), to_value(raw)))
-        .collect();
-    let mut set = |name: &str, value: Value| {
-        context.insert(name.to_owned(), value);
-    };
-    match kind {
-        Kind::ContractRenewal => {
-            for field in ["contract", "vendor"] {
-                required(fields, field)?;
-            }
-            let amount = exact_text(fields, "amount")?;
-            let currency = exact_text(fields, "currency")?;
-            set(
-                "amount",
-                formatted("amount", format::amount(&amount, &currency, locale))?,
-            );
-            set("amount_value", Value::from(amount));
-            for field in ["renewal_date", "action_date"] {
-                let date = exact_text(fields, field)?;
-                set(field, formatted(field, format::long_date(&date, locale))?);
-                set(&format!("{field}_iso"), Value::from(date));
-            }
-            set(
-                "days_remaining",
-                Value::from(integer(fields, "days_remaining")?),
-            );
-            set("tier", Value::from(integer(fields, "tier")?));
-        }
-        Kind::NewsArticle | Kind::NewsEvent => {
-            for field in ["watchlist", "article", "title", "snippet", "matched_terms"] {
-                required(fields, field)?;
-            }
-            let url = exact_text(fields, "url")?;
-            let web = url
-                .get(..8)
-                .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
-                || url
-                    .get(..7)
-                    .is_some_and(|s| s.eq_ignore_ascii_case("http://"));
-            // Only a web address becomes a link in HTML: never `javascript:` or `data:`.
-            set(
-                "link",
-                if web {
-                    Value::from(url)
-                } else {
-                    Value::from(())
-                },
-            );
-            let published = exact_text(fields, "published")?;
-            set(
-                "published_date",
-                Value::from(
-                    format::long_date_of_timestamp(&published, locale).unwrap_or(published),
-                ),
-            );
-            if !fields.contains_key("site") {
-                set("site", Value::from(()));
-            }
-        }
-        Kind::Generic => {
-            let kind = fields
-                .get("kind")
-                .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
-            set("kind", kind.map(Value::from).unwrap_or(Value::from(())));
-            let listed: Vec<Value> = fields
-                .iter()
-                .map(|(name, raw)| {
-                    Value::from(BTreeMap::from([
-                        ("name", Value::from(name.as_str())),
-                        ("value", Value::from(display_text(raw))),
-                    ]))
-                })
-                .collect();
-            set("fields", Value::from(listed));
-        }
-    }
-    Ok(Value::from(context))
 }
 
 /// `text` as one header-safe line: every control character (CR and LF included), line
@@ -399,10 +131,6 @@ pub fn one_line(text: &str) -> String {
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -435,6 +163,11 @@ mod tests {
         serde_json::to_string(&object).unwrap()
     }
 
+    /// Fails showing `text` when `needle` is not in it.
+    fn assert_contains(text: &str, needle: &str) {
+        assert!(text.contains(needle), "`{needle}` not in: {text}");
+    }
+
     fn assert_all_parts_contain(email: &RenderedEmail, needle: &str) {
         for (part, text) in [
             ("subject", &email.subject),
@@ -454,26 +187,10 @@ mod tests {
             email.subject,
             "Renewal: Acme Tools contract ACME-7 renews January 15, 2027, act by December 16, 2026"
         );
-        assert!(
-            email
-                .text
-                .contains("renews on January 15, 2027 for €12,000.00."),
-            "{}",
-            email.text
-        );
-        assert!(
-            email
-                .text
-                .contains("act by December 16, 2026: 30 days left."),
-            "{}",
-            email.text
-        );
+        assert_contains(&email.text, "renews on January 15, 2027 for €12,000.00.");
+        assert_contains(&email.text, "act by December 16, 2026: 30 days left.");
         assert!(email.text.contains("This is the 30-day reminder."));
-        assert!(
-            email.html.contains("<strong>€12,000.00</strong>"),
-            "{}",
-            email.html
-        );
+        assert_contains(&email.html, "<strong>€12,000.00</strong>");
         assert!(email
             .html
             .starts_with("<!DOCTYPE html>\n<html lang=\"en\">"));
@@ -491,19 +208,12 @@ mod tests {
             "Renovación: el contrato ACME-7 de Acme Tools se renueva el 15 de enero de 2027, \
              actúe antes del 16 de diciembre de 2026"
         );
-        assert!(
-            email
-                .text
-                .contains("se renueva el 15 de enero de 2027 por 12.000,00 €."),
-            "{}",
-            email.text
+        assert_contains(
+            &email.text,
+            "se renueva el 15 de enero de 2027 por 12.000,00 €.",
         );
-        assert!(email.text.contains("quedan 30 días."), "{}", email.text);
-        assert!(
-            email.html.contains("<strong>12.000,00 €</strong>"),
-            "{}",
-            email.html
-        );
+        assert_contains(&email.text, "quedan 30 días.");
+        assert_contains(&email.html, "<strong>12.000,00 €</strong>");
         assert!(email.html.contains("<html lang=\"es\">"));
     }
 
@@ -538,11 +248,7 @@ mod tests {
     fn news_article_in_both_locales() {
         let en = render(Kind::NewsArticle, Locale::En, NEWS);
         assert_eq!(en.subject, "News on suppliers: Acme Tools recalls drills");
-        assert!(
-            en.text.contains("news.example, November 3, 2026"),
-            "{}",
-            en.text
-        );
+        assert_contains(&en.text, "news.example, November 3, 2026");
         assert!(en.text.contains("Matched terms: acme, recall"));
         // minijinja escapes `/` too; the browser reads the same address.
         assert!(en.html.contains("<a href=\"https:&#x2f;&#x2f;news.example&#x2f;a-17\">Acme Tools recalls drills</a>"), "{}", en.html);
@@ -551,11 +257,7 @@ mod tests {
             es.subject,
             "Noticia en suppliers: Acme Tools recalls drills"
         );
-        assert!(
-            es.text.contains("news.example, 3 de noviembre de 2026"),
-            "{}",
-            es.text
-        );
+        assert_contains(&es.text, "news.example, 3 de noviembre de 2026");
         assert!(es.text.contains("Términos encontrados: acme, recall"));
         assert!(!en.text.contains("grouped"));
     }
@@ -564,18 +266,10 @@ mod tests {
     fn news_event_in_both_locales() {
         let en = render(Kind::NewsEvent, Locale::En, NEWS);
         assert_eq!(en.subject, "Event on suppliers: Acme Tools recalls drills");
-        assert!(
-            en.text.contains("grouped into this one alert"),
-            "{}",
-            en.text
-        );
+        assert_contains(&en.text, "grouped into this one alert");
         let es = render(Kind::NewsEvent, Locale::Es, NEWS);
         assert_eq!(es.subject, "Evento en suppliers: Acme Tools recalls drills");
-        assert!(
-            es.text.contains("se agrupan en este único aviso"),
-            "{}",
-            es.text
-        );
+        assert_contains(&es.text, "se agrupan en este único aviso");
         assert!(es.html.contains("3 de noviembre de 2026"));
     }
 
@@ -585,11 +279,7 @@ mod tests {
         let payload = with_field(&payload, "url", "javascript:alert(1)".into());
         let email = render(Kind::NewsArticle, Locale::En, &payload);
         assert!(!email.html.contains("href"), "{}", email.html);
-        assert!(
-            email.text.contains("\nNovember 3, 2026\n"),
-            "{}",
-            email.text
-        );
+        assert_contains(&email.text, "\nNovember 3, 2026\n");
     }
 
     #[test]
@@ -597,17 +287,9 @@ mod tests {
         let payload = r#"{"kind": "invoice_overdue", "invoice": "INV-9", "total": 9007199254740993.10, "lines": [1, {"a": "b c"}], "paid": false, "note": null}"#;
         let en = render(Kind::Generic, Locale::En, payload);
         assert_eq!(en.subject, "Alert: invoice_overdue");
-        assert!(en.text.contains("invoice: INV-9\n"), "{}", en.text);
-        assert!(
-            en.text.contains("total: 9007199254740993.10\n"),
-            "{}",
-            en.text
-        );
-        assert!(
-            en.text.contains("lines: [1,{\"a\":\"b c\"}]\n"),
-            "{}",
-            en.text
-        );
+        assert_contains(&en.text, "invoice: INV-9\n");
+        assert_contains(&en.text, "total: 9007199254740993.10\n");
+        assert_contains(&en.text, "lines: [1,{\"a\":\"b c\"}]\n");
         assert!(en.text.contains("paid: false\n"));
         assert!(en.text.contains("note: null"));
         // Sorted by name.
@@ -616,12 +298,7 @@ mod tests {
             .map(|name| en.text.find(name).unwrap())
             .collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]), "{}", en.text);
-        assert!(
-            en.html
-                .contains("<th align=\"left\">invoice</th><td>INV-9</td>"),
-            "{}",
-            en.html
-        );
+        assert_contains(&en.html, "<th align=\"left\">invoice</th><td>INV-9</td>");
         let es = render(Kind::Generic, Locale::Es, payload);
         assert_eq!(es.subject, "Aviso: invoice_overdue");
         assert!(es
@@ -706,6 +383,14 @@ mod tests {
         assert_eq!(one_line("  a \r\n\r\n b\t "), "a b");
     }
 
+    /// Why `payload` does not render as `kind` in `locale`.
+    fn render_error(kind: Kind, locale: Locale, payload: &str) -> String {
+        Renderer::builtin()
+            .render(kind, locale, payload)
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn missing_or_malformed_fields_are_errors_naming_the_field() {
         for field in [
@@ -716,39 +401,21 @@ mod tests {
             "days_remaining",
             "tier",
         ] {
-            let err = Renderer::builtin()
-                .render(
-                    Kind::ContractRenewal,
-                    Locale::En,
-                    &without_field(RENEWAL, field),
-                )
-                .unwrap_err();
-            assert!(
-                err.to_string().contains(&format!("`{field}` is missing")),
-                "{err}"
+            let err = render_error(
+                Kind::ContractRenewal,
+                Locale::En,
+                &without_field(RENEWAL, field),
             );
+            assert_contains(&err, &format!("`{field}` is missing"));
         }
         let bad_amount = with_field(RENEWAL, "amount", "12,000".into());
-        let err = Renderer::builtin()
-            .render(Kind::ContractRenewal, Locale::Es, &bad_amount)
-            .unwrap_err();
-        assert!(
-            err.to_string().contains("`amount` cannot be formatted"),
-            "{err}"
-        );
+        let err = render_error(Kind::ContractRenewal, Locale::Es, &bad_amount);
+        assert_contains(&err, "`amount` cannot be formatted");
         let bad_date = with_field(RENEWAL, "renewal_date", "soon".into());
-        let err = Renderer::builtin()
-            .render(Kind::ContractRenewal, Locale::En, &bad_date)
-            .unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("`renewal_date` cannot be formatted"),
-            "{err}"
-        );
-        let err = Renderer::builtin()
-            .render(Kind::Generic, Locale::En, "[1]")
-            .unwrap_err();
-        assert!(err.to_string().contains("not a JSON object"), "{err}");
+        let err = render_error(Kind::ContractRenewal, Locale::En, &bad_date);
+        assert_contains(&err, "`renewal_date` cannot be formatted");
+        let err = render_error(Kind::Generic, Locale::En, "[1]");
+        assert_contains(&err, "not a JSON object");
     }
 
     #[test]
@@ -787,9 +454,16 @@ mod tests {
         }
     }
 
+    /// A renderer with these override files, and their folder (removed when dropped).
+    fn overriding(name: &str, files: &[(&str, &str)]) -> (Folder, Renderer) {
+        let folder = Folder::new(name, files);
+        let renderer = Renderer::with_overrides(&folder.0).unwrap();
+        (folder, renderer)
+    }
+
     #[test]
     fn overrides_replace_only_their_part_and_change_the_version() {
-        let folder = Folder::new(
+        let (_folder, renderer) = overriding(
             "replace",
             &[
                 (
@@ -799,7 +473,6 @@ mod tests {
                 ("README.md", "not a template, not read"),
             ],
         );
-        let renderer = Renderer::with_overrides(&folder.0).unwrap();
         let overridden = renderer
             .render(Kind::ContractRenewal, Locale::Es, RENEWAL)
             .unwrap();
@@ -817,11 +490,10 @@ mod tests {
 
     #[test]
     fn an_override_html_template_escapes_too() {
-        let folder = Folder::new(
+        let (_folder, renderer) = overriding(
             "escape",
             &[("generic.en.html", "<p>{{ fields[0].value }}</p>")],
         );
-        let renderer = Renderer::with_overrides(&folder.0).unwrap();
         let email = renderer
             .render(
                 Kind::Generic,
@@ -863,11 +535,10 @@ mod tests {
 
     #[test]
     fn a_value_a_template_names_but_the_payload_lacks_is_an_error_not_empty() {
-        let folder = Folder::new(
+        let (_folder, renderer) = overriding(
             "strict",
             &[("contract_renewal.en.txt", "Owner: {{ owner }}.")],
         );
-        let renderer = Renderer::with_overrides(&folder.0).unwrap();
         let err = renderer
             .render(Kind::ContractRenewal, Locale::En, RENEWAL)
             .unwrap_err();
@@ -875,21 +546,19 @@ mod tests {
         assert!(err.contains("template contract_renewal.en.txt"), "{err}");
         assert!(err.contains("undefined"), "{err}");
         // Nested lookups are strict too.
-        let folder = Folder::new(
+        let (_folder, renderer) = overriding(
             "strict-nested",
             &[("generic.es.subject.txt", "{{ fields[0].nombre }}")],
         );
-        let renderer = Renderer::with_overrides(&folder.0).unwrap();
         assert!(renderer
             .render(Kind::Generic, Locale::Es, r#"{"a": 1}"#)
             .is_err());
         // With the field present, it renders.
         let payload = with_field(RENEWAL, "owner", "Ana".into());
-        let folder = Folder::new(
+        let (_folder, renderer) = overriding(
             "strict-ok",
             &[("contract_renewal.en.txt", "Owner: {{ owner }}.")],
         );
-        let renderer = Renderer::with_overrides(&folder.0).unwrap();
         assert_eq!(
             renderer
                 .render(Kind::ContractRenewal, Locale::En, &payload)

@@ -10,7 +10,7 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::faults::SmtpReply;
+use crate::smtp_reply::SmtpReply;
 
 /// Command line of `sink`. Every flag can also come from a `SINK_*` environment variable,
 /// so the same image serves tests (flags) and compose files (environment).

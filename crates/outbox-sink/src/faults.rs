@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use crate::config::{check_rate, check_status, SinkArgs};
+use crate::smtp_reply::SmtpReply;
 
 /// The current faults, as `POST` and `DELETE /_sink/faults` answer them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -51,71 +52,6 @@ pub struct FaultSettings {
     /// Leave `STARTTLS` out of the answer to `EHLO` (and refuse the command), as an
     /// attacker on the path who strips the offer would.
     pub smtp_hide_starttls: bool,
-}
-
-/// An SMTP refusal, written `"451 4.3.0 try later"`: a 4xx (transient) or 5xx (permanent)
-/// code and its text.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct SmtpReply {
-    code: u16,
-    text: String,
-}
-
-impl SmtpReply {
-    /// Longest text accepted, well inside the 512 bytes of an SMTP reply line.
-    const MAX_TEXT: usize = 200;
-
-    /// The reply code.
-    pub fn code(&self) -> u16 {
-        self.code
-    }
-
-    /// The reply line, without its CRLF.
-    pub fn line(&self) -> String {
-        format!("{} {}", self.code, self.text)
-    }
-}
-
-impl std::str::FromStr for SmtpReply {
-    type Err = String;
-
-    fn from_str(value: &str) -> Result<Self, String> {
-        let value = value.trim();
-        let (code, text) = value.split_once(' ').unwrap_or((value, ""));
-        let code: u16 = code
-            .parse()
-            .map_err(|_| format!("`{value}` does not start with a reply code"))?;
-        if !(400..=599).contains(&code) {
-            return Err(format!("a refusal must have a 4xx or 5xx code, not {code}"));
-        }
-        let text = text.trim();
-        if text.len() > Self::MAX_TEXT || !text.bytes().all(|b| (b' '..=b'~').contains(&b)) {
-            return Err(format!(
-                "the text of a reply must be printable ASCII, at most {} characters",
-                Self::MAX_TEXT
-            ));
-        }
-        let text = if text.is_empty() { "refused" } else { text };
-        Ok(SmtpReply {
-            code,
-            text: text.to_owned(),
-        })
-    }
-}
-
-impl TryFrom<String> for SmtpReply {
-    type Error = String;
-
-    fn try_from(value: String) -> Result<Self, String> {
-        value.parse()
-    }
-}
-
-impl From<SmtpReply> for String {
-    fn from(reply: SmtpReply) -> String {
-        reply.line()
-    }
 }
 
 /// One scripted answer: given verbatim, and the delivery is not applied.
@@ -184,54 +120,18 @@ impl FaultSettings {
 
     /// Applies `patch` entirely, or not at all when any part of it is out of range.
     pub(crate) fn apply(&mut self, patch: FaultPatch) -> Result<(), String> {
-        if let Some(rate) = patch.drop_response_rate {
-            check_rate(rate).map_err(|err| format!("drop_response_rate: {err}"))?;
-        }
-        if let Some(rate) = patch.fail_rate {
-            check_rate(rate).map_err(|err| format!("fail_rate: {err}"))?;
-        }
-        if let Some(status) = patch.fail_status {
-            check_status(status).map_err(|err| format!("fail_status: {err}"))?;
-        }
-        if let Some(rate) = patch.smtp_drop_rate {
-            check_rate(rate).map_err(|err| format!("smtp_drop_rate: {err}"))?;
-        }
-        if let Some(rate) = patch.smtp_fail_rate {
-            check_rate(rate).map_err(|err| format!("smtp_fail_rate: {err}"))?;
-        }
-        for (i, scripted) in patch.script.iter().enumerate() {
-            scripted
-                .response()
-                .map_err(|err| format!("script[{i}]: {err}"))?;
-        }
-
-        if let Some(rate) = patch.drop_response_rate {
-            self.drop_response_rate = rate;
-        }
-        if let Some(rate) = patch.fail_rate {
-            self.fail_rate = rate;
-        }
-        if let Some(status) = patch.fail_status {
-            self.fail_status = status;
-        }
-        if let Some(ms) = patch.latency_ms {
-            self.latency_ms = ms;
-        }
+        patch.check()?;
+        set(&mut self.drop_response_rate, patch.drop_response_rate);
+        set(&mut self.fail_rate, patch.fail_rate);
+        set(&mut self.fail_status, patch.fail_status);
+        set(&mut self.latency_ms, patch.latency_ms);
         self.drop_response_for_keys
             .extend(patch.drop_response_for_keys);
         self.script.extend(patch.script);
-        if let Some(rate) = patch.smtp_drop_rate {
-            self.smtp_drop_rate = rate;
-        }
-        if let Some(rate) = patch.smtp_fail_rate {
-            self.smtp_fail_rate = rate;
-        }
-        if let Some(reply) = patch.smtp_fail_reply {
-            self.smtp_fail_reply = reply;
-        }
-        if let Some(ms) = patch.smtp_latency_ms {
-            self.smtp_latency_ms = ms;
-        }
+        set(&mut self.smtp_drop_rate, patch.smtp_drop_rate);
+        set(&mut self.smtp_fail_rate, patch.smtp_fail_rate);
+        set(&mut self.smtp_fail_reply, patch.smtp_fail_reply);
+        set(&mut self.smtp_latency_ms, patch.smtp_latency_ms);
         self.smtp_drop_for_message_ids.extend(
             patch
                 .smtp_drop_for_message_ids
@@ -242,9 +142,7 @@ impl FaultSettings {
         self.smtp_data_script.extend(patch.smtp_data_script);
         self.smtp_mail_from_script
             .extend(patch.smtp_mail_from_script);
-        if let Some(hide) = patch.smtp_hide_starttls {
-            self.smtp_hide_starttls = hide;
-        }
+        set(&mut self.smtp_hide_starttls, patch.smtp_hide_starttls);
         Ok(())
     }
 
@@ -308,6 +206,44 @@ impl ScriptedResponse {
                 (response, StatusCode::INTERNAL_SERVER_ERROR)
             }
         }
+    }
+}
+
+impl FaultPatch {
+    /// Why the patch cannot be applied: the first value out of range, named by its field.
+    fn check(&self) -> Result<(), String> {
+        checked("drop_response_rate", self.drop_response_rate, check_rate)?;
+        checked("fail_rate", self.fail_rate, check_rate)?;
+        checked("fail_status", self.fail_status, check_status)?;
+        checked("smtp_drop_rate", self.smtp_drop_rate, check_rate)?;
+        checked("smtp_fail_rate", self.smtp_fail_rate, check_rate)?;
+        for (i, scripted) in self.script.iter().enumerate() {
+            scripted
+                .response()
+                .map_err(|err| format!("script[{i}]: {err}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a value a patch gives for `field`, if it gives one.
+fn checked<T, U>(
+    field: &str,
+    value: Option<T>,
+    check: fn(T) -> Result<U, String>,
+) -> Result<(), String> {
+    match value {
+        Some(value) => check(value)
+            .map(drop)
+            .map_err(|err| format!("{field}: {err}")),
+        None => Ok(()),
+    }
+}
+
+/// Replaces `setting` with the value a patch gives, if it gives one.
+fn set<T>(setting: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *setting = value;
     }
 }
 
@@ -396,21 +332,6 @@ mod tests {
         assert!(faults.smtp_drop_for_message_ids.is_empty());
         assert!(faults.smtp_rcpt_script.is_empty() && faults.smtp_data_script.is_empty());
         assert_eq!(faults.smtp_fail_reply.line(), "421 4.4.5 busy");
-    }
-
-    #[test]
-    fn smtp_replies_are_refusals() {
-        assert_eq!(
-            "550 5.1.1 no such user"
-                .parse::<SmtpReply>()
-                .unwrap()
-                .line(),
-            "550 5.1.1 no such user"
-        );
-        assert!("250 ok".parse::<SmtpReply>().is_err());
-        assert!("600 x".parse::<SmtpReply>().is_err());
-        assert!("later".parse::<SmtpReply>().is_err());
-        assert!("451 caf\u{e9}".parse::<SmtpReply>().is_err());
     }
 
     #[test]

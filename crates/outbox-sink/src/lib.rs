@@ -10,11 +10,17 @@
 //!
 //! Layout:
 //! - [`SinkArgs`] (`config`): the command line, every flag also a `SINK_*` variable.
-//! - [`Sink`] (`state`): the memory and the decisions, under one lock, so that the fault
-//!   draws follow arrival order and a seed replays a run.
-//! - [`FaultSettings`] (`faults`): the faults, changed at run time through `/_sink/faults`.
+//! - [`Sink`] (`state`): the memory and the decisions (`state::deliveries` for HTTP,
+//!   `state::inbox` for SMTP), under one lock, so that the fault draws follow arrival
+//!   order and a seed replays a run.
+//! - [`Record`], [`MailRecord`], [`Stats`] (`records`): what the sink shows of its work.
+//! - [`SignatureCheck`] (`signature`): Standard Webhooks signatures checked.
+//! - [`FaultSettings`] (`faults`): the faults, changed at run time through `/_sink/faults`;
+//!   [`SmtpReply`] (`smtp_reply`): an SMTP refusal, as the faults and the command line give
+//!   it.
 //! - [`serve`] (`server`): the routes and the body limit, on the shared hardened HTTP/1.1
-//!   server (deadlines for slow clients, a cap on connections, keep-alive).
+//!   server (deadlines for slow clients, a cap on connections, keep-alive); `json`: the
+//!   JSON answers.
 //! - [`serve_with_mail`] (`smtp`): the SMTP servers (plain with `STARTTLS`, and implicit
 //!   TLS), with the same slow-client limits.
 //! - `mail`: the header fields read from a received message (`Message-ID`, `Subject`
@@ -45,9 +51,13 @@
 
 mod config;
 mod faults;
+mod json;
 mod mail;
+mod records;
 mod server;
+mod signature;
 mod smtp;
+mod smtp_reply;
 mod state;
 
 use outbox_runtime::shutdown::Shutdown;
@@ -56,9 +66,12 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 pub use config::{SigningSecret, SinkArgs, SmtpCredentials};
-pub use faults::{FaultSettings, ScriptedResponse, SmtpReply};
+pub use faults::{FaultSettings, ScriptedResponse};
+pub use records::{MailRecord, Outcome, Record, SmtpStats, Stats};
 pub use server::MAX_BODY_BYTES;
-pub use state::{MailRecord, Outcome, Record, SignatureCheck, Sink, SmtpStats, Stats};
+pub use signature::SignatureCheck;
+pub use smtp_reply::SmtpReply;
+pub use state::Sink;
 
 /// Serves the sink configured by `args` on `listener` until `shutdown` resolves, then
 /// finishes the requests in progress. `args.listen` is not used: the caller binds. No SMTP

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::faults::FaultPatch;
-use crate::state::{json_response, Action, Sink};
+use crate::json::json_response;
+use crate::state::deliveries::Action;
+use crate::state::Sink;
 
 /// Largest request body read.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;

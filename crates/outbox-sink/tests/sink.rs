@@ -7,7 +7,7 @@ mod smtp;
 
 use clap::Parser;
 use outbox_sink::{serve, SinkArgs};
-use reqwest::{Client, StatusCode};
+use reqwest::{Client, Method, StatusCode};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -65,6 +65,15 @@ impl TestSink {
         assert_eq!(response.headers()["content-type"], "application/json");
         let body: Value = response.json().await.unwrap();
         body["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Sends a request without a body to `path` and returns its response.
+    async fn call(&self, method: Method, path: &str) -> reqwest::Response {
+        self.client
+            .request(method, self.url(path))
+            .send()
+            .await
+            .unwrap()
     }
 
     async fn get(&self, path: &str) -> (StatusCode, Value) {
@@ -290,12 +299,7 @@ async fn a_fail_rate_of_one_refuses_everything_and_applies_nothing() {
     assert_eq!(records[0]["status"], 503);
 
     // Clearing the faults lets deliveries through again; the fail status stays.
-    let response = sink
-        .client
-        .delete(sink.url("/_sink/faults"))
-        .send()
-        .await
-        .unwrap();
+    let response = sink.call(Method::DELETE, "/_sink/faults").await;
     assert_eq!(response.status(), StatusCode::OK);
     let faults: Value = response.json().await.unwrap();
     assert_eq!(faults["fail_rate"], 0.0);
@@ -418,12 +422,7 @@ async fn records_can_be_filtered_by_key_and_reset() {
     assert_eq!(sink.records(Some("nobody")).await.len(), 0);
     assert_eq!(sink.records(None).await.len(), 4);
 
-    let response = sink
-        .client
-        .post(sink.url("/_sink/reset"))
-        .send()
-        .await
-        .unwrap();
+    let response = sink.call(Method::POST, "/_sink/reset").await;
     assert_eq!(response.status(), StatusCode::OK);
     assert!(sink.records(None).await.is_empty());
     assert_eq!(sink.stats().await["requests"], 0);
@@ -510,12 +509,7 @@ async fn oversized_bodies_and_unknown_routes() {
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
         assert_eq!(body["error"], "not found");
     }
-    let response = sink
-        .client
-        .post(sink.url("/_sink/records"))
-        .send()
-        .await
-        .unwrap();
+    let response = sink.call(Method::POST, "/_sink/records").await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     sink.stop().await;
 }

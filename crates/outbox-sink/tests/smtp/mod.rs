@@ -161,6 +161,11 @@ fn alert_message(alert: &str) -> Message {
         .unwrap()
 }
 
+/// The reply code of a refusal the client got, if it got one.
+fn reply_code(err: &lettre::transport::smtp::Error) -> Option<String> {
+    err.status().map(|code| code.to_string())
+}
+
 fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
@@ -316,17 +321,11 @@ async fn scripted_451_and_550_reach_the_client_as_transient_and_permanent() {
 
     let err = sink.send(&message).await.unwrap_err();
     assert!(err.is_permanent(), "{err:?}");
-    assert_eq!(
-        err.status().map(|code| code.to_string()).as_deref(),
-        Some("550")
-    );
+    assert_eq!(reply_code(&err).as_deref(), Some("550"));
 
     let err = sink.send(&message).await.unwrap_err();
     assert!(err.is_transient(), "{err:?}");
-    assert_eq!(
-        err.status().map(|code| code.to_string()).as_deref(),
-        Some("451")
-    );
+    assert_eq!(reply_code(&err).as_deref(), Some("451"));
 
     // The fail rate, with a reply of its own.
     sink.faults(json!({"smtp_fail_rate": 1.0, "smtp_fail_reply": "554 5.7.1 refused by policy"}))
@@ -396,10 +395,7 @@ async fn a_message_over_the_size_limit_is_refused_552_and_not_recorded() {
         .unwrap();
     let err = sink.send(&big).await.unwrap_err();
     assert!(err.is_permanent(), "{err:?}");
-    assert_eq!(
-        err.status().map(|code| code.to_string()).as_deref(),
-        Some("552")
-    );
+    assert_eq!(reply_code(&err).as_deref(), Some("552"));
     assert!(sink.messages(None).await.is_empty());
     assert_eq!(sink.smtp_stats().await["too_large"], 1);
     sink.send(&alert_message("alert-8")).await.unwrap();
@@ -416,19 +412,13 @@ async fn with_credentials_configured_only_authenticated_clients_deliver() {
         .send(message.clone())
         .await
         .unwrap_err();
-    assert_eq!(
-        err.status().map(|code| code.to_string()).as_deref(),
-        Some("530")
-    );
+    assert_eq!(reply_code(&err).as_deref(), Some("530"));
     let err = sink
         .transport(Some(("relay", "wrong-horse")))
         .send(message.clone())
         .await
         .unwrap_err();
-    assert_eq!(
-        err.status().map(|code| code.to_string()).as_deref(),
-        Some("535")
-    );
+    assert_eq!(reply_code(&err).as_deref(), Some("535"));
     assert!(sink.messages(None).await.is_empty());
 
     sink.transport(Some(("relay", "correct-horse")))
@@ -462,74 +452,75 @@ async fn closed_by_server(reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>
     Instant::now()
 }
 
+/// A client that reads the greeting and never sends a command: how long after the
+/// greeting the server closed the connection.
+async fn silent_client(addr: String) -> Duration {
+    let (read, _write) = TcpStream::connect(addr).await.unwrap().into_split();
+    let mut reader = BufReader::new(read);
+    assert!(read_reply(&mut reader).await.starts_with("220 "));
+    let greeted = Instant::now();
+    closed_by_server(&mut reader).await - greeted
+}
+
+/// A client whose data never ends: how long after the data started the server closed the
+/// connection (and the writing half, kept open until then).
+async fn endless_data_client(addr: String) -> (Duration, tokio::net::tcp::OwnedWriteHalf) {
+    let (read, mut write) = TcpStream::connect(addr).await.unwrap().into_split();
+    let mut reader = BufReader::new(read);
+    read_reply(&mut reader).await;
+    for command in [
+        "EHLO slow.example",
+        "MAIL FROM:<a@x>",
+        "RCPT TO:<b@y>",
+        "DATA",
+    ] {
+        write
+            .write_all(format!("{command}\r\n").as_bytes())
+            .await
+            .unwrap();
+        let reply = read_reply(&mut reader).await;
+        assert!(
+            reply.starts_with('2') || reply.starts_with("354"),
+            "{reply}"
+        );
+    }
+    let data_started = Instant::now();
+    write
+        .write_all(b"Subject: never ends\r\n\r\nfirst line")
+        .await
+        .unwrap();
+    (closed_by_server(&mut reader).await - data_started, write)
+}
+
+/// A client that trickles a command, a byte every 200 ms: how long after the greeting the
+/// server closed the connection. The deadline is for the whole line, so bytes arriving do
+/// not keep the connection open.
+async fn trickling_client(addr: String) -> Duration {
+    let (read, mut write) = TcpStream::connect(addr).await.unwrap().into_split();
+    let mut reader = BufReader::new(read);
+    read_reply(&mut reader).await;
+    let greeted = Instant::now();
+    let trickle = async {
+        for byte in b"EHLO a-very-slow-client.example".iter().cycle() {
+            if write.write_all(&[*byte]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::select! {
+        closed = closed_by_server(&mut reader) => closed - greeted,
+        () = trickle => Instant::now() - greeted,
+    }
+}
+
 #[tokio::test]
 async fn slow_smtp_clients_are_closed_within_the_deadline_while_others_deliver() {
     let sink = TestSink::start(&["--header-timeout", "1s", "--body-timeout", "2s"]).await;
     let addr = format!("127.0.0.1:{}", sink.smtp_port);
-
-    // A client that reads the greeting and never sends a command.
-    let silent = {
-        let addr = addr.clone();
-        tokio::spawn(async move {
-            let (read, _write) = TcpStream::connect(addr).await.unwrap().into_split();
-            let mut reader = BufReader::new(read);
-            assert!(read_reply(&mut reader).await.starts_with("220 "));
-            let greeted = Instant::now();
-            closed_by_server(&mut reader).await - greeted
-        })
-    };
-    // A client whose data never ends.
-    let endless = tokio::spawn(async move {
-        let (read, mut write) = TcpStream::connect(addr).await.unwrap().into_split();
-        let mut reader = BufReader::new(read);
-        read_reply(&mut reader).await;
-        for command in [
-            "EHLO slow.example",
-            "MAIL FROM:<a@x>",
-            "RCPT TO:<b@y>",
-            "DATA",
-        ] {
-            write
-                .write_all(format!("{command}\r\n").as_bytes())
-                .await
-                .unwrap();
-            let reply = read_reply(&mut reader).await;
-            assert!(
-                reply.starts_with('2') || reply.starts_with("354"),
-                "{reply}"
-            );
-        }
-        let data_started = Instant::now();
-        write
-            .write_all(b"Subject: never ends\r\n\r\nfirst line")
-            .await
-            .unwrap();
-        (closed_by_server(&mut reader).await - data_started, write)
-    });
-
-    // A client that trickles a command, a byte every 200 ms: the deadline is for the whole
-    // line, so bytes arriving do not keep the connection open.
-    let trickling = {
-        let addr = format!("127.0.0.1:{}", sink.smtp_port);
-        tokio::spawn(async move {
-            let (read, mut write) = TcpStream::connect(addr).await.unwrap().into_split();
-            let mut reader = BufReader::new(read);
-            read_reply(&mut reader).await;
-            let greeted = Instant::now();
-            let trickle = async {
-                for byte in b"EHLO a-very-slow-client.example".iter().cycle() {
-                    if write.write_all(&[*byte]).await.is_err() {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            };
-            tokio::select! {
-                closed = closed_by_server(&mut reader) => closed - greeted,
-                () = trickle => Instant::now() - greeted,
-            }
-        })
-    };
+    let silent = tokio::spawn(silent_client(addr.clone()));
+    let endless = tokio::spawn(endless_data_client(addr.clone()));
+    let trickling = tokio::spawn(trickling_client(addr));
 
     // Meanwhile a well-behaved client delivers.
     sink.send(&alert_message("alert-10")).await.unwrap();
