@@ -13,10 +13,8 @@
 //! - `tokens`: `token create|list|revoke`.
 //! - `secret_input`: a secret given in a file or on standard input (signing secrets, an
 //!   email API's key, an SMTP password), never as an argument.
-//! - `demo`: the whole system on the sample data, in a database of its own;
-//!   `demo_server`: which server it runs on (a private one when none answers).
-//! - `mail_view`: a stored email read back for people (headers that matter, text part),
-//!   for the demo's printout.
+//! - `demo`: the whole system on the sample data, in a database of its own, on a private
+//!   server when none answers; its printout shows stored emails as people read them.
 //! - `inspect`: `alert show`, `outbox list`.
 //! - `operate`: `replay`, `resolve`, `revise`, `stats`, `prune`, `destination enable|disable`.
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
@@ -39,10 +37,8 @@ mod accounts;
 mod audit;
 mod credentials;
 mod demo;
-mod demo_server;
 mod destinations;
 mod inspect;
-mod mail_view;
 mod names;
 mod operate;
 mod schema;
@@ -387,16 +383,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         // These connect by themselves, to a database that may not have the schema yet.
         Command::Migrate { status: false } => schema::migrate(&database_url).await,
         Command::Migrate { status: true } => schema::status(&database_url).await,
-        Command::Demo(args) => {
-            let server = demo_server::choose(&database_url)?;
-            let passed = demo::run(&server.url, args, server.private.is_some()).await;
-            drop(server);
-            if passed? {
-                Ok(())
-            } else {
-                Err(anyhow::anyhow!("the demo's invariants did not hold"))
-            }
-        }
+        Command::Demo(args) => demo::run(&database_url, args).await,
         Command::Template(TemplateCommand::Preview(args)) => {
             template::preview(&database_url, args).await
         }
