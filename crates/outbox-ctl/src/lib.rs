@@ -380,7 +380,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         command,
     } = cli;
     match command {
-        // These connect by themselves, to a database that may not have the schema yet.
+        // These reach the database by themselves, if at all: it may not have the schema yet.
         Command::Migrate { status: false } => schema::migrate(&database_url).await,
         Command::Migrate { status: true } => schema::status(&database_url).await,
         Command::Demo(args) => demo::run(&database_url, args).await,
