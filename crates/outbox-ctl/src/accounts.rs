@@ -5,6 +5,7 @@ use anyhow::bail;
 use outbox_store::{operator_accounts, tenants, PgPool};
 
 use crate::table::Table;
+use crate::OperatorCommand;
 use outbox_core::untrusted::visible;
 
 /// `viewer` reads; `operator` reads and acts.
@@ -25,6 +26,19 @@ impl Role {
     }
 }
 
+/// Runs an `operator ...` command.
+pub(crate) async fn run(pool: &PgPool, command: OperatorCommand) -> anyhow::Result<()> {
+    match command {
+        OperatorCommand::Add {
+            name,
+            role,
+            tenants,
+        } => add(pool, &name, role, &tenants).await,
+        OperatorCommand::List { json } => list(pool, json).await,
+        OperatorCommand::Remove { name } => remove(pool, &name).await,
+    }
+}
+
 /// Whether `name` can be an account's name: 1 to 64 of letters, digits, `.`, `_`, `-`,
 /// starting with a letter or digit (it is shown in evidence lines and URLs).
 fn check_name(name: &str) -> anyhow::Result<()> {
@@ -40,12 +54,8 @@ fn check_name(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) async fn add(
-    pool: &PgPool,
-    name: &str,
-    role: Role,
-    tenant_names: &[String],
-) -> anyhow::Result<()> {
+/// `operator add`: prints the new account's password, shown only this once.
+async fn add(pool: &PgPool, name: &str, role: Role, tenant_names: &[String]) -> anyhow::Result<()> {
     check_name(name)?;
     let mut tenant_ids = Vec::with_capacity(tenant_names.len());
     for tenant in tenant_names {
@@ -67,7 +77,8 @@ pub(crate) async fn add(
     Ok(())
 }
 
-pub(crate) async fn list(pool: &PgPool, json: bool) -> anyhow::Result<()> {
+/// `operator list`: the accounts, never their passwords.
+async fn list(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     let accounts = operator_accounts::list(pool).await?;
     if json {
         for account in &accounts {
@@ -93,7 +104,8 @@ pub(crate) async fn list(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) async fn remove(pool: &PgPool, name: &str) -> anyhow::Result<()> {
+/// `operator remove`: the account's sessions end at once.
+async fn remove(pool: &PgPool, name: &str) -> anyhow::Result<()> {
     if !operator_accounts::remove(pool, name).await? {
         bail!("no operator `{}`", visible(name));
     }

@@ -7,6 +7,7 @@
 
 use outbox_store::{tenants, PgPool};
 
+use crate::accounts::Role;
 use crate::operate::actor_name;
 use crate::{Command, DestinationCommand, OperatorCommand, SecretsCommand, TokenCommand};
 
@@ -35,7 +36,8 @@ fn line(tenant: Option<&str>, action: &'static str, target: String, note: String
     }
 }
 
-/// The line `command` leaves when it succeeds, if it is one that is audited.
+/// The line `command` leaves when it succeeds, if it is one that is audited: a table, one
+/// arm an audited command.
 pub(crate) fn line_for(command: &Command) -> Option<Line> {
     Some(match command {
         Command::Operator(OperatorCommand::Add {
@@ -46,15 +48,7 @@ pub(crate) fn line_for(command: &Command) -> Option<Line> {
             None,
             "operator added",
             name.clone(),
-            format!(
-                "{}, {}",
-                role.as_str(),
-                if tenants.is_empty() {
-                    "every tenant".to_owned()
-                } else {
-                    format!("tenants {}", tenants.join(", "))
-                }
-            ),
+            account_note(*role, tenants),
         ),
         Command::Operator(OperatorCommand::Remove { name }) => {
             line(None, "operator removed", name.clone(), String::new())
@@ -69,57 +63,24 @@ pub(crate) fn line_for(command: &Command) -> Option<Line> {
             line(None, "token revoked", format!("token {id}"), String::new())
         }
         Command::Destination(DestinationCommand::Add(args)) => {
-            let (tenant, name) = args.audited();
-            line(
-                Some(tenant),
-                "destination added",
-                format!("{tenant}/{name}"),
-                String::new(),
-            )
+            destination_line(&invoker(), args.audited(), "destination added")
         }
         Command::Destination(DestinationCommand::Update(args)) => {
-            let (tenant, name) = args.audited();
-            line(
-                Some(tenant),
-                "destination updated",
-                format!("{tenant}/{name}"),
-                String::new(),
-            )
+            destination_line(&invoker(), args.audited(), "destination updated")
         }
         Command::Destination(DestinationCommand::RotateSecret(args)) => {
-            let (tenant, name) = args.audited();
-            line(
-                Some(tenant),
-                "destination secret rotated",
-                format!("{tenant}/{name}"),
-                String::new(),
-            )
+            destination_line(&invoker(), args.audited(), "destination secret rotated")
         }
-        Command::Destination(
-            DestinationCommand::Disable {
-                name,
-                tenant,
-                actor,
-            }
-            | DestinationCommand::Enable {
-                name,
-                tenant,
-                actor,
-            },
-        ) => Line {
-            actor: actor_name(actor),
-            tenant: Some(tenant.clone()),
-            action: if matches!(
-                command,
-                Command::Destination(DestinationCommand::Enable { .. })
-            ) {
-                "destination enabled"
-            } else {
-                "destination disabled"
-            },
-            target: format!("{tenant}/{name}"),
-            note: String::new(),
-        },
+        Command::Destination(DestinationCommand::Disable {
+            name,
+            tenant,
+            actor,
+        }) => destination_line(&actor_name(actor), (tenant, name), "destination disabled"),
+        Command::Destination(DestinationCommand::Enable {
+            name,
+            tenant,
+            actor,
+        }) => destination_line(&actor_name(actor), (tenant, name), "destination enabled"),
         Command::Secrets(SecretsCommand::Rewrap { .. }) => line(
             None,
             "secrets rewrapped",
@@ -128,6 +89,27 @@ pub(crate) fn line_for(command: &Command) -> Option<Line> {
         ),
         _ => return None,
     })
+}
+
+/// A new account's role and the tenants it is limited to: `viewer, every tenant`.
+fn account_note(role: Role, tenants: &[String]) -> String {
+    let scope = if tenants.is_empty() {
+        "every tenant".to_owned()
+    } else {
+        format!("tenants {}", tenants.join(", "))
+    };
+    format!("{}, {scope}", role.as_str())
+}
+
+/// The line of a command on the destination `(tenant, name)`, by `actor`.
+fn destination_line(actor: &str, (tenant, name): (&str, &str), action: &'static str) -> Line {
+    Line {
+        actor: actor.to_owned(),
+        tenant: Some(tenant.to_owned()),
+        action,
+        target: format!("{tenant}/{name}"),
+        note: String::new(),
+    }
 }
 
 /// Writes `line`. The tenant, named as the command named it (name or id), is looked up

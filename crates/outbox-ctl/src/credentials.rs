@@ -1,18 +1,14 @@
-//! Secrets and tokens: reading signing secrets from files or standard input, sealing them
-//! with `OUTBOX_SECRET_KEYS`, `destination rotate-secret`, `secrets rewrap`,
-//! `token list` and `token revoke`.
+//! Signing secrets and the other secrets destinations hold: reading them from files or
+//! standard input, sealing them with `OUTBOX_SECRET_KEYS`, `destination rotate-secret`,
+//! `secrets rewrap`.
 
 use anyhow::{bail, Context};
-use chrono::{DateTime, Utc};
 use outbox_core::sealing::{self, SealingKeys};
 use outbox_core::{duration, signing};
 use outbox_store::destinations::{self, StoredSecrets};
-use outbox_store::tokens::{self, Revoked};
 use outbox_store::{tenants, PgPool};
 use std::time::Duration;
 use uuid::Uuid;
-
-use crate::table::Table;
 
 /// Where `destination add` reads signing secrets from, beside `--secret` on the command
 /// line (which other users of the machine can see in `ps`).
@@ -70,7 +66,11 @@ fn secret_lines(text: &str, source: &str) -> anyhow::Result<Vec<String>> {
 
 /// Secrets as they are to be stored for destination `id`: sealed with the current key, or
 /// as given (with a warning) when no key is configured.
-pub(crate) fn stored_form(keys: &SealingKeys, id: Uuid, secrets: &[String]) -> Vec<String> {
+pub(crate) fn stored_form(
+    keys: &SealingKeys,
+    id: Uuid,
+    secrets: &[impl AsRef<str>],
+) -> Vec<String> {
     if keys.is_empty() {
         if !secrets.is_empty() {
             eprintln!(
@@ -78,12 +78,22 @@ pub(crate) fn stored_form(keys: &SealingKeys, id: Uuid, secrets: &[String]) -> V
                  text (set it and run `outboxctl secrets rewrap` to encrypt)"
             );
         }
-        return secrets.to_vec();
+        return secrets
+            .iter()
+            .map(|secret| secret.as_ref().to_owned())
+            .collect();
     }
     secrets
         .iter()
-        .map(|secret| keys.seal(id, secret).expect("keys are configured"))
+        .map(|secret| keys.seal(id, secret.as_ref()).expect("keys are configured"))
         .collect()
+}
+
+/// One secret (a new signing secret, an SMTP password, an email API's key) as it is to be
+/// stored for destination `id`, as [`stored_form`] stores each.
+pub(crate) fn stored_one(keys: &SealingKeys, id: Uuid, secret: &str) -> String {
+    // One secret in, one out.
+    stored_form(keys, id, &[secret]).remove(0)
 }
 
 /// `destination rotate-secret` flags.
@@ -137,8 +147,8 @@ pub(crate) async fn rotate_secret(
     }
     let tenant = tenants::find(pool, &args.tenant).await?;
     let id = destinations::id_by_name(pool, tenant.id, &args.name).await?;
-    let stored = stored_form(keys, id, std::slice::from_ref(&secret));
-    let rotation = destinations::rotate_secret(pool, id, &stored[0], args.overlap).await?;
+    let stored = stored_one(keys, id, &secret);
+    let rotation = destinations::rotate_secret(pool, id, &stored, args.overlap).await?;
     if generated {
         println!("{secret}");
     }
@@ -235,92 +245,6 @@ pub(crate) async fn rewrap(pool: &PgPool, keys: &SealingKeys, batch: i64) -> any
     }
     if raced > 0 {
         bail!("{raced} destination(s) changed while rewrapping; run the command again");
-    }
-    Ok(())
-}
-
-pub(crate) async fn create_token(
-    pool: &PgPool,
-    tenant: &str,
-    label: Option<&str>,
-    expires_in: Option<Duration>,
-) -> anyhow::Result<()> {
-    let tenant = tenants::find(pool, tenant).await?;
-    let token = tokens::create_expiring(pool, tenant.id, label, expires_in).await?;
-    println!("{}", token.expose());
-    let lifetime = match expires_in {
-        Some(d) => format!("; it expires in {}", duration::format(d)),
-        None => String::new(),
-    };
-    eprintln!(
-        "API token for tenant `{}`: shown only now, store it somewhere safe{lifetime}",
-        tenant.name
-    );
-    Ok(())
-}
-
-pub(crate) async fn list_tokens(
-    pool: &PgPool,
-    tenant: Option<&str>,
-    json: bool,
-) -> anyhow::Result<()> {
-    let tenant_id = match tenant {
-        Some(tenant) => Some(tenants::find(pool, tenant).await?.id),
-        None => None,
-    };
-    let tokens = tokens::list(pool, tenant_id).await?;
-    if json {
-        for token in &tokens {
-            println!("{}", outbox_core::untrusted::to_json_line(token)?);
-        }
-        return Ok(());
-    }
-    let now = Utc::now();
-    let time = |t: Option<DateTime<Utc>>| {
-        t.map_or_else(
-            || "-".to_owned(),
-            |t| t.format("%Y-%m-%d %H:%M:%S").to_string(),
-        )
-    };
-    let mut table = Table::new([
-        "ID",
-        "TENANT",
-        "LABEL",
-        "CREATED",
-        "LAST USED",
-        "EXPIRES",
-        "STATE",
-    ]);
-    for t in tokens {
-        let state = if t.revoked_at.is_some() {
-            "revoked"
-        } else if t.expires_at.is_some_and(|at| at <= now) {
-            "expired"
-        } else {
-            "active"
-        };
-        table.row([
-            t.id.to_string(),
-            t.tenant,
-            t.label.unwrap_or_default(),
-            time(Some(t.created_at)),
-            time(t.last_used_at),
-            time(t.expires_at),
-            state.to_owned(),
-        ]);
-    }
-    print!("{table}");
-    Ok(())
-}
-
-pub(crate) async fn revoke_token(pool: &PgPool, id: &str) -> anyhow::Result<()> {
-    let id = Uuid::parse_str(id).map_err(|_| anyhow::anyhow!("`{id}` is not a token id"))?;
-    match tokens::revoke(pool, id).await? {
-        Revoked::Now => eprintln!("token {id} revoked: the API refuses it from now on"),
-        Revoked::Already(at) => eprintln!(
-            "token {id} was already revoked at {}",
-            at.format("%Y-%m-%d %H:%M:%S UTC")
-        ),
     }
     Ok(())
 }

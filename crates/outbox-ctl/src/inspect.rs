@@ -5,12 +5,16 @@
 use anyhow::{anyhow, Context};
 use chrono::{DateTime, Utc};
 use outbox_core::untrusted::{to_json_line, to_json_pretty, visible};
+use outbox_core::AlertState;
+use outbox_store::alerts::{AlertDetail, AttemptRecord};
 use outbox_store::PgPool;
 use std::fmt::Write as _;
 use uuid::Uuid;
 
 use crate::table::Table;
 
+/// `alert show`: an alert's identity and state, its revisions, attempts and evidence
+/// trail; with `json`, the whole record.
 pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::Result<()> {
     let alert_id = Uuid::parse_str(id).with_context(|| format!("`{id}` is not an alert id"))?;
     let alert = outbox_store::alerts::detail(pool, None, alert_id)
@@ -20,8 +24,28 @@ pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::R
         println!("{}", to_json_pretty(&alert)?);
         return Ok(());
     }
-
     let mut out = String::new();
+    write_identity(&mut out, &alert)?;
+    write_revisions(&mut out, &alert)?;
+    write_attempts(&mut out, &alert.attempts)?;
+    writeln!(out, "evidence")?;
+    for e in &alert.evidence {
+        writeln!(
+            out,
+            "  {}  {:<10}  {}  {}",
+            stamp(e.at),
+            e.to_state,
+            visible(&e.actor),
+            visible(&e.line)
+        )?;
+    }
+    print!("{out}");
+    Ok(())
+}
+
+/// The alert's heading and a line per fact about it: state, identity, payload, approval,
+/// next attempt, reference, pruning.
+fn write_identity(out: &mut String, alert: &AlertDetail) -> std::fmt::Result {
     writeln!(out, "alert {}  (revision {})", alert.id, alert.revision)?;
     writeln!(out, "  state        {}", alert.state)?;
     if alert.possible_duplicate {
@@ -54,28 +78,39 @@ pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::R
             stamp(pruned)
         )?;
     }
-    if alert.revisions.len() > 1 {
-        writeln!(out, "revisions")?;
-        for r in &alert.revisions {
-            let marker = if r.id == alert.id { " (this one)" } else { "" };
-            writeln!(
-                out,
-                "  {}  {}  {}{marker}{}",
-                r.revision,
-                r.id,
-                r.state,
-                r.reason
-                    .as_deref()
-                    .map(|reason| format!("  {}", visible(reason)))
-                    .unwrap_or_default()
-            )?;
-        }
+    Ok(())
+}
+
+/// The alert's revisions, when it has been revised, this one marked.
+fn write_revisions(out: &mut String, alert: &AlertDetail) -> std::fmt::Result {
+    if alert.revisions.len() <= 1 {
+        return Ok(());
     }
+    writeln!(out, "revisions")?;
+    for r in &alert.revisions {
+        let marker = if r.id == alert.id { " (this one)" } else { "" };
+        writeln!(
+            out,
+            "  {}  {}  {}{marker}{}",
+            r.revision,
+            r.id,
+            r.state,
+            r.reason
+                .as_deref()
+                .map(|reason| format!("  {}", visible(reason)))
+                .unwrap_or_default()
+        )?;
+    }
+    Ok(())
+}
+
+/// A line per attempt: who, when, and what came of it.
+fn write_attempts(out: &mut String, attempts: &[AttemptRecord]) -> std::fmt::Result {
     writeln!(out, "attempts")?;
-    if alert.attempts.is_empty() {
+    if attempts.is_empty() {
         writeln!(out, "  none yet")?;
     }
-    for a in &alert.attempts {
+    for a in attempts {
         writeln!(
             out,
             "  #{} {} by {}  {} .. {}  {}{}{}{}",
@@ -98,28 +133,43 @@ pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::R
                 .unwrap_or_default(),
         )?;
     }
-    writeln!(out, "evidence")?;
-    for e in &alert.evidence {
-        writeln!(
-            out,
-            "  {}  {:<10}  {}  {}",
-            stamp(e.at),
-            e.to_state,
-            visible(&e.actor),
-            visible(&e.line)
-        )?;
-    }
-    print!("{out}");
     Ok(())
 }
 
-pub(crate) async fn list_outbox(
-    pool: &PgPool,
-    filter: &outbox_store::outbox::Filter,
+/// `outbox list` flags.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// pending, sending, uncertain, held, failed, accepted or superseded.
+    #[arg(long)]
+    status: Option<AlertState>,
+    /// Only this tenant's (name).
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Only this destination's (name).
+    #[arg(long)]
+    destination: Option<String>,
+    /// Only alerts approved within this long (e.g. 2h).
+    #[arg(long, value_parser = outbox_core::duration::parse_positive)]
+    since: Option<std::time::Duration>,
+    /// At most this many rows.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    limit: i64,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
     json: bool,
-) -> anyhow::Result<()> {
-    let entries = outbox_store::outbox::list(pool, filter).await?;
-    if json {
+}
+
+/// `outbox list`: alerts oldest first, the live queue unless `--status` names a state.
+pub(crate) async fn list_outbox(pool: &PgPool, args: ListArgs) -> anyhow::Result<()> {
+    let filter = outbox_store::outbox::Filter {
+        state: args.status,
+        tenant: args.tenant,
+        destination: args.destination,
+        since: args.since,
+        limit: args.limit,
+    };
+    let entries = outbox_store::outbox::list(pool, &filter).await?;
+    if args.json {
         for entry in &entries {
             println!("{}", to_json_line(entry)?);
         }

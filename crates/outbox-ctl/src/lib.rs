@@ -2,22 +2,23 @@
 //!
 //! Layout:
 //! - [`Cli`]: the command line (clap); every flag also reads an environment variable.
-//! - [`run`]: dispatches a parsed command.
-//! - `setup`: `migrate`, `tenant create`, `destination add|list`.
-//! - `schema`: `migrate --status`, the migrations a database has applied and those pending.
+//! - [`run`]: runs a parsed command; the commands on the database are sent on by one
+//!   table, a subject's commands by its module's own table.
+//! - `schema`: `migrate`, and `migrate --status` (the migrations a database has applied
+//!   and those pending).
+//! - `tenants`: `tenant create|configure`; `names`: names as operators type them.
+//! - `destinations`: `destination add|update|list|show`, a module per kind of destination.
 //! - `credentials`: signing secrets from files or standard input, sealed with
-//!   `OUTBOX_SECRET_KEYS`; `destination rotate-secret`, `secrets rewrap`,
-//!   `token create|list|revoke`.
+//!   `OUTBOX_SECRET_KEYS`; `destination rotate-secret`, `secrets rewrap`.
+//! - `tokens`: `token create|list|revoke`.
 //! - `secret_input`: a secret given in a file or on standard input (signing secrets, an
 //!   email API's key, an SMTP password), never as an argument.
-//! - `demo`: the whole system on the sample data, in a database of its own;
-//!   `demo_server`: which server it runs on (a private one when none answers).
+//! - `demo`: the whole system on the sample data, in a database of its own, on a private
+//!   server when none answers; its printout shows stored emails as people read them.
 //! - `inspect`: `alert show`, `outbox list`.
-//! - `mail_view`: a stored email read back for people (headers that matter, text part),
-//!   for the demo's printout.
 //! - `operate`: `replay`, `resolve`, `revise`, `stats`, `prune`, `destination enable|disable`.
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
-//!   `article ingest`, `tenant configure`.
+//!   `article ingest`.
 //! - `accounts`: `operator add|list|remove`, the console's operator accounts (a new
 //!   account's password is printed once; `outbox_core::password` makes and hashes it).
 //! - `template`: `template preview`, an alert rendered as email (`outbox-render`) and
@@ -36,20 +37,21 @@ mod accounts;
 mod audit;
 mod credentials;
 mod demo;
-mod demo_server;
+mod destinations;
 mod inspect;
-mod mail_view;
+mod names;
 mod operate;
 mod schema;
 mod secret_input;
-mod setup;
 mod sources;
 mod table;
 mod template;
+mod tenants;
+mod tokens;
 
 use clap::{Parser, Subcommand};
 use outbox_core::sealing::SealingKeys;
-use outbox_core::AlertState;
+use outbox_store::PgPool;
 
 /// The operator's tool for the alert outbox.
 #[derive(Debug, Parser)]
@@ -124,19 +126,7 @@ pub enum Command {
     /// Settle an uncertain or held alert by what you established at the destination.
     Resolve(operate::ResolveArgs),
     /// Correct an alert's payload: a new revision, as through the API.
-    Revise {
-        /// The alert (its latest revision).
-        id: String,
-        /// File with the corrected payload (a JSON object).
-        #[arg(long)]
-        payload: String,
-        /// Why: kept with the revision.
-        #[arg(long)]
-        reason: String,
-        /// Who: the operator's name in the evidence.
-        #[arg(long, env = "USER", default_value = "operator")]
-        actor: String,
-    },
+    Revise(operate::ReviseArgs),
     /// Counts by state, destination and tenant; what is stuck; the last hour.
     Stats {
         /// One JSON object instead of a table.
@@ -147,23 +137,7 @@ pub enum Command {
     /// finished (accepted or superseded; failed with --include-failed) before the cutoff.
     /// Identity, fingerprint, outcome, reference and times stay, so a repeated approval
     /// is still recognised. Live, held and uncertain alerts are never touched.
-    Prune {
-        /// Prune alerts settled longer ago than this, e.g. 30d.
-        #[arg(long, value_parser = outbox_core::duration::parse_positive)]
-        older_than: std::time::Duration,
-        /// Prune failed alerts too (they can no longer be replayed with their payload).
-        #[arg(long)]
-        include_failed: bool,
-        /// Count what would be pruned; change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Alerts per transaction.
-        #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
-        batch: i64,
-        /// One JSON object instead of a sentence.
-        #[arg(long)]
-        json: bool,
-    },
+    Prune(operate::PruneArgs),
     /// Contracts for the renewal monitor.
     #[command(subcommand)]
     Contract(ContractCommand),
@@ -328,12 +302,12 @@ pub enum SecretsCommand {
 #[derive(Debug, Subcommand)]
 pub enum DestinationCommand {
     /// Add a webhook or email destination; prints its id.
-    Add(setup::DestinationArgs),
+    Add(destinations::DestinationArgs),
     /// Replace a destination's signing secret; the old one keeps signing beside the new
     /// one for --overlap, then stops.
     RotateSecret(credentials::RotateArgs),
     /// Change a destination's settings.
-    Update(setup::UpdateArgs),
+    Update(destinations::UpdateArgs),
     /// Stop delivering to a destination; its alerts wait, pending.
     Disable {
         /// Destination name.
@@ -395,167 +369,82 @@ pub enum AlertCommand {
 #[derive(Debug, Subcommand)]
 pub enum OutboxCommand {
     /// List alerts, oldest first: the live queue by default, or those in one state.
-    List {
-        /// pending, sending, uncertain, held, failed, accepted or superseded.
-        #[arg(long)]
-        status: Option<AlertState>,
-        /// Only this tenant's (name).
-        #[arg(long)]
-        tenant: Option<String>,
-        /// Only this destination's (name).
-        #[arg(long)]
-        destination: Option<String>,
-        /// Only alerts approved within this long (e.g. 2h).
-        #[arg(long, value_parser = outbox_core::duration::parse_positive)]
-        since: Option<std::time::Duration>,
-        /// At most this many rows.
-        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=100_000))]
-        limit: i64,
-        /// One JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    List(inspect::ListArgs),
 }
 
 /// Runs one command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        Command::Migrate { status: false } => return setup::migrate(&cli.database_url).await,
-        Command::Migrate { status: true } => return schema::status(&cli.database_url).await,
-        Command::Demo(args) => {
-            let server = demo_server::choose(&cli.database_url)?;
-            let passed = demo::run(&server.url, args, server.private.is_some()).await;
-            drop(server);
-            return if passed? {
-                Ok(())
-            } else {
-                Err(anyhow::anyhow!("the demo's invariants did not hold"))
-            };
-        }
+    let Cli {
+        database_url,
+        secret_keys,
+        command,
+    } = cli;
+    match command {
+        // These reach the database by themselves, if at all: it may not have the schema yet.
+        Command::Migrate { status: false } => schema::migrate(&database_url).await,
+        Command::Migrate { status: true } => schema::status(&database_url).await,
+        Command::Demo(args) => demo::run(&database_url, args).await,
         Command::Template(TemplateCommand::Preview(args)) => {
-            return template::preview(&cli.database_url, args).await;
+            template::preview(&database_url, args).await
         }
-        _ => {}
+        command => run_on_database(&database_url, &secret_keys, command).await,
     }
-    let pool = outbox_store::connect(&cli.database_url, "outboxctl", 4).await?;
+}
+
+/// Runs a command on the database at `database_url`, which must have the schema this build
+/// expects, and writes the command's audit line once it succeeded.
+async fn run_on_database(
+    database_url: &str,
+    keys: &SealingKeys,
+    command: Command,
+) -> anyhow::Result<()> {
+    let pool = outbox_store::connect(database_url, "outboxctl", 4).await?;
     outbox_store::schema::check_current(&pool).await?;
-    let audited = audit::line_for(&cli.command);
-    let result = match cli.command {
-        Command::Migrate { .. } | Command::Demo(_) | Command::Template(_) => {
-            unreachable!("handled above")
-        }
-        Command::Tenant(TenantCommand::Create {
-            name,
-            time_zone,
-            tiers,
-        }) => setup::create_tenant(&pool, &name, &time_zone, tiers.as_deref()).await,
-        Command::Tenant(TenantCommand::Configure {
-            name,
-            time_zone,
-            tiers,
-            locale,
-        }) => {
-            sources::configure_tenant(&pool, &name, time_zone.as_deref(), tiers.as_deref(), locale)
-                .await
-        }
-        Command::Contract(ContractCommand::Import {
-            file,
-            tenant,
-            format,
-        }) => sources::import_contracts(&pool, &file, &tenant, format.as_deref()).await,
-        Command::Watchlist(WatchlistCommand::Add(args)) => {
-            sources::add_watchlist_entry(&pool, args).await
-        }
-        Command::Article(ArticleCommand::Ingest { file }) => {
-            sources::ingest_articles(&pool, &file).await
-        }
-        Command::Token(TokenCommand::Create {
-            tenant,
-            label,
-            expires_in,
-        }) => credentials::create_token(&pool, &tenant, label.as_deref(), expires_in).await,
-        Command::Token(TokenCommand::List { tenant, json }) => {
-            credentials::list_tokens(&pool, tenant.as_deref(), json).await
-        }
-        Command::Token(TokenCommand::Revoke { id }) => credentials::revoke_token(&pool, &id).await,
-        Command::Destination(DestinationCommand::Add(args)) => {
-            setup::add_destination(&pool, &cli.secret_keys, args).await
-        }
-        Command::Destination(DestinationCommand::Show { name, tenant, json }) => {
-            setup::show_destination(&pool, &tenant, &name, json).await
-        }
-        Command::Destination(DestinationCommand::Update(args)) => {
-            setup::update_destination(&pool, args).await
-        }
-        Command::Destination(DestinationCommand::RotateSecret(args)) => {
-            credentials::rotate_secret(&pool, &cli.secret_keys, args).await
-        }
-        Command::Secrets(SecretsCommand::Rewrap { batch }) => {
-            credentials::rewrap(&pool, &cli.secret_keys, batch).await
-        }
-        Command::Destination(DestinationCommand::List { tenant, json }) => {
-            setup::list_destinations(&pool, tenant.as_deref(), json).await
-        }
-        Command::Alert(AlertCommand::Show { id, json }) => {
-            inspect::show_alert(&pool, &id, json).await
-        }
-        Command::Outbox(OutboxCommand::List {
-            status,
-            tenant,
-            destination,
-            since,
-            limit,
-            json,
-        }) => {
-            let filter = outbox_store::outbox::Filter {
-                state: status,
-                tenant,
-                destination,
-                since,
-                limit,
-            };
-            inspect::list_outbox(&pool, &filter, json).await
-        }
-        Command::Replay(args) => operate::replay(&pool, args).await,
-        Command::Resolve(args) => operate::resolve(&pool, args).await,
-        Command::Revise {
-            id,
-            payload,
-            reason,
-            actor,
-        } => operate::revise(&pool, &id, &payload, &reason, &actor).await,
-        Command::Stats { json } => operate::stats(&pool, json).await,
-        Command::Prune {
-            older_than,
-            include_failed,
-            dry_run,
-            batch,
-            json,
-        } => operate::prune(&pool, older_than, include_failed, dry_run, batch, json).await,
-        Command::Destination(DestinationCommand::Disable {
-            name,
-            tenant,
-            actor,
-        }) => operate::set_destination(&pool, &name, &tenant, false, &actor).await,
-        Command::Destination(DestinationCommand::Enable {
-            name,
-            tenant,
-            actor,
-        }) => operate::set_destination(&pool, &name, &tenant, true, &actor).await,
-        Command::Operator(OperatorCommand::Add {
-            name,
-            role,
-            tenants,
-        }) => accounts::add(&pool, &name, role, &tenants).await,
-        Command::Operator(OperatorCommand::List { json }) => accounts::list(&pool, json).await,
-        Command::Operator(OperatorCommand::Remove { name }) => accounts::remove(&pool, &name).await,
-    };
+    let audited = audit::line_for(&command);
+    let result = dispatch(&pool, keys, command).await;
     let result = match (result, audited) {
         (Ok(()), Some(line)) => audit::record(&pool, line).await,
         (result, _) => result,
     };
     pool.close().await;
     result
+}
+
+/// Which module runs each command that works on the database: a table, one arm a command
+/// (or a subject's commands, which its module's own table sends on).
+async fn dispatch(pool: &PgPool, keys: &SealingKeys, command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Migrate { .. } | Command::Demo(_) | Command::Template(_) => {
+            unreachable!("`run` runs these without the pool")
+        }
+        Command::Tenant(command) => tenants::run(pool, command).await,
+        Command::Token(command) => tokens::run(pool, command).await,
+        Command::Destination(command) => destinations::run(pool, keys, command).await,
+        Command::Secrets(SecretsCommand::Rewrap { batch }) => {
+            credentials::rewrap(pool, keys, batch).await
+        }
+        Command::Alert(AlertCommand::Show { id, json }) => {
+            inspect::show_alert(pool, &id, json).await
+        }
+        Command::Outbox(OutboxCommand::List(args)) => inspect::list_outbox(pool, args).await,
+        Command::Replay(args) => operate::replay(pool, args).await,
+        Command::Resolve(args) => operate::resolve(pool, args).await,
+        Command::Revise(args) => operate::revise(pool, args).await,
+        Command::Stats { json } => operate::stats(pool, json).await,
+        Command::Prune(args) => operate::prune(pool, args).await,
+        Command::Contract(ContractCommand::Import {
+            file,
+            tenant,
+            format,
+        }) => sources::import_contracts(pool, &file, &tenant, format.as_deref()).await,
+        Command::Watchlist(WatchlistCommand::Add(args)) => {
+            sources::add_watchlist_entry(pool, args).await
+        }
+        Command::Article(ArticleCommand::Ingest { file }) => {
+            sources::ingest_articles(pool, &file).await
+        }
+        Command::Operator(command) => accounts::run(pool, command).await,
+    }
 }
 
 fn parse_secret_keys(spec: &str) -> Result<SealingKeys, String> {

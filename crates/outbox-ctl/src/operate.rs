@@ -210,17 +210,35 @@ pub(crate) async fn resolve(pool: &PgPool, args: ResolveArgs) -> anyhow::Result<
     Ok(())
 }
 
-pub(crate) async fn revise(
-    pool: &PgPool,
-    id: &str,
-    payload_file: &str,
-    reason: &str,
-    actor: &str,
-) -> anyhow::Result<()> {
-    let id = parse_ids(&[id.to_owned()])?[0];
+/// `revise` flags.
+#[derive(Debug, clap::Args)]
+pub struct ReviseArgs {
+    /// The alert (its latest revision).
+    id: String,
+    /// File with the corrected payload (a JSON object).
+    #[arg(long)]
+    payload: String,
+    /// Why: kept with the revision.
+    #[arg(long)]
+    reason: String,
+    /// Who: the operator's name in the evidence.
+    #[arg(long, env = "USER", default_value = "operator")]
+    actor: String,
+}
+
+/// `revise`: a new revision of an alert's payload, as through the API.
+pub(crate) async fn revise(pool: &PgPool, args: ReviseArgs) -> anyhow::Result<()> {
+    let ReviseArgs {
+        id,
+        payload: payload_file,
+        reason,
+        actor,
+    } = args;
+    let (reason, actor) = (reason.as_str(), actor.as_str());
+    let id = parse_ids(&[id])?[0];
     outbox_core::identity::check_reason(reason)?;
-    let payload =
-        std::fs::read_to_string(payload_file).with_context(|| format!("reading {payload_file}"))?;
+    let payload = std::fs::read_to_string(&payload_file)
+        .with_context(|| format!("reading {payload_file}"))?;
     let payload = payload.trim();
     outbox_core::identity::check_payload(payload)?;
     let outcome = outbox_store::alerts::revise(
@@ -329,16 +347,36 @@ pub(crate) async fn stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `prune` flags.
+#[derive(Debug, clap::Args)]
+pub struct PruneArgs {
+    /// Prune alerts settled longer ago than this, e.g. 30d.
+    #[arg(long, value_parser = outbox_core::duration::parse_positive)]
+    older_than: Duration,
+    /// Prune failed alerts too (they can no longer be replayed with their payload).
+    #[arg(long)]
+    include_failed: bool,
+    /// Count what would be pruned; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Alerts per transaction.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    batch: i64,
+    /// One JSON object instead of a sentence.
+    #[arg(long)]
+    json: bool,
+}
+
 /// `outboxctl prune`: retention in steps of `batch` alerts, each its own transaction, so
 /// that it can be interrupted and run again, and never holds many locks for long.
-pub(crate) async fn prune(
-    pool: &PgPool,
-    older_than: Duration,
-    include_failed: bool,
-    dry_run: bool,
-    batch: i64,
-    json: bool,
-) -> anyhow::Result<()> {
+pub(crate) async fn prune(pool: &PgPool, args: PruneArgs) -> anyhow::Result<()> {
+    let PruneArgs {
+        older_than,
+        include_failed,
+        dry_run,
+        batch,
+        json,
+    } = args;
     let cutoff = chrono::Utc::now()
         - chrono::Duration::from_std(older_than).context("--older-than is too long")?;
     let outcomes = operator::prunable_outcomes(include_failed);

@@ -1,9 +1,21 @@
-//! `outboxctl migrate --status`: which migrations the database has applied, and which this
-//! build would apply.
+//! `outboxctl migrate`: the schema brought up to date, or with `--status` which migrations
+//! the database has applied and which this build would apply.
 
 use outbox_store::schema::{migration_status, MigrationState};
+use std::time::Duration;
 
 use crate::table::Table;
+
+/// Applies migrations, waiting up to a minute for a database that is still starting.
+pub(crate) async fn migrate(database_url: &str) -> anyhow::Result<()> {
+    let pool =
+        outbox_store::connect_with_retry(database_url, "outboxctl", 2, Duration::from_secs(60))
+            .await?;
+    outbox_store::MIGRATOR.run(&pool).await?;
+    pool.close().await;
+    eprintln!("schema is up to date");
+    Ok(())
+}
 
 /// Prints one line per migration, in version order, and says whether the database is at
 /// the schema this build expects. Applies nothing.

@@ -1,4 +1,4 @@
-//! Feeding the monitors: contracts, watchlist entries, articles.
+//! Feeding the monitors: `contract import`, `watchlist add`, `article ingest`.
 
 use anyhow::{bail, Context};
 use outbox_core::query::Query;
@@ -91,7 +91,7 @@ pub struct WatchlistArgs {
 }
 
 pub(crate) async fn add_watchlist_entry(pool: &PgPool, args: WatchlistArgs) -> anyhow::Result<()> {
-    let name = crate::setup::checked_name("watchlist", &args.name)?.to_owned();
+    let name = crate::names::checked_name("watchlist", &args.name)?.to_owned();
     Query::parse(&args.query)?;
     let tenant = tenants::find(pool, &args.tenant).await?;
     let known: Vec<String> = monitors::destination_index(pool, tenant.id)
@@ -130,23 +130,5 @@ pub(crate) async fn ingest_articles(pool: &PgPool, path: &str) -> anyhow::Result
     let (new, total) = outbox_decider::news::ingest(pool, &text).await?;
     println!("{new}");
     eprintln!("{total} article(s) read, {new} new");
-    Ok(())
-}
-
-pub(crate) async fn configure_tenant(
-    pool: &PgPool,
-    tenant: &str,
-    time_zone: Option<&str>,
-    tiers: Option<&str>,
-    locale: Option<outbox_render::Locale>,
-) -> anyhow::Result<()> {
-    if let Some(zone) = time_zone {
-        outbox_core::renewal::time_zone(zone)?;
-    }
-    let tiers = tiers.map(outbox_core::renewal::parse_tiers).transpose()?;
-    let tenant = tenants::find(pool, tenant).await?;
-    let locale = locale.map(|locale| locale.code());
-    monitors::configure_tenant(pool, tenant.id, time_zone, tiers.as_deref(), locale).await?;
-    eprintln!("configured tenant `{}`", tenant.name);
     Ok(())
 }

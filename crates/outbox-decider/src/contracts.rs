@@ -216,6 +216,7 @@ fn json_rows(text: &str) -> Result<Vec<Row>, ImportError> {
     }
 }
 
+/// One row's fields checked, in column order; the first problem is the row's.
 fn check_row(fields: &HashMap<String, String>, known: &[String]) -> Result<ContractInput, String> {
     let get = |name: &str| fields.get(name).map(String::as_str).unwrap_or("");
     let required = |name: &str| {
@@ -226,87 +227,13 @@ fn check_row(fields: &HashMap<String, String>, known: &[String]) -> Result<Contr
             Ok(value.to_owned())
         }
     };
-    let external_id = required("external_id")?;
-    // The id becomes the alert's subject (`contract:<id>`): the API's identity rules
-    // apply, so an import cannot create a subject the API would refuse.
-    check_identity_field("external_id", &external_id).map_err(|err| err.to_string())?;
-    if external_id.len() > MAX_EXTERNAL_ID_BYTES {
-        return Err(format!(
-            "external_id is longer than {MAX_EXTERNAL_ID_BYTES} bytes"
-        ));
-    }
-    let vendor = required("vendor")?;
-    if vendor.len() > 500 {
-        return Err("vendor is longer than 500 bytes".to_owned());
-    }
-    if vendor.chars().any(char::is_control) {
-        return Err("vendor contains a control character".to_owned());
-    }
-    let amount = required("amount")?;
-    let decimal = amount.split_once('.').map_or(
-        !amount.is_empty() && amount.bytes().all(|b| b.is_ascii_digit()),
-        |(whole, fraction)| {
-            !whole.is_empty()
-                && !fraction.is_empty()
-                && whole.bytes().all(|b| b.is_ascii_digit())
-                && fraction.bytes().all(|b| b.is_ascii_digit())
-        },
-    );
-    if !decimal {
-        return Err(format!(
-            "amount `{amount}` is not a decimal number such as 12000.50"
-        ));
-    }
-    let (whole, fraction) = amount.split_once('.').unwrap_or((&amount, ""));
-    if whole.len() > MAX_AMOUNT_WHOLE_DIGITS || fraction.len() > MAX_AMOUNT_FRACTION_DIGITS {
-        return Err(format!(
-            "amount has {} digit(s) before the decimal point and {} after; at most \
-             {MAX_AMOUNT_WHOLE_DIGITS} and {MAX_AMOUNT_FRACTION_DIGITS} are accepted",
-            whole.len(),
-            fraction.len()
-        ));
-    }
-    let currency = required("currency")?.to_ascii_uppercase();
-    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
-        return Err(format!(
-            "currency `{currency}` is not a three-letter code such as EUR"
-        ));
-    }
-    let renewal_date = required("renewal_date")?;
-    let year_ok = renewal_date
-        .parse::<Date>()
-        .is_ok_and(|d| (1900..=9999).contains(&d.year()));
-    if renewal_date.len() != 10 || !year_ok {
-        return Err(format!(
-            "renewal_date `{renewal_date}` is not a date such as 2027-03-31"
-        ));
-    }
-    let notice_days = match get("notice_days") {
-        "" => 0,
-        text => text
-            .parse::<u32>()
-            .ok()
-            .filter(|d| *d <= 3660)
-            .ok_or_else(|| {
-                format!("notice_days `{text}` is not a whole number of days (0 to 3660)")
-            })?,
-    };
-    let destinations = match get("destinations") {
-        "" => None,
-        text => {
-            let names: Vec<String> = text
-                .split(';')
-                .map(|n| n.trim().to_owned())
-                .filter(|n| !n.is_empty())
-                .collect();
-            if let Some(unknown) = names.iter().find(|n| !known.contains(n)) {
-                return Err(format!(
-                    "destination `{unknown}` does not exist for this tenant"
-                ));
-            }
-            (!names.is_empty()).then_some(names)
-        }
-    };
+    let external_id = checked_external_id(required("external_id")?)?;
+    let vendor = checked_vendor(required("vendor")?)?;
+    let amount = checked_amount(required("amount")?)?;
+    let currency = checked_currency(required("currency")?.to_ascii_uppercase())?;
+    let renewal_date = checked_renewal_date(required("renewal_date")?)?;
+    let notice_days = notice_days(get("notice_days"))?;
+    let destinations = destinations(get("destinations"), known)?;
     let tiers = match get("tiers") {
         "" => None,
         text => Some(renewal::parse_tiers(text).map_err(|e| e.to_string())?),
@@ -323,6 +250,108 @@ fn check_row(fields: &HashMap<String, String>, known: &[String]) -> Result<Contr
         destinations,
         recipients: (!recipients.is_empty()).then_some(recipients),
     })
+}
+
+/// The id becomes the alert's subject (`contract:<id>`): the API's identity rules apply,
+/// so an import cannot create a subject the API would refuse.
+fn checked_external_id(external_id: String) -> Result<String, String> {
+    check_identity_field("external_id", &external_id).map_err(|err| err.to_string())?;
+    if external_id.len() > MAX_EXTERNAL_ID_BYTES {
+        return Err(format!(
+            "external_id is longer than {MAX_EXTERNAL_ID_BYTES} bytes"
+        ));
+    }
+    Ok(external_id)
+}
+
+/// A vendor's name: at most 500 bytes, no control characters.
+fn checked_vendor(vendor: String) -> Result<String, String> {
+    if vendor.len() > 500 {
+        return Err("vendor is longer than 500 bytes".to_owned());
+    }
+    if vendor.chars().any(char::is_control) {
+        return Err("vendor contains a control character".to_owned());
+    }
+    Ok(vendor)
+}
+
+/// An amount as written: digits, optionally a point and more digits, kept as text so no
+/// digit is lost; at most [`MAX_AMOUNT_WHOLE_DIGITS`] and [`MAX_AMOUNT_FRACTION_DIGITS`].
+fn checked_amount(amount: String) -> Result<String, String> {
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    let decimal = amount
+        .split_once('.')
+        .map_or(digits(&amount), |(whole, fraction)| {
+            digits(whole) && digits(fraction)
+        });
+    if !decimal {
+        return Err(format!(
+            "amount `{amount}` is not a decimal number such as 12000.50"
+        ));
+    }
+    let (whole, fraction) = amount.split_once('.').unwrap_or((&amount, ""));
+    if whole.len() > MAX_AMOUNT_WHOLE_DIGITS || fraction.len() > MAX_AMOUNT_FRACTION_DIGITS {
+        return Err(format!(
+            "amount has {} digit(s) before the decimal point and {} after; at most \
+             {MAX_AMOUNT_WHOLE_DIGITS} and {MAX_AMOUNT_FRACTION_DIGITS} are accepted",
+            whole.len(),
+            fraction.len()
+        ));
+    }
+    Ok(amount)
+}
+
+/// A currency code: three letters (upper-cased by the caller).
+fn checked_currency(currency: String) -> Result<String, String> {
+    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(format!(
+            "currency `{currency}` is not a three-letter code such as EUR"
+        ));
+    }
+    Ok(currency)
+}
+
+/// A renewal date as `YYYY-MM-DD`, in the years 1900 to 9999.
+fn checked_renewal_date(renewal_date: String) -> Result<String, String> {
+    let year_ok = renewal_date
+        .parse::<Date>()
+        .is_ok_and(|d| (1900..=9999).contains(&d.year()));
+    if renewal_date.len() != 10 || !year_ok {
+        return Err(format!(
+            "renewal_date `{renewal_date}` is not a date such as 2027-03-31"
+        ));
+    }
+    Ok(renewal_date)
+}
+
+/// The notice period in days, 0 to 3660; none given is 0.
+fn notice_days(text: &str) -> Result<u32, String> {
+    match text {
+        "" => Ok(0),
+        text => text
+            .parse::<u32>()
+            .ok()
+            .filter(|d| *d <= 3660)
+            .ok_or_else(|| {
+                format!("notice_days `{text}` is not a whole number of days (0 to 3660)")
+            }),
+    }
+}
+
+/// The destinations a contract names (`;`-separated), each one of the tenant's (`known`);
+/// `None` when it names none, for every enabled one.
+fn destinations(text: &str, known: &[String]) -> Result<Option<Vec<String>>, String> {
+    let names: Vec<String> = text
+        .split(';')
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .collect();
+    if let Some(unknown) = names.iter().find(|n| !known.contains(n)) {
+        return Err(format!(
+            "destination `{unknown}` does not exist for this tenant"
+        ));
+    }
+    Ok((!names.is_empty()).then_some(names))
 }
 
 /// The owners of a contract: mail addresses separated by `;` or blanks, each by the rule

@@ -8,12 +8,17 @@
 //!   egress guard, `outbox_egress`: no redirects, no `Referer`, the token only to the
 //!   feed's own origin, pages read up to a size cap).
 //! - [`run_once`], [`run_every`]: evaluate every monitor once, or on an interval.
+//! - `serve`: `decider serve`, the approval API (`outbox_api`), the monitors on an interval
+//!   and the console (`outbox_console`), stopped by one shutdown.
+//! - `cli`: the `decider` program's command line, and what each command runs.
 //!
 //! Any number of deciders may run at once: the alerts' UNIQUE identity is the only guard,
 //! and batches are approved in identity order so they never deadlock.
 
+pub mod cli;
 pub mod contracts;
 pub mod news;
+pub mod serve;
 
 use jiff::Timestamp;
 use outbox_store::monitors::MonitorAlert;

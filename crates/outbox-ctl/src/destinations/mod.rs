@@ -1,0 +1,67 @@
+//! `destination ...`: which module does each command, and `destination add` sent on by
+//! kind.
+//!
+//! - `args`: `destination add`'s flags (every kind's), and reading the secrets and the
+//!   body template they name.
+//! - `webhook`, `email`, `email_api`: adding each kind, with the checks its flags get.
+//! - `create`: the steps every kind is added by (URLs vetted, one transaction, the report).
+//! - `failing_window`: `--disable-after-failing`, and `destination update`.
+//! - `listing`: `destination list|show`.
+
+mod args;
+mod create;
+mod email;
+mod email_api;
+mod failing_window;
+mod listing;
+mod webhook;
+
+pub use args::DestinationArgs;
+pub use failing_window::UpdateArgs;
+
+use outbox_core::sealing::SealingKeys;
+use outbox_core::DestinationKind;
+use outbox_store::PgPool;
+
+use crate::names::checked_name;
+use crate::{credentials, operate, DestinationCommand};
+
+/// Runs a `destination ...` command.
+pub(crate) async fn run(
+    pool: &PgPool,
+    keys: &SealingKeys,
+    command: DestinationCommand,
+) -> anyhow::Result<()> {
+    match command {
+        DestinationCommand::Add(args) => add(pool, keys, args).await,
+        DestinationCommand::RotateSecret(args) => {
+            credentials::rotate_secret(pool, keys, args).await
+        }
+        DestinationCommand::Update(args) => failing_window::update_destination(pool, args).await,
+        DestinationCommand::Disable {
+            name,
+            tenant,
+            actor,
+        } => operate::set_destination(pool, &name, &tenant, false, &actor).await,
+        DestinationCommand::Enable {
+            name,
+            tenant,
+            actor,
+        } => operate::set_destination(pool, &name, &tenant, true, &actor).await,
+        DestinationCommand::Show { name, tenant, json } => {
+            listing::show_destination(pool, &tenant, &name, json).await
+        }
+        DestinationCommand::List { tenant, json } => {
+            listing::list_destinations(pool, tenant.as_deref(), json).await
+        }
+    }
+}
+
+/// `destination add`: the name checked, then the destination added as its kind says.
+async fn add(pool: &PgPool, keys: &SealingKeys, args: DestinationArgs) -> anyhow::Result<()> {
+    let name = checked_name("destination", &args.name)?.to_owned();
+    match args.kind {
+        DestinationKind::Email => email::add(pool, keys, args, name).await,
+        DestinationKind::Webhook => webhook::add(pool, keys, args, name).await,
+    }
+}

@@ -1,0 +1,241 @@
+//! The `decider` program's command line (`decider serve`, `decider run-once`), and what
+//! each command runs once the database is reached.
+
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::serve::{self, ConsoleSettings, ServeConfig};
+
+/// Approves alerts: one alert per identity, written with its outbox row in one transaction.
+// `decider --help` opens with the product's description, which the binary sets.
+#[derive(Debug, Parser)]
+#[command(
+    name = "decider",
+    version = outbox_store::schema::version_line(),
+    after_help = "The approval API: docs/approval-api.md. The monitors: docs/monitors.md. The console: docs/console.md."
+)]
+pub struct Cli {
+    /// PostgreSQL connection URL.
+    #[arg(long, env = "DATABASE_URL", default_value = outbox_runtime::DEFAULT_DATABASE_URL, global = true, hide_env_values = true)]
+    database_url: String,
+    /// Most database connections this process opens.
+    #[arg(
+        long,
+        env = "DECIDER_MAX_CONNECTIONS",
+        default_value_t = 16,
+        global = true
+    )]
+    max_connections: u32,
+    /// Address ranges (CIDR, comma-separated) the news poller may reach although they are
+    /// loopback, private, link-local, ...: for development, tests and demos only.
+    #[arg(long, env = "OUTBOX_ALLOW_PRIVATE", default_value = "", value_name = "CIDR,...", value_parser = outbox_egress::AllowList::parse, global = true)]
+    allow_private: outbox_egress::AllowList,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// `serve` or `run-once`.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the approval API (`POST /v1/alerts`, ...) and `/healthz`, `/metrics` and
+    /// `/readyz` on `--metrics-listen`, and run the monitors every `--interval`.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, env = "DECIDER_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// Address to serve `/metrics`, `/readyz` and `/healthz` on, for operators (the
+        /// metrics span every tenant). Not served unless given.
+        #[arg(long, env = "DECIDER_METRICS_LISTEN")]
+        metrics_listen: Option<SocketAddr>,
+        #[command(flatten)]
+        console: ConsoleArgs,
+        #[command(flatten)]
+        limits: ClientLimits,
+        /// How often the monitors run.
+        #[arg(long, env = "DECIDER_INTERVAL", default_value = "5m", value_parser = outbox_core::duration::parse_positive)]
+        interval: Duration,
+        #[command(flatten)]
+        news: NewsArgs,
+    },
+    /// Evaluate every monitor once and exit (for cron).
+    RunOnce {
+        /// The clock, RFC 3339 (for tests and backfills); default: now.
+        #[arg(long)]
+        now: Option<jiff::Timestamp>,
+        #[command(flatten)]
+        news: NewsArgs,
+    },
+}
+
+/// The operator console: off unless given an address.
+#[derive(Debug, clap::Args)]
+struct ConsoleArgs {
+    /// Address to serve the operator console on (`/console`), for operators' network.
+    /// Not served unless given. Accounts: `outboxctl operator add`.
+    #[arg(long, env = "DECIDER_CONSOLE_LISTEN")]
+    console_listen: Option<SocketAddr>,
+    /// Mark the console's session cookie Secure: set it when operators reach the console
+    /// over TLS (through a proxy that terminates it).
+    #[arg(long, env = "DECIDER_CONSOLE_SECURE_COOKIES")]
+    console_secure_cookies: bool,
+    /// How long a console sign-in lasts.
+    #[arg(long, env = "DECIDER_CONSOLE_SESSION_LIFETIME", default_value = "8h", value_parser = outbox_core::duration::parse_positive)]
+    console_session_lifetime: Duration,
+    /// Most console password checks running at once (each takes 19 MiB and a core for a
+    /// moment); a sign-in that finds none free within a few seconds is answered 503.
+    /// Default: the number of cores.
+    #[arg(long, env = "DECIDER_CONSOLE_MAX_PASSWORD_CHECKS")]
+    console_max_password_checks: Option<std::num::NonZeroUsize>,
+}
+
+/// How long clients may take, and how many may be connected at once (every listener).
+#[derive(Debug, clap::Args)]
+struct ClientLimits {
+    /// Close a connection whose request head is not complete this long after the
+    /// connection (or after the head's first byte).
+    #[arg(long, env = "DECIDER_HEADER_TIMEOUT", default_value = "10s", value_parser = outbox_core::duration::parse_positive)]
+    header_timeout: Duration,
+    /// Close a connection whose request body is not complete this long after its head.
+    #[arg(long, env = "DECIDER_BODY_TIMEOUT", default_value = "30s", value_parser = outbox_core::duration::parse_positive)]
+    body_timeout: Duration,
+    /// Close a keep-alive connection that sends no request for this long.
+    #[arg(long, env = "DECIDER_IDLE_TIMEOUT", default_value = "75s", value_parser = outbox_core::duration::parse_positive)]
+    idle_timeout: Duration,
+    /// Most client connections open at once, per listener. A new one past it takes the
+    /// place of the longest-idle connection, or is closed at once when none is idle.
+    #[arg(long, env = "DECIDER_MAX_CLIENT_CONNECTIONS", default_value = "512")]
+    max_client_connections: std::num::NonZeroUsize,
+    /// Most connections open at once from one client address (an IPv6 client's /64), per
+    /// listener; past it, the client's own longest-idle connection makes room. Behind a
+    /// reverse proxy every connection is the proxy's: set it to --max-client-connections.
+    #[arg(
+        long,
+        env = "DECIDER_MAX_CLIENT_CONNECTIONS_PER_ADDRESS",
+        default_value = "64"
+    )]
+    max_client_connections_per_address: std::num::NonZeroUsize,
+}
+
+impl ClientLimits {
+    /// The limits as every listener applies them.
+    fn server_limits(&self) -> outbox_runtime::http_server::ServerLimits {
+        outbox_runtime::http_server::ServerLimits {
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: self.max_client_connections.get(),
+            max_connections_per_client: self.max_client_connections_per_address.get(),
+        }
+    }
+}
+
+/// Where the news poller reads articles from: off unless given a URL.
+#[derive(Debug, clap::Args)]
+struct NewsArgs {
+    /// A Webz.io-compatible news endpoint to poll for the watchlists' queries.
+    #[arg(long, env = "NEWS_URL")]
+    news_url: Option<String>,
+    /// Its API token. Given as a flag it is visible to every user of the machine (`ps`):
+    /// prefer `WEBZ_TOKEN` or `--webz-token-file`.
+    #[arg(
+        long,
+        env = "WEBZ_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "webz_token_file"
+    )]
+    webz_token: Option<String>,
+    /// A file whose first line is the API token.
+    #[arg(long, env = "WEBZ_TOKEN_FILE", value_name = "PATH")]
+    webz_token_file: Option<std::path::PathBuf>,
+}
+
+impl NewsArgs {
+    /// The news source to poll, if `--news-url` names one, with its token read.
+    fn source(
+        &self,
+        allow: &outbox_egress::AllowList,
+    ) -> anyhow::Result<Option<crate::news::NewsSource>> {
+        let token = match &self.webz_token_file {
+            Some(path) => Some(
+                outbox_runtime::read_secret_file(path)
+                    .map_err(|why| anyhow::anyhow!("--webz-token-file: {why}"))?,
+            ),
+            None => self.webz_token.clone(),
+        };
+        Ok(self.news_url.clone().map(|url| crate::news::NewsSource {
+            url,
+            token,
+            egress: outbox_egress::Guard::new(allow.clone()),
+        }))
+    }
+}
+
+impl ConsoleArgs {
+    /// The console's settings, when it is served (`--console-listen`).
+    fn settings(&self) -> Option<ConsoleSettings> {
+        Some(ConsoleSettings {
+            listen: self.console_listen?,
+            secure_cookies: self.console_secure_cookies,
+            session_lifetime: self.console_session_lifetime,
+            max_password_checks: self.console_max_password_checks,
+        })
+    }
+}
+
+/// Whether the subcommand's `--webz-token` came from the command line (rather than
+/// `WEBZ_TOKEN`), where every user of the machine can read it.
+pub fn token_on_command_line(matches: &clap::ArgMatches) -> bool {
+    matches.subcommand().is_some_and(|(_, sub)| {
+        sub.value_source("webz_token") == Some(clap::parser::ValueSource::CommandLine)
+    })
+}
+
+/// Runs the parsed command: the news source read first, then the database reached (with
+/// the schema this build expects), then `serve` until SIGTERM/SIGINT, or `run-once`.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    // Before connecting: a token file that cannot be read is said at once.
+    let news = match &cli.command {
+        Command::Serve { news, .. } | Command::RunOnce { news, .. } => {
+            news.source(&cli.allow_private)?
+        }
+    };
+    // Each connection error already names the server, the cause and what to do.
+    let pool = outbox_store::connect_with_retry(
+        &cli.database_url,
+        "decider",
+        cli.max_connections,
+        Duration::from_secs(60),
+    )
+    .await?;
+    outbox_store::schema::check_current(&pool).await?;
+    match cli.command {
+        Command::Serve {
+            listen,
+            metrics_listen,
+            console,
+            limits,
+            interval,
+            news: _,
+        } => {
+            let config = ServeConfig {
+                listen,
+                metrics_listen,
+                console: console.settings(),
+                limits: limits.server_limits(),
+                interval,
+                news,
+            };
+            serve::serve(pool, config, outbox_runtime::shutdown_signal()).await
+        }
+        Command::RunOnce { now, news: _ } => {
+            let now = now.unwrap_or_else(jiff::Timestamp::now);
+            let summary = crate::run_once(&pool, now, news.as_ref()).await?;
+            println!(
+                "{} renewal alert(s), {} news alert(s), {} article(s) ingested",
+                summary.renewal_alerts, summary.news_alerts, summary.articles_ingested
+            );
+            Ok(())
+        }
+    }
+}
