@@ -24,6 +24,7 @@
 use crate::common;
 
 use common::add_tenant;
+use common::destinations::add_destination;
 use common::procs::*;
 use outbox_checker::{Capability, SinkRecord};
 use outbox_testkit::TestDb;

@@ -3,6 +3,8 @@
 //! the merge of many dispatchers' reports is right whatever order they arrive in. Store
 //! level for the merge; real dispatchers and sinks for the rest.
 
+use crate::common::alerts::{approve_many, state_of};
+use crate::common::destinations::add_destination;
 use crate::common::procs::*;
 use crate::common::{add_tenant, outboxctl};
 use chrono::{DateTime, Duration as Span, Utc};

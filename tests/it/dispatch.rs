@@ -6,6 +6,8 @@
 use crate::common;
 
 use common::add_tenant;
+use common::alerts::{approve_many, evidence, evidence_by, state_of, states};
+use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::TestDb;
 use std::time::Duration;

@@ -7,6 +7,8 @@
 use crate::common;
 
 use common::add_tenant;
+use common::alerts::{approve_many, evidence, state_of, states};
+use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::process::Process;
 use outbox_testkit::TestDb;

@@ -6,9 +6,9 @@
 
 use crate::common;
 
-use common::procs::{
-    add_destination, approve_many, drain, evidence, state_of, Sink, TEST_ALLOW_PRIVATE,
-};
+use common::alerts::{approve_many, evidence, state_of};
+use common::destinations::add_destination;
+use common::procs::{drain, Sink, TEST_ALLOW_PRIVATE};
 use common::{add_tenant, outboxctl};
 use outbox_testkit::TestDb;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -8,6 +8,7 @@
 
 use crate::common;
 
+use common::alerts::{evidence, state_of};
 use common::outboxctl;
 use common::procs::*;
 use outbox_testkit::TestDb;

@@ -8,7 +8,8 @@
 
 use crate::common;
 
-use common::procs::{add_destination, drain, wait_for_db};
+use common::destinations::add_destination;
+use common::procs::{drain, wait_for_db};
 use common::{add_tenant, counts, outboxctl, renewal, Api, CliRun};
 use outbox_testkit::TestDb;
 use reqwest::StatusCode;

@@ -5,9 +5,8 @@
 //! held, exactly the rows it had in flight.
 
 use crate::common;
-use crate::common::procs::{
-    approve_many, dispatcher_args, spawn_dispatcher, Sink, DEADLINE, TEST_ALLOW_PRIVATE,
-};
+use crate::common::alerts::approve_many;
+use crate::common::procs::{dispatcher_args, spawn_dispatcher, Sink, DEADLINE, TEST_ALLOW_PRIVATE};
 use crate::common::{add_tenant, outboxctl};
 use outbox_testkit::process::Process;
 use outbox_testkit::TestDb;
@@ -100,7 +99,7 @@ async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
         assert!(
             started.elapsed() < DEADLINE,
             "no dispatcher ever had rows in flight; states {:?}",
-            common::procs::states(&db).await
+            common::alerts::states(&db).await
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
@@ -131,7 +130,7 @@ async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
         most <= bound,
         "{most} rows in sending at once, bound {bound}"
     );
-    let states = common::procs::states(&db).await;
+    let states = common::alerts::states(&db).await;
     let held = states.get("held").copied().unwrap_or(0);
     assert_eq!(held, killed_share, "held: {states:?}");
     assert!(held <= bound);

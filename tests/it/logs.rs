@@ -6,6 +6,7 @@
 use crate::common;
 
 use common::add_tenant;
+use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::TestDb;
 

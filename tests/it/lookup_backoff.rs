@@ -12,6 +12,8 @@ use crate::common;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use common::add_tenant;
+use common::alerts::{approve_many, evidence, state_of};
+use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::TestDb;
 use serde_json::json;

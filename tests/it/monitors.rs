@@ -6,7 +6,8 @@
 
 use crate::common;
 
-use common::procs::{add_destination, spawn_listening, DEADLINE};
+use common::destinations::add_destination;
+use common::procs::{spawn_listening, DEADLINE};
 use jiff::civil::Date;
 use jiff::Timestamp;
 use outbox_testkit::TestDb;

@@ -8,6 +8,8 @@
 use crate::common;
 
 use common::add_tenant;
+use common::alerts::{approve_many, evidence, state_of, states};
+use common::destinations::add_destination;
 use common::procs::*;
 use common::{outboxctl, revise, CliRun as Run};
 use outbox_testkit::TestDb;

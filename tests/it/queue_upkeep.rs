@@ -7,6 +7,8 @@
 use crate::common;
 
 use common::add_tenant;
+use common::alerts::approve_many;
+use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::TestDb;
 

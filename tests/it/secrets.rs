@@ -8,6 +8,7 @@
 use crate::common;
 
 use base64::Engine;
+use common::alerts::{evidence, state_of};
 use common::procs::*;
 use common::{Api, CliRun};
 use outbox_testkit::TestDb;

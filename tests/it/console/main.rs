@@ -12,6 +12,8 @@ mod http;
 mod sign_in_load;
 
 use common::add_tenant;
+use common::alerts::*;
+use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::TestDb;
 use reqwest::header::HeaderMap;
