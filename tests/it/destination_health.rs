@@ -259,16 +259,8 @@ async fn a_destination_failing_for_its_window_is_disabled_and_claims_stop() {
         .unwrap();
     approve_many(&db, tenant.id, "ops", 3).await;
 
-    let mut args = dispatcher_args(&db, "w", &["--health-report-interval", "200ms"]);
-    args.extend(["--metrics-listen".to_owned(), "127.0.0.1:0".to_owned()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (_dispatcher, metrics) = spawn_listening(
-        env!("CARGO_BIN_EXE_dispatcher"),
-        &args,
-        &[],
-        "dispatcher metrics listening",
-    )
-    .await;
+    let args = dispatcher_args(&db, "w", &["--health-report-interval", "200ms"]);
+    let (_dispatcher, metrics) = spawn_dispatcher_with_metrics(&args, &[]).await;
 
     wait_for_db(
         &db,
@@ -296,12 +288,7 @@ async fn a_destination_failing_for_its_window_is_disabled_and_claims_stop() {
             .await
             .unwrap();
     assert_eq!(audit, vec![("dispatcher:w".to_owned(), reason.clone())]);
-    let text = reqwest::get(format!("{metrics}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&reqwest::Client::new(), &metrics).await;
     assert!(
         text.contains(
             "outbox_destinations_disabled_total{destination=\"ops\",reason=\"failing\"} 1"

@@ -189,16 +189,8 @@ async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
     let sink = Sink::start(&[]).await;
     add_destination(&api.db, api.acme.id, "hooks", &sink.hook_url(), |_| {}).await;
     // Polling once an hour: only the wake-up can bring the alert out in time.
-    let mut args = dispatcher_args(&api.db, "idle", &["--poll-interval", "1h"]);
-    args.extend(["--metrics-listen".to_owned(), "127.0.0.1:0".to_owned()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (_dispatcher, metrics) = spawn_listening(
-        env!("CARGO_BIN_EXE_dispatcher"),
-        &args,
-        &[],
-        "dispatcher metrics listening",
-    )
-    .await;
+    let args = dispatcher_args(&api.db, "idle", &["--poll-interval", "1h"]);
+    let (_dispatcher, metrics) = spawn_dispatcher_with_metrics(&args, &[]).await;
     // Let it subscribe and finish its first (empty) claim, so it is waiting when the
     // approval arrives.
     wait_for_db(
@@ -231,14 +223,7 @@ async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
     assert_eq!(sink.records(&id.to_string()).await.len(), 1);
 
     let http = reqwest::Client::new();
-    let text = http
-        .get(format!("{metrics}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&http, &metrics).await;
     assert!(
         text.contains("outbox_attempts_total{destination=\"hooks\",outcome=\"accepted\"} 1"),
         "{text}"

@@ -38,15 +38,7 @@ async fn start_hostile_destination() -> String {
 /// Asserts a refusal: non-zero exit, one `error:` line mentioning `needle`, no raw
 /// control character, nothing on stdout.
 fn assert_refused(run: &CliRun, needle: &str) {
-    assert!(!run.ok, "should have failed: {}", run.stdout);
-    assert!(run.stdout.is_empty(), "stdout: {}", run.stdout);
-    assert_eq!(run.stderr.lines().count(), 1, "stderr: {}", run.stderr);
-    assert!(run.stderr.starts_with("error: "), "stderr: {}", run.stderr);
-    assert!(
-        run.stderr.contains(needle),
-        "`{needle}` not in: {}",
-        run.stderr
-    );
+    common::assert_refused(run, needle);
     assert!(
         !has_raw_controls(&run.stderr),
         "raw control in: {:?}",

@@ -6,24 +6,10 @@
 
 use crate::common;
 
-use common::{outboxctl, CliRun as Run};
+use common::{assert_refused, outboxctl};
 use common::{renewal, Api};
 use outbox_testkit::TestDb;
 use serde_json::Value;
-
-/// Asserts a refusal: non-zero exit, one line on stderr starting with `error:` and
-/// mentioning `needle`, nothing on stdout.
-fn assert_refused(run: &Run, needle: &str) {
-    assert!(!run.ok, "should have failed: {}", run.stdout);
-    assert!(run.stdout.is_empty(), "stdout: {}", run.stdout);
-    assert_eq!(run.stderr.lines().count(), 1, "stderr: {}", run.stderr);
-    assert!(run.stderr.starts_with("error: "), "stderr: {}", run.stderr);
-    assert!(
-        run.stderr.contains(needle),
-        "`{needle}` not in: {}",
-        run.stderr
-    );
-}
 
 #[tokio::test]
 async fn setting_up_a_tenant_prints_only_what_scripts_capture() {

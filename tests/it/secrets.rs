@@ -8,9 +8,10 @@
 use crate::common;
 
 use base64::Engine;
-use common::alerts::{evidence, state_of};
+use common::alerts::{self, evidence, state_of};
+use common::destinations::DestinationAdd;
 use common::procs::*;
-use common::{Api, CliRun};
+use common::{assert_refused, Api, CliRun, Outboxctl};
 use outbox_testkit::TestDb;
 use reqwest::StatusCode;
 use std::sync::{Arc, Mutex};
@@ -27,53 +28,35 @@ fn keys_k1() -> String {
     format!("k1:{}", key(1))
 }
 
-/// Runs the real `outboxctl` with extra environment and, optionally, standard input.
-async fn ctl(db: &TestDb, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> CliRun {
-    let mut run = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_outboxctl"))
-        .args(args)
-        .env("DATABASE_URL", &db.url)
-        .env("USER", "alice")
-        .env_remove("OUTBOX_TENANT")
-        .env_remove("OUTBOX_SECRET_KEYS")
-        // The sinks and receivers of these tests listen on loopback.
-        .env("OUTBOX_ALLOW_PRIVATE", common::procs::TEST_ALLOW_PRIVATE);
-    for (name, value) in env {
-        run = run.env(name, value);
-    }
+/// `outboxctl` with `env` and, when given, `stdin`; loopback, where the sinks and receivers
+/// of these tests listen, is opened in the egress guard.
+async fn ctl<S: AsRef<str>>(
+    db: &TestDb,
+    args: &[S],
+    env: &[(&str, &str)],
+    stdin: Option<&str>,
+) -> CliRun {
+    let mut run = Outboxctl::on(db).args(args).loopback_allowed().envs(env);
     if let Some(text) = stdin {
         run = run.stdin(text);
     }
-    let output = run.output().await;
-    CliRun {
-        ok: output.status.success(),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
+    run.run().await
 }
 
-/// `outboxctl destination add` arguments for destination `ops` of tenant `acme`.
-fn add_ops<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "destination",
-        "add",
-        "--tenant",
-        "acme",
-        "--name",
-        "ops",
-        "--url",
-        url,
-    ];
-    args.extend_from_slice(extra);
-    args
+/// `outboxctl secrets rewrap` with `keys` as OUTBOX_SECRET_KEYS.
+async fn rewrap_with(db: &TestDb, keys: &str) -> CliRun {
+    ctl(
+        db,
+        &["secrets", "rewrap"],
+        &[("OUTBOX_SECRET_KEYS", keys)],
+        None,
+    )
+    .await
 }
 
-fn assert_refused(run: &CliRun, reason: &str) {
-    assert!(!run.ok, "expected a refusal, got: {}", run.stdout);
-    assert!(run.stdout.is_empty(), "{}", run.stdout);
-    let lines: Vec<&str> = run.stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "one line: {}", run.stderr);
-    assert!(lines[0].starts_with("error: "), "{}", run.stderr);
-    assert!(lines[0].contains(reason), "{}", run.stderr);
+/// `outboxctl destination add` arguments for the webhook destination `ops` of tenant `acme`.
+fn add_ops(url: &str, extra: &[&str]) -> Vec<String> {
+    DestinationAdd::webhook("ops", url).args(extra).into_args()
 }
 
 async fn stored_secrets(db: &TestDb, name: &str) -> (Vec<String>, Vec<String>) {
@@ -102,23 +85,16 @@ fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
 /// Approves one new alert for `destination` (a fresh subject each time).
 async fn approve_one(db: &TestDb, tenant_id: uuid::Uuid, destination: &str) -> uuid::Uuid {
     let subject = format!("contract:{}", uuid::Uuid::new_v4());
-    let outcome = outbox_store::alerts::approve(
-        &db.pool,
-        outbox_store::alerts::Approval {
-            tenant_id,
-            destination,
-            subject: &subject,
-            occurrence: "2027-01-31/30d",
-            payload_json: r#"{"text":"renewal due"}"#,
-            actor: "test",
-        },
+    let payload = r#"{"text":"renewal due"}"#;
+    alerts::approve_one(
+        db,
+        tenant_id,
+        destination,
+        &subject,
+        "2027-01-31/30d",
+        payload,
     )
     .await
-    .unwrap();
-    match outcome {
-        outbox_store::alerts::ApproveOutcome::Created(id) => id,
-        other => panic!("expected a new alert, got {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -167,19 +143,10 @@ async fn a_secret_that_cannot_be_decrypted_fails_the_alert_with_evidence_and_sen
     let tenant_id = tenant(&db).await;
     let sink = Sink::start(&["--secret", SECRET]).await;
     for name in ["ops", "other"] {
+        let webhook = DestinationAdd::webhook(name, &sink.hook_url());
         let add = ctl(
             &db,
-            &[
-                "destination",
-                "add",
-                "--tenant",
-                "acme",
-                "--name",
-                name,
-                "--url",
-                &sink.hook_url(),
-                "--secret-stdin",
-            ],
+            &webhook.args(&["--secret-stdin"]).into_args(),
             &[("OUTBOX_SECRET_KEYS", &keys_k1())],
             Some(SECRET),
         )
@@ -243,37 +210,19 @@ async fn rewrap_encrypts_plain_secrets_moves_them_to_the_new_key_and_can_run_aga
         "OUTBOX_SECRET_KEYS is not set",
     );
 
-    let rewrap = ctl(
-        &db,
-        &["secrets", "rewrap"],
-        &[("OUTBOX_SECRET_KEYS", &keys_k1())],
-        None,
-    )
-    .await;
+    let rewrap = rewrap_with(&db, &keys_k1()).await;
     assert!(rewrap.ok, "{}", rewrap.stderr);
     let (current, _) = stored_secrets(&db, "ops").await;
     assert!(current[0].starts_with("enc:v1:k1:"), "{current:?}");
 
     // Key rotation: k2 first, k1 still there to open what it sealed.
     let both = format!("k2:{},k1:{}", key(2), key(1));
-    let rewrap = ctl(
-        &db,
-        &["secrets", "rewrap"],
-        &[("OUTBOX_SECRET_KEYS", &both)],
-        None,
-    )
-    .await;
+    let rewrap = rewrap_with(&db, &both).await;
     assert!(rewrap.ok, "{}", rewrap.stderr);
     let (current, _) = stored_secrets(&db, "ops").await;
     assert!(current[0].starts_with("enc:v1:k2:"), "{current:?}");
     // Running it again changes nothing.
-    let again = ctl(
-        &db,
-        &["secrets", "rewrap"],
-        &[("OUTBOX_SECRET_KEYS", &both)],
-        None,
-    )
-    .await;
+    let again = rewrap_with(&db, &both).await;
     assert!(again.ok, "{}", again.stderr);
     assert!(
         again.stderr.contains("0 destination(s)"),
@@ -290,13 +239,7 @@ async fn rewrap_encrypts_plain_secrets_moves_them_to_the_new_key_and_can_run_aga
 
     // A key that is gone makes rewrap refuse, naming the problem, and change nothing.
     let only_k3 = format!("k3:{}", key(3));
-    let lost = ctl(
-        &db,
-        &["secrets", "rewrap"],
-        &[("OUTBOX_SECRET_KEYS", &only_k3)],
-        None,
-    )
-    .await;
+    let lost = rewrap_with(&db, &only_k3).await;
     assert!(!lost.ok);
     assert!(
         lost.stderr.contains("cannot be decrypted"),

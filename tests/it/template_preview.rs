@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{add_tenant, counts, outboxctl, CliRun};
+use common::{add_tenant, assert_refused, counts, outboxctl, CliRun};
 use outbox_store::alerts::{approve, Approval, ApproveOutcome};
 use outbox_testkit::TestDb;
 
@@ -37,18 +37,6 @@ async fn approved(
         panic!("not created: {outcome:?}");
     };
     id.to_string()
-}
-
-fn assert_refused(run: &CliRun, needle: &str) {
-    assert!(!run.ok, "should have failed: {}", run.stdout);
-    assert!(run.stdout.is_empty(), "stdout: {}", run.stdout);
-    assert_eq!(run.stderr.lines().count(), 1, "stderr: {}", run.stderr);
-    assert!(run.stderr.starts_with("error: "), "stderr: {}", run.stderr);
-    assert!(
-        run.stderr.contains(needle),
-        "`{needle}` not in: {}",
-        run.stderr
-    );
 }
 
 #[tokio::test]

@@ -112,7 +112,7 @@ pub async fn revise(db: &TestDb, id: &str, payload: &str) -> CliRun {
 
 /// A refusal as scripts see it: nothing on stdout, one `error: ` line on stderr that
 /// contains `needle`.
-pub fn assert_refused_in_one_line(run: &CliRun, needle: &str) {
+pub fn assert_refused(run: &CliRun, needle: &str) {
     assert!(!run.ok, "should have failed: {}", run.stdout);
     assert!(run.stdout.is_empty(), "stdout: {}", run.stdout);
     assert_eq!(run.stderr.lines().count(), 1, "stderr: {}", run.stderr);

@@ -59,6 +59,10 @@ impl DestinationAdd {
         self.args.iter().map(String::as_str).collect()
     }
 
+    pub fn into_args(self) -> Vec<String> {
+        self.args
+    }
+
     /// Runs it, as it may fail.
     pub async fn run(&self, db: &TestDb) -> CliRun {
         outboxctl(db, &self.to_args()).await

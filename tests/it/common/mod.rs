@@ -13,7 +13,7 @@ pub mod decider;
 pub mod destinations;
 pub mod procs;
 
-pub use cli::{assert_refused_in_one_line, outboxctl, revise, CliRun, Outboxctl};
+pub use cli::{assert_refused, outboxctl, revise, CliRun, Outboxctl};
 
 use outbox_testkit::TestDb;
 use reqwest::StatusCode;

@@ -14,9 +14,9 @@ pub const TEST_ALLOW_PRIVATE: &str = "127.0.0.0/8";
 
 /// Spawns a binary and returns it with the base URL (`http://addr`) of the listener it
 /// announced with `listening_message`.
-pub async fn spawn_listening(
+pub async fn spawn_listening<A: AsRef<std::ffi::OsStr>>(
     binary: &str,
-    args: &[&str],
+    args: &[A],
     envs: &[(&str, &str)],
     listening_message: &str,
 ) -> (Process, String) {
@@ -168,6 +168,12 @@ impl SmtpSink {
     }
 }
 
+/// What a process's metrics listener at `base` serves on `/metrics`.
+pub async fn metrics_text(http: &reqwest::Client, base: &str) -> String {
+    let response = http.get(format!("{base}/metrics")).send().await.unwrap();
+    response.text().await.unwrap()
+}
+
 /// Dispatcher arguments for tests: quick retries and polls, and loopback opened in the
 /// egress guard ([`TEST_ALLOW_PRIVATE`]), unless `extra` sets them.
 pub fn dispatcher_args<'a>(db: &'a TestDb, worker: &'a str, extra: &[&'a str]) -> Vec<String> {
@@ -196,6 +202,18 @@ pub fn spawn_dispatcher(args: &[String], failpoints: Option<&str>) -> Process {
         envs.push(("FAILPOINTS", failpoints));
     }
     Process::spawn(env!("CARGO_BIN_EXE_dispatcher"), args, &envs)
+}
+
+/// Starts a dispatcher with `args` and a metrics listener on an ephemeral port: the process
+/// and that listener's base URL.
+pub async fn spawn_dispatcher_with_metrics(
+    args: &[String],
+    envs: &[(&str, &str)],
+) -> (Process, String) {
+    let mut args = args.to_vec();
+    args.extend(["--metrics-listen".to_owned(), "127.0.0.1:0".to_owned()]);
+    let binary = env!("CARGO_BIN_EXE_dispatcher");
+    spawn_listening(binary, &args, envs, "dispatcher metrics listening").await
 }
 
 /// Runs a dispatcher with `--drain` until it exits by itself; asserts it exits 0.

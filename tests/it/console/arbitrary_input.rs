@@ -4,13 +4,14 @@
 //! input wherever it is sent.
 
 use super::*;
+use common::decider::{Decider, DeciderServe};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 /// The decider under test, an operator signed in to it, and things that exist.
 struct Target {
-    _decider: Process,
+    _decider: Decider,
     base: String,
     http: reqwest::Client,
     db: TestDb,
@@ -181,23 +182,8 @@ impl Target {
         )
         .await
         .unwrap();
-        let (decider, base) = spawn_listening(
-            env!("CARGO_BIN_EXE_decider"),
-            &[
-                "--database-url",
-                &db.url,
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--console-listen",
-                "127.0.0.1:0",
-                "--interval",
-                "1h",
-            ],
-            &[],
-            "console listening",
-        )
-        .await;
+        let decider = DeciderServe::on(&db.url).with_console().start().await;
+        let base = decider.console().to_owned();
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(DEADLINE)
