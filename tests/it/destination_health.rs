@@ -4,7 +4,7 @@
 //! level for the merge; real dispatchers and sinks for the rest.
 
 use crate::common::alerts::{approve_many, state_of};
-use crate::common::destinations::add_destination;
+use crate::common::destinations::{add_destination, DestinationAdd};
 use crate::common::procs::*;
 use crate::common::{add_tenant, outboxctl};
 use chrono::{DateTime, Duration as Span, Utc};
@@ -425,27 +425,11 @@ async fn outboxctl_sets_and_shows_the_failing_window_and_refuses_nonsense() {
     let db = TestDb::new().await;
     add_tenant(&db, "acme", &[]).await;
     let add = |name: &'static str, window: &'static str| {
+        let add = DestinationAdd::webhook(name, "http://127.0.0.1:9/hook")
+            .loopback_allowed()
+            .args(&["--disable-after-failing", window]);
         let db = &db;
-        async move {
-            outboxctl(
-                db,
-                &[
-                    "destination",
-                    "add",
-                    "--tenant",
-                    "acme",
-                    "--name",
-                    name,
-                    "--url",
-                    "http://127.0.0.1:9/hook",
-                    "--allow-private",
-                    TEST_ALLOW_PRIVATE,
-                    "--disable-after-failing",
-                    window,
-                ],
-            )
-            .await
-        }
+        async move { add.run(db).await }
     };
     let bad = add("bad", "soon").await;
     assert!(!bad.ok);

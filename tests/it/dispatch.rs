@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::add_tenant;
-use common::alerts::{approve_many, evidence, evidence_by, state_of, states};
+use common::alerts::{approve_many, evidence, evidence_by, reference_of, state_of, states};
 use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::TestDb;
@@ -59,12 +59,7 @@ async fn crash_after_acceptance_at_an_idempotent_destination_delivers_once() {
     assert_eq!(stats["applied"], 1);
     assert_eq!(stats["effective_duplicates"], 0);
     assert_eq!(state_of(&db, id).await, "accepted");
-    let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
-            .bind(id)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let reference = reference_of(&db, id).await;
     assert_eq!(reference.as_deref(), records[0]["receipt"].as_str());
     let trail = evidence_by(&db, id).await;
     assert!(

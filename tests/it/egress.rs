@@ -6,10 +6,10 @@
 
 use crate::common;
 
+use common::add_tenant;
 use common::alerts::{approve_many, evidence, state_of};
-use common::destinations::add_destination;
+use common::destinations::{add_destination, DestinationAdd};
 use common::procs::{drain, Sink, TEST_ALLOW_PRIVATE};
-use common::{add_tenant, outboxctl};
 use outbox_testkit::TestDb;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -183,20 +183,7 @@ async fn destination_add_refuses_a_blocked_url_up_front_and_writes_nothing() {
     add_tenant(&db, "acme", &[]).await;
     for (host, why) in hostile_hosts() {
         let url = format!("http://{host}:9000/hook");
-        let run = outboxctl(
-            &db,
-            &[
-                "destination",
-                "add",
-                "--tenant",
-                "acme",
-                "--name",
-                "ops",
-                "--url",
-                &url,
-            ],
-        )
-        .await;
+        let run = DestinationAdd::webhook("ops", &url).run(&db).await;
         assert!(!run.ok, "{url} accepted");
         assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
         assert!(
@@ -207,24 +194,11 @@ async fn destination_add_refuses_a_blocked_url_up_front_and_writes_nothing() {
         );
     }
     // The lookup URL gets the same check.
-    let run = outboxctl(
-        &db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "ops",
-            "--url",
-            "http://127.0.0.1:9000/hook",
-            "--lookup-url",
-            "http://169.254.169.254/{key}",
-            "--allow-private",
-            "127.0.0.0/8",
-        ],
-    )
-    .await;
+    let run = DestinationAdd::webhook("ops", "http://127.0.0.1:9000/hook")
+        .args(&["--lookup-url", "http://169.254.169.254/{key}"])
+        .args(&["--allow-private", "127.0.0.0/8"])
+        .run(&db)
+        .await;
     assert!(!run.ok);
     assert!(
         run.stderr.starts_with(
@@ -257,22 +231,10 @@ async fn framing_and_hop_by_hop_headers_cannot_carry_the_notification_id() {
         "Content-Type",
         "webhook-signature",
     ] {
-        let run = outboxctl(
-            &db,
-            &[
-                "destination",
-                "add",
-                "--tenant",
-                "acme",
-                "--name",
-                "ops",
-                "--url",
-                "https://8.8.8.8/hook",
-                "--idempotency-header",
-                header,
-            ],
-        )
-        .await;
+        let run = DestinationAdd::webhook("ops", "https://8.8.8.8/hook")
+            .args(&["--idempotency-header", header])
+            .run(&db)
+            .await;
         assert!(!run.ok, "{header} accepted");
         assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
         assert!(

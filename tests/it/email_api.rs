@@ -8,15 +8,14 @@
 
 use crate::common;
 
-use common::alerts::{evidence, state_of};
+use common::alerts::{approve_renewal, evidence, reference_of, state_of};
+use common::destinations::DestinationAdd;
 use common::outboxctl;
 use common::procs::*;
 use outbox_testkit::TestDb;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
-
-const RENEWAL: &str = r#"{"kind": "contract_renewal", "contract": "A-17", "vendor": "Acme Tools", "amount": 12000.00, "currency": "EUR", "renewal_date": "2027-01-15", "action_date": "2026-12-16", "days_remaining": 30, "tier": 30}"#;
 
 const API_KEY: &str = "re_test_0123456789abcdef";
 
@@ -41,57 +40,21 @@ async fn add_resend_destination(db: &TestDb, sink: &Sink) {
     assert!(outboxctl(db, &["tenant", "create", "acme"]).await.ok);
     let key_file = temp_file("api-key", &format!("{API_KEY}\n"));
     let url = format!("{}/emails", sink.base);
-    let run = outboxctl(
-        db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "resend",
-            "--url",
-            &url,
-            "--body-template",
-            "email-api-resend",
-            "--from",
-            "Acme Alerts <alerts@acme.example>",
-            "--to",
-            "cfo@acme.example",
-            "--locale",
-            "es",
-            "--bearer-token-file",
-            &key_file,
-            "--idempotency-retention",
-            "24h",
-            "--allow-private",
-            TEST_ALLOW_PRIVATE,
-        ],
-    )
-    .await;
+    let add = DestinationAdd::webhook("resend", &url)
+        .args(&["--body-template", "email-api-resend"])
+        .args(&["--from", "Acme Alerts <alerts@acme.example>"])
+        .args(&["--to", "cfo@acme.example", "--locale", "es"])
+        .args(&["--bearer-token-file", &key_file])
+        .args(&["--idempotency-retention", "24h"])
+        .loopback_allowed();
+    let run = add.run(db).await;
     let _ = std::fs::remove_file(&key_file);
     assert!(run.ok, "{}", run.stderr);
 }
 
+/// Approves the renewal of contract A-17 for `resend`.
 async fn approve(db: &TestDb) -> Uuid {
-    let tenant = outbox_store::tenants::find(&db.pool, "acme").await.unwrap();
-    match outbox_store::alerts::approve(
-        &db.pool,
-        outbox_store::alerts::Approval {
-            tenant_id: tenant.id,
-            destination: "resend",
-            subject: "contract:A-17",
-            occurrence: "2027-01-15/30d",
-            payload_json: RENEWAL,
-            actor: "test",
-        },
-    )
-    .await
-    .unwrap()
-    {
-        outbox_store::alerts::ApproveOutcome::Created(id) => id,
-        other => panic!("expected a new alert, got {other:?}"),
-    }
+    approve_renewal(db, "resend", "contract:A-17").await
 }
 
 #[tokio::test]
@@ -148,12 +111,7 @@ async fn an_email_api_receives_the_rendered_email_in_its_shape_with_the_key_and_
         "{trail}"
     );
     // The destination's reference is the API's answer (`{"id": ...}`).
-    let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
-            .bind(id)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let reference = reference_of(&db, id).await;
     assert_eq!(reference.as_deref(), record["receipt"].as_str());
 
     // The key is never shown: the listing says only that there is one.

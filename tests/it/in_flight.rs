@@ -5,9 +5,10 @@
 //! held, exactly the rows it had in flight.
 
 use crate::common;
+use crate::common::add_tenant;
 use crate::common::alerts::approve_many;
-use crate::common::procs::{dispatcher_args, spawn_dispatcher, Sink, DEADLINE, TEST_ALLOW_PRIVATE};
-use crate::common::{add_tenant, outboxctl};
+use crate::common::destinations::DestinationAdd;
+use crate::common::procs::{dispatcher_args, spawn_dispatcher, Sink, DEADLINE};
 use outbox_testkit::process::Process;
 use outbox_testkit::TestDb;
 use serde_json::json;
@@ -41,25 +42,11 @@ async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
     let sink = Sink::start(&[]).await;
     sink.faults(json!({"latency_ms": 150})).await;
     // No lookup, no de-duplication window, `hold`: added without --max-in-flight.
-    let added = outboxctl(
-        &db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "plain",
-            "--url",
-            &sink.hook_url(),
-            "--timeout",
-            "1s",
-            "--allow-private",
-            TEST_ALLOW_PRIVATE,
-        ],
-    )
-    .await;
-    assert!(added.ok, "{}", added.stderr);
+    let added = DestinationAdd::webhook("plain", &sink.hook_url())
+        .args(&["--timeout", "1s"])
+        .loopback_allowed()
+        .add(&db)
+        .await;
     assert!(
         added
             .stderr

@@ -8,7 +8,7 @@
 use crate::common;
 
 use common::add_tenant;
-use common::alerts::{approve_many, evidence, state_of, states};
+use common::alerts::{approve_many, evidence, reference_of, state_of, states};
 use common::destinations::add_destination;
 use common::procs::*;
 use common::{outboxctl, revise, CliRun as Run};
@@ -222,12 +222,7 @@ async fn resolving_records_what_the_operator_found() {
     .await;
     assert!(accepted.ok, "{}", accepted.stderr);
     assert_eq!(accepted.stdout.trim(), "accepted");
-    let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
-            .bind(ids[0])
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let reference = reference_of(&db, ids[0]).await;
     assert_eq!(reference.as_deref(), Some("INV-1"));
     assert!(evidence(&db, ids[0]).await.last().unwrap().contains("resolved by cli:alice: delivery confirmed at the destination (reference INV-1): seen in the vendor portal"));
 

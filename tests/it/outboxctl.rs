@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use common::destinations::DestinationAdd;
 use common::{assert_refused, outboxctl};
 use common::{renewal, Api};
 use outbox_testkit::TestDb;
@@ -51,38 +52,23 @@ async fn setting_up_a_tenant_prints_only_what_scripts_capture() {
     .unwrap();
     assert_eq!(plain, 0);
 
-    let destination = outboxctl(
-        &db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "ops",
-            "--url",
-            "http://127.0.0.1:9000/hook",
-            "--secret",
-            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-            "--idempotency-header",
-            "Idempotency-Key",
-            "--idempotency-retention",
-            "24h",
-            "--lookup-url",
-            "http://127.0.0.1:9000/requests/{key}",
+    let destination = DestinationAdd::webhook("ops", "http://127.0.0.1:9000/hook")
+        .args(&["--secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])
+        .args(&["--idempotency-header", "Idempotency-Key"])
+        .args(&["--idempotency-retention", "24h"])
+        .args(&["--lookup-url", "http://127.0.0.1:9000/requests/{key}"])
+        .args(&[
             "--on-uncertain",
             "retry",
             "--timeout",
             "5s",
             "--max-in-flight",
             "8",
-            // The URLs are on loopback, which only an explicit allow-list opens.
-            "--allow-private",
-            common::procs::TEST_ALLOW_PRIVATE,
-        ],
-    )
-    .await;
-    assert!(destination.ok, "{}", destination.stderr);
+        ])
+        // The URLs are on loopback, which only an explicit allow-list opens.
+        .loopback_allowed()
+        .add(&db)
+        .await;
     let destination_id: uuid::Uuid = destination.stdout.trim().parse().unwrap();
     let row: (String, f64, String, i32, i32, i32) = sqlx::query_as(
         "SELECT on_uncertain, extract(epoch FROM idempotency_retention)::float8, \
@@ -248,25 +234,10 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
     let db = TestDb::new().await;
     assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
     let add = |name: &'static str, extra: &'static [&'static str]| {
+        let webhook = DestinationAdd::webhook(name, "http://127.0.0.1:9000/hook");
+        let add = webhook.loopback_allowed().args(extra);
         let db = &db;
-        async move {
-            let mut args = vec![
-                "destination",
-                "add",
-                "--tenant",
-                "acme",
-                "--name",
-                name,
-                "--url",
-                "http://127.0.0.1:9000/hook",
-                "--allow-private",
-                common::procs::TEST_ALLOW_PRIVATE,
-            ];
-            args.extend_from_slice(extra);
-            let run = outboxctl(db, &args).await;
-            assert!(run.ok, "{}", run.stderr);
-            run
-        }
+        async move { add.add(db).await }
     };
     let plain = add("plain", &[]).await;
     assert!(

@@ -462,12 +462,7 @@ async fn resolutions_need_a_note_and_a_confirm_and_go_through_the_store() {
             "{line}"
         );
     }
-    let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
-            .bind(ids[0])
-            .fetch_one(&console.db.pool)
-            .await
-            .unwrap();
+    let reference = reference_of(&console.db, ids[0]).await;
     assert_eq!(reference.as_deref(), Some("INV-42"));
 }
 
