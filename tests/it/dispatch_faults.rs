@@ -117,14 +117,8 @@ async fn a_worker_stalled_past_its_lease_cannot_move_the_state_backwards() {
     // it is settled by a resend the idempotent sink recognises.
     drain(&db, "rescuer", &["--drain-horizon", "10s"]).await;
     assert_eq!(state_of(&db, id).await, "accepted");
-    let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_evidence")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    let attempts_before: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery_attempts")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let events_before = db.count("alert_evidence").await;
+    let attempts_before = db.count("delivery_attempts").await;
 
     assert_eq!(
         sink.stats().await["wire_duplicates"],
@@ -143,14 +137,8 @@ async fn a_worker_stalled_past_its_lease_cannot_move_the_state_backwards() {
     assert!(status.success());
 
     assert_eq!(state_of(&db, id).await, "accepted");
-    let events_after: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_evidence")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    let attempts_after: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery_attempts")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let events_after = db.count("alert_evidence").await;
+    let attempts_after = db.count("delivery_attempts").await;
     assert_eq!(
         events_after, events_before,
         "the stale worker wrote no evidence"

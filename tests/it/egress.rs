@@ -8,6 +8,7 @@ use crate::common;
 
 use common::add_tenant;
 use common::alerts::{approve_many, evidence, state_of};
+use common::decider;
 use common::destinations::{add_destination, DestinationAdd};
 use common::procs::{drain, Sink, TEST_ALLOW_PRIVATE};
 use outbox_testkit::TestDb;
@@ -357,19 +358,9 @@ pub(crate) async fn watchlist(db: &TestDb, tenant: uuid::Uuid) {
 
 /// `decider run-once` polling `news_url` with a token; its exit status and stderr.
 async fn poll_once(db: &TestDb, news_url: &str) -> (bool, String) {
-    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
-        .args([
-            "run-once",
-            "--database-url",
-            &db.url,
-            "--news-url",
-            news_url,
-            "--allow-private",
-            TEST_ALLOW_PRIVATE,
-        ])
+    let output = decider::poll_news_once(&db.url, news_url)
         .env("WEBZ_TOKEN", "feed-secret-token")
         .env("RUST_LOG", "error")
-        .env_remove("OUTBOX_ALLOW_PRIVATE")
         .output()
         .await;
     (
@@ -411,17 +402,11 @@ async fn the_news_poller_refuses_a_feed_on_a_blocked_address() {
     watchlist(&db, tenant.id).await;
     let (port, connections) = counting_listener().await;
     for host in ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"] {
-        let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
-            .args([
-                "run-once",
-                "--database-url",
-                &db.url,
-                "--news-url",
-                &format!("http://{host}:{port}/newsApiLite"),
-            ])
+        // Without the loopback opening that the other tests give it.
+        let output = decider::run_once(&db.url)
+            .args(["--news-url", &format!("http://{host}:{port}/newsApiLite")])
             .env("WEBZ_TOKEN", "feed-secret-token")
             .env("RUST_LOG", "error")
-            .env_remove("OUTBOX_ALLOW_PRIVATE")
             .output()
             .await;
         let stderr = String::from_utf8_lossy(&output.stderr);

@@ -75,9 +75,6 @@ async fn the_vacuum_threshold_must_be_a_positive_number_or_off() {
             "{bad}: {stderr}"
         );
     }
-    let nothing: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery_attempts")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let nothing = db.count("delivery_attempts").await;
     assert_eq!(nothing, 0);
 }

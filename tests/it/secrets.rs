@@ -175,10 +175,7 @@ async fn a_secret_that_cannot_be_decrypted_fails_the_alert_with_evidence_and_sen
     assert_eq!(state_of(&db, unkeyed).await, "failed");
     let lines = evidence(&db, unkeyed).await.join("\n");
     assert!(lines.contains("no key is configured"), "{lines}");
-    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery_attempts")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let attempts = db.count("delivery_attempts").await;
     assert_eq!(attempts, 2, "one attempt each, no retry storm");
     assert_eq!(sink.stats().await["requests"], 0, "nothing sent unsigned");
 }
@@ -571,21 +568,10 @@ async fn poll_news(
     flags: &[&str],
     env: &[(&str, &str)],
 ) -> (bool, String) {
-    let mut run = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
-        .args([
-            "run-once",
-            "--database-url",
-            &db.url,
-            "--news-url",
-            news_url,
-            "--allow-private",
-            TEST_ALLOW_PRIVATE,
-        ])
+    let mut run = common::decider::poll_news_once(&db.url, news_url)
         .args(flags)
-        .env("RUST_LOG", "warn")
         .env_remove("WEBZ_TOKEN")
-        .env_remove("WEBZ_TOKEN_FILE")
-        .env_remove("OUTBOX_ALLOW_PRIVATE");
+        .env_remove("WEBZ_TOKEN_FILE");
     for (name, value) in env {
         run = run.env(name, value);
     }

@@ -151,39 +151,17 @@ async fn a_payload_file_previews_with_a_tenants_override() {
     .unwrap();
     let (payload, templates) = (payload.to_str().unwrap(), templates.to_str().unwrap());
 
-    let shipped = outboxctl(
-        &db,
-        &[
-            "template",
-            "preview",
-            "--kind",
-            "contract_renewal",
-            "--locale",
-            "es",
-            "--payload",
-            payload,
-        ],
-    )
-    .await;
+    // `template preview` of the Spanish renewal, as shipped and with the tenant's subject.
+    let preview = ["template", "preview", "--kind", "contract_renewal"];
+    let spanish = [&preview[..], &["--locale", "es", "--payload", payload]].concat();
+    let shipped = outboxctl(&db, &spanish).await;
     assert!(shipped.ok, "{}", shipped.stderr);
-    let overridden = outboxctl(
-        &db,
-        &[
-            "template",
-            "preview",
-            "--kind",
-            "contract_renewal",
-            "--locale",
-            "es",
-            "--payload",
-            payload,
-            "--templates",
-            templates,
-            "--format",
-            "html",
-        ],
-    )
-    .await;
+    let overridden = [
+        &spanish[..],
+        &["--templates", templates, "--format", "html"],
+    ]
+    .concat();
+    let overridden = outboxctl(&db, &overridden).await;
     assert!(overridden.ok, "{}", overridden.stderr);
     assert!(
         overridden

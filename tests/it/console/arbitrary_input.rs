@@ -214,13 +214,7 @@ impl Target {
             .await
             .unwrap();
         assert_eq!(signed.status(), StatusCode::SEE_OTHER);
-        target.cookie = signed.headers()["set-cookie"]
-            .to_str()
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_owned();
+        target.cookie = cookie_of(&signed);
         let overview = target.send("GET", "/console", "").await;
         assert_eq!(overview.status, StatusCode::OK);
         target.csrf = csrf_of(&overview.body);
@@ -228,23 +222,7 @@ impl Target {
     }
 
     async fn login_form(&self) -> (String, String) {
-        let form = self
-            .http
-            .get(format!("{}/console/login", self.base))
-            .send()
-            .await
-            .unwrap();
-        let cookie = form.headers()["set-cookie"]
-            .to_str()
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_owned();
-        let body = form.text().await.unwrap();
-        let marker = "name=\"login_token\" value=\"";
-        let start = body.find(marker).unwrap() + marker.len();
-        (cookie, body[start..].split('"').next().unwrap().to_owned())
+        fetch_login_form(&self.http, &self.base).await
     }
 
     /// Sends `encoded` (already URL-encoded `name=value` pairs) to `path`: in the query of

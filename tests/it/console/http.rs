@@ -2,6 +2,7 @@
 //! headers, paging, bulk replays. What is asserted is read back from the database.
 
 use super::*;
+use common::destinations::DestinationAdd;
 use common::{outboxctl, revise};
 
 const PAGES: &[&str] = &[
@@ -1490,56 +1491,15 @@ async fn outboxctl_changes_to_accounts_tokens_destinations_and_secrets_are_in_th
         .unwrap();
     let revoke = outboxctl(&db, &["token", "revoke", &token_id.to_string()]).await;
     assert!(revoke.ok, "{}", revoke.stderr);
-    run(vec![
-        "destination",
-        "add",
-        "--tenant",
-        "acme",
-        "--name",
-        "crm",
-        "--url",
-        "http://h/x",
-    ])
-    .await;
-    run(vec![
-        "destination",
-        "update",
-        "crm",
-        "--tenant",
-        "acme",
-        "--disable-after-failing",
-        "1h",
-    ])
-    .await;
-    run(vec![
-        "destination",
-        "disable",
-        "crm",
-        "--tenant",
-        "acme",
-        "--actor",
-        "admin",
-    ])
-    .await;
-    run(vec![
-        "destination",
-        "enable",
-        "crm",
-        "--tenant",
-        "acme",
-        "--actor",
-        "admin",
-    ])
-    .await;
-    run(vec![
-        "destination",
-        "rotate-secret",
-        "crm",
-        "--tenant",
-        "acme",
-        "--generate",
-    ])
-    .await;
+    DestinationAdd::webhook("crm", "http://h/x").add(&db).await;
+    // `destination VERB crm --tenant acme`, then `extra`.
+    let crm = |verb: &'static str, extra: &[&'static str]| {
+        run([&["destination", verb, "crm", "--tenant", "acme"][..], extra].concat())
+    };
+    crm("update", &["--disable-after-failing", "1h"]).await;
+    crm("disable", &["--actor", "admin"]).await;
+    crm("enable", &["--actor", "admin"]).await;
+    crm("rotate-secret", &["--generate"]).await;
     let rewrap = outboxctl(&db, &["--secret-keys", &keys, "secrets", "rewrap"]).await;
     assert!(rewrap.ok, "{}", rewrap.stderr);
     // A command that fails leaves no line.

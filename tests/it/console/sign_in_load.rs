@@ -39,22 +39,7 @@ async fn wrong_sign_in(base: String, address: IpAddr, name: String) -> (u16, Opt
         .timeout(DEADLINE)
         .build()
         .unwrap();
-    let form = http
-        .get(format!("{base}/console/login"))
-        .send()
-        .await
-        .unwrap();
-    let cookie = form.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    let body = form.text().await.unwrap();
-    let marker = "name=\"login_token\" value=\"";
-    let start = body.find(marker).unwrap() + marker.len();
-    let token = body[start..].split('"').next().unwrap().to_owned();
+    let (cookie, token) = fetch_login_form(&http, &base).await;
     let answer = http
         .post(format!("{base}/console/login"))
         .header("cookie", cookie)
