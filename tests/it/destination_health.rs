@@ -4,6 +4,7 @@
 //! level for the merge; real dispatchers and sinks for the rest.
 
 use crate::common::alerts::{approve_many, state_of};
+use crate::common::assert_contains;
 use crate::common::destinations::{add_destination, DestinationAdd};
 use crate::common::procs::*;
 use crate::common::{add_tenant, outboxctl};
@@ -504,6 +505,6 @@ async fn outboxctl_sets_and_shows_the_failing_window_and_refuses_nonsense() {
 
     let list = outboxctl(&db, &["destination", "list", "--tenant", "acme"]).await;
     assert!(list.ok);
-    assert!(list.stdout.contains("AUTO-DISABLE"), "{}", list.stdout);
+    assert_contains(&list.stdout, "AUTO-DISABLE");
     assert_eq!(list.stdout.matches("never").count(), 3, "{}", list.stdout);
 }

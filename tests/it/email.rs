@@ -9,6 +9,7 @@ use crate::common;
 
 use base64::Engine;
 use common::alerts::{approve_renewal, evidence, evidence_by, state_of, RENEWAL};
+use common::assert_contains;
 use common::destinations::DestinationAdd;
 use common::procs::*;
 use common::{outboxctl, Outboxctl};
@@ -743,7 +744,7 @@ async fn a_destination_without_a_locale_mails_in_its_tenants() {
     .await;
     let refused = outboxctl(&db, &["tenant", "configure", "acme", "--locale", "fr"]).await;
     assert!(!refused.ok, "{}", refused.stdout);
-    assert!(refused.stderr.contains("fr"), "{}", refused.stderr);
+    assert_contains(&refused.stderr, "fr");
     let run = outboxctl(&db, &["tenant", "configure", "acme", "--locale", "es"]).await;
     assert!(run.ok, "{}", run.stderr);
 

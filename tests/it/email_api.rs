@@ -9,6 +9,7 @@
 use crate::common;
 
 use common::alerts::{approve_renewal, evidence, reference_of, state_of};
+use common::assert_contains;
 use common::destinations::DestinationAdd;
 use common::outboxctl;
 use common::procs::*;
@@ -117,12 +118,8 @@ async fn an_email_api_receives_the_rendered_email_in_its_shape_with_the_key_and_
     // The key is never shown: the listing says only that there is one.
     let list = outboxctl(&db, &["destination", "list", "--tenant", "acme"]).await;
     assert!(list.ok, "{}", list.stderr);
-    assert!(
-        list.stdout.contains("webhook (email-api-resend)"),
-        "{}",
-        list.stdout
-    );
-    assert!(list.stdout.contains("api key"), "{}", list.stdout);
+    assert_contains(&list.stdout, "webhook (email-api-resend)");
+    assert_contains(&list.stdout, "api key");
     assert!(!list.stdout.contains(API_KEY), "{}", list.stdout);
 }
 

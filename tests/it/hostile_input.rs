@@ -8,6 +8,7 @@
 
 use crate::common;
 
+use common::assert_contains;
 use common::destinations::add_destination;
 use common::procs::{drain, wait_for_db};
 use common::{add_tenant, counts, outboxctl, renewal, Api, CliRun};
@@ -87,7 +88,7 @@ async fn a_destinations_answer_cannot_act_on_the_operators_terminal() {
         );
     }
     let show = outboxctl(&api.db, &["alert", "show", &id]).await;
-    assert!(show.stdout.contains("\\u{202e}gnp.exe"), "{}", show.stdout);
+    assert_contains(&show.stdout, "\\u{202e}gnp.exe");
 
     // `--json` carries no raw control either, and still says exactly what was sent.
     for args in [
@@ -267,7 +268,7 @@ async fn contract_import_applies_the_identity_rules() {
         .await;
         std::fs::remove_file(&file).unwrap();
         assert_refused(&run, needle);
-        assert!(run.stderr.contains("line 3"), "{}", run.stderr);
+        assert_contains(&run.stderr, "line 3");
     }
     assert_eq!(db.count("contracts").await, 0);
 }

@@ -9,6 +9,7 @@ use crate::common::add_tenant;
 use crate::common::alerts::approve_many;
 use crate::common::destinations::DestinationAdd;
 use crate::common::procs::{dispatcher_args, spawn_dispatcher, Sink, DEADLINE};
+use common::assert_contains;
 use outbox_testkit::process::Process;
 use outbox_testkit::TestDb;
 use serde_json::json;
@@ -47,12 +48,9 @@ async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
         .loopback_allowed()
         .add(&db)
         .await;
-    assert!(
-        added
-            .stderr
-            .contains("a crash can leave at most 4 alerts uncertain here (held for an operator)"),
-        "{}",
-        added.stderr
+    assert_contains(
+        &added.stderr,
+        "a crash can leave at most 4 alerts uncertain here (held for an operator)",
     );
     let destination: uuid::Uuid = added.stdout.trim().parse().unwrap();
     let bound: i32 = sqlx::query_scalar("SELECT max_in_flight FROM destinations WHERE id = $1")

@@ -9,6 +9,7 @@ use crate::common;
 
 use common::add_tenant;
 use common::alerts::{approve_many, evidence, reference_of, state_of, states};
+use common::assert_contains;
 use common::destinations::add_destination;
 use common::procs::*;
 use common::{outboxctl, revise, CliRun as Run};
@@ -53,11 +54,7 @@ async fn held_alerts_are_listed_replayed_with_a_note_and_delivered_with_their_ke
     let list = outboxctl(&db, &["outbox", "list", "--status", "held"]).await;
     assert!(list.ok, "{}", list.stderr);
     assert_eq!(list.stdout.lines().count(), 4);
-    assert!(
-        list.stdout.contains("held for reconciliation"),
-        "{}",
-        list.stdout
-    );
+    assert_contains(&list.stdout, "held for reconciliation");
     let json = outboxctl(
         &db,
         &[
@@ -362,12 +359,9 @@ async fn revise_disable_enable_and_stats() {
     assert_eq!(count("superseded"), Some(1));
     let table = outboxctl(&db, &["stats"]).await;
     assert!(table.stdout.starts_with("TENANT"), "{}", table.stdout);
-    assert!(
-        table
-            .stdout
-            .contains("last hour              2 attempt(s), 2 accepted (100.0%)"),
-        "{}",
-        table.stdout
+    assert_contains(
+        &table.stdout,
+        "last hour              2 attempt(s), 2 accepted (100.0%)",
     );
 }
 

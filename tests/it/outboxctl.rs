@@ -6,6 +6,7 @@
 
 use crate::common;
 
+use common::assert_contains;
 use common::destinations::DestinationAdd;
 use common::{assert_refused, outboxctl};
 use common::{renewal, Api};
@@ -222,11 +223,7 @@ async fn alert_show_and_outbox_list_tell_the_story() {
     assert!(held.stdout.is_empty());
     let bad = outboxctl(&api.db, &["outbox", "list", "--status", "lost"]).await;
     assert!(!bad.ok);
-    assert!(
-        bad.stderr.contains("unknown state `lost`"),
-        "{}",
-        bad.stderr
-    );
+    assert_contains(&bad.stderr, "unknown state `lost`");
 }
 
 #[tokio::test]
@@ -240,13 +237,7 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
         async move { add.add(db).await }
     };
     let plain = add("plain", &[]).await;
-    assert!(
-        plain.stderr.contains(
-            "in flight: at most 4 at once; a crash can leave at most 4 alerts uncertain here (held for an operator)"
-        ),
-        "{}",
-        plain.stderr
-    );
+    assert_contains(&plain.stderr,  "in flight: at most 4 at once; a crash can leave at most 4 alerts uncertain here (held for an operator)" );
     add("dedup", &["--idempotency-retention", "24h"]).await;
     add(
         "lookup",
@@ -275,13 +266,7 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
 
     let show = outboxctl(&db, &["destination", "show", "chosen", "--tenant", "acme"]).await;
     assert!(show.ok, "{}", show.stderr);
-    assert!(
-        show.stdout.contains(
-            "max in flight:  2 (a crash can leave at most 2 alerts uncertain here (resent, possibly as duplicates))"
-        ),
-        "{}",
-        show.stdout
-    );
+    assert_contains(&show.stdout,  "max in flight:  2 (a crash can leave at most 2 alerts uncertain here (resent, possibly as duplicates))" );
     let json = outboxctl(
         &db,
         &[
@@ -301,16 +286,8 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
         "a crash can leave at most 16 alerts uncertain here (settled by a lookup)"
     );
     let list = outboxctl(&db, &["destination", "list"]).await;
-    assert!(
-        list.stdout.contains("A CRASH LEAVES AT MOST"),
-        "{}",
-        list.stdout
-    );
-    assert!(
-        list.stdout.contains("4 uncertain, held for an operator"),
-        "{}",
-        list.stdout
-    );
+    assert_contains(&list.stdout, "A CRASH LEAVES AT MOST");
+    assert_contains(&list.stdout, "4 uncertain, held for an operator");
 
     assert_refused(
         &outboxctl(&db, &["destination", "show", "nope", "--tenant", "acme"]).await,

@@ -7,6 +7,7 @@
 
 use crate::common;
 
+use common::assert_contains;
 use common::{add_tenant, outboxctl};
 use outbox_store::monitors::{approve_batch, MonitorAlert};
 use outbox_testkit::TestDb;
@@ -182,11 +183,7 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
         ("accepted", Some("r-1"))
     );
     let show = outboxctl(&db, &["alert", "show", &accepted.to_string()]).await;
-    assert!(
-        show.stdout.contains("removed by retention"),
-        "{}",
-        show.stdout
-    );
+    assert_contains(&show.stdout, "removed by retention");
 
     // The identity still holds: approving it again creates nothing.
     let again = approve_batch(
@@ -226,7 +223,7 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
     let by_id = outboxctl(&db, &["replay", &failed.to_string(), "--note", "retry"]).await;
     assert!(!by_id.ok, "{}", by_id.stdout);
     assert_eq!(by_id.stderr.trim().lines().count(), 1, "{}", by_id.stderr);
-    assert!(by_id.stderr.contains("pruned"), "{}", by_id.stderr);
+    assert_contains(&by_id.stderr, "pruned");
     let bulk = outboxctl(&db, &["replay", "--status", "failed", "--note", "retry"]).await;
     assert!(bulk.ok, "{}", bulk.stderr);
     let queued: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE alert_id = $1")
@@ -248,6 +245,6 @@ async fn prune_refuses_a_bad_cutoff_with_one_line() {
         let run = outboxctl(&db, args).await;
         assert!(!run.ok, "{args:?} should fail");
         assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
-        assert!(run.stderr.contains("older-than"), "{}", run.stderr);
+        assert_contains(&run.stderr, "older-than");
     }
 }

@@ -9,6 +9,7 @@ use crate::common;
 
 use base64::Engine;
 use common::alerts::{self, evidence, state_of};
+use common::assert_contains;
 use common::destinations::DestinationAdd;
 use common::procs::*;
 use common::{assert_refused, Api, CliRun, Outboxctl};
@@ -134,7 +135,7 @@ async fn secrets_are_encrypted_at_rest_and_the_dispatcher_signs_with_the_decrypt
     assert_eq!(records[0]["signature"], "valid", "{records:?}");
 
     let list = ctl(&db, &["destination", "list"], &[], None).await;
-    assert!(list.stdout.contains("1 sealed"), "{}", list.stdout);
+    assert_contains(&list.stdout, "1 sealed");
 }
 
 #[tokio::test]
@@ -194,12 +195,7 @@ async fn rewrap_encrypts_plain_secrets_moves_them_to_the_new_key_and_can_run_aga
     )
     .await;
     assert!(add.ok, "{}", add.stderr);
-    assert!(
-        add.stderr
-            .contains("warning: OUTBOX_SECRET_KEYS is not set"),
-        "{}",
-        add.stderr
-    );
+    assert_contains(&add.stderr, "warning: OUTBOX_SECRET_KEYS is not set");
     assert_eq!(stored_secrets(&db, "ops").await.0, vec![SECRET.to_owned()]);
 
     assert_refused(
@@ -221,11 +217,7 @@ async fn rewrap_encrypts_plain_secrets_moves_them_to_the_new_key_and_can_run_aga
     // Running it again changes nothing.
     let again = rewrap_with(&db, &both).await;
     assert!(again.ok, "{}", again.stderr);
-    assert!(
-        again.stderr.contains("0 destination(s)"),
-        "{}",
-        again.stderr
-    );
+    assert_contains(&again.stderr, "0 destination(s)");
     assert_eq!(stored_secrets(&db, "ops").await.0, current);
 
     // k1 can now be dropped: the dispatcher with k2 alone signs correctly.
@@ -238,11 +230,7 @@ async fn rewrap_encrypts_plain_secrets_moves_them_to_the_new_key_and_can_run_aga
     let only_k3 = format!("k3:{}", key(3));
     let lost = rewrap_with(&db, &only_k3).await;
     assert!(!lost.ok);
-    assert!(
-        lost.stderr.contains("cannot be decrypted"),
-        "{}",
-        lost.stderr
-    );
+    assert_contains(&lost.stderr, "cannot be decrypted");
     assert_eq!(stored_secrets(&db, "ops").await.0, current);
 }
 
@@ -384,7 +372,7 @@ async fn a_rotated_secret_signs_beside_the_old_one_during_the_overlap_then_alone
     assert!(current[0].starts_with("enc:v1:k1:") && retiring[0].starts_with("enc:v1:k1:"));
     assert!(!current[0].contains(&new_secret[6..]));
     let list = ctl(&db, &["destination", "list"], &[], None).await;
-    assert!(list.stdout.contains("1 + 1 until"), "{}", list.stdout);
+    assert_contains(&list.stdout, "1 + 1 until");
 
     // During the overlap: two signatures, one by each secret.
     approve_one(&db, tenant_id, "ops").await;
@@ -472,17 +460,9 @@ async fn credentials_in_urls_are_redacted_in_every_view() {
     drain(&db, "d1", &[]).await;
 
     let list = ctl(&db, &["destination", "list"], &[], None).await;
-    assert!(
-        list.stdout.contains("http://***@127.0.0.1:9/hook"),
-        "{}",
-        list.stdout
-    );
+    assert_contains(&list.stdout, "http://***@127.0.0.1:9/hook");
     let json = ctl(&db, &["destination", "list", "--json"], &[], None).await;
-    assert!(
-        json.stdout.contains("http://***@127.0.0.1:9/lookup/{key}"),
-        "{}",
-        json.stdout
-    );
+    assert_contains(&json.stdout, "http://***@127.0.0.1:9/lookup/{key}");
 
     let id = id.to_string();
     for view in [
@@ -546,12 +526,7 @@ async fn credential_query_values_are_hidden_in_every_view() {
         None,
     )
     .await;
-    assert!(
-        show.stdout
-            .contains("http://127.0.0.1:9/lookup/{key}?sig=***"),
-        "{}",
-        show.stdout
-    );
+    assert_contains(&show.stdout, "http://127.0.0.1:9/lookup/{key}?sig=***");
     // Only the views hide them: the destination keeps its URL.
     let stored: String = sqlx::query_scalar("SELECT url FROM destinations WHERE name = 'ops'")
         .fetch_one(&db.pool)

@@ -11,6 +11,7 @@
 use crate::common;
 
 use common::add_tenant;
+use common::assert_contains;
 use common::decider::DeciderServe;
 use common::destinations::add_destination;
 use common::procs::*;
@@ -636,5 +637,5 @@ async fn tenants_do_not_see_worker_ids_but_operators_do() {
 
     let operator = common::outboxctl(&db, &["alert", "show", &id]).await;
     assert!(operator.ok, "{}", operator.stderr);
-    assert!(operator.stdout.contains(WORKER), "{}", operator.stdout);
+    assert_contains(&operator.stdout, WORKER);
 }

@@ -5,6 +5,7 @@
 
 use crate::common;
 
+use common::assert_contains;
 use common::{add_tenant, assert_refused, counts, outboxctl, CliRun};
 use outbox_store::alerts::{approve, Approval, ApproveOutcome};
 use outbox_testkit::TestDb;
@@ -61,24 +62,22 @@ async fn a_stored_alert_previews_in_both_locales_escaped_for_mail_and_terminal()
         subject.contains("se renueva el 15 de enero de 2027"),
         "{subject}"
     );
-    assert!(es.stdout.contains("por 12.000,00 €."), "{}", es.stdout);
-    assert!(es.stdout.contains("quedan 30 días."), "{}", es.stdout);
+    assert_contains(&es.stdout, "por 12.000,00 €.");
+    assert_contains(&es.stdout, "quedan 30 días.");
     assert!(es
         .stdout
         .contains("Template: contract_renewal, es, sha256:"));
     // The HTML body shows the vendor's markup as text...
     assert!(es.stdout.contains("--- text/html ---"));
-    assert!(
-        es.stdout
-            .contains("Acme &lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
-        "{}",
-        es.stdout
+    assert_contains(
+        &es.stdout,
+        "Acme &lt;script&gt;alert(1)&lt;&#x2f;script&gt;",
     );
     let html = es.stdout.split("--- text/html ---").nth(1).unwrap();
     assert!(!html.contains("<script>"), "{html}");
     // ...and no part reaches the terminal with its escape sequence.
     assert!(!es.stdout.contains('\u{1b}'), "{:?}", es.stdout);
-    assert!(es.stdout.contains("\\x1b]0;owned\\x07"), "{}", es.stdout);
+    assert_contains(&es.stdout, "\\x1b]0;owned\\x07");
 
     let en = outboxctl(
         &db,
@@ -86,18 +85,8 @@ async fn a_stored_alert_previews_in_both_locales_escaped_for_mail_and_terminal()
     )
     .await;
     assert!(en.ok, "{}", en.stderr);
-    assert!(
-        en.stdout
-            .contains("renews on January 15, 2027 for €12,000.00."),
-        "{}",
-        en.stdout
-    );
-    assert!(
-        en.stdout
-            .contains("act by December 16, 2026: 30 days left."),
-        "{}",
-        en.stdout
-    );
+    assert_contains(&en.stdout, "renews on January 15, 2027 for €12,000.00.");
+    assert_contains(&en.stdout, "act by December 16, 2026: 30 days left.");
     assert!(!en.stdout.contains("text/html"), "{}", en.stdout);
 
     // Previewing wrote nothing.
@@ -122,17 +111,9 @@ async fn a_stored_alert_without_the_renewal_fields_previews_with_the_generic_tem
         "{}",
         run.stdout
     );
-    assert!(
-        run.stdout.contains("Template: generic, en,"),
-        "{}",
-        run.stdout
-    );
-    assert!(run.stdout.contains("amount: 12000.00\n"), "{}", run.stdout);
-    assert!(
-        run.stdout.contains("vendor: Acme Tools\n"),
-        "{}",
-        run.stdout
-    );
+    assert_contains(&run.stdout, "Template: generic, en,");
+    assert_contains(&run.stdout, "amount: 12000.00\n");
+    assert_contains(&run.stdout, "vendor: Acme Tools\n");
 }
 
 #[tokio::test]
@@ -207,11 +188,7 @@ async fn a_payload_file_previews_with_a_tenants_override() {
     assert!(event
         .stdout
         .starts_with("Subject: Event on suppliers: Acme Tools recalls drills\n"));
-    assert!(
-        event.stdout.contains("news.example, November 3, 2026"),
-        "{}",
-        event.stdout
-    );
+    assert_contains(&event.stdout, "news.example, November 3, 2026");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -21,6 +21,12 @@ use serde_json::Value;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
+/// Asserts that `text` contains `needle`, showing both when it does not.
+#[track_caller]
+pub fn assert_contains(text: &str, needle: &str) {
+    assert!(text.contains(needle), "`{needle}` not in: {text}");
+}
+
 /// A tenant as a test uses it.
 pub struct TestTenant {
     pub id: uuid::Uuid,

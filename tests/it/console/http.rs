@@ -243,11 +243,7 @@ async fn a_viewer_reads_every_page_but_sees_no_action_and_cannot_act() {
         }
     }
     let page = console.get(Some(&viewer), &alert).await;
-    assert!(
-        page.body.contains("held for reconciliation"),
-        "{}",
-        page.body
-    );
+    assert_contains(&page.body, "held for reconciliation");
 
     let before = evidence_and_state(&console.db, ids[0]).await;
     assert_eq!(
@@ -266,7 +262,7 @@ async fn a_viewer_reads_every_page_but_sees_no_action_and_cannot_act() {
         )
         .await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
-    assert!(forged.body.contains("viewer"), "{}", forged.body);
+    assert_contains(&forged.body, "viewer");
     assert_eq!(evidence_and_state(&console.db, ids[0]).await, before);
 }
 
@@ -280,14 +276,10 @@ async fn an_operator_replays_with_a_note_after_a_confirm_page_and_the_evidence_n
     let path = format!("{alert}/replay");
 
     let page = console.get(Some(&alice), &alert).await;
-    assert!(
-        page.body.contains(&format!("href=\"{path}\"")),
-        "{}",
-        page.body
-    );
+    assert_contains(&page.body, &format!("href=\"{path}\""));
     let confirm = console.get(Some(&alice), &path).await;
     assert_eq!(confirm.status, StatusCode::OK);
-    assert!(confirm.body.contains("name=\"note\""), "{}", confirm.body);
+    assert_contains(&confirm.body, "name=\"note\"");
 
     let before = evidence_and_state(&console.db, ids[0]).await;
     let refusals = [
@@ -383,15 +375,11 @@ async fn an_operator_replays_with_a_note_after_a_confirm_page_and_the_evidence_n
         )
         .await;
     assert_eq!(again.status, StatusCode::CONFLICT);
-    assert!(again.body.contains("only held or failed"), "{}", again.body);
+    assert_contains(&again.body, "only held or failed");
     assert_eq!(evidence_and_state(&console.db, ids[0]).await, after);
 
     let audit = console.get(Some(&alice), "/console/audit").await;
-    assert!(
-        audit.body.contains("vendor confirmed the outage"),
-        "{}",
-        audit.body
-    );
+    assert_contains(&audit.body, "vendor confirmed the outage");
     assert!(audit.body.contains(&ids[0].to_string()));
 }
 
@@ -569,13 +557,9 @@ async fn an_account_limited_to_a_tenant_cannot_read_or_act_past_it() {
     let asked = console
         .get(Some(&ann), "/console/outbox?tenant=globex")
         .await;
-    assert!(asked.body.contains("No alert matches."), "{}", asked.body);
+    assert_contains(&asked.body, "No alert matches.");
     let overview = console.get(Some(&ann), "/console").await;
-    assert!(
-        overview.body.contains("id=\"held-count\">2<"),
-        "{}",
-        overview.body
-    );
+    assert_contains(&overview.body, "id=\"held-count\">2<");
 
     let globex_alert = format!("/console/alerts/{}", globex_ids[0]);
     assert_eq!(
@@ -621,7 +605,7 @@ async fn an_account_limited_to_a_tenant_cannot_read_or_act_past_it() {
     let dry = console
         .get(Some(&ann), "/console/bulk-replay?state=held")
         .await;
-    assert!(dry.body.contains("id=\"dry-run-count\">2<"), "{}", dry.body);
+    assert_contains(&dry.body, "id=\"dry-run-count\">2<");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -763,12 +747,8 @@ async fn destinations_are_switched_off_and_on_by_operators_with_an_audit_line() 
         .unwrap();
     let path = format!("/console/destinations/{id}/enabled");
     let page = console.get(Some(&alice), "/console/destinations").await;
-    assert!(
-        page.body.contains(&format!("action=\"{path}\"")),
-        "{}",
-        page.body
-    );
-    assert!(page.body.contains("<td>hold</td>"), "{}", page.body);
+    assert_contains(&page.body, &format!("action=\"{path}\""));
+    assert_contains(&page.body, "<td>hold</td>");
 
     let switch = |value: &'static str| {
         let (console, alice, path) = (&console, &alice, &path);
@@ -793,20 +773,10 @@ async fn destinations_are_switched_off_and_on_by_operators_with_an_audit_line() 
     assert!(!enabled);
     assert_eq!(reason.as_deref(), Some("disabled by console:alice"));
     let overview = console.get(Some(&alice), "/console").await;
-    assert!(
-        overview
-            .body
-            .contains("disabled: disabled by console:alice"),
-        "{}",
-        overview.body
-    );
+    assert_contains(&overview.body, "disabled: disabled by console:alice");
     let audit = console.get(Some(&alice), "/console/audit").await;
-    assert!(
-        audit.body.contains("destination disabled"),
-        "{}",
-        audit.body
-    );
-    assert!(audit.body.contains("acme&#x2f;ops"), "{}", audit.body);
+    assert_contains(&audit.body, "destination disabled");
+    assert_contains(&audit.body, "acme&#x2f;ops");
 
     let on = switch("true").await;
     assert_eq!(on.status, StatusCode::SEE_OTHER);
@@ -835,13 +805,13 @@ async fn a_bulk_replay_counts_first_then_replays_each_alert_once_in_the_backgrou
     let list = console
         .get(Some(&alice), "/console/outbox?state=held")
         .await;
-    assert!(list.body.contains("id=\"bulk-link\""), "{}", list.body);
+    assert_contains(&list.body, "id=\"bulk-link\"");
 
     let events = console.db.count("alert_events").await;
     let dry = console
         .get(Some(&alice), "/console/bulk-replay?state=held&tenant=acme")
         .await;
-    assert!(dry.body.contains("id=\"dry-run-count\">7<"), "{}", dry.body);
+    assert_contains(&dry.body, "id=\"dry-run-count\">7<");
     assert_eq!(
         console.db.count("alert_events").await,
         events,
@@ -884,16 +854,8 @@ async fn a_bulk_replay_counts_first_then_replays_each_alert_once_in_the_backgrou
         assert_eq!(replays, 1, "{id}");
     }
     let page = console.get(Some(&alice), &progress).await;
-    assert!(
-        page.body.contains("id=\"bulk-replayed\">7<"),
-        "{}",
-        page.body
-    );
-    assert!(
-        page.body.contains("id=\"bulk-state\">done<"),
-        "{}",
-        page.body
-    );
+    assert_contains(&page.body, "id=\"bulk-replayed\">7<");
+    assert_contains(&page.body, "id=\"bulk-state\">done<");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -981,7 +943,7 @@ async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
     let page = console
         .get(Some(&alice), &format!("/console/bulk-replay/{run}"))
         .await;
-    assert!(page.body.contains("id=\"resume\""), "{}", page.body);
+    assert_contains(&page.body, "id=\"resume\"");
     assert_eq!(
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM alert_outcomes WHERE outcome = 'held'")
             .fetch_one(&console.db.pool)
@@ -1005,7 +967,7 @@ async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
     )
     .await;
     let audit = console.get(Some(&alice), "/console/audit").await;
-    assert!(audit.body.contains("bulk replay resumed"), "{}", audit.body);
+    assert_contains(&audit.body, "bulk replay resumed");
 }
 
 /// A sign-in POST as a forged form would send it: with `cookie` (if any) and `token`.
@@ -1137,11 +1099,9 @@ async fn failed_sign_ins_are_limited_per_name_whether_or_not_it_exists() {
             .parse()
             .unwrap();
         assert!((1..=900).contains(&retry_after), "{retry_after}");
-        assert!(
-            page.body
-                .contains("too many failed sign-ins for this name or from this address"),
-            "{}",
-            page.body
+        assert_contains(
+            &page.body,
+            "too many failed sign-ins for this name or from this address",
         );
     }
     let message = |page: &Page| {
@@ -1272,19 +1232,12 @@ async fn a_destination_disabled_for_failing_is_flagged_on_the_overview() {
     let console = Console::start(db).await;
     let viewer = console.signed_in("vera", "viewer", None).await;
     let overview = console.get(Some(&viewer), "/console").await;
-    assert!(
-        overview.body.contains("id=\"auto-disabled\""),
-        "{}",
-        overview.body
+    assert_contains(&overview.body, "id=\"auto-disabled\"");
+    assert_contains(
+        &overview.body,
+        "disabled automatically: every send has failed since",
     );
-    assert!(
-        overview
-            .body
-            .contains("disabled automatically: every send has failed since"),
-        "{}",
-        overview.body
-    );
-    assert!(overview.body.contains("1h window"), "{}", overview.body);
+    assert_contains(&overview.body, "1h window");
     assert!(
         overview.body.contains("failing since"),
         "calm is flagged as failing, still on"
@@ -1292,7 +1245,7 @@ async fn a_destination_disabled_for_failing_is_flagged_on_the_overview() {
     let destinations = console.get(Some(&viewer), "/console/destinations").await;
     assert!(destinations.body.contains("disabled automatically"));
     let audit = console.get(Some(&viewer), "/console/audit").await;
-    assert!(audit.body.contains("dispatcher:w"), "{}", audit.body);
+    assert_contains(&audit.body, "dispatcher:w");
 }
 
 /// The `href` of the element with `id` in a page, unescaped.
@@ -1408,11 +1361,7 @@ async fn the_audit_log_pages_by_keyset_with_urls_that_keep_their_lines() {
         .get(Some(&viewer), "/console/audit?after=yesterday")
         .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
-    assert!(
-        bad.body.contains("not an audit page cursor"),
-        "{}",
-        bad.body
-    );
+    assert_contains(&bad.body, "not an audit page cursor");
 }
 
 /// The audit log's lines as `(operator, action, target, note, count)`, oldest first.
@@ -1455,11 +1404,9 @@ async fn sign_ins_sign_outs_and_failed_sign_ins_are_in_the_audit_log() {
     );
     let admin = console.signed_in("admin", "viewer", None).await;
     let page = console.get(Some(&admin), "/console/audit").await;
-    assert!(
-        page.body
-            .contains("sign-in failed <span class=\"count\">×50</span>"),
-        "{}",
-        page.body
+    assert_contains(
+        &page.body,
+        "sign-in failed <span class=\"count\">×50</span>",
     );
 }
 
@@ -1533,17 +1480,9 @@ async fn outboxctl_changes_to_accounts_tokens_destinations_and_secrets_are_in_th
         .signed_in("admin", "operator", Some(&[acme.id]))
         .await;
     let page = console.get(Some(&limited), "/console/audit").await;
-    assert!(page.body.contains("<td>cli:admin</td>"), "{}", page.body);
-    assert!(
-        page.body.contains("<td>console:admin</td>"),
-        "{}",
-        page.body
-    );
-    assert!(
-        page.body.contains("destination secret rotated"),
-        "{}",
-        page.body
-    );
+    assert_contains(&page.body, "<td>cli:admin</td>");
+    assert_contains(&page.body, "<td>console:admin</td>");
+    assert_contains(&page.body, "destination secret rotated");
     assert!(
         !page.body.contains("operator removed"),
         "no tenant: {}",

@@ -13,6 +13,7 @@ mod sign_in_load;
 
 use common::add_tenant;
 use common::alerts::*;
+use common::assert_contains;
 use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::TestDb;
