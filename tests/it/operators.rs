@@ -12,7 +12,7 @@ use common::alerts::{approve_many, evidence, reference_of, state_of, states};
 use common::assert_contains;
 use common::destinations::add_destination;
 use common::procs::*;
-use common::{outboxctl, revise, CliRun as Run};
+use common::{outboxctl, outboxctl_ok, revise, CliRun as Run};
 use outbox_testkit::TestDb;
 use serde_json::{json, Value};
 
@@ -51,8 +51,7 @@ async fn counts(db: &TestDb) -> (i64, i64, i64) {
 async fn held_alerts_are_listed_replayed_with_a_note_and_delivered_with_their_key() {
     let (db, sink, ids) = three_held().await;
 
-    let list = outboxctl(&db, &["outbox", "list", "--status", "held"]).await;
-    assert!(list.ok, "{}", list.stderr);
+    let list = outboxctl_ok(&db, &["outbox", "list", "--status", "held"]).await;
     assert_eq!(list.stdout.lines().count(), 4);
     assert_contains(&list.stdout, "held for reconciliation");
     let json = outboxctl(
@@ -122,7 +121,7 @@ async fn held_alerts_are_listed_replayed_with_a_note_and_delivered_with_their_ke
 
     // An interrupted bulk replay: one alert was replayed before the interruption; the
     // rerun replays the other two, not that one again.
-    let one = outboxctl(
+    outboxctl_ok(
         &db,
         &[
             "replay",
@@ -132,8 +131,7 @@ async fn held_alerts_are_listed_replayed_with_a_note_and_delivered_with_their_ke
         ],
     )
     .await;
-    assert!(one.ok, "{}", one.stderr);
-    let rest = outboxctl(
+    let rest = outboxctl_ok(
         &db,
         &[
             "replay",
@@ -144,7 +142,6 @@ async fn held_alerts_are_listed_replayed_with_a_note_and_delivered_with_their_ke
         ],
     )
     .await;
-    assert!(rest.ok, "{}", rest.stderr);
     assert_eq!(rest.stdout.trim(), "2");
     assert_eq!(states(&db).await, [("pending".to_owned(), 3)].into());
     let lines = evidence(&db, ids[0]).await;
@@ -204,7 +201,7 @@ async fn resolving_records_what_the_operator_found() {
     let missing_finding = outboxctl(&db, &["resolve", &a, "--note", "x"]).await;
     assert!(!missing_finding.ok);
 
-    let accepted = outboxctl(
+    let accepted = outboxctl_ok(
         &db,
         &[
             "resolve",
@@ -217,7 +214,6 @@ async fn resolving_records_what_the_operator_found() {
         ],
     )
     .await;
-    assert!(accepted.ok, "{}", accepted.stderr);
     assert_eq!(accepted.stdout.trim(), "accepted");
     let reference = reference_of(&db, ids[0]).await;
     assert_eq!(reference.as_deref(), Some("INV-1"));
@@ -278,8 +274,7 @@ async fn revise_disable_enable_and_stats() {
     let tenant = add_tenant(&db, "acme", &[]).await;
     add_destination(&db, tenant.id, "ops", &sink.hook_url(), |_| {}).await;
 
-    let off = outboxctl(&db, &["destination", "disable", "ops", "--tenant", "acme"]).await;
-    assert!(off.ok, "{}", off.stderr);
+    outboxctl_ok(&db, &["destination", "disable", "ops", "--tenant", "acme"]).await;
     refused(
         &outboxctl(&db, &["destination", "disable", "nope", "--tenant", "acme"]).await,
         "no destination named `nope`",
@@ -316,7 +311,7 @@ async fn revise_disable_enable_and_stats() {
         "must be a JSON object",
     );
     assert_eq!(counts(&db).await, before);
-    let revised = outboxctl(
+    let revised = outboxctl_ok(
         &db,
         &[
             "revise",
@@ -328,7 +323,6 @@ async fn revise_disable_enable_and_stats() {
         ],
     )
     .await;
-    assert!(revised.ok, "{}", revised.stderr);
     let revision: uuid::Uuid = revised.stdout.trim().parse().unwrap();
     assert_eq!(state_of(&db, ids[0]).await, "superseded");
     assert_eq!(state_of(&db, revision).await, "pending");
@@ -342,8 +336,7 @@ async fn revise_disable_enable_and_stats() {
         "the revision and the other alert"
     );
 
-    let stats = outboxctl(&db, &["stats", "--json"]).await;
-    assert!(stats.ok, "{}", stats.stderr);
+    let stats = outboxctl_ok(&db, &["stats", "--json"]).await;
     let stats: Value = serde_json::from_str(&stats.stdout).unwrap();
     assert_eq!(stats["attempts_last_hour"], 2);
     assert_eq!(stats["accepted_last_hour"], 2);
@@ -428,7 +421,7 @@ async fn a_corrected_alert_is_never_resolved_not_delivered() {
         "a refused resolve writes nothing"
     );
 
-    let abandoned = outboxctl(
+    outboxctl_ok(
         &db,
         &[
             "resolve",
@@ -439,6 +432,5 @@ async fn a_corrected_alert_is_never_resolved_not_delivered() {
         ],
     )
     .await;
-    assert!(abandoned.ok, "{}", abandoned.stderr);
     assert_eq!(state_of(&db, ids[0]).await, "failed");
 }

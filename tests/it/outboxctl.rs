@@ -8,7 +8,7 @@ use crate::common;
 
 use common::assert_contains;
 use common::destinations::DestinationAdd;
-use common::{assert_refused, outboxctl};
+use common::{assert_refused, outboxctl, outboxctl_ok};
 use common::{renewal, Api};
 use outbox_testkit::TestDb;
 use serde_json::Value;
@@ -16,12 +16,10 @@ use serde_json::Value;
 #[tokio::test]
 async fn setting_up_a_tenant_prints_only_what_scripts_capture() {
     let db = TestDb::new().await;
-    let migrate = outboxctl(&db, &["migrate"]).await;
-    assert!(migrate.ok, "{}", migrate.stderr);
+    let migrate = outboxctl_ok(&db, &["migrate"]).await;
     assert!(migrate.stdout.is_empty());
 
-    let tenant = outboxctl(&db, &["tenant", "create", "acme"]).await;
-    assert!(tenant.ok, "{}", tenant.stderr);
+    let tenant = outboxctl_ok(&db, &["tenant", "create", "acme"]).await;
     let tenant_id: uuid::Uuid = tenant.stdout.trim().parse().expect("stdout is the id");
     let stored: String = sqlx::query_scalar("SELECT name FROM tenants WHERE id = $1")
         .bind(tenant_id)
@@ -30,8 +28,7 @@ async fn setting_up_a_tenant_prints_only_what_scripts_capture() {
         .unwrap();
     assert_eq!(stored, "acme");
 
-    let token = outboxctl(&db, &["token", "create", "--tenant", "acme"]).await;
-    assert!(token.ok, "{}", token.stderr);
+    let token = outboxctl_ok(&db, &["token", "create", "--tenant", "acme"]).await;
     let token = token.stdout.trim().to_owned();
     assert!(token.starts_with("aot_"));
     // Only the hash is stored: the token's text appears nowhere in the table.
@@ -177,8 +174,7 @@ async fn alert_show_and_outbox_list_tell_the_story() {
     let (_, created) = api.approve(&api.acme.token, &renewal(9)).await;
     let id = created["id"].as_str().unwrap();
 
-    let show = outboxctl(&api.db, &["alert", "show", id]).await;
-    assert!(show.ok, "{}", show.stderr);
+    let show = outboxctl_ok(&api.db, &["alert", "show", id]).await;
     assert!(show
         .stdout
         .starts_with(&format!("alert {id}  (revision 0)")));
@@ -201,8 +197,7 @@ async fn alert_show_and_outbox_list_tell_the_story() {
         "not an alert id",
     );
 
-    let list = outboxctl(&api.db, &["outbox", "list"]).await;
-    assert!(list.ok, "{}", list.stderr);
+    let list = outboxctl_ok(&api.db, &["outbox", "list"]).await;
     let lines: Vec<&str> = list.stdout.lines().collect();
     assert_eq!(lines.len(), 2);
     assert!(lines[0].starts_with("ID") && lines[0].contains("LAST EVIDENCE"));
@@ -264,8 +259,7 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
         ]
     );
 
-    let show = outboxctl(&db, &["destination", "show", "chosen", "--tenant", "acme"]).await;
-    assert!(show.ok, "{}", show.stderr);
+    let show = outboxctl_ok(&db, &["destination", "show", "chosen", "--tenant", "acme"]).await;
     assert_contains(&show.stdout,  "max in flight:  2 (a crash can leave at most 2 alerts uncertain here (resent, possibly as duplicates))" );
     let json = outboxctl(
         &db,
@@ -302,8 +296,7 @@ async fn migrate_status_lists_applied_and_pending_migrations_and_changes_nothing
 
     // A migrated database: every migration applied, with when.
     let db = TestDb::new().await;
-    let run = outboxctl(&db, &["migrate", "--status"]).await;
-    assert!(run.ok, "{}", run.stderr);
+    let run = outboxctl_ok(&db, &["migrate", "--status"]).await;
     let rows: Vec<&str> = run.stdout.lines().skip(1).collect();
     assert_eq!(rows.len(), carried, "{}", run.stdout);
     assert!(

@@ -8,7 +8,7 @@
 use crate::common;
 
 use common::assert_contains;
-use common::{add_tenant, outboxctl};
+use common::{add_tenant, outboxctl, outboxctl_ok};
 use outbox_store::monitors::{approve_batch, MonitorAlert};
 use outbox_testkit::TestDb;
 use serde_json::Value;
@@ -127,12 +127,11 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
     }
 
     // A dry run counts and changes nothing.
-    let dry = outboxctl(
+    let dry = outboxctl_ok(
         &db,
         &["prune", "--older-than", "30d", "--dry-run", "--json"],
     )
     .await;
-    assert!(dry.ok, "{}", dry.stderr);
     let dry: Value = serde_json::from_str(&dry.stdout).unwrap();
     assert_eq!(
         (
@@ -147,8 +146,7 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
     }
 
     // One alert per transaction, to walk the cursor.
-    let run = outboxctl(&db, &["prune", "--older-than", "30d", "--batch", "1"]).await;
-    assert!(run.ok, "{}", run.stderr);
+    let run = outboxctl_ok(&db, &["prune", "--older-than", "30d", "--batch", "1"]).await;
     assert!(run.stdout.starts_with("pruned 2 alerts"), "{}", run.stdout);
     assert_eq!(kept(&db, accepted).await, ("{}".to_owned(), true, 0, 0));
     assert_eq!(kept(&db, superseded).await, ("{}".to_owned(), true, 0, 0));
@@ -224,8 +222,7 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
     assert!(!by_id.ok, "{}", by_id.stdout);
     assert_eq!(by_id.stderr.trim().lines().count(), 1, "{}", by_id.stderr);
     assert_contains(&by_id.stderr, "pruned");
-    let bulk = outboxctl(&db, &["replay", "--status", "failed", "--note", "retry"]).await;
-    assert!(bulk.ok, "{}", bulk.stderr);
+    outboxctl_ok(&db, &["replay", "--status", "failed", "--note", "retry"]).await;
     let queued: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE alert_id = $1")
         .bind(failed)
         .fetch_one(&db.pool)

@@ -564,7 +564,7 @@ async fn metrics_and_readiness_are_served_only_on_the_metrics_listener() {
     assert_eq!(health.status(), reqwest::StatusCode::OK);
 
     // The operators' port has all three.
-    let text = metrics_text(&http, &metrics).await;
+    let text = metrics_text(&http, metrics).await;
     assert!(
         text.contains("outbox_approvals_total{result=\"created\"} 1"),
         "{text}"

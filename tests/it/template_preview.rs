@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::assert_contains;
-use common::{add_tenant, assert_refused, counts, outboxctl, CliRun};
+use common::{add_tenant, assert_refused, counts, outboxctl, outboxctl_ok, CliRun};
 use outbox_store::alerts::{approve, Approval, ApproveOutcome};
 use outbox_testkit::TestDb;
 
@@ -47,12 +47,11 @@ async fn a_stored_alert_previews_in_both_locales_escaped_for_mail_and_terminal()
     let id = approved(&db, tenant.id, "contract:ACME-7", "2027-01-15/30d", RENEWAL).await;
     let before = counts(&db).await;
 
-    let es = outboxctl(
+    let es = outboxctl_ok(
         &db,
         &["template", "preview", "--alert", &id, "--locale", "es"],
     )
     .await;
-    assert!(es.ok, "{}", es.stderr);
     let subject = es.stdout.lines().next().unwrap();
     assert!(
         subject.starts_with("Subject: Renovación: el contrato ACME-7 de Acme"),
@@ -79,12 +78,11 @@ async fn a_stored_alert_previews_in_both_locales_escaped_for_mail_and_terminal()
     assert!(!es.stdout.contains('\u{1b}'), "{:?}", es.stdout);
     assert_contains(&es.stdout, "\\x1b]0;owned\\x07");
 
-    let en = outboxctl(
+    let en = outboxctl_ok(
         &db,
         &["template", "preview", "--alert", &id, "--format", "text"],
     )
     .await;
-    assert!(en.ok, "{}", en.stderr);
     assert_contains(&en.stdout, "renews on January 15, 2027 for €12,000.00.");
     assert_contains(&en.stdout, "act by December 16, 2026: 30 days left.");
     assert!(!en.stdout.contains("text/html"), "{}", en.stdout);
@@ -100,12 +98,11 @@ async fn a_stored_alert_without_the_renewal_fields_previews_with_the_generic_tem
     // As approved through the API: a renewal kind, but without dates or tier.
     let payload = r#"{"kind": "contract_renewal", "contract": "C-1", "vendor": "Acme Tools", "amount": "12000.00", "currency": "EUR", "days_remaining": 30}"#;
     let id = approved(&db, tenant.id, "contract:C-1", "2027-03-31/30d", payload).await;
-    let run = outboxctl(
+    let run = outboxctl_ok(
         &db,
         &["template", "preview", "--alert", &id, "--format", "text"],
     )
     .await;
-    assert!(run.ok, "{}", run.stderr);
     assert!(
         run.stdout.starts_with("Subject: Alert: contract_renewal\n"),
         "{}",
@@ -135,15 +132,13 @@ async fn a_payload_file_previews_with_a_tenants_override() {
     // `template preview` of the Spanish renewal, as shipped and with the tenant's subject.
     let preview = ["template", "preview", "--kind", "contract_renewal"];
     let spanish = [&preview[..], &["--locale", "es", "--payload", payload]].concat();
-    let shipped = outboxctl(&db, &spanish).await;
-    assert!(shipped.ok, "{}", shipped.stderr);
+    let shipped = outboxctl_ok(&db, &spanish).await;
     let overridden = [
         &spanish[..],
         &["--templates", templates, "--format", "html"],
     ]
     .concat();
-    let overridden = outboxctl(&db, &overridden).await;
-    assert!(overridden.ok, "{}", overridden.stderr);
+    let overridden = outboxctl_ok(&db, &overridden).await;
     assert!(
         overridden
             .stdout
@@ -170,7 +165,7 @@ async fn a_payload_file_previews_with_a_tenants_override() {
         r#"{"kind": "news", "watchlist": "suppliers", "article": "A-17", "title": "Acme Tools recalls drills", "url": "https://news.example/a-17", "site": "news.example", "published": "2026-11-03T08:30:00Z", "matched_terms": ["acme", "recall"], "snippet": "A recall."}"#,
     )
     .unwrap();
-    let event = outboxctl(
+    let event = outboxctl_ok(
         &db,
         &[
             "template",
@@ -184,7 +179,6 @@ async fn a_payload_file_previews_with_a_tenants_override() {
         ],
     )
     .await;
-    assert!(event.ok, "{}", event.stderr);
     assert!(event
         .stdout
         .starts_with("Subject: Event on suppliers: Acme Tools recalls drills\n"));

@@ -87,22 +87,23 @@ pub async fn outboxctl(db: &TestDb, args: &[&str]) -> CliRun {
     Outboxctl::on(db).args(args).run().await
 }
 
+/// Runs the real `outboxctl` against `db`, as operator `alice`; it must succeed.
+pub async fn outboxctl_ok(db: &TestDb, args: &[&str]) -> CliRun {
+    let run = outboxctl(db, args).await;
+    assert!(run.ok, "{args:?}: {}", run.stderr);
+    run
+}
+
 /// `outboxctl revise ID` with this payload, which must succeed.
 pub async fn revise(db: &TestDb, id: &str, payload: &str) -> CliRun {
     let dir = std::env::temp_dir().join(format!("revise-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     let corrected = dir.join("payload.json");
     std::fs::write(&corrected, payload).unwrap();
+    let path = corrected.to_str().unwrap();
     let revised = outboxctl(
         db,
-        &[
-            "revise",
-            id,
-            "--payload",
-            corrected.to_str().unwrap(),
-            "--reason",
-            "new text",
-        ],
+        &["revise", id, "--payload", path, "--reason", "new text"],
     )
     .await;
     std::fs::remove_dir_all(&dir).ok();

@@ -13,7 +13,9 @@ pub mod decider;
 pub mod destinations;
 pub mod procs;
 
-pub use cli::{assert_refused, outboxctl, revise, CliRun, Outboxctl};
+// `tests/crash.rs` shares this module and runs no `outboxctl`.
+#[allow(unused_imports)]
+pub use cli::{assert_refused, outboxctl, outboxctl_ok, revise, CliRun, Outboxctl};
 
 use outbox_testkit::TestDb;
 use reqwest::StatusCode;

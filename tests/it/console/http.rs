@@ -3,7 +3,7 @@
 
 use super::*;
 use common::destinations::DestinationAdd;
-use common::{outboxctl, revise};
+use common::{outboxctl, outboxctl_ok, revise};
 
 const PAGES: &[&str] = &[
     "/console",
@@ -75,12 +75,11 @@ async fn every_page_and_action_needs_a_signed_in_account() {
 async fn outboxctl_creates_accounts_whose_password_is_shown_once_and_stored_hashed() {
     let console = Console::start(TestDb::new().await).await;
     add_tenant(&console.db, "acme", &["ops"]).await;
-    let add = outboxctl(
+    let add = outboxctl_ok(
         &console.db,
         &["operator", "add", "alice", "--role", "operator"],
     )
     .await;
-    assert!(add.ok, "{}", add.stderr);
     let password = add.stdout.trim().to_owned();
     assert!(password.len() >= 40, "{password}");
     let stored: String =
@@ -91,7 +90,7 @@ async fn outboxctl_creates_accounts_whose_password_is_shown_once_and_stored_hash
     assert!(stored.starts_with("$argon2id$"), "{stored}");
     assert!(!stored.contains(&password));
 
-    let limited = outboxctl(
+    outboxctl_ok(
         &console.db,
         &[
             "operator",
@@ -104,7 +103,6 @@ async fn outboxctl_creates_accounts_whose_password_is_shown_once_and_stored_hash
         ],
     )
     .await;
-    assert!(limited.ok, "{}", limited.stderr);
     let list = outboxctl(&console.db, &["operator", "list"]).await;
     assert!(
         list.stdout.contains("alice") && list.stdout.contains("all"),
@@ -197,8 +195,7 @@ async fn outboxctl_creates_accounts_whose_password_is_shown_once_and_stored_hash
         1,
         "the first sign-in is still open"
     );
-    let removed = outboxctl(&console.db, &["operator", "remove", "alice"]).await;
-    assert!(removed.ok, "{}", removed.stderr);
+    outboxctl_ok(&console.db, &["operator", "remove", "alice"]).await;
     assert_eq!(
         console.db.count("console_sessions").await,
         0,
@@ -329,7 +326,7 @@ async fn an_operator_replays_with_a_note_after_a_confirm_page_and_the_evidence_n
     // The same action through outboxctl --actor alice writes the same line, except for
     // who: a console account and a command-line operator of the same name never look
     // alike.
-    let cli = outboxctl(
+    outboxctl_ok(
         &console.db,
         &[
             "replay",
@@ -341,7 +338,6 @@ async fn an_operator_replays_with_a_note_after_a_confirm_page_and_the_evidence_n
         ],
     )
     .await;
-    assert!(cli.ok, "{}", cli.stderr);
     assert!(
         console_line.starts_with("replayed by console:alice"),
         "{console_line}"
@@ -1436,8 +1432,7 @@ async fn outboxctl_changes_to_accounts_tokens_destinations_and_secrets_are_in_th
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    let revoke = outboxctl(&db, &["token", "revoke", &token_id.to_string()]).await;
-    assert!(revoke.ok, "{}", revoke.stderr);
+    outboxctl_ok(&db, &["token", "revoke", &token_id.to_string()]).await;
     DestinationAdd::webhook("crm", "http://h/x").add(&db).await;
     // `destination VERB crm --tenant acme`, then `extra`.
     let crm = |verb: &'static str, extra: &[&'static str]| {
@@ -1447,8 +1442,7 @@ async fn outboxctl_changes_to_accounts_tokens_destinations_and_secrets_are_in_th
     crm("disable", &["--actor", "admin"]).await;
     crm("enable", &["--actor", "admin"]).await;
     crm("rotate-secret", &["--generate"]).await;
-    let rewrap = outboxctl(&db, &["--secret-keys", &keys, "secrets", "rewrap"]).await;
-    assert!(rewrap.ok, "{}", rewrap.stderr);
+    outboxctl_ok(&db, &["--secret-keys", &keys, "secrets", "rewrap"]).await;
     // A command that fails leaves no line.
     assert!(!outboxctl(&db, &["operator", "remove", "nobody"]).await.ok);
 

@@ -184,7 +184,7 @@ async fn readiness(metrics: &str) -> (StatusCode, String, String) {
     let ready = http.get(format!("{metrics}/readyz")).send().await.unwrap();
     let status = ready.status();
     let body = ready.text().await.unwrap();
-    let figures = metrics_text(&http, &metrics).await;
+    let figures = metrics_text(&http, metrics).await;
     let up = figures
         .lines()
         .find(|line| line.starts_with("outbox_database_up "))
