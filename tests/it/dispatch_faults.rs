@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::add_tenant;
-use common::alerts::{approve_many, evidence, state_of, states};
+use common::alerts::{approve_many, evidence, outbox_rows_in, state_of, states};
 use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::process::Process;
@@ -45,11 +45,7 @@ async fn sigkill_mid_batch(
     sink.wait_for("some requests", |s| s["requests"].as_i64().unwrap() >= 20)
         .await;
     victim.kill().await.unwrap();
-    let in_sending: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'sending'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let in_sending = outbox_rows_in(&db, "sending").await;
     assert!(
         in_sending > 0 && in_sending <= 50,
         "the blast radius is the in-flight bound: {in_sending}"
@@ -357,10 +353,7 @@ async fn sigterm_finishes_the_send_in_flight_and_leaves_the_rest_pending() {
     // nineteen wait in `pending`, not in `sending`.
     sink.wait_for("the first request", |s| s["requests"] == 1)
         .await;
-    let sending: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'sending'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let sending = outbox_rows_in(&db, "sending").await;
     assert_eq!(sending, 1, "only the destination's bound is claimed");
     stop_gracefully_with_one_sent(dispatcher, &db, &sink).await;
 }
@@ -386,10 +379,7 @@ async fn sigterm_gives_back_claims_waiting_for_the_process_send_cap() {
     let dispatcher = spawn_dispatcher(&args, None);
     sink.wait_for("the first request", |s| s["requests"] == 1)
         .await;
-    let sending: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'sending'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let sending = outbox_rows_in(&db, "sending").await;
     assert_eq!(sending, 20, "the whole claim waits in the process");
     stop_gracefully_with_one_sent(dispatcher, &db, &sink).await;
     let given_back: i64 = sqlx::query_scalar(

@@ -232,7 +232,10 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
         async move { add.add(db).await }
     };
     let plain = add("plain", &[]).await;
-    assert_contains(&plain.stderr,  "in flight: at most 4 at once; a crash can leave at most 4 alerts uncertain here (held for an operator)" );
+    assert_contains(
+        &plain.stderr,
+        "in flight: at most 4 at once; a crash can leave at most 4 alerts uncertain here (held for an operator)",
+    );
     add("dedup", &["--idempotency-retention", "24h"]).await;
     add(
         "lookup",
@@ -260,7 +263,10 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
     );
 
     let show = outboxctl_ok(&db, &["destination", "show", "chosen", "--tenant", "acme"]).await;
-    assert_contains(&show.stdout,  "max in flight:  2 (a crash can leave at most 2 alerts uncertain here (resent, possibly as duplicates))" );
+    assert_contains(
+        &show.stdout,
+        "max in flight:  2 (a crash can leave at most 2 alerts uncertain here (resent, possibly as duplicates))",
+    );
     let json = outboxctl(
         &db,
         &[

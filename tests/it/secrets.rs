@@ -55,6 +55,12 @@ async fn rewrap_with(db: &TestDb, keys: &str) -> CliRun {
     .await
 }
 
+/// `outboxctl destination rotate-secret NAME --tenant acme` with `flags`.
+async fn rotate_secret(db: &TestDb, name: &str, flags: &[&str], env: &[(&str, &str)]) -> CliRun {
+    let rotate = ["destination", "rotate-secret", name, "--tenant", "acme"];
+    ctl(db, &[&rotate[..], flags].concat(), env, None).await
+}
+
 /// `outboxctl destination add` arguments for the webhook destination `ops` of tenant `acme`.
 fn add_ops(url: &str, extra: &[&str]) -> Vec<String> {
     DestinationAdd::webhook("ops", url).args(extra).into_args()
@@ -348,22 +354,7 @@ async fn a_rotated_secret_signs_beside_the_old_one_during_the_overlap_then_alone
     let add = ctl(&db, &add_ops(&url, &["--secret-stdin"]), &env, Some(SECRET)).await;
     assert!(add.ok, "{}", add.stderr);
 
-    let rotate = ctl(
-        &db,
-        &[
-            "destination",
-            "rotate-secret",
-            "ops",
-            "--tenant",
-            "acme",
-            "--generate",
-            "--overlap",
-            "24h",
-        ],
-        &env,
-        None,
-    )
-    .await;
+    let rotate = rotate_secret(&db, "ops", &["--generate", "--overlap", "24h"], &env).await;
     assert!(rotate.ok, "{}", rotate.stderr);
     let new_secret = rotate.stdout.trim().to_owned();
     assert!(new_secret.starts_with("whsec_"), "{new_secret}");
@@ -395,56 +386,17 @@ async fn a_rotated_secret_signs_beside_the_old_one_during_the_overlap_then_alone
 
     // A rotation from a file with no overlap: the replaced secret stops at once.
     let file = temp_file("rotated", &format!("{SECRET}\n"));
-    let rotate = ctl(
-        &db,
-        &[
-            "destination",
-            "rotate-secret",
-            "ops",
-            "--tenant",
-            "acme",
-            "--secret-file",
-            file.to_str().unwrap(),
-            "--overlap",
-            "0s",
-        ],
-        &env,
-        None,
-    )
-    .await;
+    let from_file = ["--secret-file", file.to_str().unwrap(), "--overlap", "0s"];
+    let rotate = rotate_secret(&db, "ops", &from_file, &env).await;
     std::fs::remove_file(&file).unwrap();
     assert!(rotate.ok, "{}", rotate.stderr);
     assert!(rotate.stdout.is_empty(), "a given secret is not echoed");
     assert_eq!(stored_secrets(&db, "ops").await.1, Vec::<String>::new());
 
     // One source is required, and unknown destinations are refused.
-    assert_refused(
-        &ctl(
-            &db,
-            &["destination", "rotate-secret", "ops", "--tenant", "acme"],
-            &env,
-            None,
-        )
-        .await,
-        "required",
-    );
-    assert_refused(
-        &ctl(
-            &db,
-            &[
-                "destination",
-                "rotate-secret",
-                "nope",
-                "--tenant",
-                "acme",
-                "--generate",
-            ],
-            &env,
-            None,
-        )
-        .await,
-        "no destination named `nope`",
-    );
+    assert_refused(&rotate_secret(&db, "ops", &[], &env).await, "required");
+    let unknown = rotate_secret(&db, "nope", &["--generate"], &env).await;
+    assert_refused(&unknown, "no destination named `nope`");
 }
 
 #[tokio::test]

@@ -111,6 +111,15 @@ pub async fn state_of(db: &TestDb, id: uuid::Uuid) -> String {
         .unwrap()
 }
 
+/// Rows of the outbox in `status` (`pending`, `sending` or `uncertain`).
+pub async fn outbox_rows_in(db: &TestDb, status: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = $1")
+        .bind(status)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
 /// The reference the destination gave an alert's delivery, if any.
 pub async fn reference_of(db: &TestDb, id: uuid::Uuid) -> Option<String> {
     sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
