@@ -3,7 +3,7 @@
 //! the merge of many dispatchers' reports is right whatever order they arrive in. Store
 //! level for the merge; real dispatchers and sinks for the rest.
 
-use crate::common::alerts::{approve_many, state_of};
+use crate::common::alerts::{self, approve_many, state_of};
 use crate::common::assert_contains;
 use crate::common::destinations::{add_destination, DestinationAdd};
 use crate::common::procs::*;
@@ -139,14 +139,7 @@ async fn a_report_past_the_window_disables_once_and_an_operator_gets_a_fresh_win
     let id = destination(&db, "ops").await;
     let tenant = outbox_store::tenants::find(&db.pool, "acme").await.unwrap();
     let never = destination(&db, "patient").await;
-    health::set_disable_after_failing(
-        &db.pool,
-        tenant.id,
-        "ops",
-        Some(std::time::Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
+    disable_ops_after_failing_for(&db, tenant.id, 60).await;
     health::set_disable_after_failing(&db.pool, tenant.id, "patient", None)
         .await
         .unwrap();
@@ -344,14 +337,7 @@ async fn a_destination_that_recovers_within_its_window_stays_enabled() {
     let id = outbox_store::destinations::id_by_name(&db.pool, tenant.id, "ops")
         .await
         .unwrap();
-    health::set_disable_after_failing(
-        &db.pool,
-        tenant.id,
-        "ops",
-        Some(std::time::Duration::from_secs(2)),
-    )
-    .await
-    .unwrap();
+    disable_ops_after_failing_for(&db, tenant.id, 2).await;
     sink.faults(json!({"script": [{"status": 503}, {"status": 503}]}))
         .await;
     let first = approve_many(&db, tenant.id, "ops", 1).await[0];
@@ -398,26 +384,18 @@ async fn a_destination_that_recovers_within_its_window_stays_enabled() {
     assert_eq!(db.count("console_audit").await, 0);
 }
 
+/// Sets `ops` to be disabled once it has failed for `seconds`.
+async fn disable_ops_after_failing_for(db: &TestDb, tenant_id: Uuid, seconds: u64) {
+    let window = Some(std::time::Duration::from_secs(seconds));
+    health::set_disable_after_failing(&db.pool, tenant_id, "ops", window)
+        .await
+        .unwrap();
+}
+
 /// Approves one alert for `ops` about `subject`.
 async fn approve_one(db: &TestDb, tenant_id: Uuid, subject: &str) -> Uuid {
     let payload = json!({"text": "renewal due"}).to_string();
-    match outbox_store::alerts::approve(
-        &db.pool,
-        outbox_store::alerts::Approval {
-            tenant_id,
-            destination: "ops",
-            subject,
-            occurrence: "2027-01-31/30d",
-            payload_json: &payload,
-            actor: "test",
-        },
-    )
-    .await
-    .unwrap()
-    {
-        outbox_store::alerts::ApproveOutcome::Created(id) => id,
-        other => panic!("expected a new alert, got {other:?}"),
-    }
+    alerts::approve_one(db, tenant_id, "ops", subject, "2027-01-31/30d", &payload).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -616,22 +616,16 @@ async fn untrusted_text_is_shown_as_text() {
     })
     .to_string();
     let subject = format!("contract:{script}\u{202e}gpj.exe");
-    let outcome = outbox_store::alerts::approve(
-        &console.db.pool,
-        outbox_store::alerts::Approval {
-            tenant_id: tenant.id,
-            destination: "ops",
-            subject: &subject,
-            occurrence: "2027-01-31/30d",
-            payload_json: &payload,
-            actor: "test",
-        },
+    let occurrence = "2027-01-31/30d";
+    let id = approve_one(
+        &console.db,
+        tenant.id,
+        "ops",
+        &subject,
+        occurrence,
+        &payload,
     )
-    .await
-    .unwrap();
-    let outbox_store::alerts::ApproveOutcome::Created(id) = outcome else {
-        panic!("{outcome:?}")
-    };
+    .await;
     let viewer = console.signed_in("vera", "viewer", None).await;
     for path in [
         format!("/console/alerts/{id}"),

@@ -28,6 +28,17 @@ struct Failover {
     _servers: (Server, Server),
 }
 
+/// The schema, tenant `acme` and its de-duplicating destination `ops` at `sink`, on
+/// `primary`: the tenant's token.
+async fn set_up_ops(primary: &Server, sink: &Sink) -> String {
+    let ops = Target {
+        name: "ops",
+        sink,
+        deduplicates: true,
+    };
+    set_up(&primary.url("postgres"), &[ops]).await
+}
+
 /// A primary and a replica in `replication` mode, the decider and a dispatcher following
 /// them through a multi-host URL, agents approving [`APPROVALS`] alerts; a third of the way
 /// in the whole primary is killed and the replica promoted.
@@ -35,15 +46,7 @@ async fn fail_over_under_load(replication: Replication) -> Failover {
     let primary = Server::primary(replication);
     let replica = primary.replica();
     let sink = Sink::start(&["--retention", "1h"]).await;
-    let token = set_up(
-        &primary.url("postgres"),
-        &[Target {
-            name: "ops",
-            sink: &sink,
-            deduplicates: true,
-        }],
-    )
-    .await;
+    let token = set_up_ops(&primary, &sink).await;
     let url = format!(
         "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
         primary.port, replica.port
@@ -198,15 +201,7 @@ async fn readiness_says_when_the_database_answers_but_does_not_take_writes() {
     let primary = Server::primary(Replication::Asynchronous);
     let replica = primary.replica();
     let sink = Sink::start(&[]).await;
-    set_up(
-        &primary.url("postgres"),
-        &[Target {
-            name: "ops",
-            sink: &sink,
-            deduplicates: true,
-        }],
-    )
-    .await;
+    set_up_ops(&primary, &sink).await;
 
     let on_primary = DeciderServe::on(&primary.url("postgres"))
         .with_metrics()
