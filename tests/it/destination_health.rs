@@ -5,7 +5,7 @@
 
 use crate::common::alerts::{self, approve_many, state_of};
 use crate::common::assert_contains;
-use crate::common::destinations::{add_destination, DestinationAdd};
+use crate::common::destinations::{acme_with_ops_at, add_destination, DestinationAdd};
 use crate::common::procs::*;
 use crate::common::{add_tenant, outboxctl, outboxctl_ok};
 use chrono::{DateTime, Duration as Span, Utc};
@@ -331,16 +331,14 @@ async fn a_destination_failing_for_its_window_is_disabled_and_claims_stop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_destination_that_recovers_within_its_window_stays_enabled() {
     let sink = Sink::start(&[]).await;
-    let db = TestDb::new().await;
-    let tenant = add_tenant(&db, "acme", &[]).await;
-    add_destination(&db, tenant.id, "ops", &sink.hook_url(), |_| {}).await;
-    let id = outbox_store::destinations::id_by_name(&db.pool, tenant.id, "ops")
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
+    let id = outbox_store::destinations::id_by_name(&db.pool, tenant_id, "ops")
         .await
         .unwrap();
-    disable_ops_after_failing_for(&db, tenant.id, 2).await;
+    disable_ops_after_failing_for(&db, tenant_id, 2).await;
     sink.faults(json!({"script": [{"status": 503}, {"status": 503}]}))
         .await;
-    let first = approve_many(&db, tenant.id, "ops", 1).await[0];
+    let first = approve_many(&db, tenant_id, "ops", 1).await[0];
     drain(
         &db,
         "w",
@@ -370,7 +368,7 @@ async fn a_destination_that_recovers_within_its_window_stays_enabled() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let second = approve_one(&db, tenant.id, "contract:B-1").await;
+    let second = approve_one(&db, tenant_id, "contract:B-1").await;
     drain(&db, "w", &["--health-report-interval", "100ms"]).await;
     assert_eq!(state_of(&db, second).await, "failed");
     let row = health::health(&db.pool, id).await.unwrap().unwrap();

@@ -10,7 +10,7 @@ use crate::common;
 use common::add_tenant;
 use common::alerts::{approve_many, evidence, reference_of, state_of, states};
 use common::assert_contains;
-use common::destinations::add_destination;
+use common::destinations::{acme_with_ops_at, add_destination};
 use common::procs::*;
 use common::{outboxctl, outboxctl_ok, revise, CliRun as Run};
 use outbox_testkit::TestDb;
@@ -29,10 +29,8 @@ fn refused(run: &Run, needle: &str) {
 /// Three alerts held at a plain destination whose answers were all lost.
 async fn three_held() -> (TestDb, Sink, Vec<uuid::Uuid>) {
     let sink = Sink::start(&["--drop-response-rate", "1"]).await;
-    let db = TestDb::new().await;
-    let tenant = add_tenant(&db, "acme", &[]).await;
-    add_destination(&db, tenant.id, "ops", &sink.hook_url(), |_| {}).await;
-    let ids = approve_many(&db, tenant.id, "ops", 3).await;
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
+    let ids = approve_many(&db, tenant_id, "ops", 3).await;
     drain(&db, "w", &[]).await;
     assert_eq!(states(&db).await, [("held".to_owned(), 3)].into());
     sink.faults(json!({"drop_response_rate": 0.0})).await;

@@ -3,8 +3,9 @@
 //! destination of tenant `acme`, a webhook or an email relay, and takes the flags a test
 //! adds).
 
+use super::add_tenant;
 use super::cli::{outboxctl, CliRun};
-use super::procs::TEST_ALLOW_PRIVATE;
+use super::procs::{Sink, TEST_ALLOW_PRIVATE};
 use outbox_testkit::TestDb;
 use std::time::Duration;
 
@@ -74,6 +75,18 @@ impl DestinationAdd {
         assert!(run.ok, "{:?}: {}", self.args, run.stderr);
         run
     }
+}
+
+/// A fresh database with tenant `acme` and its webhook destination `ops` posting to
+/// `sink`, as `configure` sets it: the database and the tenant's id.
+pub async fn acme_with_ops_at(
+    sink: &Sink,
+    configure: impl FnOnce(&mut outbox_store::destinations::NewDestination),
+) -> (TestDb, uuid::Uuid) {
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &[]).await;
+    add_destination(&db, tenant.id, "ops", &sink.hook_url(), configure).await;
+    (db, tenant.id)
 }
 
 /// Adds a destination pointing at `url`, with the given capabilities.
