@@ -53,6 +53,16 @@ async fn add_resend_destination(db: &TestDb, sink: &Sink) {
     assert!(run.ok, "{}", run.stderr);
 }
 
+/// A test's set-up: a fresh database, a sink that keeps the bodies it gets (and keys for a
+/// day), the Resend-shaped destination posting to it, and one renewal approved for it.
+async fn one_renewal_for_resend() -> (TestDb, Sink, Uuid) {
+    let db = TestDb::new().await;
+    let sink = Sink::start(&["--retention", "24h", "--keep-bodies"]).await;
+    add_resend_destination(&db, &sink).await;
+    let id = approve(&db).await;
+    (db, sink, id)
+}
+
 /// Approves the renewal of contract A-17 for `resend`.
 async fn approve(db: &TestDb) -> Uuid {
     approve_renewal(db, "resend", "contract:A-17").await
@@ -60,10 +70,7 @@ async fn approve(db: &TestDb) -> Uuid {
 
 #[tokio::test]
 async fn an_email_api_receives_the_rendered_email_in_its_shape_with_the_key_and_its_api_key() {
-    let db = TestDb::new().await;
-    let sink = Sink::start(&["--retention", "24h", "--keep-bodies"]).await;
-    add_resend_destination(&db, &sink).await;
-    let id = approve(&db).await;
+    let (db, sink, id) = one_renewal_for_resend().await;
     drain(&db, "w1", &[]).await;
 
     assert_eq!(state_of(&db, id).await, "accepted");
@@ -124,10 +131,7 @@ async fn an_email_api_receives_the_rendered_email_in_its_shape_with_the_key_and_
 
 #[tokio::test]
 async fn a_retry_after_a_server_error_sends_the_same_bytes_with_the_same_key() {
-    let db = TestDb::new().await;
-    let sink = Sink::start(&["--retention", "24h", "--keep-bodies"]).await;
-    add_resend_destination(&db, &sink).await;
-    let id = approve(&db).await;
+    let (db, sink, id) = one_renewal_for_resend().await;
     // The first attempt meets a 500 (the API may have acted); the destination keeps keys
     // for 24 hours, so it is resent with the same key inside that window.
     sink.faults(json!({"script": [{"status": 500}]})).await;
