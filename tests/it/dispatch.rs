@@ -7,7 +7,7 @@ use crate::common;
 
 use common::add_tenant;
 use common::alerts::{approve_many, evidence, evidence_by, reference_of, state_of, states};
-use common::destinations::add_destination;
+use common::destinations::{acme_with_ops_at, add_destination};
 use common::procs::*;
 use outbox_testkit::TestDb;
 use std::time::Duration;
@@ -111,10 +111,8 @@ async fn crash_after_acceptance_at_a_lookup_destination_is_confirmed_without_res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_acceptance_at_a_plain_destination_is_held_not_resent() {
-    let db = TestDb::new().await;
     let sink = Sink::start(&[]).await;
-    let tenant_id = add_tenant(&db, "acme", &[]).await.id;
-    add_destination(&db, tenant_id, "ops", &sink.hook_url(), |_| {}).await;
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
     let id = crash_after_acceptance(&db, &sink, tenant_id).await;
 
     assert_eq!(
@@ -134,10 +132,8 @@ async fn crash_after_acceptance_at_a_plain_destination_is_held_not_resent() {
 }
 
 async fn racing_dispatchers(count: usize) {
-    let db = TestDb::new().await;
     let sink = Sink::start(&[]).await;
-    let tenant_id = add_tenant(&db, "acme", &[]).await.id;
-    add_destination(&db, tenant_id, "ops", &sink.hook_url(), |_| {}).await;
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
     approve_many(&db, tenant_id, "ops", 2000).await;
 
     let mut children = Vec::new();
@@ -237,10 +233,8 @@ async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
 /// `outboxctl alert show` tells the same story it always did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_routine_delivery_leaves_the_alert_row_alone_and_reads_as_before() {
-    let db = TestDb::new().await;
     let sink = Sink::start(&[]).await;
-    let tenant_id = add_tenant(&db, "acme", &[]).await.id;
-    add_destination(&db, tenant_id, "ops", &sink.hook_url(), |_| {}).await;
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
     let id = approve_many(&db, tenant_id, "ops", 1).await[0];
     let row_and_events = || async {
         sqlx::query_as::<_, (String, i64)>(

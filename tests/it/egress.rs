@@ -340,11 +340,15 @@ async fn hostile_feed(elsewhere: String) -> String {
     format!("http://{addr}")
 }
 
-pub(crate) async fn watchlist(db: &TestDb, tenant: uuid::Uuid) {
+/// A fresh database with tenant `acme`, its destination `ops`, and a watchlist entry for
+/// `acme` whose news alerts go to `ops`.
+pub(crate) async fn acme_watching_the_news() -> TestDb {
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &["ops"]).await;
     outbox_store::monitors::add_watchlist_entry(
         &db.pool,
         &outbox_store::monitors::NewWatchlistEntry {
-            tenant_id: tenant,
+            tenant_id: tenant.id,
             name: "acme".to_owned(),
             query: "acme".to_owned(),
             destinations: vec!["ops".to_owned()],
@@ -354,6 +358,7 @@ pub(crate) async fn watchlist(db: &TestDb, tenant: uuid::Uuid) {
     )
     .await
     .unwrap();
+    db
 }
 
 /// `decider run-once` polling `news_url` with a token; its exit status and stderr.
@@ -371,9 +376,7 @@ async fn poll_once(db: &TestDb, news_url: &str) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_news_poller_follows_no_redirect_and_sends_the_token_to_no_other_origin() {
-    let db = TestDb::new().await;
-    let tenant = add_tenant(&db, "acme", &["ops"]).await;
-    watchlist(&db, tenant.id).await;
+    let db = acme_watching_the_news().await;
     let (elsewhere, seen) = recording_server().await;
     let feed = hostile_feed(elsewhere).await;
 
@@ -397,9 +400,7 @@ async fn the_news_poller_follows_no_redirect_and_sends_the_token_to_no_other_ori
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_news_poller_refuses_a_feed_on_a_blocked_address() {
-    let db = TestDb::new().await;
-    let tenant = add_tenant(&db, "acme", &["ops"]).await;
-    watchlist(&db, tenant.id).await;
+    let db = acme_watching_the_news().await;
     let (port, connections) = counting_listener().await;
     for host in ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"] {
         // Without the loopback opening that the other tests give it.
@@ -425,9 +426,7 @@ async fn the_news_poller_refuses_a_feed_on_a_blocked_address() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endless_feed_page_is_cut_off_at_the_cap() {
-    let db = TestDb::new().await;
-    let tenant = add_tenant(&db, "acme", &["ops"]).await;
-    watchlist(&db, tenant.id).await;
+    let db = acme_watching_the_news().await;
     // A feed that streams a page without end, counting what it managed to write.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

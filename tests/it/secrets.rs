@@ -514,9 +514,7 @@ type SecretGiven<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_news_token_comes_from_a_file_or_the_environment_and_as_a_flag_it_warns() {
-    let db = TestDb::new().await;
-    let tenant = common::add_tenant(&db, "acme", &["ops"]).await;
-    crate::egress::watchlist(&db, tenant.id).await;
+    let db = crate::egress::acme_watching_the_news().await;
     let (feed, seen) = crate::egress::recording_server().await;
     let news_url = format!("{feed}/newsApiLite");
     let file = temp_file("webz-token", "token-from-a-file\n");

@@ -103,25 +103,19 @@ async fn browser(webdriver: &str, profile: &std::path::Path) -> Client {
         .expect("a WebDriver session in headless Chromium")
 }
 
+/// Types `text` into the field with `id`.
+async fn type_into(browser: &Client, id: &str, text: &str) {
+    let field = browser.find(Locator::Id(id)).await.unwrap();
+    field.send_keys(text).await.unwrap();
+}
+
 async fn sign_in(browser: &Client, base: &str, name: &str, password: &str) {
     browser
         .goto(&format!("{base}/console/login"))
         .await
         .unwrap();
-    browser
-        .find(Locator::Id("name"))
-        .await
-        .unwrap()
-        .send_keys(name)
-        .await
-        .unwrap();
-    browser
-        .find(Locator::Id("password"))
-        .await
-        .unwrap()
-        .send_keys(password)
-        .await
-        .unwrap();
+    type_into(browser, "name", name).await;
+    type_into(browser, "password", password).await;
     browser
         .find(Locator::Id("sign-in"))
         .await
