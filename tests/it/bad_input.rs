@@ -9,7 +9,18 @@ use common::{counts, renewal, Api};
 use reqwest::StatusCode;
 use serde_json::json;
 
-async fn assert_refused(api: &Api, token: &str, body: String, status: StatusCode, kind: &str) {
+/// A refusal: its status and problem type.
+type Refusal = (StatusCode, &'static str);
+
+const MALFORMED_JSON: Refusal = (StatusCode::BAD_REQUEST, "malformed-json");
+const INVALID_FIELD: Refusal = (StatusCode::UNPROCESSABLE_ENTITY, "invalid-field");
+const INVALID_PAYLOAD: Refusal = (StatusCode::UNPROCESSABLE_ENTITY, "invalid-payload");
+const PAYLOAD_TOO_LARGE: Refusal = (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large");
+const UNAUTHORIZED: Refusal = (StatusCode::UNAUTHORIZED, "unauthorized");
+
+/// Posts `body` as an approval with `token`; it must be refused as `refusal` says, and
+/// write nothing.
+async fn assert_refused(api: &Api, token: &str, body: String, (status, kind): Refusal) {
     let (got, problem) = api.post_raw("/v1/alerts", token, body).await;
     assert_eq!(got, status, "{problem}");
     assert_eq!(problem["type"], format!("/problems/{kind}"), "{problem}");
@@ -21,14 +32,7 @@ async fn malformed_json_is_400() {
     let api = Api::start().await;
     let token = api.acme.token.clone();
     for body in ["{", "not json", r#"{"destination": "ops",}"#, ""] {
-        assert_refused(
-            &api,
-            &token,
-            body.into(),
-            StatusCode::BAD_REQUEST,
-            "malformed-json",
-        )
-        .await;
+        assert_refused(&api, &token, body.into(), MALFORMED_JSON).await;
     }
 }
 
@@ -69,42 +73,14 @@ async fn wrongly_typed_or_unknown_fields_are_422() {
     let token = api.acme.token.clone();
     let mut numeric_subject = renewal(1);
     numeric_subject["subject"] = json!(42);
-    assert_refused(
-        &api,
-        &token,
-        numeric_subject.to_string(),
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid-field",
-    )
-    .await;
+    assert_refused(&api, &token, numeric_subject.to_string(), INVALID_FIELD).await;
     let mut array_payload = renewal(1);
     array_payload["payload"] = json!([1, 2]);
-    assert_refused(
-        &api,
-        &token,
-        array_payload.to_string(),
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid-field",
-    )
-    .await;
+    assert_refused(&api, &token, array_payload.to_string(), INVALID_FIELD).await;
     let mut typo = renewal(1);
     typo["ocurrence"] = json!("x");
-    assert_refused(
-        &api,
-        &token,
-        typo.to_string(),
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid-field",
-    )
-    .await;
-    assert_refused(
-        &api,
-        &token,
-        "[]".into(),
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid-field",
-    )
-    .await;
+    assert_refused(&api, &token, typo.to_string(), INVALID_FIELD).await;
+    assert_refused(&api, &token, "[]".into(), INVALID_FIELD).await;
 }
 
 #[tokio::test]
@@ -126,24 +102,10 @@ async fn payload_over_256_kib_is_413() {
     // Just over the payload limit, inside the body limit: refused by the payload check.
     let mut body = renewal(1);
     body["payload"] = json!({"text": "x".repeat(256 * 1024)});
-    assert_refused(
-        &api,
-        &token,
-        body.to_string(),
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "payload-too-large",
-    )
-    .await;
+    assert_refused(&api, &token, body.to_string(), PAYLOAD_TOO_LARGE).await;
     // Far over: refused while reading the body.
     body["payload"] = json!({"text": "x".repeat(2 * 1024 * 1024)});
-    assert_refused(
-        &api,
-        &token,
-        body.to_string(),
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "payload-too-large",
-    )
-    .await;
+    assert_refused(&api, &token, body.to_string(), PAYLOAD_TOO_LARGE).await;
     // Just under the limit is fine.
     body["payload"] = json!({"text": "x".repeat(255 * 1024)});
     let (status, _) = api.approve(&token, &body).await;
@@ -169,14 +131,7 @@ async fn identity_fields_over_512_bytes_are_422() {
 async fn a_payload_postgres_cannot_store_is_422() {
     let api = Api::start().await;
     let body = r#"{"destination":"ops","subject":"s","occurrence":"o","payload":{"text":"nul \u0000 here"}}"#;
-    assert_refused(
-        &api,
-        &api.acme.token.clone(),
-        body.into(),
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid-payload",
-    )
-    .await;
+    assert_refused(&api, &api.acme.token.clone(), body.into(), INVALID_PAYLOAD).await;
 }
 
 #[tokio::test]
@@ -185,14 +140,7 @@ async fn missing_or_invalid_tokens_are_401() {
     let body = renewal(1).to_string();
     let forged = format!("aot_{}", "A".repeat(43));
     for token in [forged.as_str(), "not-a-token", ""] {
-        assert_refused(
-            &api,
-            token,
-            body.clone(),
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-        )
-        .await;
+        assert_refused(&api, token, body.clone(), UNAUTHORIZED).await;
     }
     let response = api
         .http

@@ -24,6 +24,8 @@
 use crate::common;
 
 use common::add_tenant;
+use common::decider::{Decider, DeciderServe};
+use common::destinations::add_destination;
 use common::procs::*;
 use outbox_checker::{Capability, SinkRecord};
 use outbox_testkit::TestDb;
@@ -91,22 +93,12 @@ fn dispatcher(db: &TestDb, n: usize) -> Process {
     spawn_dispatcher(&args, crash_points)
 }
 
-async fn decider(db: &TestDb) -> (Process, String) {
-    spawn_listening(
-        env!("CARGO_BIN_EXE_decider"),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--interval",
-            "1h",
-            "--database-url",
-            &db.url,
-        ],
-        &[("RUST_LOG", "info")],
-        "approval API listening",
-    )
-    .await
+/// A decider serving approvals, logging at info level.
+async fn decider(db: &TestDb) -> Decider {
+    DeciderServe::on(&db.url)
+        .env("RUST_LOG", "info")
+        .start()
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -190,9 +182,8 @@ async fn chaos(seed: u64, run_for: Duration) {
     for _ in 0..2 {
         deciders.push(decider(&db).await);
     }
-    let bases: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(
-        deciders.iter().map(|(_, b)| b.clone()).collect(),
-    ));
+    let bases: Arc<Mutex<Vec<String>>> =
+        Arc::new(Mutex::new(deciders.iter().map(|d| d.api.clone()).collect()));
 
     // Load: approvals through both deciders, identical ones racing, and corrections.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -347,9 +338,9 @@ async fn chaos(seed: u64, run_for: Duration) {
             }
             _ => {
                 let i = rng.random_range(0..deciders.len());
-                deciders[i].0.kill().await.unwrap();
+                deciders[i].kill().await.unwrap();
                 let fresh = decider(&db).await;
-                bases.lock().unwrap()[i] = fresh.1.clone();
+                bases.lock().unwrap()[i] = fresh.api.clone();
                 deciders[i] = fresh;
                 faults.push("SIGKILL decider");
             }

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
+use outbox_runtime::private_postgres;
 use std::collections::HashMap;
 
 /// An email as the sink wrote it to its folder, byte for byte as received.
@@ -209,27 +210,13 @@ fn demo_without_a_server(port: u16, extra_env: &[(&str, &str)]) -> std::process:
         std::fs::copy(path, copies.join(path.file_name().unwrap())).unwrap();
     }
     let outboxctl = copies.join("outboxctl");
-    let root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| out.stdout.trim_ascii() == b"0");
-    let mut command = if root {
+    let mut command = if private_postgres::is_root() {
         // By its full path: the test may give the demo a PATH without it.
         let setpriv = std::env::split_paths(&std::env::var_os("PATH").unwrap())
             .map(|dir| dir.join("setpriv"))
             .find(|path| path.is_file())
             .expect("setpriv (util-linux) on the PATH");
-        let mut command = std::process::Command::new(setpriv);
-        command.args([
-            "--reuid",
-            "postgres",
-            "--regid",
-            "postgres",
-            "--init-groups",
-            "--",
-        ]);
-        command.arg(outboxctl);
-        command
+        private_postgres::as_postgres_through(setpriv, outboxctl)
     } else {
         std::process::Command::new(outboxctl)
     };

@@ -3,8 +3,11 @@
 //! the merge of many dispatchers' reports is right whatever order they arrive in. Store
 //! level for the merge; real dispatchers and sinks for the rest.
 
+use crate::common::alerts::{self, approve_many, state_of};
+use crate::common::assert_contains;
+use crate::common::destinations::{acme_with_ops_at, add_destination, DestinationAdd};
 use crate::common::procs::*;
-use crate::common::{add_tenant, outboxctl};
+use crate::common::{add_tenant, outboxctl, outboxctl_ok};
 use chrono::{DateTime, Duration as Span, Utc};
 use outbox_store::health::{self, SendTally};
 use outbox_testkit::TestDb;
@@ -136,14 +139,7 @@ async fn a_report_past_the_window_disables_once_and_an_operator_gets_a_fresh_win
     let id = destination(&db, "ops").await;
     let tenant = outbox_store::tenants::find(&db.pool, "acme").await.unwrap();
     let never = destination(&db, "patient").await;
-    health::set_disable_after_failing(
-        &db.pool,
-        tenant.id,
-        "ops",
-        Some(std::time::Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
+    disable_ops_after_failing_for(&db, tenant.id, 60).await;
     health::set_disable_after_failing(&db.pool, tenant.id, "patient", None)
         .await
         .unwrap();
@@ -236,7 +232,7 @@ async fn a_destination_failing_for_its_window_is_disabled_and_claims_stop() {
     let tenant = add_tenant(&db, "acme", &[]).await;
     add_destination(&db, tenant.id, "ops", &failing.hook_url(), |_| {}).await;
     add_destination(&db, tenant.id, "fine", &healthy.hook_url(), |_| {}).await;
-    let set = outboxctl(
+    outboxctl_ok(
         &db,
         &[
             "destination",
@@ -249,7 +245,6 @@ async fn a_destination_failing_for_its_window_is_disabled_and_claims_stop() {
         ],
     )
     .await;
-    assert!(set.ok, "{}", set.stderr);
     // Retries never run out during the test.
     sqlx::query("UPDATE destinations SET max_attempts = 1000")
         .execute(&db.pool)
@@ -257,16 +252,8 @@ async fn a_destination_failing_for_its_window_is_disabled_and_claims_stop() {
         .unwrap();
     approve_many(&db, tenant.id, "ops", 3).await;
 
-    let mut args = dispatcher_args(&db, "w", &["--health-report-interval", "200ms"]);
-    args.extend(["--metrics-listen".to_owned(), "127.0.0.1:0".to_owned()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (_dispatcher, metrics) = spawn_listening(
-        env!("CARGO_BIN_EXE_dispatcher"),
-        &args,
-        &[],
-        "dispatcher metrics listening",
-    )
-    .await;
+    let args = dispatcher_args(&db, "w", &["--health-report-interval", "200ms"]);
+    let (_dispatcher, metrics) = spawn_dispatcher_with_metrics(&args, &[]).await;
 
     wait_for_db(
         &db,
@@ -294,12 +281,7 @@ async fn a_destination_failing_for_its_window_is_disabled_and_claims_stop() {
             .await
             .unwrap();
     assert_eq!(audit, vec![("dispatcher:w".to_owned(), reason.clone())]);
-    let text = reqwest::get(format!("{metrics}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&reqwest::Client::new(), &metrics).await;
     assert!(
         text.contains(
             "outbox_destinations_disabled_total{destination=\"ops\",reason=\"failing\"} 1"
@@ -349,23 +331,14 @@ async fn a_destination_failing_for_its_window_is_disabled_and_claims_stop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_destination_that_recovers_within_its_window_stays_enabled() {
     let sink = Sink::start(&[]).await;
-    let db = TestDb::new().await;
-    let tenant = add_tenant(&db, "acme", &[]).await;
-    add_destination(&db, tenant.id, "ops", &sink.hook_url(), |_| {}).await;
-    let id = outbox_store::destinations::id_by_name(&db.pool, tenant.id, "ops")
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
+    let id = outbox_store::destinations::id_by_name(&db.pool, tenant_id, "ops")
         .await
         .unwrap();
-    health::set_disable_after_failing(
-        &db.pool,
-        tenant.id,
-        "ops",
-        Some(std::time::Duration::from_secs(2)),
-    )
-    .await
-    .unwrap();
+    disable_ops_after_failing_for(&db, tenant_id, 2).await;
     sink.faults(json!({"script": [{"status": 503}, {"status": 503}]}))
         .await;
-    let first = approve_many(&db, tenant.id, "ops", 1).await[0];
+    let first = approve_many(&db, tenant_id, "ops", 1).await[0];
     drain(
         &db,
         "w",
@@ -395,7 +368,7 @@ async fn a_destination_that_recovers_within_its_window_stays_enabled() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let second = approve_one(&db, tenant.id, "contract:B-1").await;
+    let second = approve_one(&db, tenant_id, "contract:B-1").await;
     drain(&db, "w", &["--health-report-interval", "100ms"]).await;
     assert_eq!(state_of(&db, second).await, "failed");
     let row = health::health(&db.pool, id).await.unwrap().unwrap();
@@ -409,26 +382,18 @@ async fn a_destination_that_recovers_within_its_window_stays_enabled() {
     assert_eq!(db.count("console_audit").await, 0);
 }
 
+/// Sets `ops` to be disabled once it has failed for `seconds`.
+async fn disable_ops_after_failing_for(db: &TestDb, tenant_id: Uuid, seconds: u64) {
+    let window = Some(std::time::Duration::from_secs(seconds));
+    health::set_disable_after_failing(&db.pool, tenant_id, "ops", window)
+        .await
+        .unwrap();
+}
+
 /// Approves one alert for `ops` about `subject`.
 async fn approve_one(db: &TestDb, tenant_id: Uuid, subject: &str) -> Uuid {
     let payload = json!({"text": "renewal due"}).to_string();
-    match outbox_store::alerts::approve(
-        &db.pool,
-        outbox_store::alerts::Approval {
-            tenant_id,
-            destination: "ops",
-            subject,
-            occurrence: "2027-01-31/30d",
-            payload_json: &payload,
-            actor: "test",
-        },
-    )
-    .await
-    .unwrap()
-    {
-        outbox_store::alerts::ApproveOutcome::Created(id) => id,
-        other => panic!("expected a new alert, got {other:?}"),
-    }
+    alerts::approve_one(db, tenant_id, "ops", subject, "2027-01-31/30d", &payload).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -436,27 +401,11 @@ async fn outboxctl_sets_and_shows_the_failing_window_and_refuses_nonsense() {
     let db = TestDb::new().await;
     add_tenant(&db, "acme", &[]).await;
     let add = |name: &'static str, window: &'static str| {
+        let add = DestinationAdd::webhook(name, "http://127.0.0.1:9/hook")
+            .loopback_allowed()
+            .args(&["--disable-after-failing", window]);
         let db = &db;
-        async move {
-            outboxctl(
-                db,
-                &[
-                    "destination",
-                    "add",
-                    "--tenant",
-                    "acme",
-                    "--name",
-                    name,
-                    "--url",
-                    "http://127.0.0.1:9/hook",
-                    "--allow-private",
-                    TEST_ALLOW_PRIVATE,
-                    "--disable-after-failing",
-                    window,
-                ],
-            )
-            .await
-        }
+        async move { add.run(db).await }
     };
     let bad = add("bad", "soon").await;
     assert!(!bad.ok);
@@ -489,7 +438,7 @@ async fn outboxctl_sets_and_shows_the_failing_window_and_refuses_nonsense() {
         ]
     );
 
-    let update = outboxctl(
+    let update = outboxctl_ok(
         &db,
         &[
             "destination",
@@ -502,7 +451,6 @@ async fn outboxctl_sets_and_shows_the_failing_window_and_refuses_nonsense() {
         ],
     )
     .await;
-    assert!(update.ok, "{}", update.stderr);
     assert!(update.stderr.contains("never disabled automatically"));
     let nothing = outboxctl(&db, &["destination", "update", "never", "--tenant", "acme"]).await;
     assert!(
@@ -531,6 +479,6 @@ async fn outboxctl_sets_and_shows_the_failing_window_and_refuses_nonsense() {
 
     let list = outboxctl(&db, &["destination", "list", "--tenant", "acme"]).await;
     assert!(list.ok);
-    assert!(list.stdout.contains("AUTO-DISABLE"), "{}", list.stdout);
+    assert_contains(&list.stdout, "AUTO-DISABLE");
     assert_eq!(list.stdout.matches("never").count(), 3, "{}", list.stdout);
 }

@@ -6,6 +6,8 @@
 use crate::common;
 
 use common::add_tenant;
+use common::alerts::{approve_many, evidence, evidence_by, reference_of, state_of, states};
+use common::destinations::{acme_with_ops_at, add_destination};
 use common::procs::*;
 use outbox_testkit::TestDb;
 use std::time::Duration;
@@ -57,12 +59,7 @@ async fn crash_after_acceptance_at_an_idempotent_destination_delivers_once() {
     assert_eq!(stats["applied"], 1);
     assert_eq!(stats["effective_duplicates"], 0);
     assert_eq!(state_of(&db, id).await, "accepted");
-    let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
-            .bind(id)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let reference = reference_of(&db, id).await;
     assert_eq!(reference.as_deref(), records[0]["receipt"].as_str());
     let trail = evidence_by(&db, id).await;
     assert!(
@@ -114,10 +111,8 @@ async fn crash_after_acceptance_at_a_lookup_destination_is_confirmed_without_res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_acceptance_at_a_plain_destination_is_held_not_resent() {
-    let db = TestDb::new().await;
     let sink = Sink::start(&[]).await;
-    let tenant_id = add_tenant(&db, "acme", &[]).await.id;
-    add_destination(&db, tenant_id, "ops", &sink.hook_url(), |_| {}).await;
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
     let id = crash_after_acceptance(&db, &sink, tenant_id).await;
 
     assert_eq!(
@@ -137,10 +132,8 @@ async fn crash_after_acceptance_at_a_plain_destination_is_held_not_resent() {
 }
 
 async fn racing_dispatchers(count: usize) {
-    let db = TestDb::new().await;
     let sink = Sink::start(&[]).await;
-    let tenant_id = add_tenant(&db, "acme", &[]).await.id;
-    add_destination(&db, tenant_id, "ops", &sink.hook_url(), |_| {}).await;
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
     approve_many(&db, tenant_id, "ops", 2000).await;
 
     let mut children = Vec::new();
@@ -187,16 +180,8 @@ async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
     let sink = Sink::start(&[]).await;
     add_destination(&api.db, api.acme.id, "hooks", &sink.hook_url(), |_| {}).await;
     // Polling once an hour: only the wake-up can bring the alert out in time.
-    let mut args = dispatcher_args(&api.db, "idle", &["--poll-interval", "1h"]);
-    args.extend(["--metrics-listen".to_owned(), "127.0.0.1:0".to_owned()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (_dispatcher, metrics) = spawn_listening(
-        env!("CARGO_BIN_EXE_dispatcher"),
-        &args,
-        &[],
-        "dispatcher metrics listening",
-    )
-    .await;
+    let args = dispatcher_args(&api.db, "idle", &["--poll-interval", "1h"]);
+    let (_dispatcher, metrics) = spawn_dispatcher_with_metrics(&args, &[]).await;
     // Let it subscribe and finish its first (empty) claim, so it is waiting when the
     // approval arrives.
     wait_for_db(
@@ -229,14 +214,7 @@ async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
     assert_eq!(sink.records(&id.to_string()).await.len(), 1);
 
     let http = reqwest::Client::new();
-    let text = http
-        .get(format!("{metrics}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&http, &metrics).await;
     assert!(
         text.contains("outbox_attempts_total{destination=\"hooks\",outcome=\"accepted\"} 1"),
         "{text}"
@@ -255,10 +233,8 @@ async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
 /// `outboxctl alert show` tells the same story it always did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_routine_delivery_leaves_the_alert_row_alone_and_reads_as_before() {
-    let db = TestDb::new().await;
     let sink = Sink::start(&[]).await;
-    let tenant_id = add_tenant(&db, "acme", &[]).await.id;
-    add_destination(&db, tenant_id, "ops", &sink.hook_url(), |_| {}).await;
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
     let id = approve_many(&db, tenant_id, "ops", 1).await[0];
     let row_and_events = || async {
         sqlx::query_as::<_, (String, i64)>(

@@ -7,28 +7,20 @@
 use crate::common;
 
 use common::add_tenant;
+use common::alerts::{approve_many, evidence, outbox_rows_in, state_of, states};
+use common::destinations::{acme_with_ops_at, add_destination};
 use common::procs::*;
 use outbox_testkit::process::Process;
 use outbox_testkit::TestDb;
 use serde_json::json;
 use std::time::Duration;
 
-async fn setup(
-    sink: &Sink,
-    configure: impl FnOnce(&mut outbox_store::destinations::NewDestination),
-) -> (TestDb, uuid::Uuid) {
-    let db = TestDb::new().await;
-    let tenant = add_tenant(&db, "acme", &[]).await;
-    add_destination(&db, tenant.id, "ops", &sink.hook_url(), configure).await;
-    (db, tenant.id)
-}
-
 async fn sigkill_mid_batch(
     sink_args: &[&str],
     configure: impl FnOnce(&mut outbox_store::destinations::NewDestination),
 ) -> (TestDb, Sink) {
     let sink = Sink::start(sink_args).await;
-    let (db, tenant) = setup(&sink, configure).await;
+    let (db, tenant) = acme_with_ops_at(&sink, configure).await;
     approve_many(&db, tenant, "ops", 200).await;
     // Slow answers keep a batch in flight when the kill comes.
     sink.faults(json!({"latency_ms": 300})).await;
@@ -43,11 +35,7 @@ async fn sigkill_mid_batch(
     sink.wait_for("some requests", |s| s["requests"].as_i64().unwrap() >= 20)
         .await;
     victim.kill().await.unwrap();
-    let in_sending: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'sending'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let in_sending = outbox_rows_in(&db, "sending").await;
     assert!(
         in_sending > 0 && in_sending <= 50,
         "the blast radius is the in-flight bound: {in_sending}"
@@ -99,7 +87,7 @@ async fn sigkill_mid_batch_holds_what_a_plain_destination_cannot_confirm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_stalled_past_its_lease_cannot_move_the_state_backwards() {
     let sink = Sink::start(&["--retention", "1h"]).await;
-    let (db, tenant) = setup(&sink, |d| {
+    let (db, tenant) = acme_with_ops_at(&sink, |d| {
         d.idempotency_retention = Some(Duration::from_secs(3600));
         d.timeout = Duration::from_secs(2);
     })
@@ -115,14 +103,8 @@ async fn a_worker_stalled_past_its_lease_cannot_move_the_state_backwards() {
     // it is settled by a resend the idempotent sink recognises.
     drain(&db, "rescuer", &["--drain-horizon", "10s"]).await;
     assert_eq!(state_of(&db, id).await, "accepted");
-    let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_evidence")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    let attempts_before: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery_attempts")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let events_before = db.count("alert_evidence").await;
+    let attempts_before = db.count("delivery_attempts").await;
 
     assert_eq!(
         sink.stats().await["wire_duplicates"],
@@ -141,14 +123,8 @@ async fn a_worker_stalled_past_its_lease_cannot_move_the_state_backwards() {
     assert!(status.success());
 
     assert_eq!(state_of(&db, id).await, "accepted");
-    let events_after: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_evidence")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    let attempts_after: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery_attempts")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let events_after = db.count("alert_evidence").await;
+    let attempts_after = db.count("delivery_attempts").await;
     assert_eq!(
         events_after, events_before,
         "the stale worker wrote no evidence"
@@ -160,7 +136,7 @@ async fn a_worker_stalled_past_its_lease_cannot_move_the_state_backwards() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_many_requests_with_retry_after_is_honoured() {
     let sink = Sink::start(&[]).await;
-    let (db, tenant) = setup(&sink, |_| {}).await;
+    let (db, tenant) = acme_with_ops_at(&sink, |_| {}).await;
     sink.faults(
         json!({"script": [{"status": 429, "headers": {"Retry-After": "1"}, "body": "slow down"}]}),
     )
@@ -191,7 +167,7 @@ async fn too_many_requests_with_retry_after_is_honoured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_request_fails_with_the_answer_as_evidence() {
     let sink = Sink::start(&[]).await;
-    let (db, tenant) = setup(&sink, |_| {}).await;
+    let (db, tenant) = acme_with_ops_at(&sink, |_| {}).await;
     sink.faults(json!({"script": [{"status": 400, "body": "field vendor is required"}]}))
         .await;
     let id = approve_many(&db, tenant, "ops", 1).await[0];
@@ -224,7 +200,7 @@ async fn bad_request_fails_with_the_answer_as_evidence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gone_disables_the_destination_and_its_other_alerts_wait() {
     let sink = Sink::start(&[]).await;
-    let (db, tenant) = setup(&sink, |d| d.max_in_flight = 1).await;
+    let (db, tenant) = acme_with_ops_at(&sink, |d| d.max_in_flight = 1).await;
     sink.faults(json!({"script": [{"status": 410}]})).await;
     let ids = approve_many(&db, tenant, "ops", 3).await;
     drain(&db, "w", &["--batch-size", "1"]).await;
@@ -243,7 +219,7 @@ async fn gone_disables_the_destination_and_its_other_alerts_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirects_are_not_followed() {
     let sink = Sink::start(&[]).await;
-    let (db, tenant) = setup(&sink, |_| {}).await;
+    let (db, tenant) = acme_with_ops_at(&sink, |_| {}).await;
     let elsewhere = format!("{}/elsewhere", sink.base);
     sink.faults(json!({"script": [{"status": 302, "headers": {"Location": elsewhere}}]}))
         .await;
@@ -313,7 +289,7 @@ async fn signatures_verify_at_the_receiver_and_rotation_sends_both() {
     const NEW: &str = "whsec_dGhpcyBpcyB0aGUgbmV3IHNlY3JldCBrZXkgISE=";
     // The sink only knows the new secret: a receiver that already rotated.
     let sink = Sink::start(&["--secret", NEW]).await;
-    let (db, tenant) = setup(&sink, |d| {
+    let (db, tenant) = acme_with_ops_at(&sink, |d| {
         d.signing_secrets = vec![OLD.to_owned(), NEW.to_owned()]
     })
     .await;
@@ -353,7 +329,7 @@ async fn signatures_verify_at_the_receiver_and_rotation_sends_both() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_the_send_in_flight_and_leaves_the_rest_pending() {
     let sink = Sink::start(&[]).await;
-    let (db, tenant) = setup(&sink, |d| {
+    let (db, tenant) = acme_with_ops_at(&sink, |d| {
         d.max_in_flight = 1;
         d.timeout = Duration::from_secs(5);
     })
@@ -367,10 +343,7 @@ async fn sigterm_finishes_the_send_in_flight_and_leaves_the_rest_pending() {
     // nineteen wait in `pending`, not in `sending`.
     sink.wait_for("the first request", |s| s["requests"] == 1)
         .await;
-    let sending: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'sending'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let sending = outbox_rows_in(&db, "sending").await;
     assert_eq!(sending, 1, "only the destination's bound is claimed");
     stop_gracefully_with_one_sent(dispatcher, &db, &sink).await;
 }
@@ -381,7 +354,7 @@ async fn sigterm_gives_back_claims_waiting_for_the_process_send_cap() {
     // takes all twenty, one is sent and nineteen wait in the process. On SIGTERM the one
     // finishes and the nineteen are given back unsent, with their attempt uncounted.
     let sink = Sink::start(&[]).await;
-    let (db, tenant) = setup(&sink, |d| {
+    let (db, tenant) = acme_with_ops_at(&sink, |d| {
         d.max_in_flight = 20;
         d.timeout = Duration::from_secs(5);
     })
@@ -396,10 +369,7 @@ async fn sigterm_gives_back_claims_waiting_for_the_process_send_cap() {
     let dispatcher = spawn_dispatcher(&args, None);
     sink.wait_for("the first request", |s| s["requests"] == 1)
         .await;
-    let sending: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'sending'")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let sending = outbox_rows_in(&db, "sending").await;
     assert_eq!(sending, 20, "the whole claim waits in the process");
     stop_gracefully_with_one_sent(dispatcher, &db, &sink).await;
     let given_back: i64 = sqlx::query_scalar(
@@ -442,7 +412,8 @@ async fn resends_of_an_uncertain_alert_stop_at_the_attempt_limit_and_hold_it() {
     // Every answer is a 500: for a destination without de-duplication, each attempt may
     // have been acted on. Policy `retry` resends, but only up to the attempt limit.
     let sink = Sink::start(&["--fail-rate", "1", "--fail-status", "500"]).await;
-    let (db, tenant) = setup(&sink, |d| d.on_uncertain = outbox_core::OnUncertain::Retry).await;
+    let (db, tenant) =
+        acme_with_ops_at(&sink, |d| d.on_uncertain = outbox_core::OnUncertain::Retry).await;
     sqlx::query("UPDATE destinations SET max_attempts = 3")
         .execute(&db.pool)
         .await
@@ -468,7 +439,7 @@ async fn resends_of_an_uncertain_alert_stop_at_the_attempt_limit_and_hold_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_resend_stays_uncertain_instead_of_becoming_an_ordinary_retry() {
     let sink = Sink::start(&["--retention", "1h"]).await;
-    let (db, tenant) = setup(&sink, |d| {
+    let (db, tenant) = acme_with_ops_at(&sink, |d| {
         d.idempotency_retention = Some(Duration::from_secs(3600));
     })
     .await;
@@ -527,7 +498,7 @@ async fn a_resend_is_not_sent_after_its_deduplication_window_closed_during_a_sta
     // Found by the chaos run: a dispatcher that decided to resend inside the window, then
     // stalled, sent after the window had closed, and the destination applied it twice.
     let sink = Sink::start(&["--retention", "2s"]).await;
-    let (db, tenant) = setup(&sink, |d| {
+    let (db, tenant) = acme_with_ops_at(&sink, |d| {
         d.idempotency_retention = Some(Duration::from_secs(2));
     })
     .await;

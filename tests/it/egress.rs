@@ -6,10 +6,11 @@
 
 use crate::common;
 
-use common::procs::{
-    add_destination, approve_many, drain, evidence, state_of, Sink, TEST_ALLOW_PRIVATE,
-};
-use common::{add_tenant, outboxctl};
+use common::add_tenant;
+use common::alerts::{approve_many, evidence, state_of};
+use common::decider;
+use common::destinations::{add_destination, DestinationAdd};
+use common::procs::{drain, Sink, TEST_ALLOW_PRIVATE};
 use outbox_testkit::TestDb;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -183,20 +184,7 @@ async fn destination_add_refuses_a_blocked_url_up_front_and_writes_nothing() {
     add_tenant(&db, "acme", &[]).await;
     for (host, why) in hostile_hosts() {
         let url = format!("http://{host}:9000/hook");
-        let run = outboxctl(
-            &db,
-            &[
-                "destination",
-                "add",
-                "--tenant",
-                "acme",
-                "--name",
-                "ops",
-                "--url",
-                &url,
-            ],
-        )
-        .await;
+        let run = DestinationAdd::webhook("ops", &url).run(&db).await;
         assert!(!run.ok, "{url} accepted");
         assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
         assert!(
@@ -207,24 +195,11 @@ async fn destination_add_refuses_a_blocked_url_up_front_and_writes_nothing() {
         );
     }
     // The lookup URL gets the same check.
-    let run = outboxctl(
-        &db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "ops",
-            "--url",
-            "http://127.0.0.1:9000/hook",
-            "--lookup-url",
-            "http://169.254.169.254/{key}",
-            "--allow-private",
-            "127.0.0.0/8",
-        ],
-    )
-    .await;
+    let run = DestinationAdd::webhook("ops", "http://127.0.0.1:9000/hook")
+        .args(&["--lookup-url", "http://169.254.169.254/{key}"])
+        .args(&["--allow-private", "127.0.0.0/8"])
+        .run(&db)
+        .await;
     assert!(!run.ok);
     assert!(
         run.stderr.starts_with(
@@ -257,22 +232,10 @@ async fn framing_and_hop_by_hop_headers_cannot_carry_the_notification_id() {
         "Content-Type",
         "webhook-signature",
     ] {
-        let run = outboxctl(
-            &db,
-            &[
-                "destination",
-                "add",
-                "--tenant",
-                "acme",
-                "--name",
-                "ops",
-                "--url",
-                "https://8.8.8.8/hook",
-                "--idempotency-header",
-                header,
-            ],
-        )
-        .await;
+        let run = DestinationAdd::webhook("ops", "https://8.8.8.8/hook")
+            .args(&["--idempotency-header", header])
+            .run(&db)
+            .await;
         assert!(!run.ok, "{header} accepted");
         assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
         assert!(
@@ -377,11 +340,15 @@ async fn hostile_feed(elsewhere: String) -> String {
     format!("http://{addr}")
 }
 
-pub(crate) async fn watchlist(db: &TestDb, tenant: uuid::Uuid) {
+/// A fresh database with tenant `acme`, its destination `ops`, and a watchlist entry for
+/// `acme` whose news alerts go to `ops`.
+pub(crate) async fn acme_watching_the_news() -> TestDb {
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &["ops"]).await;
     outbox_store::monitors::add_watchlist_entry(
         &db.pool,
         &outbox_store::monitors::NewWatchlistEntry {
-            tenant_id: tenant,
+            tenant_id: tenant.id,
             name: "acme".to_owned(),
             query: "acme".to_owned(),
             destinations: vec!["ops".to_owned()],
@@ -391,23 +358,14 @@ pub(crate) async fn watchlist(db: &TestDb, tenant: uuid::Uuid) {
     )
     .await
     .unwrap();
+    db
 }
 
 /// `decider run-once` polling `news_url` with a token; its exit status and stderr.
 async fn poll_once(db: &TestDb, news_url: &str) -> (bool, String) {
-    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
-        .args([
-            "run-once",
-            "--database-url",
-            &db.url,
-            "--news-url",
-            news_url,
-            "--allow-private",
-            TEST_ALLOW_PRIVATE,
-        ])
+    let output = decider::poll_news_once(&db.url, news_url)
         .env("WEBZ_TOKEN", "feed-secret-token")
         .env("RUST_LOG", "error")
-        .env_remove("OUTBOX_ALLOW_PRIVATE")
         .output()
         .await;
     (
@@ -418,9 +376,7 @@ async fn poll_once(db: &TestDb, news_url: &str) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_news_poller_follows_no_redirect_and_sends_the_token_to_no_other_origin() {
-    let db = TestDb::new().await;
-    let tenant = add_tenant(&db, "acme", &["ops"]).await;
-    watchlist(&db, tenant.id).await;
+    let db = acme_watching_the_news().await;
     let (elsewhere, seen) = recording_server().await;
     let feed = hostile_feed(elsewhere).await;
 
@@ -444,22 +400,14 @@ async fn the_news_poller_follows_no_redirect_and_sends_the_token_to_no_other_ori
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_news_poller_refuses_a_feed_on_a_blocked_address() {
-    let db = TestDb::new().await;
-    let tenant = add_tenant(&db, "acme", &["ops"]).await;
-    watchlist(&db, tenant.id).await;
+    let db = acme_watching_the_news().await;
     let (port, connections) = counting_listener().await;
     for host in ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"] {
-        let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
-            .args([
-                "run-once",
-                "--database-url",
-                &db.url,
-                "--news-url",
-                &format!("http://{host}:{port}/newsApiLite"),
-            ])
+        // Without the loopback opening that the other tests give it.
+        let output = decider::run_once(&db.url)
+            .args(["--news-url", &format!("http://{host}:{port}/newsApiLite")])
             .env("WEBZ_TOKEN", "feed-secret-token")
             .env("RUST_LOG", "error")
-            .env_remove("OUTBOX_ALLOW_PRIVATE")
             .output()
             .await;
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -478,9 +426,7 @@ async fn the_news_poller_refuses_a_feed_on_a_blocked_address() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endless_feed_page_is_cut_off_at_the_cap() {
-    let db = TestDb::new().await;
-    let tenant = add_tenant(&db, "acme", &["ops"]).await;
-    watchlist(&db, tenant.id).await;
+    let db = acme_watching_the_news().await;
     // A feed that streams a page without end, counting what it managed to write.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

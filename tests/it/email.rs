@@ -8,8 +8,11 @@
 use crate::common;
 
 use base64::Engine;
-use common::outboxctl;
+use common::alerts::{approve_renewal, evidence, evidence_by, state_of, RENEWAL};
+use common::assert_contains;
+use common::destinations::DestinationAdd;
 use common::procs::*;
+use common::{outboxctl, outboxctl_ok, Outboxctl};
 use outbox_testkit::tls::{TestCa, TlsFiles};
 use outbox_testkit::TestDb;
 use serde_json::{json, Value};
@@ -19,44 +22,31 @@ use uuid::Uuid;
 
 const PASSWORD: &str = "s3cret-relay-pass";
 
-const RENEWAL: &str = r#"{"kind": "contract_renewal", "contract": "A-17", "vendor": "Acme Tools", "amount": 12000.00, "currency": "EUR", "renewal_date": "2027-01-15", "action_date": "2026-12-16", "days_remaining": 30, "tier": 30}"#;
-
-/// A running SMTP inbox: the sink with `--smtp-listen` (and `--smtps-listen` when given).
+/// A running SMTP inbox: the sink with `--smtp-listen` (and `--smtps-listen` when given),
+/// and the ports its destinations are given.
 struct Inbox {
-    child: Process,
-    base: String,
+    sink: SmtpSink,
     smtp_port: String,
     /// The implicit-TLS listener's port, when it has one.
     smtps_port: Option<String>,
-    http: reqwest::Client,
 }
 
 impl Inbox {
-    async fn start(extra: &[&str]) -> Inbox {
-        Inbox::start_with(extra, &[]).await
+    async fn start() -> Inbox {
+        Inbox::start_with(&[], &[]).await
     }
 
     /// An inbox that requires AUTH as `relay` with [`PASSWORD`].
-    async fn start_with_auth(extra: &[&str]) -> Inbox {
-        Inbox::start_with(extra, &[("SINK_SMTP_AUTH", &relay_auth())]).await
+    async fn start_with_auth() -> Inbox {
+        Inbox::start_with(&[], &[("SINK_SMTP_AUTH", &relay_auth())]).await
     }
 
     async fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Inbox {
-        let mut args = vec!["--listen", "127.0.0.1:0", "--smtp-listen", "127.0.0.1:0"];
-        args.extend_from_slice(extra);
-        let (mut child, base) =
-            spawn_listening(env!("CARGO_BIN_EXE_sink"), &args, env, "sink listening").await;
-        let smtp_port = port(&child.listening("sink SMTP listening").await);
-        let smtps_port = match extra.contains(&"--smtps-listen") {
-            true => Some(port(&child.listening("sink SMTPS listening").await)),
-            false => None,
-        };
+        let sink = SmtpSink::start_with(extra, env).await;
         Inbox {
-            child,
-            base,
-            smtp_port,
-            smtps_port,
-            http: reqwest::Client::new(),
+            smtp_port: port(&sink.smtp_addr),
+            smtps_port: sink.smtps_addr.as_deref().map(port),
+            sink,
         }
     }
 
@@ -77,36 +67,27 @@ impl Inbox {
 
     /// Whether the sink logged a line containing `text`.
     fn logged(&self, text: &str) -> bool {
-        self.child
-            .log_lines()
-            .iter()
-            .any(|line| line.contains(text))
+        self.sink.logged(text)
     }
 
     async fn messages(&self) -> Vec<Value> {
-        self.http
-            .get(format!("{}/_sink/messages", self.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        self.sink.messages().await
     }
 
     async fn faults(&self, faults: Value) {
-        let response = self
-            .http
-            .post(format!("{}/_sink/faults", self.base))
-            .json(&faults)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            response.status().is_success(),
-            "{:?}",
-            response.text().await
-        );
+        self.sink.sink.faults(faults).await;
+    }
+
+    /// Drops the connection after the data of alert `id`'s message, before the final reply.
+    async fn lose_the_final_reply_to(&self, id: Uuid) {
+        let message_id = format!("{id}@acme.example");
+        self.faults(json!({"smtp_drop_for_message_ids": [message_id]}))
+            .await;
+    }
+
+    /// An email destination to this inbox's plain SMTP port, without TLS.
+    fn destination(&self, name: &str) -> DestinationAdd {
+        DestinationAdd::email_relay(name, &self.smtp_port, "none")
     }
 }
 
@@ -121,59 +102,30 @@ fn port(addr: &str) -> String {
     addr.rsplit(':').next().unwrap().to_owned()
 }
 
-/// Adds tenant `acme` (once) and an email destination through the real `outboxctl`.
+/// A test's set-up: a fresh database, an inbox, and tenant `acme` with the email
+/// destination `name` to that inbox (`flags`: its recipients and settings).
+async fn inbox_with_destination(name: &str, flags: &[&str]) -> (TestDb, Inbox) {
+    let db = TestDb::new().await;
+    let inbox = Inbox::start().await;
+    add_email_destination(&db, &inbox, name, flags).await;
+    (db, inbox)
+}
+
+/// Adds tenant `acme` (once) and an email destination to `inbox` without TLS.
 async fn add_email_destination(db: &TestDb, inbox: &Inbox, name: &str, extra: &[&str]) {
-    add_relay_destination(db, name, &inbox.smtp_port, "none", extra).await;
+    add_to_acme(db, inbox.destination(name).args(extra)).await;
 }
 
 /// Adds tenant `acme` (once) and an email destination to the relay at 127.0.0.1:`port`
 /// speaking `tls` (`none`, `starttls` or `tls`).
 async fn add_relay_destination(db: &TestDb, name: &str, port: &str, tls: &str, extra: &[&str]) {
-    let _ = outboxctl(db, &["tenant", "create", "acme"]).await;
-    let mut args = vec![
-        "destination",
-        "add",
-        "--tenant",
-        "acme",
-        "--name",
-        name,
-        "--kind",
-        "email",
-        "--smtp-host",
-        "127.0.0.1",
-        "--smtp-port",
-        port,
-        "--smtp-tls",
-        tls,
-        "--from",
-        "alerts@acme.example",
-        "--allow-private",
-        TEST_ALLOW_PRIVATE,
-    ];
-    args.extend_from_slice(extra);
-    let run = outboxctl(db, &args).await;
-    assert!(run.ok, "{}", run.stderr);
+    add_to_acme(db, DestinationAdd::email_relay(name, port, tls).args(extra)).await;
 }
 
-async fn approve(db: &TestDb, destination: &str, subject: &str) -> Uuid {
-    let tenant = outbox_store::tenants::find(&db.pool, "acme").await.unwrap();
-    match outbox_store::alerts::approve(
-        &db.pool,
-        outbox_store::alerts::Approval {
-            tenant_id: tenant.id,
-            destination,
-            subject,
-            occurrence: "2027-01-15/30d",
-            payload_json: RENEWAL,
-            actor: "test",
-        },
-    )
-    .await
-    .unwrap()
-    {
-        outbox_store::alerts::ApproveOutcome::Created(id) => id,
-        other => panic!("expected a new alert, got {other:?}"),
-    }
+/// Adds tenant `acme` (once) and the destination `add` describes, which must succeed.
+async fn add_to_acme(db: &TestDb, add: DestinationAdd) {
+    let _ = outboxctl(db, &["tenant", "create", "acme"]).await;
+    add.add(db).await;
 }
 
 /// Runs a dispatcher with `--drain` at debug level and returns everything it logged.
@@ -225,7 +177,7 @@ fn for_alert(messages: &[Value], id: Uuid) -> Vec<Value> {
 #[tokio::test]
 async fn email_reaches_the_inbox_once_with_its_identity_in_each_locale_and_no_credentials_leak() {
     let db = TestDb::new().await;
-    let inbox = Inbox::start_with_auth(&[]).await;
+    let inbox = Inbox::start_with_auth().await;
     let password_file =
         std::env::temp_dir().join(format!("outbox-email-pass-{}", std::process::id()));
     std::fs::write(&password_file, format!("{PASSWORD}\n")).unwrap();
@@ -243,8 +195,8 @@ async fn email_reaches_the_inbox_once_with_its_identity_in_each_locale_and_no_cr
     add_email_destination(&db, &inbox, "ops", &ops).await;
     std::fs::remove_file(&password_file).unwrap();
 
-    let es = approve(&db, "cfo", "contract:A-17").await;
-    let en = approve(&db, "ops", "contract:A-17").await;
+    let es = approve_renewal(&db, "cfo", "contract:A-17").await;
+    let en = approve_renewal(&db, "ops", "contract:A-17").await;
     let logs = drain_logged(&db, "w1", &[]).await;
 
     assert_eq!(state_of(&db, es).await, "accepted");
@@ -309,11 +261,7 @@ async fn email_reaches_the_inbox_once_with_its_identity_in_each_locale_and_no_cr
             "the dispatcher logged the SMTP password"
         );
     }
-    let stored_password: String =
-        sqlx::query_scalar("SELECT smtp_password FROM destinations WHERE name = 'cfo'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let stored_password = smtp_password_of(&db, "cfo").await;
     assert_eq!(
         stored_password, PASSWORD,
         "no keys configured: stored as given"
@@ -328,6 +276,15 @@ async fn email_reaches_the_inbox_once_with_its_identity_in_each_locale_and_no_cr
             "destination list shows the password"
         );
     }
+}
+
+/// The SMTP password of destination `name` as stored.
+async fn smtp_password_of(db: &TestDb, name: &str) -> String {
+    sqlx::query_scalar("SELECT smtp_password FROM destinations WHERE name = $1")
+        .bind(name)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
 }
 
 /// Soft line breaks and `=XX` escapes of quoted-printable undone, enough to read a body.
@@ -352,13 +309,9 @@ fn decode_quoted_printable(text: &str) -> String {
 
 #[tokio::test]
 async fn a_lost_final_reply_is_held_with_one_message_in_the_inbox_and_never_sent_again() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
-    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
-    let id = approve(&db, "cfo", "contract:A-17").await;
-    inbox
-        .faults(json!({"smtp_drop_for_message_ids": [format!("{id}@acme.example")]}))
-        .await;
+    let (db, inbox) = inbox_with_destination("cfo", &["--to", "cfo@acme.example"]).await;
+    let id = approve_renewal(&db, "cfo", "contract:A-17").await;
+    inbox.lose_the_final_reply_to(id).await;
 
     drain_logged(&db, "w1", &[]).await;
     assert_eq!(state_of(&db, id).await, "held");
@@ -386,19 +339,13 @@ async fn a_lost_final_reply_is_held_with_one_message_in_the_inbox_and_never_sent
 
 #[tokio::test]
 async fn with_on_uncertain_retry_the_resend_is_the_same_message_byte_for_byte() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
-    add_email_destination(
-        &db,
-        &inbox,
+    let (db, inbox) = inbox_with_destination(
         "cfo",
         &["--to", "cfo@acme.example", "--on-uncertain", "retry"],
     )
     .await;
-    let id = approve(&db, "cfo", "contract:A-17").await;
-    inbox
-        .faults(json!({"smtp_drop_for_message_ids": [format!("{id}@acme.example")]}))
-        .await;
+    let id = approve_renewal(&db, "cfo", "contract:A-17").await;
+    inbox.lose_the_final_reply_to(id).await;
 
     drain_logged(&db, "w1", &[]).await;
     assert_eq!(state_of(&db, id).await, "accepted");
@@ -415,15 +362,8 @@ async fn with_on_uncertain_retry_the_resend_is_the_same_message_byte_for_byte() 
 
 #[tokio::test]
 async fn a_resend_sends_the_stored_bytes_even_after_the_locale_and_the_tenants_templates_changed() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
-    add_email_destination(
-        &db,
-        &inbox,
-        "cfo",
-        &["--to", "cfo@acme.example", "--locale", "es"],
-    )
-    .await;
+    let (db, inbox) =
+        inbox_with_destination("cfo", &["--to", "cfo@acme.example", "--locale", "es"]).await;
     // The tenant's own subject, from the dispatcher's templates folder.
     let templates = std::env::temp_dir().join(format!("outbox-templates-{}", Uuid::new_v4()));
     std::fs::create_dir_all(templates.join("acme")).unwrap();
@@ -435,10 +375,8 @@ async fn a_resend_sends_the_stored_bytes_even_after_the_locale_and_the_tenants_t
     let templates_dir = templates.to_str().unwrap().to_owned();
     let with_templates = ["--templates-dir", templates_dir.as_str()];
 
-    let id = approve(&db, "cfo", "contract:A-17").await;
-    inbox
-        .faults(json!({"smtp_drop_for_message_ids": [format!("{id}@acme.example")]}))
-        .await;
+    let id = approve_renewal(&db, "cfo", "contract:A-17").await;
+    inbox.lose_the_final_reply_to(id).await;
     drain_logged(&db, "w1", &with_templates).await;
     assert_eq!(state_of(&db, id).await, "held");
     let (spanish, sha) = stored(&db, id).await;
@@ -465,7 +403,7 @@ async fn a_resend_sends_the_stored_bytes_even_after_the_locale_and_the_tenants_t
         .unwrap();
     subject("es", "Segunda versión: {{ contract }}");
     subject("en", "Second version: {{ contract }}");
-    let replay = outboxctl(
+    outboxctl_ok(
         &db,
         &[
             "replay",
@@ -475,9 +413,8 @@ async fn a_resend_sends_the_stored_bytes_even_after_the_locale_and_the_tenants_t
         ],
     )
     .await;
-    assert!(replay.ok, "{}", replay.stderr);
     // A new alert meanwhile gets the new templates.
-    let new = approve(&db, "cfo", "contract:B-2").await;
+    let new = approve_renewal(&db, "cfo", "contract:B-2").await;
     drain_logged(&db, "w2", &with_templates).await;
 
     assert_eq!(state_of(&db, id).await, "accepted");
@@ -525,11 +462,9 @@ async fn a_broken_tenant_template_stops_the_dispatcher_at_start_with_one_line() 
 
 #[tokio::test]
 async fn a_550_fails_with_the_reply_as_evidence_and_a_451_is_retried_until_accepted() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
-    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+    let (db, inbox) = inbox_with_destination("cfo", &["--to", "cfo@acme.example"]).await;
 
-    let rejected = approve(&db, "cfo", "contract:A-17").await;
+    let rejected = approve_renewal(&db, "cfo", "contract:A-17").await;
     inbox
         .faults(json!({"smtp_data_script": ["550 5.7.1 relaying denied"]}))
         .await;
@@ -542,7 +477,7 @@ async fn a_550_fails_with_the_reply_as_evidence_and_a_451_is_retried_until_accep
     );
     assert!(for_alert(&inbox.messages().await, rejected).is_empty());
 
-    let retried = approve(&db, "cfo", "contract:B-2").await;
+    let retried = approve_renewal(&db, "cfo", "contract:B-2").await;
     inbox
         .faults(json!({"smtp_data_script": ["451 4.3.0 try later"]}))
         .await;
@@ -563,117 +498,50 @@ async fn bad_email_destinations_are_refused_in_one_line_and_write_nothing() {
     let files = TestCa::new("outbox test CA").issue(&["relay.example"]);
     let (key_file, ca_file) = (files.key(), files.ca());
     let (key_file, ca_file) = (key_file.to_str().unwrap(), ca_file.to_str().unwrap());
-    let base = [
-        "destination",
-        "add",
-        "--tenant",
-        "acme",
-        "--name",
-        "mail",
-        "--kind",
-        "email",
-    ];
-    let cases: &[(&[&str], &str)] = &[
+    // An email destination `mail` at `host` speaking `tls`, and what each case adds.
+    let mail = |host: &str, tls: &str, flags: &[&str]| {
+        DestinationAdd::named("mail")
+            .args(&["--kind", "email", "--smtp-host", host, "--smtp-tls", tls])
+            .args(flags)
+    };
+    let from_to = ["--from", "a@b.example", "--to", "c@d.example"];
+    let cases = [
         (
-            &[
-                "--smtp-host",
-                "127.0.0.1",
-                "--smtp-tls",
-                "none",
-                "--to",
-                "a@b.example",
-            ],
+            mail("127.0.0.1", "none", &["--to", "a@b.example"]),
             "--from",
         ),
         (
-            &[
-                "--smtp-host",
+            mail(
                 "127.0.0.1",
-                "--smtp-tls",
                 "none",
-                "--from",
-                "not an address",
-                "--to",
-                "a@b.example",
-            ],
+                &["--from", "not an address", "--to", "a@b.example"],
+            ),
             "--from",
         ),
         (
-            &[
-                "--smtp-host",
-                "127.0.0.1",
-                "--smtp-tls",
-                "none",
-                "--from",
-                "a@b.example",
-            ],
+            mail("127.0.0.1", "none", &["--from", "a@b.example"]),
             "--to",
         ),
         // Loopback without the allow-list: the egress guard refuses the relay.
-        (
-            &[
-                "--smtp-host",
-                "127.0.0.1",
-                "--smtp-tls",
-                "none",
-                "--from",
-                "a@b.example",
-                "--to",
-                "c@d.example",
-            ],
-            "--smtp-host",
-        ),
+        (mail("127.0.0.1", "none", &from_to), "--smtp-host"),
         // A CA file with a private key in it, or a CA without TLS to check it with.
         (
-            &[
-                "--smtp-host",
-                "relay.example",
-                "--smtp-tls",
-                "starttls",
-                "--smtp-ca-file",
-                key_file,
-                "--from",
-                "a@b.example",
-                "--to",
-                "c@d.example",
-            ],
+            mail("relay.example", "starttls", &["--smtp-ca-file", key_file]).args(&from_to),
             "it must hold CA certificates only",
         ),
         (
-            &[
-                "--smtp-host",
-                "relay.example",
-                "--smtp-tls",
-                "none",
-                "--smtp-ca-file",
-                ca_file,
-                "--from",
-                "a@b.example",
-                "--to",
-                "c@d.example",
-            ],
+            mail("relay.example", "none", &["--smtp-ca-file", ca_file]).args(&from_to),
             "--smtp-ca-file needs --smtp-tls starttls or tls",
         ),
         (
-            &[
-                "--smtp-host",
-                "relay.example",
-                "--smtp-tls",
-                "none",
-                "--from",
-                "a@b.example",
-                "--to",
-                "c@d.example",
-                "--lookup-url",
-                "http://x.example/{key}",
-            ],
+            mail("relay.example", "none", &from_to)
+                .args(&["--lookup-url", "http://x.example/{key}"]),
             "webhook destinations only",
         ),
     ];
-    for (extra, expected) in cases {
-        let mut args = base.to_vec();
-        args.extend_from_slice(extra);
-        let run = outboxctl(&db, &args).await;
+    for (add, expected) in cases {
+        let args = add.to_args();
+        let run = add.run(&db).await;
         assert!(!run.ok, "{args:?} was accepted");
         assert!(run.stderr.starts_with("error:"), "{}", run.stderr);
         assert!(run.stderr.contains(expected), "{args:?}: {}", run.stderr);
@@ -683,11 +551,7 @@ async fn bad_email_destinations_are_refused_in_one_line_and_write_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispatcher_dying_after_the_send_is_replaced_and_resends_the_stored_bytes() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
-    add_email_destination(
-        &db,
-        &inbox,
+    let (db, inbox) = inbox_with_destination(
         "cfo",
         &[
             "--to",
@@ -699,7 +563,7 @@ async fn a_dispatcher_dying_after_the_send_is_replaced_and_resends_the_stored_by
         ],
     )
     .await;
-    let id = approve(&db, "cfo", "contract:A-17").await;
+    let id = approve_renewal(&db, "cfo", "contract:A-17").await;
 
     // The relay has the message; the dispatcher stops before recording anything, and dies.
     let mut first = spawn_dispatcher(
@@ -738,49 +602,26 @@ async fn a_dispatcher_dying_after_the_send_is_replaced_and_resends_the_stored_by
 #[tokio::test]
 async fn the_smtp_password_is_sealed_at_rest_and_opened_only_to_authenticate() {
     let db = TestDb::new().await;
-    let inbox = Inbox::start_with_auth(&[]).await;
+    let inbox = Inbox::start_with_auth().await;
     assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
     let keys = format!(
         "k1:{}",
         base64::engine::general_purpose::STANDARD.encode([7u8; 32])
     );
-    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_outboxctl"))
-        .args([
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "cfo",
-            "--kind",
-            "email",
-            "--smtp-host",
-            "127.0.0.1",
-            "--smtp-port",
-            &inbox.smtp_port,
-            "--smtp-tls",
-            "none",
-            "--smtp-user",
-            "relay",
-            "--smtp-password-stdin",
-            "--from",
-            "alerts@acme.example",
-            "--to",
-            "cfo@acme.example",
-            "--allow-private",
-            TEST_ALLOW_PRIVATE,
-        ])
-        .env("DATABASE_URL", &db.url)
+    let add = inbox.destination("cfo").args(&[
+        "--smtp-user",
+        "relay",
+        "--smtp-password-stdin",
+        "--to",
+        "cfo@acme.example",
+    ]);
+    let added = Outboxctl::on(&db)
+        .args(&add.to_args())
         .env("OUTBOX_SECRET_KEYS", &keys)
-        .env_remove("OUTBOX_ALLOW_PRIVATE")
-        .stdin(format!("{PASSWORD}\n"))
-        .output()
+        .stdin(&format!("{PASSWORD}\n"))
+        .run()
         .await;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(added.ok, "{}", added.stderr);
 
     let row: String = sqlx::query_scalar("SELECT d::text FROM destinations d")
         .fetch_one(&db.pool)
@@ -790,17 +631,13 @@ async fn the_smtp_password_is_sealed_at_rest_and_opened_only_to_authenticate() {
         !row.contains(PASSWORD),
         "the password is stored in clear: {row}"
     );
-    let stored_password: String =
-        sqlx::query_scalar("SELECT smtp_password FROM destinations WHERE name = 'cfo'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let stored_password = smtp_password_of(&db, "cfo").await;
     assert!(
         stored_password.starts_with("enc:v1:k1:"),
         "{stored_password}"
     );
 
-    let id = approve(&db, "cfo", "contract:A-17").await;
+    let id = approve_renewal(&db, "cfo", "contract:A-17").await;
     let logs = drain_logged(&db, "w1", &["--secret-keys", &keys]).await;
     assert_eq!(state_of(&db, id).await, "accepted");
     let got = for_alert(&inbox.messages().await, id);
@@ -815,15 +652,10 @@ async fn the_smtp_password_is_sealed_at_rest_and_opened_only_to_authenticate() {
         base64::engine::general_purpose::STANDARD.encode([9u8; 32])
     );
     let both = format!("{k2},{keys}");
-    let rewrap = outboxctl(&db, &["--secret-keys", &both, "secrets", "rewrap"]).await;
-    assert!(rewrap.ok, "{}", rewrap.stderr);
-    let resealed: String =
-        sqlx::query_scalar("SELECT smtp_password FROM destinations WHERE name = 'cfo'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    outboxctl_ok(&db, &["--secret-keys", &both, "secrets", "rewrap"]).await;
+    let resealed = smtp_password_of(&db, "cfo").await;
     assert!(resealed.starts_with("enc:v1:k2:"), "{resealed}");
-    let second = approve(&db, "cfo", "contract:A-18").await;
+    let second = approve_renewal(&db, "cfo", "contract:A-18").await;
     drain_logged(&db, "w2", &["--secret-keys", &k2]).await;
     assert_eq!(state_of(&db, second).await, "accepted");
     let got = for_alert(&inbox.messages().await, second);
@@ -833,11 +665,9 @@ async fn the_smtp_password_is_sealed_at_rest_and_opened_only_to_authenticate() {
 
 #[tokio::test]
 async fn a_relay_on_a_blocked_address_is_never_connected_to() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
     // Added while loopback was opened; the dispatcher does not open it.
-    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
-    let id = approve(&db, "cfo", "contract:A-17").await;
+    let (db, inbox) = inbox_with_destination("cfo", &["--to", "cfo@acme.example"]).await;
+    let id = approve_renewal(&db, "cfo", "contract:A-17").await;
     drain_logged(&db, "w1", &["--allow-private", "10.0.0.0/8"]).await;
 
     assert_eq!(state_of(&db, id).await, "failed");
@@ -856,10 +686,8 @@ async fn a_relay_on_a_blocked_address_is_never_connected_to() {
 
 #[tokio::test]
 async fn a_correction_gets_its_own_message_id_threaded_under_the_original() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
-    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
-    let original = approve(&db, "cfo", "contract:A-17").await;
+    let (db, inbox) = inbox_with_destination("cfo", &["--to", "cfo@acme.example"]).await;
+    let original = approve_renewal(&db, "cfo", "contract:A-17").await;
     drain_logged(&db, "w1", &[]).await;
     assert_eq!(state_of(&db, original).await, "accepted");
 
@@ -904,9 +732,7 @@ async fn a_correction_gets_its_own_message_id_threaded_under_the_original() {
 
 #[tokio::test]
 async fn a_destination_without_a_locale_mails_in_its_tenants() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
-    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+    let (db, inbox) = inbox_with_destination("cfo", &["--to", "cfo@acme.example"]).await;
     add_email_destination(
         &db,
         &inbox,
@@ -916,12 +742,11 @@ async fn a_destination_without_a_locale_mails_in_its_tenants() {
     .await;
     let refused = outboxctl(&db, &["tenant", "configure", "acme", "--locale", "fr"]).await;
     assert!(!refused.ok, "{}", refused.stdout);
-    assert!(refused.stderr.contains("fr"), "{}", refused.stderr);
-    let run = outboxctl(&db, &["tenant", "configure", "acme", "--locale", "es"]).await;
-    assert!(run.ok, "{}", run.stderr);
+    assert_contains(&refused.stderr, "fr");
+    outboxctl_ok(&db, &["tenant", "configure", "acme", "--locale", "es"]).await;
 
-    let tenants = approve(&db, "cfo", "contract:A-17").await;
-    let own = approve(&db, "ops", "contract:A-17").await;
+    let tenants = approve_renewal(&db, "cfo", "contract:A-17").await;
+    let own = approve_renewal(&db, "ops", "contract:A-17").await;
     drain_logged(&db, "w1", &[]).await;
     for (id, expected) in [(tenants, "15 de enero de 2027"), (own, "January 15, 2027")] {
         assert_eq!(state_of(&db, id).await, "accepted");
@@ -974,8 +799,8 @@ async fn email_over_starttls_and_implicit_tls_reaches_the_inbox_once_with_auth_a
     let smtps_port = inbox.smtps_port.clone().unwrap();
     add_relay_destination(&db, "ops", &smtps_port, "tls", &ops).await;
 
-    let over_starttls = approve(&db, "cfo", "contract:A-17").await;
-    let over_tls = approve(&db, "ops", "contract:A-17").await;
+    let over_starttls = approve_renewal(&db, "cfo", "contract:A-17").await;
+    let over_tls = approve_renewal(&db, "ops", "contract:A-17").await;
     let logs = drain_logged(&db, "w1", &[]).await;
 
     let messages = inbox.messages().await;
@@ -1030,7 +855,7 @@ async fn a_certificate_for_another_name_or_from_an_untrusted_ca_is_class_tls_and
     for destination in ["misnamed", "other-ca", "public-roots"] {
         ids.push((
             destination,
-            approve(&db, destination, "contract:A-17").await,
+            approve_renewal(&db, destination, "contract:A-17").await,
         ));
     }
     // One attempt each: the retry is an hour away.
@@ -1070,7 +895,7 @@ async fn a_relay_that_does_not_offer_starttls_gets_nothing_in_plain_text_not_eve
     ];
     flags.extend(auth.iter().map(String::as_str));
     add_relay_destination(&db, "cfo", &inbox.smtp_port, "starttls", &flags).await;
-    let id = approve(&db, "cfo", "contract:A-17").await;
+    let id = approve_renewal(&db, "cfo", "contract:A-17").await;
 
     drain_logged(&db, "w1", &["--retry-delays", "1h"]).await;
     assert_eq!(state_of(&db, id).await, "pending");
@@ -1089,10 +914,8 @@ async fn a_relay_that_does_not_offer_starttls_gets_nothing_in_plain_text_not_eve
 
 #[tokio::test]
 async fn a_refused_sender_is_not_sent_with_class_mail_from_and_retried_whatever_the_reply() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
-    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
-    let id = approve(&db, "cfo", "contract:A-17").await;
+    let (db, inbox) = inbox_with_destination("cfo", &["--to", "cfo@acme.example"]).await;
+    let id = approve_renewal(&db, "cfo", "contract:A-17").await;
     inbox
         .faults(json!({"smtp_mail_from_script": ["451 4.7.1 sender deferred", "550 5.7.1 sender refused"]}))
         .await;
@@ -1117,9 +940,7 @@ async fn a_refused_sender_is_not_sent_with_class_mail_from_and_retried_whatever_
 
 #[tokio::test]
 async fn a_contracts_owners_get_its_renewal_alert_beside_the_destinations_recipients_once() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
-    add_email_destination(&db, &inbox, "finance", &["--to", "cfo@acme.example"]).await;
+    let (db, inbox) = inbox_with_destination("finance", &["--to", "cfo@acme.example"]).await;
     let dir = std::env::temp_dir().join(format!("outbox-contracts-{}", Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     let header = "external_id,vendor,amount,currency,renewal_date,destinations,recipients\n";
@@ -1137,17 +958,7 @@ async fn a_contracts_owners_get_its_renewal_alert_beside_the_destinations_recipi
     )
     .unwrap();
 
-    let refused = outboxctl(
-        &db,
-        &[
-            "contract",
-            "import",
-            bad.to_str().unwrap(),
-            "--tenant",
-            "acme",
-        ],
-    )
-    .await;
+    let refused = import_contracts(&db, &bad).await;
     assert!(!refused.ok, "{}", refused.stdout);
     assert!(
         refused.stderr.starts_with("error:")
@@ -1157,30 +968,13 @@ async fn a_contracts_owners_get_its_renewal_alert_beside_the_destinations_recipi
         refused.stderr
     );
     assert_eq!(db.count("contracts").await, 0, "a bad file writes nothing");
-    let imported = outboxctl(
-        &db,
-        &[
-            "contract",
-            "import",
-            good.to_str().unwrap(),
-            "--tenant",
-            "acme",
-        ],
-    )
-    .await;
+    let imported = import_contracts(&db, &good).await;
     assert!(imported.ok, "{}", imported.stderr);
     std::fs::remove_dir_all(&dir).unwrap();
 
     // Thirty days before the action date: the 30-day alert is due.
-    let decided = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
-        .args([
-            "run-once",
-            "--now",
-            "2026-12-16T12:00:00Z",
-            "--database-url",
-            &db.url,
-        ])
-        .env("RUST_LOG", "warn")
+    let decided = common::decider::run_once(&db.url)
+        .args(["--now", "2026-12-16T12:00:00Z"])
         .output()
         .await
         .status;
@@ -1214,9 +1008,7 @@ async fn a_contracts_owners_get_its_renewal_alert_beside_the_destinations_recipi
 
 #[tokio::test]
 async fn sighup_reloads_the_tenants_templates_for_the_next_alert() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
-    add_email_destination(&db, &inbox, "cfo", &["--to", "cfo@acme.example"]).await;
+    let (db, inbox) = inbox_with_destination("cfo", &["--to", "cfo@acme.example"]).await;
     let templates = std::env::temp_dir().join(format!("outbox-templates-{}", Uuid::new_v4()));
     std::fs::create_dir_all(templates.join("acme")).unwrap();
     let subject = templates.join("acme/contract_renewal.en.subject.txt");
@@ -1231,7 +1023,7 @@ async fn sighup_reloads_the_tenants_templates_for_the_next_alert() {
     )
     .await;
 
-    let before = approve(&db, "cfo", "contract:A-17").await;
+    let before = approve_renewal(&db, "cfo", "contract:A-17").await;
     let accepted = |id: Uuid| {
         format!("SELECT count(*) FROM alert_states WHERE alert_id = '{id}' AND state = 'accepted'")
     };
@@ -1254,7 +1046,7 @@ async fn sighup_reloads_the_tenants_templates_for_the_next_alert() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let after = approve(&db, "cfo", "contract:B-2").await;
+    let after = approve_renewal(&db, "cfo", "contract:B-2").await;
     wait_for_db(&db, &accepted(after), |n| n == 1).await;
 
     let messages = inbox.messages().await;
@@ -1262,6 +1054,12 @@ async fn sighup_reloads_the_tenants_templates_for_the_next_alert() {
     assert_eq!(for_alert(&messages, after)[0]["subject"], "After: A-17");
     drop(dispatcher);
     std::fs::remove_dir_all(&templates).unwrap();
+}
+
+/// `outboxctl contract import FILE --tenant acme`.
+async fn import_contracts(db: &TestDb, file: &std::path::Path) -> common::CliRun {
+    let path = file.to_str().unwrap();
+    outboxctl(db, &["contract", "import", path, "--tenant", "acme"]).await
 }
 
 /// Recipients a `To` header cannot be trusted to show: a quoted local part (a header built
@@ -1292,7 +1090,7 @@ fn renewal_naming(recipients: &[&str]) -> Value {
 #[tokio::test]
 async fn recipients_a_to_header_would_hide_are_refused_at_approval_and_nothing_is_mailed() {
     let api = common::Api::start().await;
-    let inbox = Inbox::start(&[]).await;
+    let inbox = Inbox::start().await;
     add_email_destination(&api.db, &inbox, "finance", &["--to", "legit@acme.example"]).await;
     for (n, hidden) in HIDDEN.iter().enumerate() {
         let payload = renewal_naming(&["cfo@acme.example", "spy@attacker.example", hidden]);
@@ -1324,7 +1122,7 @@ async fn recipients_a_to_header_would_hide_are_refused_at_approval_and_nothing_i
 #[tokio::test]
 async fn an_alert_names_at_most_100_recipients_at_approval() {
     let api = common::Api::start().await;
-    let inbox = Inbox::start(&[]).await;
+    let inbox = Inbox::start().await;
     add_email_destination(&api.db, &inbox, "finance", &["--to", "legit@acme.example"]).await;
     let owners: Vec<String> = (0..=100)
         .map(|i| format!("owner-{i}@acme.example"))
@@ -1362,14 +1160,12 @@ async fn an_alert_names_at_most_100_recipients_at_approval() {
 
 #[tokio::test]
 async fn a_hidden_recipient_stored_before_the_check_fails_the_alert_at_send_with_nothing_mailed() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
-    add_email_destination(&db, &inbox, "finance", &["--to", "legit@acme.example"]).await;
+    let (db, inbox) = inbox_with_destination("finance", &["--to", "legit@acme.example"]).await;
     // Rows as a version without the check could have written them: the payload is
     // rewritten in place, past the approval's check.
     let mut alerts = Vec::new();
     for (n, hidden) in HIDDEN.iter().enumerate() {
-        let id = approve(&db, "finance", &format!("contract:A-{n}")).await;
+        let id = approve_renewal(&db, "finance", &format!("contract:A-{n}")).await;
         sqlx::query("UPDATE alerts SET payload = $1 WHERE id = $2")
             .bind(renewal_naming(&["spy@attacker.example", hidden]))
             .bind(id)
@@ -1389,10 +1185,8 @@ async fn a_hidden_recipient_stored_before_the_check_fails_the_alert_at_send_with
 
 #[tokio::test]
 async fn a_stored_message_whose_to_header_leaves_out_a_recipient_is_never_sent() {
-    let db = TestDb::new().await;
-    let inbox = Inbox::start(&[]).await;
-    add_email_destination(&db, &inbox, "finance", &["--to", "legit@acme.example"]).await;
-    let id = approve(&db, "finance", "contract:A-17").await;
+    let (db, inbox) = inbox_with_destination("finance", &["--to", "legit@acme.example"]).await;
+    let id = approve_renewal(&db, "finance", "contract:A-17").await;
     sqlx::query("UPDATE alerts SET payload = $1 WHERE id = $2")
         .bind(renewal_naming(&["spy@attacker.example"]))
         .bind(id)
@@ -1430,7 +1224,7 @@ async fn a_stored_message_whose_to_header_leaves_out_a_recipient_is_never_sent()
 #[tokio::test]
 async fn everyone_a_message_is_sent_to_is_named_in_its_to_header() {
     let api = common::Api::start().await;
-    let inbox = Inbox::start(&[]).await;
+    let inbox = Inbox::start().await;
     add_email_destination(
         &api.db,
         &inbox,
@@ -1493,7 +1287,7 @@ async fn contract_files_naming_hidden_recipients_import_nothing() {
 
         for (file, row) in [(&csv, "line 3"), (&json, "item 2")] {
             let path = file.to_str().unwrap();
-            let run = outboxctl(&db, &["contract", "import", path, "--tenant", "acme"]).await;
+            let run = import_contracts(&db, file).await;
             assert!(!run.ok, "{path} with {hidden} was imported");
             assert!(
                 run.stderr.starts_with("error:")
@@ -1512,49 +1306,33 @@ async fn contract_files_naming_hidden_recipients_import_nothing() {
 async fn destination_recipients_that_a_to_header_would_hide_are_refused_in_one_line() {
     let db = TestDb::new().await;
     assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
-    let base = [
-        "destination",
-        "add",
-        "--tenant",
-        "acme",
-        "--name",
-        "finance",
-        "--from",
-        "alerts@acme.example",
-        "--allow-private",
-        TEST_ALLOW_PRIVATE,
-    ];
-    let email = [
-        "--kind",
-        "email",
-        "--smtp-host",
-        "127.0.0.1",
-        "--smtp-tls",
-        "none",
-    ];
-    let email_api = [
-        "--url",
-        "https://8.8.8.8/emails",
-        "--body-template",
-        "email-api-resend",
-    ];
+    let finance = || {
+        DestinationAdd::named("finance")
+            .args(&["--from", "alerts@acme.example"])
+            .loopback_allowed()
+    };
+    let email = ["--kind", "email", "--smtp-host", "127.0.0.1"];
+    let email = [&email[..], &["--smtp-tls", "none"]].concat();
     let key = std::env::temp_dir().join(format!("outbox-api-key-{}", Uuid::new_v4()));
     std::fs::write(&key, "re_test_key\n").unwrap();
-    let key_flags = ["--bearer-token-file", key.to_str().unwrap()];
-    let email_api: Vec<&str> = [&email_api[..], &key_flags[..]].concat();
+    let email_api = ["--url", "https://8.8.8.8/emails"];
+    let email_api = [&email_api[..], &["--body-template", "email-api-resend"]].concat();
+    let email_api = [
+        &email_api[..],
+        &["--bearer-token-file", key.to_str().unwrap()],
+    ]
+    .concat();
     for kind in [&email[..], &email_api[..]] {
         for (hidden, why) in HIDDEN.iter().zip([
             "has a quoted local part",
             "is addressed to an IP address",
             "is addressed to an IP address",
         ]) {
-            let args = [
-                &base[..],
-                kind,
-                &["--to", "cfo@acme.example", "--to", hidden],
-            ]
-            .concat();
-            let run = outboxctl(&db, &args).await;
+            let add = finance()
+                .args(kind)
+                .args(&["--to", "cfo@acme.example", "--to", hidden]);
+            let args = add.to_args();
+            let run = add.run(&db).await;
             assert!(!run.ok, "{args:?} was accepted");
             assert_eq!(run.stderr.trim_end().lines().count(), 1, "{}", run.stderr);
             assert!(
@@ -1567,8 +1345,7 @@ async fn destination_recipients_that_a_to_header_would_hide_are_refused_in_one_l
     }
     assert_eq!(db.count("destinations").await, 0);
     // The same flags with plain addresses are accepted.
-    let args = [&base[..], &email[..], &["--to", "cfo@acme.example"]].concat();
-    let run = outboxctl(&db, &args).await;
-    assert!(run.ok, "{}", run.stderr);
+    let add = finance().args(&email).args(&["--to", "cfo@acme.example"]);
+    add.add(&db).await;
     std::fs::remove_file(&key).unwrap();
 }

@@ -8,14 +8,15 @@
 
 use crate::common;
 
-use common::outboxctl;
+use common::alerts::{approve_renewal, evidence, reference_of, state_of};
+use common::assert_contains;
+use common::destinations::DestinationAdd;
 use common::procs::*;
+use common::{outboxctl, outboxctl_ok};
 use outbox_testkit::TestDb;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
-
-const RENEWAL: &str = r#"{"kind": "contract_renewal", "contract": "A-17", "vendor": "Acme Tools", "amount": 12000.00, "currency": "EUR", "renewal_date": "2027-01-15", "action_date": "2026-12-16", "days_remaining": 30, "tier": 30}"#;
 
 const API_KEY: &str = "re_test_0123456789abcdef";
 
@@ -40,65 +41,36 @@ async fn add_resend_destination(db: &TestDb, sink: &Sink) {
     assert!(outboxctl(db, &["tenant", "create", "acme"]).await.ok);
     let key_file = temp_file("api-key", &format!("{API_KEY}\n"));
     let url = format!("{}/emails", sink.base);
-    let run = outboxctl(
-        db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "resend",
-            "--url",
-            &url,
-            "--body-template",
-            "email-api-resend",
-            "--from",
-            "Acme Alerts <alerts@acme.example>",
-            "--to",
-            "cfo@acme.example",
-            "--locale",
-            "es",
-            "--bearer-token-file",
-            &key_file,
-            "--idempotency-retention",
-            "24h",
-            "--allow-private",
-            TEST_ALLOW_PRIVATE,
-        ],
-    )
-    .await;
+    let add = DestinationAdd::webhook("resend", &url)
+        .args(&["--body-template", "email-api-resend"])
+        .args(&["--from", "Acme Alerts <alerts@acme.example>"])
+        .args(&["--to", "cfo@acme.example", "--locale", "es"])
+        .args(&["--bearer-token-file", &key_file])
+        .args(&["--idempotency-retention", "24h"])
+        .loopback_allowed();
+    let run = add.run(db).await;
     let _ = std::fs::remove_file(&key_file);
     assert!(run.ok, "{}", run.stderr);
 }
 
-async fn approve(db: &TestDb) -> Uuid {
-    let tenant = outbox_store::tenants::find(&db.pool, "acme").await.unwrap();
-    match outbox_store::alerts::approve(
-        &db.pool,
-        outbox_store::alerts::Approval {
-            tenant_id: tenant.id,
-            destination: "resend",
-            subject: "contract:A-17",
-            occurrence: "2027-01-15/30d",
-            payload_json: RENEWAL,
-            actor: "test",
-        },
-    )
-    .await
-    .unwrap()
-    {
-        outbox_store::alerts::ApproveOutcome::Created(id) => id,
-        other => panic!("expected a new alert, got {other:?}"),
-    }
-}
-
-#[tokio::test]
-async fn an_email_api_receives_the_rendered_email_in_its_shape_with_the_key_and_its_api_key() {
+/// A test's set-up: a fresh database, a sink that keeps the bodies it gets (and keys for a
+/// day), the Resend-shaped destination posting to it, and one renewal approved for it.
+async fn one_renewal_for_resend() -> (TestDb, Sink, Uuid) {
     let db = TestDb::new().await;
     let sink = Sink::start(&["--retention", "24h", "--keep-bodies"]).await;
     add_resend_destination(&db, &sink).await;
     let id = approve(&db).await;
+    (db, sink, id)
+}
+
+/// Approves the renewal of contract A-17 for `resend`.
+async fn approve(db: &TestDb) -> Uuid {
+    approve_renewal(db, "resend", "contract:A-17").await
+}
+
+#[tokio::test]
+async fn an_email_api_receives_the_rendered_email_in_its_shape_with_the_key_and_its_api_key() {
+    let (db, sink, id) = one_renewal_for_resend().await;
     drain(&db, "w1", &[]).await;
 
     assert_eq!(state_of(&db, id).await, "accepted");
@@ -147,32 +119,19 @@ async fn an_email_api_receives_the_rendered_email_in_its_shape_with_the_key_and_
         "{trail}"
     );
     // The destination's reference is the API's answer (`{"id": ...}`).
-    let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
-            .bind(id)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let reference = reference_of(&db, id).await;
     assert_eq!(reference.as_deref(), record["receipt"].as_str());
 
     // The key is never shown: the listing says only that there is one.
-    let list = outboxctl(&db, &["destination", "list", "--tenant", "acme"]).await;
-    assert!(list.ok, "{}", list.stderr);
-    assert!(
-        list.stdout.contains("webhook (email-api-resend)"),
-        "{}",
-        list.stdout
-    );
-    assert!(list.stdout.contains("api key"), "{}", list.stdout);
+    let list = outboxctl_ok(&db, &["destination", "list", "--tenant", "acme"]).await;
+    assert_contains(&list.stdout, "webhook (email-api-resend)");
+    assert_contains(&list.stdout, "api key");
     assert!(!list.stdout.contains(API_KEY), "{}", list.stdout);
 }
 
 #[tokio::test]
 async fn a_retry_after_a_server_error_sends_the_same_bytes_with_the_same_key() {
-    let db = TestDb::new().await;
-    let sink = Sink::start(&["--retention", "24h", "--keep-bodies"]).await;
-    add_resend_destination(&db, &sink).await;
-    let id = approve(&db).await;
+    let (db, sink, id) = one_renewal_for_resend().await;
     // The first attempt meets a 500 (the API may have acted); the destination keeps keys
     // for 24 hours, so it is resent with the same key inside that window.
     sink.faults(json!({"script": [{"status": 500}]})).await;
@@ -231,12 +190,11 @@ async fn a_body_template_stored_once_is_resent_unchanged_after_the_destination_c
         .execute(&db.pool)
         .await
         .unwrap();
-    let replay = outboxctl(
+    outboxctl_ok(
         &db,
         &["replay", &id.to_string(), "--note", "not in the API's log"],
     )
     .await;
-    assert!(replay.ok, "{}", replay.stderr);
     drain(&db, "w2", &[]).await;
 
     assert_eq!(state_of(&db, id).await, "accepted");

@@ -8,7 +8,9 @@
 
 use crate::common;
 
-use common::procs::{add_destination, drain, wait_for_db};
+use common::assert_contains;
+use common::destinations::add_destination;
+use common::procs::{drain, wait_for_db};
 use common::{add_tenant, counts, outboxctl, renewal, Api, CliRun};
 use outbox_testkit::TestDb;
 use reqwest::StatusCode;
@@ -37,15 +39,7 @@ async fn start_hostile_destination() -> String {
 /// Asserts a refusal: non-zero exit, one `error:` line mentioning `needle`, no raw
 /// control character, nothing on stdout.
 fn assert_refused(run: &CliRun, needle: &str) {
-    assert!(!run.ok, "should have failed: {}", run.stdout);
-    assert!(run.stdout.is_empty(), "stdout: {}", run.stdout);
-    assert_eq!(run.stderr.lines().count(), 1, "stderr: {}", run.stderr);
-    assert!(run.stderr.starts_with("error: "), "stderr: {}", run.stderr);
-    assert!(
-        run.stderr.contains(needle),
-        "`{needle}` not in: {}",
-        run.stderr
-    );
+    common::assert_refused(run, needle);
     assert!(
         !has_raw_controls(&run.stderr),
         "raw control in: {:?}",
@@ -94,7 +88,7 @@ async fn a_destinations_answer_cannot_act_on_the_operators_terminal() {
         );
     }
     let show = outboxctl(&api.db, &["alert", "show", &id]).await;
-    assert!(show.stdout.contains("\\u{202e}gnp.exe"), "{}", show.stdout);
+    assert_contains(&show.stdout, "\\u{202e}gnp.exe");
 
     // `--json` carries no raw control either, and still says exactly what was sent.
     for args in [
@@ -274,7 +268,7 @@ async fn contract_import_applies_the_identity_rules() {
         .await;
         std::fs::remove_file(&file).unwrap();
         assert_refused(&run, needle);
-        assert!(run.stderr.contains("line 3"), "{}", run.stderr);
+        assert_contains(&run.stderr, "line 3");
     }
     assert_eq!(db.count("contracts").await, 0);
 }

@@ -5,10 +5,11 @@
 //! held, exactly the rows it had in flight.
 
 use crate::common;
-use crate::common::procs::{
-    approve_many, dispatcher_args, spawn_dispatcher, Sink, DEADLINE, TEST_ALLOW_PRIVATE,
-};
-use crate::common::{add_tenant, outboxctl};
+use crate::common::add_tenant;
+use crate::common::alerts::approve_many;
+use crate::common::destinations::DestinationAdd;
+use crate::common::procs::{dispatcher_args, spawn_dispatcher, Sink, DEADLINE};
+use common::assert_contains;
 use outbox_testkit::process::Process;
 use outbox_testkit::TestDb;
 use serde_json::json;
@@ -42,31 +43,14 @@ async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
     let sink = Sink::start(&[]).await;
     sink.faults(json!({"latency_ms": 150})).await;
     // No lookup, no de-duplication window, `hold`: added without --max-in-flight.
-    let added = outboxctl(
-        &db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "plain",
-            "--url",
-            &sink.hook_url(),
-            "--timeout",
-            "1s",
-            "--allow-private",
-            TEST_ALLOW_PRIVATE,
-        ],
-    )
-    .await;
-    assert!(added.ok, "{}", added.stderr);
-    assert!(
-        added
-            .stderr
-            .contains("a crash can leave at most 4 alerts uncertain here (held for an operator)"),
-        "{}",
-        added.stderr
+    let added = DestinationAdd::webhook("plain", &sink.hook_url())
+        .args(&["--timeout", "1s"])
+        .loopback_allowed()
+        .add(&db)
+        .await;
+    assert_contains(
+        &added.stderr,
+        "a crash can leave at most 4 alerts uncertain here (held for an operator)",
     );
     let destination: uuid::Uuid = added.stdout.trim().parse().unwrap();
     let bound: i32 = sqlx::query_scalar("SELECT max_in_flight FROM destinations WHERE id = $1")
@@ -100,7 +84,7 @@ async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
         assert!(
             started.elapsed() < DEADLINE,
             "no dispatcher ever had rows in flight; states {:?}",
-            common::procs::states(&db).await
+            common::alerts::states(&db).await
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
@@ -131,7 +115,7 @@ async fn two_dispatchers_stay_within_the_bound_and_a_crash_holds_at_most_it() {
         most <= bound,
         "{most} rows in sending at once, bound {bound}"
     );
-    let states = common::procs::states(&db).await;
+    let states = common::alerts::states(&db).await;
     let held = states.get("held").copied().unwrap_or(0);
     assert_eq!(held, killed_share, "held: {states:?}");
     assert!(held <= bound);

@@ -6,6 +6,8 @@
 use crate::common;
 
 use common::add_tenant;
+use common::decider::DeciderServe;
+use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::TestDb;
 
@@ -20,37 +22,15 @@ async fn logs_carry_the_alert_and_never_a_token_or_a_secret() {
         d.signing_secrets = vec![SECRET.to_owned()];
     })
     .await;
-    let debug = [("RUST_LOG", "debug")];
-    let (mut decider, api) = spawn_listening(
-        env!("CARGO_BIN_EXE_decider"),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--interval",
-            "1h",
-            "--database-url",
-            &db.url,
-        ],
-        &debug,
-        "approval API listening",
-    )
-    .await;
-    let decider_metrics = format!(
-        "http://{}",
-        decider.listening("decider metrics listening").await
-    );
-    let args = dispatcher_args(&db, "logger", &["--metrics-listen", "127.0.0.1:0"]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (dispatcher, metrics) = spawn_listening(
-        env!("CARGO_BIN_EXE_dispatcher"),
-        &args,
-        &debug,
-        "dispatcher metrics listening",
-    )
-    .await;
+    let decider = DeciderServe::on(&db.url)
+        .with_metrics()
+        .env("RUST_LOG", "debug")
+        .start()
+        .await;
+    let (api, decider_metrics) = (decider.api.clone(), decider.metrics().to_owned());
+    let args = dispatcher_args(&db, "logger", &[]);
+    let (dispatcher, metrics) =
+        spawn_dispatcher_with_metrics(&args, &[("RUST_LOG", "debug")]).await;
 
     let http = reqwest::Client::new();
     let approval = serde_json::json!({"destination": "ops", "subject": "s", "occurrence": "o", "payload": {"a": 1}});
@@ -85,14 +65,7 @@ async fn logs_carry_the_alert_and_never_a_token_or_a_secret() {
     )
     .await;
 
-    let decider_text = http
-        .get(format!("{decider_metrics}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let decider_text = metrics_text(&http, &decider_metrics).await;
     assert!(
         decider_text.contains("outbox_approvals_total{result=\"created\"} 1"),
         "{decider_text}"
@@ -104,14 +77,7 @@ async fn logs_carry_the_alert_and_never_a_token_or_a_secret() {
     // The dispatcher counts a delivery once its record is committed; poll for it.
     let started = std::time::Instant::now();
     loop {
-        let text = http
-            .get(format!("{metrics}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = metrics_text(&http, &metrics).await;
         if text.contains("outbox_approval_to_acceptance_seconds_count{destination=\"ops\"} 1") {
             break;
         }

@@ -12,6 +12,8 @@ use crate::common;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use common::add_tenant;
+use common::alerts::{approve_many, evidence, reference_of, state_of};
+use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::TestDb;
 use serde_json::json;
@@ -220,12 +222,7 @@ async fn a_lookup_that_recovers_still_settles_the_alert_accepted() {
     assert_eq!(outcomes, ["uncertain", "uncertain", "found"]);
     let records = sink.records(&id.to_string()).await;
     assert_eq!(records.len(), 1, "confirmed without resending: {records:?}");
-    let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
-            .bind(id)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let reference = reference_of(&db, id).await;
     assert_eq!(reference.as_deref(), records[0]["receipt"].as_str());
     assert!(evidence(&db, id)
         .await

@@ -6,7 +6,9 @@
 
 use crate::common;
 
-use common::procs::{add_destination, spawn_listening, DEADLINE};
+use common::decider::{self, DeciderServe};
+use common::destinations::add_destination;
+use common::procs::DEADLINE;
 use jiff::civil::Date;
 use jiff::Timestamp;
 use outbox_testkit::TestDb;
@@ -218,9 +220,7 @@ async fn cron_firing_fifty_times_and_four_deciders_at_once_make_one_alert_per_id
     // Four deciders at once, each firing several times.
     let mut children = Vec::new();
     for _ in 0..4 {
-        let run = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
-            .args(["run-once", "--now", &now, "--database-url", &db.url])
-            .env("RUST_LOG", "warn");
+        let run = decider::run_once(&db.url).args(["--now", &now]);
         children.push(tokio::spawn(run.output()));
     }
     for child in children {
@@ -302,9 +302,7 @@ async fn news_ingested_twice_and_two_deciders_give_one_alert_per_entry_article_a
 
     let runs: Vec<_> = (0..2)
         .map(|_| {
-            let run = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
-                .args(["run-once", "--database-url", &db.url])
-                .env("RUST_LOG", "warn");
+            let run = decider::run_once(&db.url);
             tokio::spawn(run.output())
         })
         .collect();
@@ -411,18 +409,8 @@ async fn the_poller_follows_next_and_resumes_from_its_cursor() {
     let (url, asked) = fake_webz().await;
 
     let poll = || async {
-        let status = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
-            .args([
-                "run-once",
-                "--database-url",
-                &db.url,
-                "--news-url",
-                &url,
-                "--allow-private",
-                common::procs::TEST_ALLOW_PRIVATE,
-            ])
+        let status = decider::poll_news_once(&db.url, &url)
             .env("WEBZ_TOKEN", "secret-token")
-            .env("RUST_LOG", "warn")
             .output()
             .await
             .status;
@@ -560,28 +548,16 @@ async fn decider_serve_runs_the_monitors_beside_the_api() {
         .unwrap()
         .to_string();
     import(&db, t, &contract("C-1", &soon, 0)).await;
-    let (_decider, base) = spawn_listening(
-        env!("CARGO_BIN_EXE_decider"),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--interval",
-            "1h",
-            "--database-url",
-            &db.url,
-        ],
-        &[],
-        "approval API listening",
-    )
-    .await;
+    let decider = DeciderServe::on(&db.url).start().await;
     let started = std::time::Instant::now();
     while db.count("alerts").await == 0 {
         assert!(started.elapsed() < DEADLINE, "the monitors never ran");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(occurrences(&db).await, [format!("{soon}/15d")]);
-    let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
+    let health = reqwest::get(format!("{}/healthz", decider.api))
+        .await
+        .unwrap();
     assert_eq!(health.status(), reqwest::StatusCode::OK);
 }
 

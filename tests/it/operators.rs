@@ -8,8 +8,11 @@
 use crate::common;
 
 use common::add_tenant;
+use common::alerts::{approve_many, evidence, reference_of, state_of, states};
+use common::assert_contains;
+use common::destinations::{acme_with_ops_at, add_destination};
 use common::procs::*;
-use common::{outboxctl, revise, CliRun as Run};
+use common::{outboxctl, outboxctl_ok, revise, CliRun as Run};
 use outbox_testkit::TestDb;
 use serde_json::{json, Value};
 
@@ -26,10 +29,8 @@ fn refused(run: &Run, needle: &str) {
 /// Three alerts held at a plain destination whose answers were all lost.
 async fn three_held() -> (TestDb, Sink, Vec<uuid::Uuid>) {
     let sink = Sink::start(&["--drop-response-rate", "1"]).await;
-    let db = TestDb::new().await;
-    let tenant = add_tenant(&db, "acme", &[]).await;
-    add_destination(&db, tenant.id, "ops", &sink.hook_url(), |_| {}).await;
-    let ids = approve_many(&db, tenant.id, "ops", 3).await;
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
+    let ids = approve_many(&db, tenant_id, "ops", 3).await;
     drain(&db, "w", &[]).await;
     assert_eq!(states(&db).await, [("held".to_owned(), 3)].into());
     sink.faults(json!({"drop_response_rate": 0.0})).await;
@@ -48,14 +49,9 @@ async fn counts(db: &TestDb) -> (i64, i64, i64) {
 async fn held_alerts_are_listed_replayed_with_a_note_and_delivered_with_their_key() {
     let (db, sink, ids) = three_held().await;
 
-    let list = outboxctl(&db, &["outbox", "list", "--status", "held"]).await;
-    assert!(list.ok, "{}", list.stderr);
+    let list = outboxctl_ok(&db, &["outbox", "list", "--status", "held"]).await;
     assert_eq!(list.stdout.lines().count(), 4);
-    assert!(
-        list.stdout.contains("held for reconciliation"),
-        "{}",
-        list.stdout
-    );
+    assert_contains(&list.stdout, "held for reconciliation");
     let json = outboxctl(
         &db,
         &[
@@ -123,7 +119,7 @@ async fn held_alerts_are_listed_replayed_with_a_note_and_delivered_with_their_ke
 
     // An interrupted bulk replay: one alert was replayed before the interruption; the
     // rerun replays the other two, not that one again.
-    let one = outboxctl(
+    outboxctl_ok(
         &db,
         &[
             "replay",
@@ -133,8 +129,7 @@ async fn held_alerts_are_listed_replayed_with_a_note_and_delivered_with_their_ke
         ],
     )
     .await;
-    assert!(one.ok, "{}", one.stderr);
-    let rest = outboxctl(
+    let rest = outboxctl_ok(
         &db,
         &[
             "replay",
@@ -145,7 +140,6 @@ async fn held_alerts_are_listed_replayed_with_a_note_and_delivered_with_their_ke
         ],
     )
     .await;
-    assert!(rest.ok, "{}", rest.stderr);
     assert_eq!(rest.stdout.trim(), "2");
     assert_eq!(states(&db).await, [("pending".to_owned(), 3)].into());
     let lines = evidence(&db, ids[0]).await;
@@ -205,7 +199,7 @@ async fn resolving_records_what_the_operator_found() {
     let missing_finding = outboxctl(&db, &["resolve", &a, "--note", "x"]).await;
     assert!(!missing_finding.ok);
 
-    let accepted = outboxctl(
+    let accepted = outboxctl_ok(
         &db,
         &[
             "resolve",
@@ -218,14 +212,8 @@ async fn resolving_records_what_the_operator_found() {
         ],
     )
     .await;
-    assert!(accepted.ok, "{}", accepted.stderr);
     assert_eq!(accepted.stdout.trim(), "accepted");
-    let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
-            .bind(ids[0])
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let reference = reference_of(&db, ids[0]).await;
     assert_eq!(reference.as_deref(), Some("INV-1"));
     assert!(evidence(&db, ids[0]).await.last().unwrap().contains("resolved by cli:alice: delivery confirmed at the destination (reference INV-1): seen in the vendor portal"));
 
@@ -284,8 +272,7 @@ async fn revise_disable_enable_and_stats() {
     let tenant = add_tenant(&db, "acme", &[]).await;
     add_destination(&db, tenant.id, "ops", &sink.hook_url(), |_| {}).await;
 
-    let off = outboxctl(&db, &["destination", "disable", "ops", "--tenant", "acme"]).await;
-    assert!(off.ok, "{}", off.stderr);
+    outboxctl_ok(&db, &["destination", "disable", "ops", "--tenant", "acme"]).await;
     refused(
         &outboxctl(&db, &["destination", "disable", "nope", "--tenant", "acme"]).await,
         "no destination named `nope`",
@@ -322,7 +309,7 @@ async fn revise_disable_enable_and_stats() {
         "must be a JSON object",
     );
     assert_eq!(counts(&db).await, before);
-    let revised = outboxctl(
+    let revised = outboxctl_ok(
         &db,
         &[
             "revise",
@@ -334,7 +321,6 @@ async fn revise_disable_enable_and_stats() {
         ],
     )
     .await;
-    assert!(revised.ok, "{}", revised.stderr);
     let revision: uuid::Uuid = revised.stdout.trim().parse().unwrap();
     assert_eq!(state_of(&db, ids[0]).await, "superseded");
     assert_eq!(state_of(&db, revision).await, "pending");
@@ -348,8 +334,7 @@ async fn revise_disable_enable_and_stats() {
         "the revision and the other alert"
     );
 
-    let stats = outboxctl(&db, &["stats", "--json"]).await;
-    assert!(stats.ok, "{}", stats.stderr);
+    let stats = outboxctl_ok(&db, &["stats", "--json"]).await;
     let stats: Value = serde_json::from_str(&stats.stdout).unwrap();
     assert_eq!(stats["attempts_last_hour"], 2);
     assert_eq!(stats["accepted_last_hour"], 2);
@@ -365,12 +350,9 @@ async fn revise_disable_enable_and_stats() {
     assert_eq!(count("superseded"), Some(1));
     let table = outboxctl(&db, &["stats"]).await;
     assert!(table.stdout.starts_with("TENANT"), "{}", table.stdout);
-    assert!(
-        table
-            .stdout
-            .contains("last hour              2 attempt(s), 2 accepted (100.0%)"),
-        "{}",
-        table.stdout
+    assert_contains(
+        &table.stdout,
+        "last hour              2 attempt(s), 2 accepted (100.0%)",
     );
 }
 
@@ -437,7 +419,7 @@ async fn a_corrected_alert_is_never_resolved_not_delivered() {
         "a refused resolve writes nothing"
     );
 
-    let abandoned = outboxctl(
+    outboxctl_ok(
         &db,
         &[
             "resolve",
@@ -448,6 +430,5 @@ async fn a_corrected_alert_is_never_resolved_not_delivered() {
         ],
     )
     .await;
-    assert!(abandoned.ok, "{}", abandoned.stderr);
     assert_eq!(state_of(&db, ids[0]).await, "failed");
 }

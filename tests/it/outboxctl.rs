@@ -6,34 +6,20 @@
 
 use crate::common;
 
-use common::{outboxctl, CliRun as Run};
+use common::assert_contains;
+use common::destinations::DestinationAdd;
+use common::{assert_refused, outboxctl, outboxctl_ok};
 use common::{renewal, Api};
 use outbox_testkit::TestDb;
 use serde_json::Value;
 
-/// Asserts a refusal: non-zero exit, one line on stderr starting with `error:` and
-/// mentioning `needle`, nothing on stdout.
-fn assert_refused(run: &Run, needle: &str) {
-    assert!(!run.ok, "should have failed: {}", run.stdout);
-    assert!(run.stdout.is_empty(), "stdout: {}", run.stdout);
-    assert_eq!(run.stderr.lines().count(), 1, "stderr: {}", run.stderr);
-    assert!(run.stderr.starts_with("error: "), "stderr: {}", run.stderr);
-    assert!(
-        run.stderr.contains(needle),
-        "`{needle}` not in: {}",
-        run.stderr
-    );
-}
-
 #[tokio::test]
 async fn setting_up_a_tenant_prints_only_what_scripts_capture() {
     let db = TestDb::new().await;
-    let migrate = outboxctl(&db, &["migrate"]).await;
-    assert!(migrate.ok, "{}", migrate.stderr);
+    let migrate = outboxctl_ok(&db, &["migrate"]).await;
     assert!(migrate.stdout.is_empty());
 
-    let tenant = outboxctl(&db, &["tenant", "create", "acme"]).await;
-    assert!(tenant.ok, "{}", tenant.stderr);
+    let tenant = outboxctl_ok(&db, &["tenant", "create", "acme"]).await;
     let tenant_id: uuid::Uuid = tenant.stdout.trim().parse().expect("stdout is the id");
     let stored: String = sqlx::query_scalar("SELECT name FROM tenants WHERE id = $1")
         .bind(tenant_id)
@@ -42,8 +28,7 @@ async fn setting_up_a_tenant_prints_only_what_scripts_capture() {
         .unwrap();
     assert_eq!(stored, "acme");
 
-    let token = outboxctl(&db, &["token", "create", "--tenant", "acme"]).await;
-    assert!(token.ok, "{}", token.stderr);
+    let token = outboxctl_ok(&db, &["token", "create", "--tenant", "acme"]).await;
     let token = token.stdout.trim().to_owned();
     assert!(token.starts_with("aot_"));
     // Only the hash is stored: the token's text appears nowhere in the table.
@@ -65,38 +50,23 @@ async fn setting_up_a_tenant_prints_only_what_scripts_capture() {
     .unwrap();
     assert_eq!(plain, 0);
 
-    let destination = outboxctl(
-        &db,
-        &[
-            "destination",
-            "add",
-            "--tenant",
-            "acme",
-            "--name",
-            "ops",
-            "--url",
-            "http://127.0.0.1:9000/hook",
-            "--secret",
-            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-            "--idempotency-header",
-            "Idempotency-Key",
-            "--idempotency-retention",
-            "24h",
-            "--lookup-url",
-            "http://127.0.0.1:9000/requests/{key}",
+    let destination = DestinationAdd::webhook("ops", "http://127.0.0.1:9000/hook")
+        .args(&["--secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"])
+        .args(&["--idempotency-header", "Idempotency-Key"])
+        .args(&["--idempotency-retention", "24h"])
+        .args(&["--lookup-url", "http://127.0.0.1:9000/requests/{key}"])
+        .args(&[
             "--on-uncertain",
             "retry",
             "--timeout",
             "5s",
             "--max-in-flight",
             "8",
-            // The URLs are on loopback, which only an explicit allow-list opens.
-            "--allow-private",
-            common::procs::TEST_ALLOW_PRIVATE,
-        ],
-    )
-    .await;
-    assert!(destination.ok, "{}", destination.stderr);
+        ])
+        // The URLs are on loopback, which only an explicit allow-list opens.
+        .loopback_allowed()
+        .add(&db)
+        .await;
     let destination_id: uuid::Uuid = destination.stdout.trim().parse().unwrap();
     let row: (String, f64, String, i32, i32, i32) = sqlx::query_as(
         "SELECT on_uncertain, extract(epoch FROM idempotency_retention)::float8, \
@@ -204,8 +174,7 @@ async fn alert_show_and_outbox_list_tell_the_story() {
     let (_, created) = api.approve(&api.acme.token, &renewal(9)).await;
     let id = created["id"].as_str().unwrap();
 
-    let show = outboxctl(&api.db, &["alert", "show", id]).await;
-    assert!(show.ok, "{}", show.stderr);
+    let show = outboxctl_ok(&api.db, &["alert", "show", id]).await;
     assert!(show
         .stdout
         .starts_with(&format!("alert {id}  (revision 0)")));
@@ -228,8 +197,7 @@ async fn alert_show_and_outbox_list_tell_the_story() {
         "not an alert id",
     );
 
-    let list = outboxctl(&api.db, &["outbox", "list"]).await;
-    assert!(list.ok, "{}", list.stderr);
+    let list = outboxctl_ok(&api.db, &["outbox", "list"]).await;
     let lines: Vec<&str> = list.stdout.lines().collect();
     assert_eq!(lines.len(), 2);
     assert!(lines[0].starts_with("ID") && lines[0].contains("LAST EVIDENCE"));
@@ -250,11 +218,7 @@ async fn alert_show_and_outbox_list_tell_the_story() {
     assert!(held.stdout.is_empty());
     let bad = outboxctl(&api.db, &["outbox", "list", "--status", "lost"]).await;
     assert!(!bad.ok);
-    assert!(
-        bad.stderr.contains("unknown state `lost`"),
-        "{}",
-        bad.stderr
-    );
+    assert_contains(&bad.stderr, "unknown state `lost`");
 }
 
 #[tokio::test]
@@ -262,33 +226,15 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
     let db = TestDb::new().await;
     assert!(outboxctl(&db, &["tenant", "create", "acme"]).await.ok);
     let add = |name: &'static str, extra: &'static [&'static str]| {
+        let webhook = DestinationAdd::webhook(name, "http://127.0.0.1:9000/hook");
+        let add = webhook.loopback_allowed().args(extra);
         let db = &db;
-        async move {
-            let mut args = vec![
-                "destination",
-                "add",
-                "--tenant",
-                "acme",
-                "--name",
-                name,
-                "--url",
-                "http://127.0.0.1:9000/hook",
-                "--allow-private",
-                common::procs::TEST_ALLOW_PRIVATE,
-            ];
-            args.extend_from_slice(extra);
-            let run = outboxctl(db, &args).await;
-            assert!(run.ok, "{}", run.stderr);
-            run
-        }
+        async move { add.add(db).await }
     };
     let plain = add("plain", &[]).await;
-    assert!(
-        plain.stderr.contains(
-            "in flight: at most 4 at once; a crash can leave at most 4 alerts uncertain here (held for an operator)"
-        ),
-        "{}",
-        plain.stderr
+    assert_contains(
+        &plain.stderr,
+        "in flight: at most 4 at once; a crash can leave at most 4 alerts uncertain here (held for an operator)",
     );
     add("dedup", &["--idempotency-retention", "24h"]).await;
     add(
@@ -316,14 +262,10 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
         ]
     );
 
-    let show = outboxctl(&db, &["destination", "show", "chosen", "--tenant", "acme"]).await;
-    assert!(show.ok, "{}", show.stderr);
-    assert!(
-        show.stdout.contains(
-            "max in flight:  2 (a crash can leave at most 2 alerts uncertain here (resent, possibly as duplicates))"
-        ),
-        "{}",
-        show.stdout
+    let show = outboxctl_ok(&db, &["destination", "show", "chosen", "--tenant", "acme"]).await;
+    assert_contains(
+        &show.stdout,
+        "max in flight:  2 (a crash can leave at most 2 alerts uncertain here (resent, possibly as duplicates))",
     );
     let json = outboxctl(
         &db,
@@ -344,16 +286,8 @@ async fn the_in_flight_bound_defaults_by_what_can_settle_and_is_explained() {
         "a crash can leave at most 16 alerts uncertain here (settled by a lookup)"
     );
     let list = outboxctl(&db, &["destination", "list"]).await;
-    assert!(
-        list.stdout.contains("A CRASH LEAVES AT MOST"),
-        "{}",
-        list.stdout
-    );
-    assert!(
-        list.stdout.contains("4 uncertain, held for an operator"),
-        "{}",
-        list.stdout
-    );
+    assert_contains(&list.stdout, "A CRASH LEAVES AT MOST");
+    assert_contains(&list.stdout, "4 uncertain, held for an operator");
 
     assert_refused(
         &outboxctl(&db, &["destination", "show", "nope", "--tenant", "acme"]).await,
@@ -368,8 +302,7 @@ async fn migrate_status_lists_applied_and_pending_migrations_and_changes_nothing
 
     // A migrated database: every migration applied, with when.
     let db = TestDb::new().await;
-    let run = outboxctl(&db, &["migrate", "--status"]).await;
-    assert!(run.ok, "{}", run.stderr);
+    let run = outboxctl_ok(&db, &["migrate", "--status"]).await;
     let rows: Vec<&str> = run.stdout.lines().skip(1).collect();
     assert_eq!(rows.len(), carried, "{}", run.stdout);
     assert!(

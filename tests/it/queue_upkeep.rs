@@ -6,22 +6,21 @@
 
 use crate::common;
 
-use common::add_tenant;
+use common::alerts::approve_many;
+use common::destinations::acme_with_ops_at;
 use common::procs::*;
 use outbox_testkit::TestDb;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispatcher_vacuums_the_queue_once_its_dead_tuples_pass_the_threshold() {
     let sink = Sink::start(&[]).await;
-    let db = TestDb::new().await;
-    let tenant = add_tenant(&db, "acme", &[]).await;
-    add_destination(&db, tenant.id, "ops", &sink.hook_url(), |_| {}).await;
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
     // Autovacuum must not be what clears them, wherever the server runs it.
     sqlx::query("ALTER TABLE outbox SET (autovacuum_enabled = false)")
         .execute(&db.pool)
         .await
         .unwrap();
-    approve_many(&db, tenant.id, "ops", 400).await;
+    approve_many(&db, tenant_id, "ops", 400).await;
 
     let _dispatcher = spawn_dispatcher(
         &dispatcher_args(&db, "upkeep", &["--queue-vacuum-after", "300"]),
@@ -73,9 +72,6 @@ async fn the_vacuum_threshold_must_be_a_positive_number_or_off() {
             "{bad}: {stderr}"
         );
     }
-    let nothing: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery_attempts")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let nothing = db.count("delivery_attempts").await;
     assert_eq!(nothing, 0);
 }

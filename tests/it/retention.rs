@@ -7,7 +7,8 @@
 
 use crate::common;
 
-use common::{add_tenant, outboxctl};
+use common::assert_contains;
+use common::{add_tenant, outboxctl, outboxctl_ok};
 use outbox_store::monitors::{approve_batch, MonitorAlert};
 use outbox_testkit::TestDb;
 use serde_json::Value;
@@ -126,12 +127,11 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
     }
 
     // A dry run counts and changes nothing.
-    let dry = outboxctl(
+    let dry = outboxctl_ok(
         &db,
         &["prune", "--older-than", "30d", "--dry-run", "--json"],
     )
     .await;
-    assert!(dry.ok, "{}", dry.stderr);
     let dry: Value = serde_json::from_str(&dry.stdout).unwrap();
     assert_eq!(
         (
@@ -146,8 +146,7 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
     }
 
     // One alert per transaction, to walk the cursor.
-    let run = outboxctl(&db, &["prune", "--older-than", "30d", "--batch", "1"]).await;
-    assert!(run.ok, "{}", run.stderr);
+    let run = outboxctl_ok(&db, &["prune", "--older-than", "30d", "--batch", "1"]).await;
     assert!(run.stdout.starts_with("pruned 2 alerts"), "{}", run.stdout);
     assert_eq!(kept(&db, accepted).await, ("{}".to_owned(), true, 0, 0));
     assert_eq!(kept(&db, superseded).await, ("{}".to_owned(), true, 0, 0));
@@ -182,11 +181,7 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
         ("accepted", Some("r-1"))
     );
     let show = outboxctl(&db, &["alert", "show", &accepted.to_string()]).await;
-    assert!(
-        show.stdout.contains("removed by retention"),
-        "{}",
-        show.stdout
-    );
+    assert_contains(&show.stdout, "removed by retention");
 
     // The identity still holds: approving it again creates nothing.
     let again = approve_batch(
@@ -226,9 +221,8 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
     let by_id = outboxctl(&db, &["replay", &failed.to_string(), "--note", "retry"]).await;
     assert!(!by_id.ok, "{}", by_id.stdout);
     assert_eq!(by_id.stderr.trim().lines().count(), 1, "{}", by_id.stderr);
-    assert!(by_id.stderr.contains("pruned"), "{}", by_id.stderr);
-    let bulk = outboxctl(&db, &["replay", "--status", "failed", "--note", "retry"]).await;
-    assert!(bulk.ok, "{}", bulk.stderr);
+    assert_contains(&by_id.stderr, "pruned");
+    outboxctl_ok(&db, &["replay", "--status", "failed", "--note", "retry"]).await;
     let queued: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE alert_id = $1")
         .bind(failed)
         .fetch_one(&db.pool)
@@ -248,6 +242,6 @@ async fn prune_refuses_a_bad_cutoff_with_one_line() {
         let run = outboxctl(&db, args).await;
         assert!(!run.ok, "{args:?} should fail");
         assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
-        assert!(run.stderr.contains("older-than"), "{}", run.stderr);
+        assert_contains(&run.stderr, "older-than");
     }
 }

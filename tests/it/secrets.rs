@@ -8,8 +8,11 @@
 use crate::common;
 
 use base64::Engine;
+use common::alerts::{self, evidence, state_of};
+use common::assert_contains;
+use common::destinations::DestinationAdd;
 use common::procs::*;
-use common::{Api, CliRun};
+use common::{assert_refused, Api, CliRun, Outboxctl};
 use outbox_testkit::TestDb;
 use reqwest::StatusCode;
 use std::sync::{Arc, Mutex};
@@ -26,53 +29,41 @@ fn keys_k1() -> String {
     format!("k1:{}", key(1))
 }
 
-/// Runs the real `outboxctl` with extra environment and, optionally, standard input.
-async fn ctl(db: &TestDb, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> CliRun {
-    let mut run = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_outboxctl"))
-        .args(args)
-        .env("DATABASE_URL", &db.url)
-        .env("USER", "alice")
-        .env_remove("OUTBOX_TENANT")
-        .env_remove("OUTBOX_SECRET_KEYS")
-        // The sinks and receivers of these tests listen on loopback.
-        .env("OUTBOX_ALLOW_PRIVATE", common::procs::TEST_ALLOW_PRIVATE);
-    for (name, value) in env {
-        run = run.env(name, value);
-    }
+/// `outboxctl` with `env` and, when given, `stdin`; loopback, where the sinks and receivers
+/// of these tests listen, is opened in the egress guard.
+async fn ctl<S: AsRef<str>>(
+    db: &TestDb,
+    args: &[S],
+    env: &[(&str, &str)],
+    stdin: Option<&str>,
+) -> CliRun {
+    let mut run = Outboxctl::on(db).args(args).loopback_allowed().envs(env);
     if let Some(text) = stdin {
         run = run.stdin(text);
     }
-    let output = run.output().await;
-    CliRun {
-        ok: output.status.success(),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
+    run.run().await
 }
 
-/// `outboxctl destination add` arguments for destination `ops` of tenant `acme`.
-fn add_ops<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "destination",
-        "add",
-        "--tenant",
-        "acme",
-        "--name",
-        "ops",
-        "--url",
-        url,
-    ];
-    args.extend_from_slice(extra);
-    args
+/// `outboxctl secrets rewrap` with `keys` as OUTBOX_SECRET_KEYS.
+async fn rewrap_with(db: &TestDb, keys: &str) -> CliRun {
+    ctl(
+        db,
+        &["secrets", "rewrap"],
+        &[("OUTBOX_SECRET_KEYS", keys)],
+        None,
+    )
+    .await
 }
 
-fn assert_refused(run: &CliRun, reason: &str) {
-    assert!(!run.ok, "expected a refusal, got: {}", run.stdout);
-    assert!(run.stdout.is_empty(), "{}", run.stdout);
-    let lines: Vec<&str> = run.stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "one line: {}", run.stderr);
-    assert!(lines[0].starts_with("error: "), "{}", run.stderr);
-    assert!(lines[0].contains(reason), "{}", run.stderr);
+/// `outboxctl destination rotate-secret NAME --tenant acme` with `flags`.
+async fn rotate_secret(db: &TestDb, name: &str, flags: &[&str], env: &[(&str, &str)]) -> CliRun {
+    let rotate = ["destination", "rotate-secret", name, "--tenant", "acme"];
+    ctl(db, &[&rotate[..], flags].concat(), env, None).await
+}
+
+/// `outboxctl destination add` arguments for the webhook destination `ops` of tenant `acme`.
+fn add_ops(url: &str, extra: &[&str]) -> Vec<String> {
+    DestinationAdd::webhook("ops", url).args(extra).into_args()
 }
 
 async fn stored_secrets(db: &TestDb, name: &str) -> (Vec<String>, Vec<String>) {
@@ -101,23 +92,16 @@ fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
 /// Approves one new alert for `destination` (a fresh subject each time).
 async fn approve_one(db: &TestDb, tenant_id: uuid::Uuid, destination: &str) -> uuid::Uuid {
     let subject = format!("contract:{}", uuid::Uuid::new_v4());
-    let outcome = outbox_store::alerts::approve(
-        &db.pool,
-        outbox_store::alerts::Approval {
-            tenant_id,
-            destination,
-            subject: &subject,
-            occurrence: "2027-01-31/30d",
-            payload_json: r#"{"text":"renewal due"}"#,
-            actor: "test",
-        },
+    let payload = r#"{"text":"renewal due"}"#;
+    alerts::approve_one(
+        db,
+        tenant_id,
+        destination,
+        &subject,
+        "2027-01-31/30d",
+        payload,
     )
     .await
-    .unwrap();
-    match outcome {
-        outbox_store::alerts::ApproveOutcome::Created(id) => id,
-        other => panic!("expected a new alert, got {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -157,7 +141,7 @@ async fn secrets_are_encrypted_at_rest_and_the_dispatcher_signs_with_the_decrypt
     assert_eq!(records[0]["signature"], "valid", "{records:?}");
 
     let list = ctl(&db, &["destination", "list"], &[], None).await;
-    assert!(list.stdout.contains("1 sealed"), "{}", list.stdout);
+    assert_contains(&list.stdout, "1 sealed");
 }
 
 #[tokio::test]
@@ -166,19 +150,10 @@ async fn a_secret_that_cannot_be_decrypted_fails_the_alert_with_evidence_and_sen
     let tenant_id = tenant(&db).await;
     let sink = Sink::start(&["--secret", SECRET]).await;
     for name in ["ops", "other"] {
+        let webhook = DestinationAdd::webhook(name, &sink.hook_url());
         let add = ctl(
             &db,
-            &[
-                "destination",
-                "add",
-                "--tenant",
-                "acme",
-                "--name",
-                name,
-                "--url",
-                &sink.hook_url(),
-                "--secret-stdin",
-            ],
+            &webhook.args(&["--secret-stdin"]).into_args(),
             &[("OUTBOX_SECRET_KEYS", &keys_k1())],
             Some(SECRET),
         )
@@ -207,10 +182,7 @@ async fn a_secret_that_cannot_be_decrypted_fails_the_alert_with_evidence_and_sen
     assert_eq!(state_of(&db, unkeyed).await, "failed");
     let lines = evidence(&db, unkeyed).await.join("\n");
     assert!(lines.contains("no key is configured"), "{lines}");
-    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery_attempts")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let attempts = db.count("delivery_attempts").await;
     assert_eq!(attempts, 2, "one attempt each, no retry storm");
     assert_eq!(sink.stats().await["requests"], 0, "nothing sent unsigned");
 }
@@ -229,12 +201,7 @@ async fn rewrap_encrypts_plain_secrets_moves_them_to_the_new_key_and_can_run_aga
     )
     .await;
     assert!(add.ok, "{}", add.stderr);
-    assert!(
-        add.stderr
-            .contains("warning: OUTBOX_SECRET_KEYS is not set"),
-        "{}",
-        add.stderr
-    );
+    assert_contains(&add.stderr, "warning: OUTBOX_SECRET_KEYS is not set");
     assert_eq!(stored_secrets(&db, "ops").await.0, vec![SECRET.to_owned()]);
 
     assert_refused(
@@ -242,43 +209,21 @@ async fn rewrap_encrypts_plain_secrets_moves_them_to_the_new_key_and_can_run_aga
         "OUTBOX_SECRET_KEYS is not set",
     );
 
-    let rewrap = ctl(
-        &db,
-        &["secrets", "rewrap"],
-        &[("OUTBOX_SECRET_KEYS", &keys_k1())],
-        None,
-    )
-    .await;
+    let rewrap = rewrap_with(&db, &keys_k1()).await;
     assert!(rewrap.ok, "{}", rewrap.stderr);
     let (current, _) = stored_secrets(&db, "ops").await;
     assert!(current[0].starts_with("enc:v1:k1:"), "{current:?}");
 
     // Key rotation: k2 first, k1 still there to open what it sealed.
     let both = format!("k2:{},k1:{}", key(2), key(1));
-    let rewrap = ctl(
-        &db,
-        &["secrets", "rewrap"],
-        &[("OUTBOX_SECRET_KEYS", &both)],
-        None,
-    )
-    .await;
+    let rewrap = rewrap_with(&db, &both).await;
     assert!(rewrap.ok, "{}", rewrap.stderr);
     let (current, _) = stored_secrets(&db, "ops").await;
     assert!(current[0].starts_with("enc:v1:k2:"), "{current:?}");
     // Running it again changes nothing.
-    let again = ctl(
-        &db,
-        &["secrets", "rewrap"],
-        &[("OUTBOX_SECRET_KEYS", &both)],
-        None,
-    )
-    .await;
+    let again = rewrap_with(&db, &both).await;
     assert!(again.ok, "{}", again.stderr);
-    assert!(
-        again.stderr.contains("0 destination(s)"),
-        "{}",
-        again.stderr
-    );
+    assert_contains(&again.stderr, "0 destination(s)");
     assert_eq!(stored_secrets(&db, "ops").await.0, current);
 
     // k1 can now be dropped: the dispatcher with k2 alone signs correctly.
@@ -289,19 +234,9 @@ async fn rewrap_encrypts_plain_secrets_moves_them_to_the_new_key_and_can_run_aga
 
     // A key that is gone makes rewrap refuse, naming the problem, and change nothing.
     let only_k3 = format!("k3:{}", key(3));
-    let lost = ctl(
-        &db,
-        &["secrets", "rewrap"],
-        &[("OUTBOX_SECRET_KEYS", &only_k3)],
-        None,
-    )
-    .await;
+    let lost = rewrap_with(&db, &only_k3).await;
     assert!(!lost.ok);
-    assert!(
-        lost.stderr.contains("cannot be decrypted"),
-        "{}",
-        lost.stderr
-    );
+    assert_contains(&lost.stderr, "cannot be decrypted");
     assert_eq!(stored_secrets(&db, "ops").await.0, current);
 }
 
@@ -419,22 +354,7 @@ async fn a_rotated_secret_signs_beside_the_old_one_during_the_overlap_then_alone
     let add = ctl(&db, &add_ops(&url, &["--secret-stdin"]), &env, Some(SECRET)).await;
     assert!(add.ok, "{}", add.stderr);
 
-    let rotate = ctl(
-        &db,
-        &[
-            "destination",
-            "rotate-secret",
-            "ops",
-            "--tenant",
-            "acme",
-            "--generate",
-            "--overlap",
-            "24h",
-        ],
-        &env,
-        None,
-    )
-    .await;
+    let rotate = rotate_secret(&db, "ops", &["--generate", "--overlap", "24h"], &env).await;
     assert!(rotate.ok, "{}", rotate.stderr);
     let new_secret = rotate.stdout.trim().to_owned();
     assert!(new_secret.starts_with("whsec_"), "{new_secret}");
@@ -443,7 +363,7 @@ async fn a_rotated_secret_signs_beside_the_old_one_during_the_overlap_then_alone
     assert!(current[0].starts_with("enc:v1:k1:") && retiring[0].starts_with("enc:v1:k1:"));
     assert!(!current[0].contains(&new_secret[6..]));
     let list = ctl(&db, &["destination", "list"], &[], None).await;
-    assert!(list.stdout.contains("1 + 1 until"), "{}", list.stdout);
+    assert_contains(&list.stdout, "1 + 1 until");
 
     // During the overlap: two signatures, one by each secret.
     approve_one(&db, tenant_id, "ops").await;
@@ -466,56 +386,17 @@ async fn a_rotated_secret_signs_beside_the_old_one_during_the_overlap_then_alone
 
     // A rotation from a file with no overlap: the replaced secret stops at once.
     let file = temp_file("rotated", &format!("{SECRET}\n"));
-    let rotate = ctl(
-        &db,
-        &[
-            "destination",
-            "rotate-secret",
-            "ops",
-            "--tenant",
-            "acme",
-            "--secret-file",
-            file.to_str().unwrap(),
-            "--overlap",
-            "0s",
-        ],
-        &env,
-        None,
-    )
-    .await;
+    let from_file = ["--secret-file", file.to_str().unwrap(), "--overlap", "0s"];
+    let rotate = rotate_secret(&db, "ops", &from_file, &env).await;
     std::fs::remove_file(&file).unwrap();
     assert!(rotate.ok, "{}", rotate.stderr);
     assert!(rotate.stdout.is_empty(), "a given secret is not echoed");
     assert_eq!(stored_secrets(&db, "ops").await.1, Vec::<String>::new());
 
     // One source is required, and unknown destinations are refused.
-    assert_refused(
-        &ctl(
-            &db,
-            &["destination", "rotate-secret", "ops", "--tenant", "acme"],
-            &env,
-            None,
-        )
-        .await,
-        "required",
-    );
-    assert_refused(
-        &ctl(
-            &db,
-            &[
-                "destination",
-                "rotate-secret",
-                "nope",
-                "--tenant",
-                "acme",
-                "--generate",
-            ],
-            &env,
-            None,
-        )
-        .await,
-        "no destination named `nope`",
-    );
+    assert_refused(&rotate_secret(&db, "ops", &[], &env).await, "required");
+    let unknown = rotate_secret(&db, "nope", &["--generate"], &env).await;
+    assert_refused(&unknown, "no destination named `nope`");
 }
 
 #[tokio::test]
@@ -531,17 +412,9 @@ async fn credentials_in_urls_are_redacted_in_every_view() {
     drain(&db, "d1", &[]).await;
 
     let list = ctl(&db, &["destination", "list"], &[], None).await;
-    assert!(
-        list.stdout.contains("http://***@127.0.0.1:9/hook"),
-        "{}",
-        list.stdout
-    );
+    assert_contains(&list.stdout, "http://***@127.0.0.1:9/hook");
     let json = ctl(&db, &["destination", "list", "--json"], &[], None).await;
-    assert!(
-        json.stdout.contains("http://***@127.0.0.1:9/lookup/{key}"),
-        "{}",
-        json.stdout
-    );
+    assert_contains(&json.stdout, "http://***@127.0.0.1:9/lookup/{key}");
 
     let id = id.to_string();
     for view in [
@@ -605,12 +478,7 @@ async fn credential_query_values_are_hidden_in_every_view() {
         None,
     )
     .await;
-    assert!(
-        show.stdout
-            .contains("http://127.0.0.1:9/lookup/{key}?sig=***"),
-        "{}",
-        show.stdout
-    );
+    assert_contains(&show.stdout, "http://127.0.0.1:9/lookup/{key}?sig=***");
     // Only the views hide them: the destination keeps its URL.
     let stored: String = sqlx::query_scalar("SELECT url FROM destinations WHERE name = 'ops'")
         .fetch_one(&db.pool)
@@ -627,21 +495,10 @@ async fn poll_news(
     flags: &[&str],
     env: &[(&str, &str)],
 ) -> (bool, String) {
-    let mut run = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
-        .args([
-            "run-once",
-            "--database-url",
-            &db.url,
-            "--news-url",
-            news_url,
-            "--allow-private",
-            TEST_ALLOW_PRIVATE,
-        ])
+    let mut run = common::decider::poll_news_once(&db.url, news_url)
         .args(flags)
-        .env("RUST_LOG", "warn")
         .env_remove("WEBZ_TOKEN")
-        .env_remove("WEBZ_TOKEN_FILE")
-        .env_remove("OUTBOX_ALLOW_PRIVATE");
+        .env_remove("WEBZ_TOKEN_FILE");
     for (name, value) in env {
         run = run.env(name, value);
     }
@@ -657,9 +514,7 @@ type SecretGiven<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_news_token_comes_from_a_file_or_the_environment_and_as_a_flag_it_warns() {
-    let db = TestDb::new().await;
-    let tenant = common::add_tenant(&db, "acme", &["ops"]).await;
-    crate::egress::watchlist(&db, tenant.id).await;
+    let db = crate::egress::acme_watching_the_news().await;
     let (feed, seen) = crate::egress::recording_server().await;
     let news_url = format!("{feed}/newsApiLite");
     let file = temp_file("webz-token", "token-from-a-file\n");

@@ -46,23 +46,14 @@ async fn the_sink_binary_takes_mail_over_smtp_and_never_logs_the_password() {
     std::fs::create_dir_all(&eml_dir).unwrap();
     let credentials = eml_dir.join("smtp-auth");
     std::fs::write(&credentials, format!("relay:{PASSWORD}\n")).unwrap();
-    let (mut child, base) = spawn_listening(
-        env!("CARGO_BIN_EXE_sink"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--smtp-listen",
-            "127.0.0.1:0",
-            "--eml-dir",
-            eml_dir.to_str().unwrap(),
-            "--smtp-auth-file",
-            credentials.to_str().unwrap(),
-        ],
-        &[("RUST_LOG", "debug")],
-        "sink listening",
-    )
-    .await;
-    let smtp_addr = child.listening("sink SMTP listening").await;
+    let args = [
+        &["--eml-dir", eml_dir.to_str().unwrap()][..],
+        &["--smtp-auth-file", credentials.to_str().unwrap()],
+    ]
+    .concat();
+    let inbox = SmtpSink::start_with(&args, &[("RUST_LOG", "debug")]).await;
+    let (mut child, base) = (inbox.sink.child, inbox.sink.base);
+    let smtp_addr = inbox.smtp_addr;
 
     let (read, mut writer) = TcpStream::connect(&smtp_addr).await.unwrap().into_split();
     let mut reader = BufReader::new(read);
@@ -167,11 +158,8 @@ async fn the_smtp_credentials_come_from_a_file_or_the_environment_and_as_a_flag_
         ("flag", vec!["--smtp-auth", &credentials], vec![]),
     ];
     for (form, flags, env) in cases {
-        let mut args = vec!["--listen", "127.0.0.1:0", "--smtp-listen", "127.0.0.1:0"];
-        args.extend_from_slice(&flags);
-        let (mut child, _) =
-            spawn_listening(env!("CARGO_BIN_EXE_sink"), &args, &env, "sink listening").await;
-        let smtp_addr = child.listening("sink SMTP listening").await;
+        let inbox = SmtpSink::start_with(&flags, &env).await;
+        let (mut child, smtp_addr) = (inbox.sink.child, inbox.smtp_addr);
         let wrong = auth_reply(&smtp_addr, WRONG_PASSWORD).await;
         assert!(wrong.starts_with("535 "), "{form}: {wrong}");
         let right = auth_reply(&smtp_addr, PASSWORD).await;

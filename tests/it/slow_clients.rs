@@ -11,6 +11,9 @@
 use crate::common;
 
 use common::add_tenant;
+use common::assert_contains;
+use common::decider::DeciderServe;
+use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::TestDb;
 use std::time::{Duration, Instant};
@@ -123,30 +126,18 @@ fn host_port(base: &str) -> String {
     base.trim_start_matches("http://").to_owned()
 }
 
-/// Spawns `decider serve` on ephemeral ports with the test's deadlines, plus `extra`.
+/// Spawns `decider serve` on ephemeral ports with the test's deadlines, plus `extra`: the
+/// process and the approval API's base.
 async fn decider(db: &TestDb, extra: &[&str]) -> (Process, String) {
-    let mut args = vec![
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--interval",
-        "1h",
-        "--database-url",
-        &db.url,
-    ];
+    let mut flags = Vec::new();
     for flag in ["--header-timeout", "--body-timeout"] {
         if !extra.contains(&flag) {
-            args.extend([flag, DEADLINE_SECS]);
+            flags.extend([flag, DEADLINE_SECS]);
         }
     }
-    args.extend_from_slice(extra);
-    spawn_listening(
-        env!("CARGO_BIN_EXE_decider"),
-        &args,
-        &[],
-        "approval API listening",
-    )
-    .await
+    flags.extend_from_slice(extra);
+    let decider = DeciderServe::on(&db.url).flags(&flags).start().await;
+    (decider.process, decider.api)
 }
 
 fn client() -> reqwest::Client {
@@ -552,27 +543,8 @@ async fn a_stop_finishes_the_request_in_progress() {
 async fn metrics_and_readiness_are_served_only_on_the_metrics_listener() {
     let db = TestDb::new().await;
     let tenant = add_tenant(&db, "acme", &["ops"]).await;
-    let (mut decider, api) = spawn_listening(
-        env!("CARGO_BIN_EXE_decider"),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--interval",
-            "1h",
-            "--database-url",
-            &db.url,
-        ],
-        &[],
-        "approval API listening",
-    )
-    .await;
-    let metrics = format!(
-        "http://{}",
-        decider.listening("decider metrics listening").await
-    );
+    let decider = DeciderServe::on(&db.url).with_metrics().start().await;
+    let (api, metrics) = (&decider.api, decider.metrics());
     let http = client();
     let approval = http
         .post(format!("{api}/v1/alerts"))
@@ -592,14 +564,7 @@ async fn metrics_and_readiness_are_served_only_on_the_metrics_listener() {
     assert_eq!(health.status(), reqwest::StatusCode::OK);
 
     // The operators' port has all three.
-    let text = http
-        .get(format!("{metrics}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&http, metrics).await;
     assert!(
         text.contains("outbox_approvals_total{result=\"created\"} 1"),
         "{text}"
@@ -613,21 +578,8 @@ async fn metrics_and_readiness_are_served_only_on_the_metrics_listener() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_metrics_listener_no_metrics_are_served() {
     let db = TestDb::new().await;
-    let (decider, api) = spawn_listening(
-        env!("CARGO_BIN_EXE_decider"),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--interval",
-            "1h",
-            "--database-url",
-            &db.url,
-        ],
-        &[],
-        "approval API listening",
-    )
-    .await;
+    let decider = DeciderServe::on(&db.url).start().await;
+    let api = &decider.api;
     let response = client().get(format!("{api}/metrics")).send().await.unwrap();
     assert_eq!(response.status(), reqwest::StatusCode::NOT_FOUND);
     // A metrics listener would have been announced before the API's listener.
@@ -685,5 +637,5 @@ async fn tenants_do_not_see_worker_ids_but_operators_do() {
 
     let operator = common::outboxctl(&db, &["alert", "show", &id]).await;
     assert!(operator.ok, "{}", operator.stderr);
-    assert!(operator.stdout.contains(WORKER), "{}", operator.stdout);
+    assert_contains(&operator.stdout, WORKER);
 }

@@ -5,7 +5,8 @@
 
 use crate::common;
 
-use common::{add_tenant, counts, outboxctl, CliRun};
+use common::assert_contains;
+use common::{add_tenant, assert_refused, counts, outboxctl, outboxctl_ok, CliRun};
 use outbox_store::alerts::{approve, Approval, ApproveOutcome};
 use outbox_testkit::TestDb;
 
@@ -39,18 +40,6 @@ async fn approved(
     id.to_string()
 }
 
-fn assert_refused(run: &CliRun, needle: &str) {
-    assert!(!run.ok, "should have failed: {}", run.stdout);
-    assert!(run.stdout.is_empty(), "stdout: {}", run.stdout);
-    assert_eq!(run.stderr.lines().count(), 1, "stderr: {}", run.stderr);
-    assert!(run.stderr.starts_with("error: "), "stderr: {}", run.stderr);
-    assert!(
-        run.stderr.contains(needle),
-        "`{needle}` not in: {}",
-        run.stderr
-    );
-}
-
 #[tokio::test]
 async fn a_stored_alert_previews_in_both_locales_escaped_for_mail_and_terminal() {
     let db = TestDb::new().await;
@@ -58,12 +47,11 @@ async fn a_stored_alert_previews_in_both_locales_escaped_for_mail_and_terminal()
     let id = approved(&db, tenant.id, "contract:ACME-7", "2027-01-15/30d", RENEWAL).await;
     let before = counts(&db).await;
 
-    let es = outboxctl(
+    let es = outboxctl_ok(
         &db,
         &["template", "preview", "--alert", &id, "--locale", "es"],
     )
     .await;
-    assert!(es.ok, "{}", es.stderr);
     let subject = es.stdout.lines().next().unwrap();
     assert!(
         subject.starts_with("Subject: Renovación: el contrato ACME-7 de Acme"),
@@ -73,43 +61,30 @@ async fn a_stored_alert_previews_in_both_locales_escaped_for_mail_and_terminal()
         subject.contains("se renueva el 15 de enero de 2027"),
         "{subject}"
     );
-    assert!(es.stdout.contains("por 12.000,00 €."), "{}", es.stdout);
-    assert!(es.stdout.contains("quedan 30 días."), "{}", es.stdout);
+    assert_contains(&es.stdout, "por 12.000,00 €.");
+    assert_contains(&es.stdout, "quedan 30 días.");
     assert!(es
         .stdout
         .contains("Template: contract_renewal, es, sha256:"));
     // The HTML body shows the vendor's markup as text...
     assert!(es.stdout.contains("--- text/html ---"));
-    assert!(
-        es.stdout
-            .contains("Acme &lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
-        "{}",
-        es.stdout
+    assert_contains(
+        &es.stdout,
+        "Acme &lt;script&gt;alert(1)&lt;&#x2f;script&gt;",
     );
     let html = es.stdout.split("--- text/html ---").nth(1).unwrap();
     assert!(!html.contains("<script>"), "{html}");
     // ...and no part reaches the terminal with its escape sequence.
     assert!(!es.stdout.contains('\u{1b}'), "{:?}", es.stdout);
-    assert!(es.stdout.contains("\\x1b]0;owned\\x07"), "{}", es.stdout);
+    assert_contains(&es.stdout, "\\x1b]0;owned\\x07");
 
-    let en = outboxctl(
+    let en = outboxctl_ok(
         &db,
         &["template", "preview", "--alert", &id, "--format", "text"],
     )
     .await;
-    assert!(en.ok, "{}", en.stderr);
-    assert!(
-        en.stdout
-            .contains("renews on January 15, 2027 for €12,000.00."),
-        "{}",
-        en.stdout
-    );
-    assert!(
-        en.stdout
-            .contains("act by December 16, 2026: 30 days left."),
-        "{}",
-        en.stdout
-    );
+    assert_contains(&en.stdout, "renews on January 15, 2027 for €12,000.00.");
+    assert_contains(&en.stdout, "act by December 16, 2026: 30 days left.");
     assert!(!en.stdout.contains("text/html"), "{}", en.stdout);
 
     // Previewing wrote nothing.
@@ -123,28 +98,19 @@ async fn a_stored_alert_without_the_renewal_fields_previews_with_the_generic_tem
     // As approved through the API: a renewal kind, but without dates or tier.
     let payload = r#"{"kind": "contract_renewal", "contract": "C-1", "vendor": "Acme Tools", "amount": "12000.00", "currency": "EUR", "days_remaining": 30}"#;
     let id = approved(&db, tenant.id, "contract:C-1", "2027-03-31/30d", payload).await;
-    let run = outboxctl(
+    let run = outboxctl_ok(
         &db,
         &["template", "preview", "--alert", &id, "--format", "text"],
     )
     .await;
-    assert!(run.ok, "{}", run.stderr);
     assert!(
         run.stdout.starts_with("Subject: Alert: contract_renewal\n"),
         "{}",
         run.stdout
     );
-    assert!(
-        run.stdout.contains("Template: generic, en,"),
-        "{}",
-        run.stdout
-    );
-    assert!(run.stdout.contains("amount: 12000.00\n"), "{}", run.stdout);
-    assert!(
-        run.stdout.contains("vendor: Acme Tools\n"),
-        "{}",
-        run.stdout
-    );
+    assert_contains(&run.stdout, "Template: generic, en,");
+    assert_contains(&run.stdout, "amount: 12000.00\n");
+    assert_contains(&run.stdout, "vendor: Acme Tools\n");
 }
 
 #[tokio::test]
@@ -163,40 +129,16 @@ async fn a_payload_file_previews_with_a_tenants_override() {
     .unwrap();
     let (payload, templates) = (payload.to_str().unwrap(), templates.to_str().unwrap());
 
-    let shipped = outboxctl(
-        &db,
-        &[
-            "template",
-            "preview",
-            "--kind",
-            "contract_renewal",
-            "--locale",
-            "es",
-            "--payload",
-            payload,
-        ],
-    )
-    .await;
-    assert!(shipped.ok, "{}", shipped.stderr);
-    let overridden = outboxctl(
-        &db,
-        &[
-            "template",
-            "preview",
-            "--kind",
-            "contract_renewal",
-            "--locale",
-            "es",
-            "--payload",
-            payload,
-            "--templates",
-            templates,
-            "--format",
-            "html",
-        ],
-    )
-    .await;
-    assert!(overridden.ok, "{}", overridden.stderr);
+    // `template preview` of the Spanish renewal, as shipped and with the tenant's subject.
+    let preview = ["template", "preview", "--kind", "contract_renewal"];
+    let spanish = [&preview[..], &["--locale", "es", "--payload", payload]].concat();
+    let shipped = outboxctl_ok(&db, &spanish).await;
+    let overridden = [
+        &spanish[..],
+        &["--templates", templates, "--format", "html"],
+    ]
+    .concat();
+    let overridden = outboxctl_ok(&db, &overridden).await;
     assert!(
         overridden
             .stdout
@@ -223,7 +165,7 @@ async fn a_payload_file_previews_with_a_tenants_override() {
         r#"{"kind": "news", "watchlist": "suppliers", "article": "A-17", "title": "Acme Tools recalls drills", "url": "https://news.example/a-17", "site": "news.example", "published": "2026-11-03T08:30:00Z", "matched_terms": ["acme", "recall"], "snippet": "A recall."}"#,
     )
     .unwrap();
-    let event = outboxctl(
+    let event = outboxctl_ok(
         &db,
         &[
             "template",
@@ -237,15 +179,10 @@ async fn a_payload_file_previews_with_a_tenants_override() {
         ],
     )
     .await;
-    assert!(event.ok, "{}", event.stderr);
     assert!(event
         .stdout
         .starts_with("Subject: Event on suppliers: Acme Tools recalls drills\n"));
-    assert!(
-        event.stdout.contains("news.example, November 3, 2026"),
-        "{}",
-        event.stdout
-    );
+    assert_contains(&event.stdout, "news.example, November 3, 2026");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -16,6 +16,34 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+/// The arguments of `setpriv` (util-linux) that run the program after them as the
+/// `postgres` user, with its groups.
+pub const SETPRIV_AS_POSTGRES: [&str; 6] = [
+    "--reuid",
+    "postgres",
+    "--regid",
+    "postgres",
+    "--init-groups",
+    "--",
+];
+
+/// `program` as a command run as the `postgres` user through `setpriv`, which execs: the
+/// child is the program itself.
+pub fn as_postgres(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    as_postgres_through("setpriv", program)
+}
+
+/// The same with `setpriv` at `setpriv` (a full path, for a program given a `PATH`
+/// without it).
+pub fn as_postgres_through(
+    setpriv: impl AsRef<std::ffi::OsStr>,
+    program: impl AsRef<std::ffi::OsStr>,
+) -> Command {
+    let mut command = Command::new(setpriv);
+    command.args(SETPRIV_AS_POSTGRES).arg(program);
+    command
+}
+
 /// The default server's address: `127.0.0.1` on `PGPORT` (libpq's variable), else 5432.
 pub fn default_address() -> (String, u16) {
     let port = std::env::var("PGPORT")
@@ -209,18 +237,7 @@ impl PrivateServer {
     fn command(&self, program: &str) -> Command {
         let path = self.bin.join(program);
         let mut command = if self.run_as_postgres {
-            let mut command = Command::new("setpriv");
-            command
-                .args([
-                    "--reuid",
-                    "postgres",
-                    "--regid",
-                    "postgres",
-                    "--init-groups",
-                    "--",
-                ])
-                .arg(path);
-            command
+            as_postgres(path)
         } else {
             Command::new(path)
         };
@@ -255,7 +272,8 @@ impl PrivateServer {
         let pg_ctl = self.bin.join("pg_ctl");
         let stop = if self.run_as_postgres {
             format!(
-                "setpriv --reuid postgres --regid postgres --init-groups -- '{}'",
+                "setpriv {} '{}'",
+                SETPRIV_AS_POSTGRES.join(" "),
                 pg_ctl.display()
             )
         } else {
@@ -339,7 +357,8 @@ pub fn find_bindir() -> Option<PathBuf> {
         .find(|dir| has_tools(dir))
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root, as which PostgreSQL refuses to run.
+pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()

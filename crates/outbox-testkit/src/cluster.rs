@@ -7,6 +7,7 @@
 //! `postgres` user (`runuser`), which then owns the directory. The tools are found in
 //! `PG_BINDIR`, else in the newest `/usr/lib/postgresql/*/bin`.
 
+use outbox_runtime::private_postgres::is_root;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -326,17 +327,10 @@ pub(crate) fn bindir() -> PathBuf {
     versions.pop().expect("a PostgreSQL version installed").1
 }
 
-pub(crate) fn running_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| out.stdout.trim_ascii() == b"0")
-}
-
 /// The tool as a command, run as `postgres` when the tests run as root.
 fn as_postgres(bin: &Path, tool: &str) -> Command {
     let tool = bin.join(tool);
-    if running_as_root() {
+    if is_root() {
         let mut command = Command::new("runuser");
         command.args(["-u", "postgres", "--"]).arg(tool);
         command
@@ -346,7 +340,7 @@ fn as_postgres(bin: &Path, tool: &str) -> Command {
 }
 
 pub(crate) fn hand_to_postgres(dir: &Path) {
-    if running_as_root() {
+    if is_root() {
         let status = Command::new("chown")
             .args(["postgres:postgres", path(dir)])
             .status()

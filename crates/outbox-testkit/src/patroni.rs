@@ -12,7 +12,8 @@
 //! Patroni and PostgreSQL refuse to run as root: when the tests do, Patroni runs as the
 //! `postgres` user through `setpriv`, which execs, so the process we hold is Patroni itself.
 
-use crate::cluster::{bindir, children_of, free_port, hand_to_postgres, running_as_root};
+use crate::cluster::{bindir, children_of, free_port, hand_to_postgres};
+use outbox_runtime::private_postgres::{as_postgres, is_root};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -350,18 +351,8 @@ impl PatroniCluster {
         let node = &mut self.nodes[index];
         node.starts += 1;
         let log = self.root.join(format!("{}-{}.log", node.name, node.starts));
-        let mut command = if running_as_root() {
-            let mut command = Command::new("setpriv");
-            command.args([
-                "--reuid",
-                "postgres",
-                "--regid",
-                "postgres",
-                "--init-groups",
-                "--",
-                "patroni",
-            ]);
-            command
+        let mut command = if is_root() {
+            as_postgres("patroni")
         } else {
             Command::new("patroni")
         };

@@ -1,16 +1,33 @@
-//! Shared set-up for the root integration tests: a fresh database per test, a tenant with
-//! a token and a destination, and the approval API served on a real socket.
+//! Shared set-up for the root integration tests. Here: a tenant with a token and
+//! destinations, and the approval API served in-process on a real socket ([`Api`]);
+//! beside it, the real binaries ([`procs`]: sink, dispatcher; [`decider`]; [`cli`]:
+//! outboxctl), destinations ([`destinations`]), alerts through the store ([`alerts`]) and
+//! a receiver of the tests' own ([`capture`]).
 
 #![allow(dead_code)]
 
+pub mod alerts;
 pub mod capture;
+pub mod cli;
+pub mod decider;
+pub mod destinations;
 pub mod procs;
+
+// `tests/crash.rs` shares this module and runs no `outboxctl`.
+#[allow(unused_imports)]
+pub use cli::{assert_refused, outboxctl, outboxctl_ok, revise, CliRun, Outboxctl};
 
 use outbox_testkit::TestDb;
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
 use tokio::task::JoinHandle;
+
+/// Asserts that `text` contains `needle`, showing both when it does not.
+#[track_caller]
+pub fn assert_contains(text: &str, needle: &str) {
+    assert!(text.contains(needle), "`{needle}` not in: {text}");
+}
 
 /// A tenant as a test uses it.
 pub struct TestTenant {
@@ -130,23 +147,12 @@ pub async fn add_tenant(db: &TestDb, name: &str, destinations: &[&str]) -> TestT
         .await
         .unwrap();
     for destination in destinations {
-        outbox_store::destinations::create(
-            &db.pool,
-            &outbox_store::destinations::NewDestination {
-                tenant_id: id,
-                name: (*destination).to_owned(),
-                url: "http://127.0.0.1:9/hook".to_owned(),
-                signing_secrets: vec![],
-                idempotency_header: "Idempotency-Key".to_owned(),
-                idempotency_retention: None,
-                lookup_url_template: None,
-                on_uncertain: outbox_core::OnUncertain::Hold,
-                timeout: Duration::from_secs(10),
-                max_in_flight: 16,
-            },
-        )
-        .await
-        .unwrap();
+        let hook = "http://127.0.0.1:9/hook";
+        destinations::add_destination(db, id, destination, hook, |d| {
+            d.timeout = Duration::from_secs(10);
+            d.max_in_flight = 16;
+        })
+        .await;
     }
     TestTenant {
         id,
@@ -178,51 +184,4 @@ pub async fn counts(db: &TestDb) -> (i64, i64, i64) {
         db.count("outbox").await,
         db.count("alert_events").await,
     )
-}
-
-/// What one `outboxctl` run printed, and whether it succeeded.
-pub struct CliRun {
-    pub ok: bool,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-/// Runs the real `outboxctl` against `db`, as operator `alice`.
-pub async fn outboxctl(db: &TestDb, args: &[&str]) -> CliRun {
-    let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_outboxctl"))
-        .args(args)
-        .env("DATABASE_URL", &db.url)
-        .env("USER", "alice")
-        .env_remove("OUTBOX_TENANT")
-        .env_remove("OUTBOX_ALLOW_PRIVATE")
-        .output()
-        .await;
-    CliRun {
-        ok: output.status.success(),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
-}
-
-/// `outboxctl revise ID` with this payload, which must succeed.
-pub async fn revise(db: &TestDb, id: &str, payload: &str) -> CliRun {
-    let dir = std::env::temp_dir().join(format!("revise-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let corrected = dir.join("payload.json");
-    std::fs::write(&corrected, payload).unwrap();
-    let revised = outboxctl(
-        db,
-        &[
-            "revise",
-            id,
-            "--payload",
-            corrected.to_str().unwrap(),
-            "--reason",
-            "new text",
-        ],
-    )
-    .await;
-    std::fs::remove_dir_all(&dir).ok();
-    assert!(revised.ok, "{}", revised.stderr);
-    revised
 }

@@ -3,7 +3,7 @@
 //! the test fails.
 
 use outbox_testkit::TestDb;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::time::{Duration, Instant};
 
 pub use outbox_testkit::process::{Process, DEADLINE};
@@ -14,9 +14,9 @@ pub const TEST_ALLOW_PRIVATE: &str = "127.0.0.0/8";
 
 /// Spawns a binary and returns it with the base URL (`http://addr`) of the listener it
 /// announced with `listening_message`.
-pub async fn spawn_listening(
+pub async fn spawn_listening<A: AsRef<std::ffi::OsStr>>(
     binary: &str,
-    args: &[&str],
+    args: &[A],
     envs: &[(&str, &str)],
     listening_message: &str,
 ) -> (Process, String) {
@@ -111,20 +111,32 @@ impl Sink {
     }
 }
 
-/// A running `sink` that is also an SMTP inbox (`--smtp-listen`).
+/// A running `sink` that is also an SMTP inbox (`--smtp-listen`, and `--smtps-listen`
+/// when given).
 pub struct SmtpSink {
     pub sink: Sink,
     /// The SMTP listener's address (`127.0.0.1:port`).
     pub smtp_addr: String,
+    /// The implicit-TLS listener's address, when it has one.
+    pub smtps_addr: Option<String>,
 }
 
 impl SmtpSink {
     pub async fn start(args: &[&str]) -> SmtpSink {
+        SmtpSink::start_with(args, &[]).await
+    }
+
+    /// Started with `envs` too.
+    pub async fn start_with(args: &[&str], envs: &[(&str, &str)]) -> SmtpSink {
         let mut all = vec!["--listen", "127.0.0.1:0", "--smtp-listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
         let (mut child, base) =
-            spawn_listening(env!("CARGO_BIN_EXE_sink"), &all, &[], "sink listening").await;
+            spawn_listening(env!("CARGO_BIN_EXE_sink"), &all, envs, "sink listening").await;
         let smtp_addr = child.listening("sink SMTP listening").await;
+        let smtps_addr = match args.contains(&"--smtps-listen") {
+            true => Some(child.listening("sink SMTPS listening").await),
+            false => None,
+        };
         SmtpSink {
             sink: Sink {
                 child,
@@ -132,6 +144,7 @@ impl SmtpSink {
                 http: reqwest::Client::new(),
             },
             smtp_addr,
+            smtps_addr,
         }
     }
 
@@ -144,6 +157,21 @@ impl SmtpSink {
             .unwrap()
             .clone()
     }
+
+    /// Whether the sink logged a line containing `text`.
+    pub fn logged(&self, text: &str) -> bool {
+        self.sink
+            .child
+            .log_lines()
+            .iter()
+            .any(|line| line.contains(text))
+    }
+}
+
+/// What a process's metrics listener at `base` serves on `/metrics`.
+pub async fn metrics_text(http: &reqwest::Client, base: &str) -> String {
+    let response = http.get(format!("{base}/metrics")).send().await.unwrap();
+    response.text().await.unwrap()
 }
 
 /// Dispatcher arguments for tests: quick retries and polls, and loopback opened in the
@@ -176,6 +204,18 @@ pub fn spawn_dispatcher(args: &[String], failpoints: Option<&str>) -> Process {
     Process::spawn(env!("CARGO_BIN_EXE_dispatcher"), args, &envs)
 }
 
+/// Starts a dispatcher with `args` and a metrics listener on an ephemeral port: the process
+/// and that listener's base URL.
+pub async fn spawn_dispatcher_with_metrics(
+    args: &[String],
+    envs: &[(&str, &str)],
+) -> (Process, String) {
+    let mut args = args.to_vec();
+    args.extend(["--metrics-listen".to_owned(), "127.0.0.1:0".to_owned()]);
+    let binary = env!("CARGO_BIN_EXE_dispatcher");
+    spawn_listening(binary, &args, envs, "dispatcher metrics listening").await
+}
+
 /// Runs a dispatcher with `--drain` until it exits by itself; asserts it exits 0.
 pub async fn drain(db: &TestDb, worker: &str, extra: &[&str]) {
     let mut args = dispatcher_args(db, worker, extra);
@@ -205,99 +245,4 @@ pub async fn wait_for_db(db: &TestDb, sql: &str, done: impl Fn(i64) -> bool) -> 
         assert!(started.elapsed() < DEADLINE, "`{sql}` stuck at {got}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Adds a destination pointing at `url`, with the given capabilities.
-pub async fn add_destination(
-    db: &TestDb,
-    tenant_id: uuid::Uuid,
-    name: &str,
-    url: &str,
-    configure: impl FnOnce(&mut outbox_store::destinations::NewDestination),
-) {
-    let mut destination = outbox_store::destinations::NewDestination {
-        tenant_id,
-        name: name.to_owned(),
-        url: url.to_owned(),
-        signing_secrets: vec![],
-        idempotency_header: "Idempotency-Key".to_owned(),
-        idempotency_retention: None,
-        lookup_url_template: None,
-        on_uncertain: outbox_core::OnUncertain::Hold,
-        timeout: Duration::from_secs(1),
-        max_in_flight: 64,
-    };
-    configure(&mut destination);
-    outbox_store::destinations::create(&db.pool, &destination)
-        .await
-        .unwrap();
-}
-
-/// Approves `n` alerts for `destination` straight through the store's write path.
-pub async fn approve_many(
-    db: &TestDb,
-    tenant_id: uuid::Uuid,
-    destination: &str,
-    n: usize,
-) -> Vec<uuid::Uuid> {
-    let mut ids = Vec::with_capacity(n);
-    for i in 0..n {
-        let payload = json!({"alert": i, "text": "renewal due"}).to_string();
-        let outcome = outbox_store::alerts::approve(
-            &db.pool,
-            outbox_store::alerts::Approval {
-                tenant_id,
-                destination,
-                subject: &format!("contract:A-{i}"),
-                occurrence: "2027-01-31/30d",
-                payload_json: &payload,
-                actor: "test",
-            },
-        )
-        .await
-        .unwrap();
-        match outcome {
-            outbox_store::alerts::ApproveOutcome::Created(id) => ids.push(id),
-            other => panic!("expected a new alert, got {other:?}"),
-        }
-    }
-    ids
-}
-
-/// The state of every alert, counted.
-pub async fn states(db: &TestDb) -> std::collections::BTreeMap<String, i64> {
-    sqlx::query_as::<_, (String, i64)>("SELECT state, count(*) FROM alert_states GROUP BY state")
-        .fetch_all(&db.pool)
-        .await
-        .unwrap()
-        .into_iter()
-        .collect()
-}
-
-/// One alert's evidence lines, as its trail shows them.
-pub async fn evidence(db: &TestDb, alert_id: uuid::Uuid) -> Vec<String> {
-    evidence_by(db, alert_id)
-        .await
-        .into_iter()
-        .map(|(_, line)| line)
-        .collect()
-}
-
-/// One alert's evidence trail: (actor, line), oldest first.
-pub async fn evidence_by(db: &TestDb, alert_id: uuid::Uuid) -> Vec<(String, String)> {
-    outbox_store::lifecycle::evidence_trail(&db.pool, alert_id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.actor, e.line))
-        .collect()
-}
-
-/// One alert's state.
-pub async fn state_of(db: &TestDb, id: uuid::Uuid) -> String {
-    sqlx::query_scalar("SELECT state FROM alert_states WHERE alert_id = $1")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
 }

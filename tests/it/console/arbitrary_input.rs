@@ -4,13 +4,14 @@
 //! input wherever it is sent.
 
 use super::*;
+use common::decider::{Decider, DeciderServe};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 /// The decider under test, an operator signed in to it, and things that exist.
 struct Target {
-    _decider: Process,
+    _decider: Decider,
     base: String,
     http: reqwest::Client,
     db: TestDb,
@@ -181,23 +182,8 @@ impl Target {
         )
         .await
         .unwrap();
-        let (decider, base) = spawn_listening(
-            env!("CARGO_BIN_EXE_decider"),
-            &[
-                "--database-url",
-                &db.url,
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--console-listen",
-                "127.0.0.1:0",
-                "--interval",
-                "1h",
-            ],
-            &[],
-            "console listening",
-        )
-        .await;
+        let decider = DeciderServe::on(&db.url).with_console().start().await;
+        let base = decider.console().to_owned();
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(DEADLINE)
@@ -228,13 +214,7 @@ impl Target {
             .await
             .unwrap();
         assert_eq!(signed.status(), StatusCode::SEE_OTHER);
-        target.cookie = signed.headers()["set-cookie"]
-            .to_str()
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_owned();
+        target.cookie = cookie_of(&signed);
         let overview = target.send("GET", "/console", "").await;
         assert_eq!(overview.status, StatusCode::OK);
         target.csrf = csrf_of(&overview.body);
@@ -242,23 +222,7 @@ impl Target {
     }
 
     async fn login_form(&self) -> (String, String) {
-        let form = self
-            .http
-            .get(format!("{}/console/login", self.base))
-            .send()
-            .await
-            .unwrap();
-        let cookie = form.headers()["set-cookie"]
-            .to_str()
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_owned();
-        let body = form.text().await.unwrap();
-        let marker = "name=\"login_token\" value=\"";
-        let start = body.find(marker).unwrap() + marker.len();
-        (cookie, body[start..].split('"').next().unwrap().to_owned())
+        fetch_login_form(&self.http, &self.base).await
     }
 
     /// Sends `encoded` (already URL-encoded `name=value` pairs) to `path`: in the query of

@@ -4,6 +4,7 @@
 //! Screenshots of each page go to `target/console-screenshots/`.
 
 use super::*;
+use common::decider::DeciderServe;
 use fantoccini::{Client, ClientBuilder, Locator};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -102,25 +103,19 @@ async fn browser(webdriver: &str, profile: &std::path::Path) -> Client {
         .expect("a WebDriver session in headless Chromium")
 }
 
+/// Types `text` into the field with `id`.
+async fn type_into(browser: &Client, id: &str, text: &str) {
+    let field = browser.find(Locator::Id(id)).await.unwrap();
+    field.send_keys(text).await.unwrap();
+}
+
 async fn sign_in(browser: &Client, base: &str, name: &str, password: &str) {
     browser
         .goto(&format!("{base}/console/login"))
         .await
         .unwrap();
-    browser
-        .find(Locator::Id("name"))
-        .await
-        .unwrap()
-        .send_keys(name)
-        .await
-        .unwrap();
-    browser
-        .find(Locator::Id("password"))
-        .await
-        .unwrap()
-        .send_keys(password)
-        .await
-        .unwrap();
+    type_into(browser, "name", name).await;
+    type_into(browser, "password", password).await;
     browser
         .find(Locator::Id("sign-in"))
         .await
@@ -212,21 +207,13 @@ async fn an_operator_finds_a_held_alert_replays_it_and_sees_it_accepted_in_a_bro
     let alice_password = add("alice", "operator").await;
     let vera_password = add("vera", "viewer").await;
 
-    let (_decider, base) = spawn_listening(
-        env!("CARGO_BIN_EXE_decider"),
-        &[
-            "--database-url",
-            &db.url,
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--console-listen",
-            "127.0.0.1:0",
-        ],
-        &[("RUST_LOG", "info")],
-        "console listening",
-    )
-    .await;
+    let decider = DeciderServe::on(&db.url)
+        .with_console()
+        .default_interval()
+        .env("RUST_LOG", "info")
+        .start()
+        .await;
+    let base = decider.console().to_owned();
     let _dispatcher = spawn_dispatcher(&dispatcher_args(&db, "browser-test", &[]), None);
     let (_chromedriver, webdriver) = chromedriver().await;
     let profile =

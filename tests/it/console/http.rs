@@ -2,7 +2,8 @@
 //! headers, paging, bulk replays. What is asserted is read back from the database.
 
 use super::*;
-use common::{outboxctl, revise};
+use common::destinations::DestinationAdd;
+use common::{outboxctl, outboxctl_ok, revise};
 
 const PAGES: &[&str] = &[
     "/console",
@@ -74,12 +75,11 @@ async fn every_page_and_action_needs_a_signed_in_account() {
 async fn outboxctl_creates_accounts_whose_password_is_shown_once_and_stored_hashed() {
     let console = Console::start(TestDb::new().await).await;
     add_tenant(&console.db, "acme", &["ops"]).await;
-    let add = outboxctl(
+    let add = outboxctl_ok(
         &console.db,
         &["operator", "add", "alice", "--role", "operator"],
     )
     .await;
-    assert!(add.ok, "{}", add.stderr);
     let password = add.stdout.trim().to_owned();
     assert!(password.len() >= 40, "{password}");
     let stored: String =
@@ -90,7 +90,7 @@ async fn outboxctl_creates_accounts_whose_password_is_shown_once_and_stored_hash
     assert!(stored.starts_with("$argon2id$"), "{stored}");
     assert!(!stored.contains(&password));
 
-    let limited = outboxctl(
+    outboxctl_ok(
         &console.db,
         &[
             "operator",
@@ -103,7 +103,6 @@ async fn outboxctl_creates_accounts_whose_password_is_shown_once_and_stored_hash
         ],
     )
     .await;
-    assert!(limited.ok, "{}", limited.stderr);
     let list = outboxctl(&console.db, &["operator", "list"]).await;
     assert!(
         list.stdout.contains("alice") && list.stdout.contains("all"),
@@ -196,8 +195,7 @@ async fn outboxctl_creates_accounts_whose_password_is_shown_once_and_stored_hash
         1,
         "the first sign-in is still open"
     );
-    let removed = outboxctl(&console.db, &["operator", "remove", "alice"]).await;
-    assert!(removed.ok, "{}", removed.stderr);
+    outboxctl_ok(&console.db, &["operator", "remove", "alice"]).await;
     assert_eq!(
         console.db.count("console_sessions").await,
         0,
@@ -242,11 +240,7 @@ async fn a_viewer_reads_every_page_but_sees_no_action_and_cannot_act() {
         }
     }
     let page = console.get(Some(&viewer), &alert).await;
-    assert!(
-        page.body.contains("held for reconciliation"),
-        "{}",
-        page.body
-    );
+    assert_contains(&page.body, "held for reconciliation");
 
     let before = evidence_and_state(&console.db, ids[0]).await;
     assert_eq!(
@@ -265,7 +259,7 @@ async fn a_viewer_reads_every_page_but_sees_no_action_and_cannot_act() {
         )
         .await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
-    assert!(forged.body.contains("viewer"), "{}", forged.body);
+    assert_contains(&forged.body, "viewer");
     assert_eq!(evidence_and_state(&console.db, ids[0]).await, before);
 }
 
@@ -279,14 +273,10 @@ async fn an_operator_replays_with_a_note_after_a_confirm_page_and_the_evidence_n
     let path = format!("{alert}/replay");
 
     let page = console.get(Some(&alice), &alert).await;
-    assert!(
-        page.body.contains(&format!("href=\"{path}\"")),
-        "{}",
-        page.body
-    );
+    assert_contains(&page.body, &format!("href=\"{path}\""));
     let confirm = console.get(Some(&alice), &path).await;
     assert_eq!(confirm.status, StatusCode::OK);
-    assert!(confirm.body.contains("name=\"note\""), "{}", confirm.body);
+    assert_contains(&confirm.body, "name=\"note\"");
 
     let before = evidence_and_state(&console.db, ids[0]).await;
     let refusals = [
@@ -336,7 +326,7 @@ async fn an_operator_replays_with_a_note_after_a_confirm_page_and_the_evidence_n
     // The same action through outboxctl --actor alice writes the same line, except for
     // who: a console account and a command-line operator of the same name never look
     // alike.
-    let cli = outboxctl(
+    outboxctl_ok(
         &console.db,
         &[
             "replay",
@@ -348,7 +338,6 @@ async fn an_operator_replays_with_a_note_after_a_confirm_page_and_the_evidence_n
         ],
     )
     .await;
-    assert!(cli.ok, "{}", cli.stderr);
     assert!(
         console_line.starts_with("replayed by console:alice"),
         "{console_line}"
@@ -382,15 +371,11 @@ async fn an_operator_replays_with_a_note_after_a_confirm_page_and_the_evidence_n
         )
         .await;
     assert_eq!(again.status, StatusCode::CONFLICT);
-    assert!(again.body.contains("only held or failed"), "{}", again.body);
+    assert_contains(&again.body, "only held or failed");
     assert_eq!(evidence_and_state(&console.db, ids[0]).await, after);
 
     let audit = console.get(Some(&alice), "/console/audit").await;
-    assert!(
-        audit.body.contains("vendor confirmed the outage"),
-        "{}",
-        audit.body
-    );
+    assert_contains(&audit.body, "vendor confirmed the outage");
     assert!(audit.body.contains(&ids[0].to_string()));
 }
 
@@ -462,12 +447,7 @@ async fn resolutions_need_a_note_and_a_confirm_and_go_through_the_store() {
             "{line}"
         );
     }
-    let reference: Option<String> =
-        sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
-            .bind(ids[0])
-            .fetch_one(&console.db.pool)
-            .await
-            .unwrap();
+    let reference = reference_of(&console.db, ids[0]).await;
     assert_eq!(reference.as_deref(), Some("INV-42"));
 }
 
@@ -573,13 +553,9 @@ async fn an_account_limited_to_a_tenant_cannot_read_or_act_past_it() {
     let asked = console
         .get(Some(&ann), "/console/outbox?tenant=globex")
         .await;
-    assert!(asked.body.contains("No alert matches."), "{}", asked.body);
+    assert_contains(&asked.body, "No alert matches.");
     let overview = console.get(Some(&ann), "/console").await;
-    assert!(
-        overview.body.contains("id=\"held-count\">2<"),
-        "{}",
-        overview.body
-    );
+    assert_contains(&overview.body, "id=\"held-count\">2<");
 
     let globex_alert = format!("/console/alerts/{}", globex_ids[0]);
     assert_eq!(
@@ -625,7 +601,7 @@ async fn an_account_limited_to_a_tenant_cannot_read_or_act_past_it() {
     let dry = console
         .get(Some(&ann), "/console/bulk-replay?state=held")
         .await;
-    assert!(dry.body.contains("id=\"dry-run-count\">2<"), "{}", dry.body);
+    assert_contains(&dry.body, "id=\"dry-run-count\">2<");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -640,22 +616,16 @@ async fn untrusted_text_is_shown_as_text() {
     })
     .to_string();
     let subject = format!("contract:{script}\u{202e}gpj.exe");
-    let outcome = outbox_store::alerts::approve(
-        &console.db.pool,
-        outbox_store::alerts::Approval {
-            tenant_id: tenant.id,
-            destination: "ops",
-            subject: &subject,
-            occurrence: "2027-01-31/30d",
-            payload_json: &payload,
-            actor: "test",
-        },
+    let occurrence = "2027-01-31/30d";
+    let id = approve_one(
+        &console.db,
+        tenant.id,
+        "ops",
+        &subject,
+        occurrence,
+        &payload,
     )
-    .await
-    .unwrap();
-    let outbox_store::alerts::ApproveOutcome::Created(id) = outcome else {
-        panic!("{outcome:?}")
-    };
+    .await;
     let viewer = console.signed_in("vera", "viewer", None).await;
     for path in [
         format!("/console/alerts/{id}"),
@@ -767,12 +737,8 @@ async fn destinations_are_switched_off_and_on_by_operators_with_an_audit_line() 
         .unwrap();
     let path = format!("/console/destinations/{id}/enabled");
     let page = console.get(Some(&alice), "/console/destinations").await;
-    assert!(
-        page.body.contains(&format!("action=\"{path}\"")),
-        "{}",
-        page.body
-    );
-    assert!(page.body.contains("<td>hold</td>"), "{}", page.body);
+    assert_contains(&page.body, &format!("action=\"{path}\""));
+    assert_contains(&page.body, "<td>hold</td>");
 
     let switch = |value: &'static str| {
         let (console, alice, path) = (&console, &alice, &path);
@@ -797,20 +763,10 @@ async fn destinations_are_switched_off_and_on_by_operators_with_an_audit_line() 
     assert!(!enabled);
     assert_eq!(reason.as_deref(), Some("disabled by console:alice"));
     let overview = console.get(Some(&alice), "/console").await;
-    assert!(
-        overview
-            .body
-            .contains("disabled: disabled by console:alice"),
-        "{}",
-        overview.body
-    );
+    assert_contains(&overview.body, "disabled: disabled by console:alice");
     let audit = console.get(Some(&alice), "/console/audit").await;
-    assert!(
-        audit.body.contains("destination disabled"),
-        "{}",
-        audit.body
-    );
-    assert!(audit.body.contains("acme&#x2f;ops"), "{}", audit.body);
+    assert_contains(&audit.body, "destination disabled");
+    assert_contains(&audit.body, "acme&#x2f;ops");
 
     let on = switch("true").await;
     assert_eq!(on.status, StatusCode::SEE_OTHER);
@@ -839,13 +795,13 @@ async fn a_bulk_replay_counts_first_then_replays_each_alert_once_in_the_backgrou
     let list = console
         .get(Some(&alice), "/console/outbox?state=held")
         .await;
-    assert!(list.body.contains("id=\"bulk-link\""), "{}", list.body);
+    assert_contains(&list.body, "id=\"bulk-link\"");
 
     let events = console.db.count("alert_events").await;
     let dry = console
         .get(Some(&alice), "/console/bulk-replay?state=held&tenant=acme")
         .await;
-    assert!(dry.body.contains("id=\"dry-run-count\">7<"), "{}", dry.body);
+    assert_contains(&dry.body, "id=\"dry-run-count\">7<");
     assert_eq!(
         console.db.count("alert_events").await,
         events,
@@ -888,16 +844,8 @@ async fn a_bulk_replay_counts_first_then_replays_each_alert_once_in_the_backgrou
         assert_eq!(replays, 1, "{id}");
     }
     let page = console.get(Some(&alice), &progress).await;
-    assert!(
-        page.body.contains("id=\"bulk-replayed\">7<"),
-        "{}",
-        page.body
-    );
-    assert!(
-        page.body.contains("id=\"bulk-state\">done<"),
-        "{}",
-        page.body
-    );
+    assert_contains(&page.body, "id=\"bulk-replayed\">7<");
+    assert_contains(&page.body, "id=\"bulk-state\">done<");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -985,7 +933,7 @@ async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
     let page = console
         .get(Some(&alice), &format!("/console/bulk-replay/{run}"))
         .await;
-    assert!(page.body.contains("id=\"resume\""), "{}", page.body);
+    assert_contains(&page.body, "id=\"resume\"");
     assert_eq!(
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM alert_outcomes WHERE outcome = 'held'")
             .fetch_one(&console.db.pool)
@@ -1009,7 +957,7 @@ async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
     )
     .await;
     let audit = console.get(Some(&alice), "/console/audit").await;
-    assert!(audit.body.contains("bulk replay resumed"), "{}", audit.body);
+    assert_contains(&audit.body, "bulk replay resumed");
 }
 
 /// A sign-in POST as a forged form would send it: with `cookie` (if any) and `token`.
@@ -1141,11 +1089,9 @@ async fn failed_sign_ins_are_limited_per_name_whether_or_not_it_exists() {
             .parse()
             .unwrap();
         assert!((1..=900).contains(&retry_after), "{retry_after}");
-        assert!(
-            page.body
-                .contains("too many failed sign-ins for this name or from this address"),
-            "{}",
-            page.body
+        assert_contains(
+            &page.body,
+            "too many failed sign-ins for this name or from this address",
         );
     }
     let message = |page: &Page| {
@@ -1276,19 +1222,12 @@ async fn a_destination_disabled_for_failing_is_flagged_on_the_overview() {
     let console = Console::start(db).await;
     let viewer = console.signed_in("vera", "viewer", None).await;
     let overview = console.get(Some(&viewer), "/console").await;
-    assert!(
-        overview.body.contains("id=\"auto-disabled\""),
-        "{}",
-        overview.body
+    assert_contains(&overview.body, "id=\"auto-disabled\"");
+    assert_contains(
+        &overview.body,
+        "disabled automatically: every send has failed since",
     );
-    assert!(
-        overview
-            .body
-            .contains("disabled automatically: every send has failed since"),
-        "{}",
-        overview.body
-    );
-    assert!(overview.body.contains("1h window"), "{}", overview.body);
+    assert_contains(&overview.body, "1h window");
     assert!(
         overview.body.contains("failing since"),
         "calm is flagged as failing, still on"
@@ -1296,7 +1235,7 @@ async fn a_destination_disabled_for_failing_is_flagged_on_the_overview() {
     let destinations = console.get(Some(&viewer), "/console/destinations").await;
     assert!(destinations.body.contains("disabled automatically"));
     let audit = console.get(Some(&viewer), "/console/audit").await;
-    assert!(audit.body.contains("dispatcher:w"), "{}", audit.body);
+    assert_contains(&audit.body, "dispatcher:w");
 }
 
 /// The `href` of the element with `id` in a page, unescaped.
@@ -1412,11 +1351,7 @@ async fn the_audit_log_pages_by_keyset_with_urls_that_keep_their_lines() {
         .get(Some(&viewer), "/console/audit?after=yesterday")
         .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
-    assert!(
-        bad.body.contains("not an audit page cursor"),
-        "{}",
-        bad.body
-    );
+    assert_contains(&bad.body, "not an audit page cursor");
 }
 
 /// The audit log's lines as `(operator, action, target, note, count)`, oldest first.
@@ -1459,11 +1394,9 @@ async fn sign_ins_sign_outs_and_failed_sign_ins_are_in_the_audit_log() {
     );
     let admin = console.signed_in("admin", "viewer", None).await;
     let page = console.get(Some(&admin), "/console/audit").await;
-    assert!(
-        page.body
-            .contains("sign-in failed <span class=\"count\">×50</span>"),
-        "{}",
-        page.body
+    assert_contains(
+        &page.body,
+        "sign-in failed <span class=\"count\">×50</span>",
     );
 }
 
@@ -1493,60 +1426,17 @@ async fn outboxctl_changes_to_accounts_tokens_destinations_and_secrets_are_in_th
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    let revoke = outboxctl(&db, &["token", "revoke", &token_id.to_string()]).await;
-    assert!(revoke.ok, "{}", revoke.stderr);
-    run(vec![
-        "destination",
-        "add",
-        "--tenant",
-        "acme",
-        "--name",
-        "crm",
-        "--url",
-        "http://h/x",
-    ])
-    .await;
-    run(vec![
-        "destination",
-        "update",
-        "crm",
-        "--tenant",
-        "acme",
-        "--disable-after-failing",
-        "1h",
-    ])
-    .await;
-    run(vec![
-        "destination",
-        "disable",
-        "crm",
-        "--tenant",
-        "acme",
-        "--actor",
-        "admin",
-    ])
-    .await;
-    run(vec![
-        "destination",
-        "enable",
-        "crm",
-        "--tenant",
-        "acme",
-        "--actor",
-        "admin",
-    ])
-    .await;
-    run(vec![
-        "destination",
-        "rotate-secret",
-        "crm",
-        "--tenant",
-        "acme",
-        "--generate",
-    ])
-    .await;
-    let rewrap = outboxctl(&db, &["--secret-keys", &keys, "secrets", "rewrap"]).await;
-    assert!(rewrap.ok, "{}", rewrap.stderr);
+    outboxctl_ok(&db, &["token", "revoke", &token_id.to_string()]).await;
+    DestinationAdd::webhook("crm", "http://h/x").add(&db).await;
+    // `destination VERB crm --tenant acme`, then `extra`.
+    let crm = |verb: &'static str, extra: &[&'static str]| {
+        run([&["destination", verb, "crm", "--tenant", "acme"][..], extra].concat())
+    };
+    crm("update", &["--disable-after-failing", "1h"]).await;
+    crm("disable", &["--actor", "admin"]).await;
+    crm("enable", &["--actor", "admin"]).await;
+    crm("rotate-secret", &["--generate"]).await;
+    outboxctl_ok(&db, &["--secret-keys", &keys, "secrets", "rewrap"]).await;
     // A command that fails leaves no line.
     assert!(!outboxctl(&db, &["operator", "remove", "nobody"]).await.ok);
 
@@ -1578,17 +1468,9 @@ async fn outboxctl_changes_to_accounts_tokens_destinations_and_secrets_are_in_th
         .signed_in("admin", "operator", Some(&[acme.id]))
         .await;
     let page = console.get(Some(&limited), "/console/audit").await;
-    assert!(page.body.contains("<td>cli:admin</td>"), "{}", page.body);
-    assert!(
-        page.body.contains("<td>console:admin</td>"),
-        "{}",
-        page.body
-    );
-    assert!(
-        page.body.contains("destination secret rotated"),
-        "{}",
-        page.body
-    );
+    assert_contains(&page.body, "<td>cli:admin</td>");
+    assert_contains(&page.body, "<td>console:admin</td>");
+    assert_contains(&page.body, "destination secret rotated");
     assert!(
         !page.body.contains("operator removed"),
         "no tenant: {}",

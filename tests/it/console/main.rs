@@ -12,6 +12,9 @@ mod http;
 mod sign_in_load;
 
 use common::add_tenant;
+use common::alerts::*;
+use common::assert_contains;
+use common::destinations::add_destination;
 use common::procs::*;
 use outbox_testkit::TestDb;
 use reqwest::header::HeaderMap;
@@ -106,12 +109,7 @@ impl Console {
             assert!(set_cookie.contains(attribute), "{set_cookie}");
         }
         let cookie = set_cookie.split(';').next().unwrap().to_owned();
-        let marker = "name=\"login_token\" value=\"";
-        let start = form.body.find(marker).expect("a sign-in token") + marker.len();
-        (
-            cookie,
-            form.body[start..].split('"').next().unwrap().to_owned(),
-        )
+        (cookie, hidden_field(&form.body, "login_token"))
     }
 
     /// Signs in the way a browser does: shows the form (which sets the pre-session
@@ -194,9 +192,39 @@ async fn page(response: reqwest::Response) -> Page {
 
 /// The form token in a page.
 pub(crate) fn csrf_of(body: &str) -> String {
-    let marker = "name=\"csrf\" value=\"";
-    let start = body.find(marker).expect("a form with a token") + marker.len();
-    body[start..].split('"').next().unwrap().to_owned()
+    hidden_field(body, "csrf")
+}
+
+/// The value of the form field `name` in a page.
+fn hidden_field(body: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = body
+        .find(&marker)
+        .unwrap_or_else(|| panic!("a form with `{name}`"));
+    body[start + marker.len()..]
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// The cookie a response sets, without its attributes (`name=value`).
+pub(crate) fn cookie_of(response: &reqwest::Response) -> String {
+    let set_cookie = response.headers()["set-cookie"].to_str().unwrap();
+    set_cookie.split(';').next().unwrap().to_owned()
+}
+
+/// Shows the sign-in form at `base` through `http`: the pre-session cookie it sets and the
+/// form's token.
+pub(crate) async fn fetch_login_form(http: &reqwest::Client, base: &str) -> (String, String) {
+    let form = http
+        .get(format!("{base}/console/login"))
+        .send()
+        .await
+        .unwrap();
+    let cookie = cookie_of(&form);
+    let body = form.text().await.unwrap();
+    (cookie, hidden_field(&body, "login_token"))
 }
 
 /// `n` alerts held at a plain destination (`on_uncertain` hold, no keys, no lookup) whose

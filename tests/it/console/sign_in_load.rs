@@ -4,6 +4,7 @@
 //! answering, and a sign-in that finds no check free is told to come back (503).
 
 use super::*;
+use common::decider::DeciderServe;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
@@ -38,22 +39,7 @@ async fn wrong_sign_in(base: String, address: IpAddr, name: String) -> (u16, Opt
         .timeout(DEADLINE)
         .build()
         .unwrap();
-    let form = http
-        .get(format!("{base}/console/login"))
-        .send()
-        .await
-        .unwrap();
-    let cookie = form.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    let body = form.text().await.unwrap();
-    let marker = "name=\"login_token\" value=\"";
-    let start = body.find(marker).unwrap() + marker.len();
-    let token = body[start..].split('"').next().unwrap().to_owned();
+    let (cookie, token) = fetch_login_form(&http, &base).await;
     let answer = http
         .post(format!("{base}/console/login"))
         .header("cookie", cookie)
@@ -86,34 +72,14 @@ async fn sign_ins_sent_together_check_few_passwords_at_once_and_approvals_keep_a
     let db = TestDb::new().await;
     let tenant = add_tenant(&db, "acme", &["ops"]).await;
     let checks = CHECKS.to_string();
-    let mut decider = Process::spawn(
-        env!("CARGO_BIN_EXE_decider"),
-        &[
-            "--database-url",
-            &db.url,
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--console-listen",
-            "127.0.0.1:0",
-            "--console-max-password-checks",
-            &checks,
-            "--interval",
-            "1h",
-        ],
-        &[],
-    );
-    let metrics = format!(
-        "http://{}",
-        decider.listening("decider metrics listening").await
-    );
-    let api = format!(
-        "http://{}",
-        decider.listening("approval API listening").await
-    );
-    let console = format!("http://{}", decider.listening("console listening").await);
+    let decider = DeciderServe::on(&db.url)
+        .with_metrics()
+        .with_console()
+        .flags(&["--console-max-password-checks", &checks])
+        .start()
+        .await;
+    let (metrics, api) = (decider.metrics().to_owned(), decider.api.clone());
+    let console = decider.console().to_owned();
     let pid = decider.id().unwrap();
     let baseline = memory_kib(pid, "VmHWM:");
 
@@ -180,14 +146,7 @@ async fn sign_ins_sent_together_check_few_passwords_at_once_and_approvals_keep_a
     let checked = answers.get(&401).copied().unwrap_or(0);
     assert!(checked > 0, "{answers:?}");
     assert_eq!(db.count("console_sign_in_failures").await, checked as i64);
-    let figures = http
-        .get(format!("{metrics}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let figures = metrics_text(&http, &metrics).await;
     assert_eq!(
         sample(&figures, "outbox_console_password_checks_running"),
         0

@@ -13,6 +13,7 @@ mod patroni;
 
 use crate::common;
 
+use common::decider::DeciderServe;
 use common::procs::*;
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -200,25 +201,6 @@ pub async fn approve_through_a_lag_and_a_crash(
         acknowledged,
         back_after: back_after.expect("no approval was sent after the crash"),
     }
-}
-
-/// `decider serve` on `url`: the process and its API's base.
-pub async fn decider(url: &str) -> (Process, String) {
-    spawn_listening(
-        env!("CARGO_BIN_EXE_decider"),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--interval",
-            "1h",
-            "--database-url",
-            url,
-        ],
-        &[],
-        "approval API listening",
-    )
-    .await
 }
 
 /// A dispatcher named `worker` on `url`.

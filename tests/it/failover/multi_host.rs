@@ -28,6 +28,17 @@ struct Failover {
     _servers: (Server, Server),
 }
 
+/// The schema, tenant `acme` and its de-duplicating destination `ops` at `sink`, on
+/// `primary`: the tenant's token.
+async fn set_up_ops(primary: &Server, sink: &Sink) -> String {
+    let ops = Target {
+        name: "ops",
+        sink,
+        deduplicates: true,
+    };
+    set_up(&primary.url("postgres"), &[ops]).await
+}
+
 /// A primary and a replica in `replication` mode, the decider and a dispatcher following
 /// them through a multi-host URL, agents approving [`APPROVALS`] alerts; a third of the way
 /// in the whole primary is killed and the replica promoted.
@@ -35,26 +46,18 @@ async fn fail_over_under_load(replication: Replication) -> Failover {
     let primary = Server::primary(replication);
     let replica = primary.replica();
     let sink = Sink::start(&["--retention", "1h"]).await;
-    let token = set_up(
-        &primary.url("postgres"),
-        &[Target {
-            name: "ops",
-            sink: &sink,
-            deduplicates: true,
-        }],
-    )
-    .await;
+    let token = set_up_ops(&primary, &sink).await;
     let url = format!(
         "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
         primary.port, replica.port
     );
-    let (decider, api) = decider(&url).await;
+    let decider = DeciderServe::on(&url).start().await;
     let dispatcher = dispatcher(&url, "failover");
     // Asynchronous: the replica is cut off a sixth of the run before the crash, as on a
     // broken or slow link, so what was acknowledged meanwhile is surely not on it.
     let lag = (replication == Replication::Asynchronous).then_some(|| replica.cut_off());
     let approved = approve_through_a_lag_and_a_crash(
-        &api,
+        &decider.api,
         &token,
         (0..APPROVALS).map(common::renewal).collect(),
         lag,
@@ -73,9 +76,9 @@ async fn fail_over_under_load(replication: Replication) -> Failover {
         approved,
         new_primary,
         sink,
-        decider,
+        api: decider.api.clone(),
+        decider: decider.process,
         dispatcher,
-        api,
         token,
         _servers: (primary, replica),
     }
@@ -178,46 +181,13 @@ async fn with_asynchronous_replication_a_lost_approval_is_recreated_by_the_agent
     );
 }
 
-/// `decider serve` on `url` with its metrics listener: the process and that listener's base.
-async fn decider_with_metrics(url: &str) -> (Process, String) {
-    let (mut decider, _api) = spawn_listening(
-        env!("CARGO_BIN_EXE_decider"),
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--interval",
-            "1h",
-            "--database-url",
-            url,
-        ],
-        &[],
-        "approval API listening",
-    )
-    .await;
-    let metrics = format!(
-        "http://{}",
-        decider.listening("decider metrics listening").await
-    );
-    (decider, metrics)
-}
-
 /// `/readyz`'s status and body, and the `outbox_database_up` sample of `/metrics`.
 async fn readiness(metrics: &str) -> (StatusCode, String, String) {
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let ready = http.get(format!("{metrics}/readyz")).send().await.unwrap();
     let status = ready.status();
     let body = ready.text().await.unwrap();
-    let figures = http
-        .get(format!("{metrics}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let figures = metrics_text(&http, metrics).await;
     let up = figures
         .lines()
         .find(|line| line.starts_with("outbox_database_up "))
@@ -231,44 +201,31 @@ async fn readiness_says_when_the_database_answers_but_does_not_take_writes() {
     let primary = Server::primary(Replication::Asynchronous);
     let replica = primary.replica();
     let sink = Sink::start(&[]).await;
-    set_up(
-        &primary.url("postgres"),
-        &[Target {
-            name: "ops",
-            sink: &sink,
-            deduplicates: true,
-        }],
-    )
-    .await;
+    set_up_ops(&primary, &sink).await;
 
-    let (_on_primary, metrics) = decider_with_metrics(&primary.url("postgres")).await;
-    let (status, _, up) = readiness(&metrics).await;
+    let on_primary = DeciderServe::on(&primary.url("postgres"))
+        .with_metrics()
+        .start()
+        .await;
+    let (status, _, up) = readiness(on_primary.metrics()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(up, "outbox_database_up 1");
 
     // A process pointed at the standby alone (no target_session_attrs) is up, and says it
     // is not ready, and why.
-    let (_on_standby, metrics) = decider_with_metrics(&replica.url("postgres")).await;
-    let (status, body, up) = readiness(&metrics).await;
+    let on_standby = DeciderServe::on(&replica.url("postgres"))
+        .with_metrics()
+        .start()
+        .await;
+    let (status, body, up) = readiness(on_standby.metrics()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(body.contains("read-only"), "{body}");
     assert_eq!(up, "outbox_database_up 0");
 
     // The dispatcher's listener says the same.
-    let mut dispatcher = Process::spawn(
-        env!("CARGO_BIN_EXE_dispatcher"),
-        &[
-            "--database-url",
-            &replica.url("postgres"),
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ],
-        &[("RUST_LOG", "info")],
-    );
-    let metrics = format!(
-        "http://{}",
-        dispatcher.listening("dispatcher metrics listening").await
-    );
+    let args = ["--database-url".to_owned(), replica.url("postgres")];
+    let (_dispatcher, metrics) =
+        spawn_dispatcher_with_metrics(&args, &[("RUST_LOG", "info")]).await;
     let (status, body, up) = readiness(&metrics).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(body.contains("read-only"), "{body}");

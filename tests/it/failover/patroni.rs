@@ -78,16 +78,20 @@ async fn crash_the_leader_under_load(replication: Replication) -> Report {
     // approvals' work, never the schema.
     cluster.wait_until_caught_up();
     let old_leader = cluster.leader().expect("a leader");
-    let (mut decider, api) = decider(&cluster.url("postgres")).await;
+    let mut decider = DeciderServe::on(&cluster.url("postgres")).start().await;
     let mut through_haproxy = dispatcher(&cluster.url("postgres"), "through-haproxy");
     let mut direct = dispatcher(&cluster.multi_host_url(old_leader, "postgres"), "direct");
 
-    let approved =
-        approve_through_a_crash(&api, &token, (0..APPROVALS).map(approval).collect(), || {
+    let approved = approve_through_a_crash(
+        &decider.api,
+        &token,
+        (0..APPROVALS).map(approval).collect(),
+        || {
             cluster.crash(old_leader);
             Instant::now()
-        })
-        .await;
+        },
+    )
+    .await;
     let new_leader = cluster.wait_for_new_leader(old_leader).await;
     let new_primary = outbox_store::connect(&cluster.node_url(new_leader, "postgres"), "check", 2)
         .await
@@ -106,7 +110,7 @@ async fn crash_the_leader_under_load(replication: Replication) -> Report {
     // dispatchers that now know both nodes as they are.
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     for n in 0..APPROVALS + AFTER_REJOIN {
-        approve_until_acknowledged(&http, &api, &token, &approval(n)).await;
+        approve_until_acknowledged(&http, &decider.api, &token, &approval(n)).await;
     }
     let total = APPROVALS + AFTER_REJOIN;
     all_settled(&new_primary, total).await;
@@ -148,7 +152,7 @@ async fn crash_the_leader_under_load(replication: Replication) -> Report {
     .unwrap();
     assert!(in_recovery, "the old leader came back as a primary");
     assert_eq!(ours, 0, "sessions of ours on the old leader");
-    nobody_exited(&mut [&mut decider, &mut through_haproxy, &mut direct]);
+    nobody_exited(&mut [&mut decider.process, &mut through_haproxy, &mut direct]);
 
     Report {
         back_after: approved.back_after,
