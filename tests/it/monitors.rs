@@ -632,8 +632,11 @@ async fn a_run_that_found_the_database_unavailable_runs_again_within_seconds() {
             if on { "on" } else { "off" }
         )
     };
+    // The switch is made on a session opened before the database turns read-only, which
+    // keeps its own read-write default: a session opened afterwards could not switch back.
+    let mut admin = db.pool.acquire().await.unwrap();
     sqlx::query(&set_read_only(true))
-        .execute(&db.pool)
+        .execute(&mut *admin)
         .await
         .unwrap();
     let rollbacks = || async {
@@ -669,9 +672,10 @@ async fn a_run_that_found_the_database_unavailable_runs_again_within_seconds() {
     // The database takes writes again; the monitors' sessions are cut, as a failover cuts
     // them. The next run comes within seconds, not at the next hourly tick.
     sqlx::query(&set_read_only(false))
-        .execute(&db.pool)
+        .execute(&mut *admin)
         .await
         .unwrap();
+    drop(admin);
     sqlx::query(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
          WHERE application_name = 'monitors-under-test'",
