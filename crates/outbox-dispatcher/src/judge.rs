@@ -9,6 +9,11 @@
 //! - [`judge_lookup`]: a lookup's answer while settling an uncertain attempt.
 //! - [`settlement`]: how an uncertain attempt can be settled by the destination's
 //!   capabilities; [`without_lookup`] and [`resend_refusal`] turn it into a decision.
+//!
+//! It stays one file, past 600 lines, because it is one decision read in one place: the
+//! send, the lookup and the settling order share `Judging` and the outcome table, and each
+//! judgement hands on to the others (an uncertain send to its settlement, a lookup to a
+//! resend).
 
 use chrono::{DateTime, Utc};
 use outbox_core::retry::RetrySchedule;
@@ -115,75 +120,29 @@ pub(crate) fn judge_send(
             ),
             None,
         ),
-        Verdict::Rejected { gone, why } => {
-            let line = if gone {
-                format!("{prefix} rejected: {why}; the destination is gone, so it was disabled")
-            } else {
-                format!("{prefix} rejected: {why}")
-            };
-            (
-                Next::Settle {
-                    outcome: Outcome::Failed,
-                    reference: None,
-                },
-                line,
-                gone.then(|| format!("answered 410 Gone to alert {}", row.alert_id)),
-            )
-        }
+        Verdict::Rejected { gone, why } => rejected_send(j, &prefix, gone, &why),
         Verdict::NotProcessed {
             retry_after,
             may_have_acted,
             why,
         } => {
-            let (next, plan) = retry_or_exhaust(j, attempt, retry_after, resending || may_have_acted);
-            (next, format!("{prefix} not processed ({why}); {plan}"), None)
+            let (next, plan) =
+                retry_or_exhaust(j, attempt, retry_after, resending || may_have_acted);
+            (
+                next,
+                format!("{prefix} not processed ({why}); {plan}"),
+                None,
+            )
         }
         Verdict::NotSent { why } => {
             let (next, plan) = retry_or_exhaust(j, attempt, None, resending);
             (next, format!("{prefix} not sent ({why}); {plan}"), None)
         }
-        // A configuration error: retrying cannot help, and every other alert of the
-        // destination would meet it too. When an earlier attempt's outcome is unknown,
-        // "failed" could be false: the alert is held instead.
-        Verdict::Blocked { why } => (
-            Next::Settle {
-                outcome: if resending {
-                    Outcome::Held
-                } else {
-                    Outcome::Failed
-                },
-                reference: None,
-            },
-            format!(
-                "{prefix} not sent: {why}; a configuration error, so the destination was disabled{}",
-                if resending {
-                    "; held for reconciliation, an earlier attempt's outcome is unknown"
-                } else {
-                    ""
-                }
-            ),
-            Some(format!("{why} (alert {})", row.alert_id)),
-        ),
+        Verdict::Blocked { why } => blocked_send(j, &prefix, resending, &why),
         Verdict::Uncertain { why } => {
-            let first_send = row.first_send_started_at.unwrap_or(started_at);
-            let backoff = j.schedule.delay(attempt.unsigned_abs(), j.unit, None);
-            let (wait, plan) = match settlement(row, first_send, j.now) {
-                Settlement::Lookup => (
-                    backoff.max(timeout(row) + LOOKUP_GRACE_EXTRA),
-                    "will look it up at the destination".to_owned(),
-                ),
-                Settlement::Resend { why, .. } => (backoff, format!("will resend: {why}")),
-                Settlement::Hold => (
-                    Duration::ZERO,
-                    "no lookup and no de-duplication window: retry held for reconciliation"
-                        .to_owned(),
-                ),
-            };
+            let (next, plan) = after_uncertain_send(j, attempt, started_at);
             (
-                Next::Requeue {
-                    status: LiveStatus::Uncertain,
-                    at: j.now + chrono_duration(wait),
-                },
+                next,
                 format!("{prefix} {why}; destination acceptance unknown; {plan}"),
                 None,
             )
@@ -196,6 +155,89 @@ pub(crate) fn judge_send(
         None => line,
     };
     j.completion(Some(record), next, line, disable)
+}
+
+/// A send the destination rejected: the alert failed; a 410 Gone also disables the
+/// destination.
+fn rejected_send(
+    j: &Judging<'_>,
+    prefix: &str,
+    gone: bool,
+    why: &str,
+) -> (Next, String, Option<String>) {
+    let line = if gone {
+        format!("{prefix} rejected: {why}; the destination is gone, so it was disabled")
+    } else {
+        format!("{prefix} rejected: {why}")
+    };
+    (
+        Next::Settle {
+            outcome: Outcome::Failed,
+            reference: None,
+        },
+        line,
+        gone.then(|| format!("answered 410 Gone to alert {}", j.row.alert_id)),
+    )
+}
+
+/// A send the egress guard refused, a configuration error: retrying cannot help, and
+/// every other alert of the destination would meet it too. When an earlier attempt's
+/// outcome is unknown, "failed" could be false: the alert is held instead.
+fn blocked_send(
+    j: &Judging<'_>,
+    prefix: &str,
+    resending: bool,
+    why: &str,
+) -> (Next, String, Option<String>) {
+    (
+        Next::Settle {
+            outcome: if resending {
+                Outcome::Held
+            } else {
+                Outcome::Failed
+            },
+            reference: None,
+        },
+        format!(
+            "{prefix} not sent: {why}; a configuration error, so the destination was disabled{}",
+            if resending {
+                "; held for reconciliation, an earlier attempt's outcome is unknown"
+            } else {
+                ""
+            }
+        ),
+        Some(format!("{why} (alert {})", j.row.alert_id)),
+    )
+}
+
+/// Where an uncertain send goes next, by how it can be settled: looked up once the
+/// request has surely landed, resent after the backoff, or held for reconciliation.
+fn after_uncertain_send(
+    j: &Judging<'_>,
+    attempt: i32,
+    started_at: DateTime<Utc>,
+) -> (Next, String) {
+    let row = j.row;
+    let first_send = row.first_send_started_at.unwrap_or(started_at);
+    let backoff = j.schedule.delay(attempt.unsigned_abs(), j.unit, None);
+    let (wait, plan) = match settlement(row, first_send, j.now) {
+        Settlement::Lookup => (
+            backoff.max(timeout(row) + LOOKUP_GRACE_EXTRA),
+            "will look it up at the destination".to_owned(),
+        ),
+        Settlement::Resend { why, .. } => (backoff, format!("will resend: {why}")),
+        Settlement::Hold => (
+            Duration::ZERO,
+            "no lookup and no de-duplication window: retry held for reconciliation".to_owned(),
+        ),
+    };
+    (
+        Next::Requeue {
+            status: LiveStatus::Uncertain,
+            at: j.now + chrono_duration(wait),
+        },
+        plan,
+    )
 }
 
 /// Schedules a retry, or ends the alert when its attempts or retry window are used up:
@@ -343,17 +385,8 @@ pub(crate) fn judge_lookup(
     let attempt = row.attempts;
     let grace_end = row.last_send_started_at.unwrap_or(j.now)
         + chrono_duration(timeout(row) + LOOKUP_GRACE_EXTRA);
-    let lookup = |outcome, status: Option<u16>, reference: Option<String>, error: Option<&str>| {
-        AttemptRecord {
-            kind: AttemptKind::Lookup,
-            attempt,
-            started_at,
-            outcome,
-            http_status: status,
-            destination_reference: reference,
-            error_class: error.map(str::to_owned),
-            response_excerpt: None,
-        }
+    let lookup = |outcome, status, reference, error| {
+        lookup_record(attempt, started_at, outcome, status, reference, error)
     };
     let done = |record, next, line, disable| {
         AfterLookup::Done(Box::new(j.completion(Some(record), next, line, disable)))
@@ -402,21 +435,7 @@ pub(crate) fn judge_lookup(
             Some(format!("lookup URL: {why} (alert {})", row.alert_id)),
         ),
         other => {
-            let (why, status, retry_after) = match other {
-                Exchange::Answered {
-                    status,
-                    retry_after,
-                    ..
-                } => (format!("HTTP {status}"), Some(*status), *retry_after),
-                Exchange::SmtpAccepted { reply: w, .. }
-                | Exchange::SmtpRefused { reply: w, .. }
-                | Exchange::NotConnected(w)
-                | Exchange::SmtpNotSent { why: w, .. }
-                | Exchange::TimedOut(w)
-                | Exchange::Broken(w)
-                | Exchange::Unsendable(w)
-                | Exchange::Blocked(w) => (w.clone(), None, None),
-            };
+            let (why, status, retry_after) = failed_lookup_answer(other);
             let budget = LookupBudget {
                 failed_before: row.failed_lookups,
                 first_failed_at: row.first_failed_lookup_at.unwrap_or(started_at),
@@ -432,6 +451,47 @@ pub(crate) fn judge_lookup(
                 None,
             )
         }
+    }
+}
+
+/// A lookup's attempt row.
+fn lookup_record(
+    attempt: i32,
+    started_at: DateTime<Utc>,
+    outcome: AttemptOutcome,
+    status: Option<u16>,
+    reference: Option<String>,
+    error: Option<&str>,
+) -> AttemptRecord {
+    AttemptRecord {
+        kind: AttemptKind::Lookup,
+        attempt,
+        started_at,
+        outcome,
+        http_status: status,
+        destination_reference: reference,
+        error_class: error.map(str::to_owned),
+        response_excerpt: None,
+    }
+}
+
+/// What a lookup that settled nothing answered, for its evidence and its retry: why, the
+/// HTTP status if any, and the `Retry-After` it asked for.
+fn failed_lookup_answer(exchange: &Exchange) -> (String, Option<u16>, Option<Duration>) {
+    match exchange {
+        Exchange::Answered {
+            status,
+            retry_after,
+            ..
+        } => (format!("HTTP {status}"), Some(*status), *retry_after),
+        Exchange::SmtpAccepted { reply: w, .. }
+        | Exchange::SmtpRefused { reply: w, .. }
+        | Exchange::NotConnected(w)
+        | Exchange::SmtpNotSent { why: w, .. }
+        | Exchange::TimedOut(w)
+        | Exchange::Broken(w)
+        | Exchange::Unsendable(w)
+        | Exchange::Blocked(w) => (w.clone(), None, None),
     }
 }
 

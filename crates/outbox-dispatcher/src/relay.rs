@@ -83,90 +83,104 @@ pub(crate) async fn open(
     security: &Security,
     hello: &ClientId,
 ) -> Result<AsyncSmtpConnection, Exchange> {
-    let not_sent = |phase, why: String| Exchange::SmtpNotSent { phase, why };
-    let stream = match within(deadline, TcpStream::connect(addr)).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(err)) => {
-            return Err(not_sent(
-                SmtpPhase::Connect,
-                format!("connecting to {addr}: {err}"),
-            ))
-        }
-        Err(()) => {
-            return Err(not_sent(
-                SmtpPhase::Connect,
-                format!("connecting to {addr} timed out"),
-            ))
-        }
-    };
-    let transport: Box<dyn AsyncTokioStream> = match security {
-        Security::Implicit(verified) => {
-            let config = verified.trust.client_config().map_err(|err| {
-                Exchange::Unsendable(format!("the TLS settings cannot be built: {err}"))
-            })?;
-            let connector = tokio_rustls::TlsConnector::from(config);
-            match within(deadline, connector.connect(verified.name.clone(), stream)).await {
-                Ok(Ok(tls)) => Box::new(ImplicitTls(tls)),
-                Ok(Err(err)) => {
-                    return Err(not_sent(
-                        SmtpPhase::Tls,
-                        format!("TLS handshake with {}: {err}", verified.name.to_str()),
-                    ))
-                }
-                Err(()) => {
-                    return Err(not_sent(
-                        SmtpPhase::Tls,
-                        "the TLS handshake timed out".to_owned(),
-                    ))
-                }
-            }
-        }
+    let stream = or_not_sent(
+        deadline,
+        SmtpPhase::Connect,
+        TcpStream::connect(addr),
+        |err| format!("connecting to {addr}: {err}"),
+        &format!("connecting to {addr} timed out"),
+    )
+    .await?;
+    let transport = match security {
+        Security::Implicit(verified) => implicit_tls(deadline, stream, verified).await?,
         Security::None | Security::StartTls(_) => Box::new(stream),
     };
-    let mut conn = match within(
+    let mut conn = or_not_sent(
         deadline,
+        SmtpPhase::Greeting,
         AsyncSmtpConnection::connect_with_transport(transport, hello),
+        |err| format!("SMTP greeting: {err}"),
+        "SMTP greeting timed out",
     )
-    .await
-    {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(err)) => {
-            return Err(not_sent(
-                SmtpPhase::Greeting,
-                format!("SMTP greeting: {err}"),
-            ))
-        }
-        Err(()) => {
-            return Err(not_sent(
-                SmtpPhase::Greeting,
-                "SMTP greeting timed out".to_owned(),
-            ))
-        }
-    };
+    .await?;
     if let Security::StartTls(verified) = security {
-        if !conn.server_info().supports_feature(Extension::StartTls) {
-            // Polite, and its outcome changes nothing.
-            let _ = within(deadline, conn.quit()).await;
-            return Err(not_sent(
-                SmtpPhase::Tls,
-                "the relay does not offer STARTTLS, which this destination requires; nothing was sent in plain text".to_owned(),
-            ));
-        }
-        let parameters = verified.lettre_parameters().map_err(|err| {
-            Exchange::Unsendable(format!("the TLS settings cannot be built: {err}"))
-        })?;
-        match within(deadline, conn.starttls(parameters, hello)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                return Err(not_sent(
-                    SmtpPhase::Tls,
-                    format!("STARTTLS with {}: {err}", verified.name.to_str()),
-                ))
-            }
-            Err(()) => return Err(not_sent(SmtpPhase::Tls, "STARTTLS timed out".to_owned())),
-        }
+        start_tls(deadline, &mut conn, verified, hello).await?;
     }
     Ok(conn)
+}
+
+/// The TLS handshake that comes first with implicit TLS, before the relay says anything.
+async fn implicit_tls(
+    deadline: tokio::time::Instant,
+    stream: TcpStream,
+    verified: &Verified,
+) -> Result<Box<dyn AsyncTokioStream>, Exchange> {
+    let config = verified
+        .trust
+        .client_config()
+        .map_err(|err| Exchange::Unsendable(format!("the TLS settings cannot be built: {err}")))?;
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let tls = or_not_sent(
+        deadline,
+        SmtpPhase::Tls,
+        connector.connect(verified.name.clone(), stream),
+        |err| format!("TLS handshake with {}: {err}", verified.name.to_str()),
+        "the TLS handshake timed out",
+    )
+    .await?;
+    Ok(Box::new(ImplicitTls(tls)))
+}
+
+/// Upgrades a plain-text session with `STARTTLS`, which the relay must offer: without
+/// it, nothing is sent in plain text.
+async fn start_tls(
+    deadline: tokio::time::Instant,
+    conn: &mut AsyncSmtpConnection,
+    verified: &Verified,
+    hello: &ClientId,
+) -> Result<(), Exchange> {
+    if !conn.server_info().supports_feature(Extension::StartTls) {
+        // Polite, and its outcome changes nothing.
+        let _ = within(deadline, conn.quit()).await;
+        return Err(Exchange::SmtpNotSent {
+            phase: SmtpPhase::Tls,
+            why: "the relay does not offer STARTTLS, which this destination requires; nothing was sent in plain text".to_owned(),
+        });
+    }
+    let parameters = verified
+        .lettre_parameters()
+        .map_err(|err| Exchange::Unsendable(format!("the TLS settings cannot be built: {err}")))?;
+    or_not_sent(
+        deadline,
+        SmtpPhase::Tls,
+        conn.starttls(parameters, hello),
+        |err| format!("STARTTLS with {}: {err}", verified.name.to_str()),
+        "STARTTLS timed out",
+    )
+    .await
+}
+
+/// One step before the message data, unless `deadline` passes first: its failure, or the
+/// deadline passing, ends the attempt as not sent in `phase` (`failed` and `timed_out`
+/// say why).
+pub(crate) async fn or_not_sent<T, E>(
+    deadline: tokio::time::Instant,
+    phase: SmtpPhase,
+    step: impl Future<Output = Result<T, E>>,
+    failed: impl FnOnce(E) -> String,
+    timed_out: &str,
+) -> Result<T, Exchange> {
+    match within(deadline, step).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(err)) => Err(Exchange::SmtpNotSent {
+            phase,
+            why: failed(err),
+        }),
+        Err(()) => Err(Exchange::SmtpNotSent {
+            phase,
+            why: timed_out.to_owned(),
+        }),
+    }
 }
 
 impl Verified {

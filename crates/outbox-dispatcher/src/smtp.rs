@@ -11,6 +11,7 @@
 use lettre::message::header::{self, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, Mailboxes, MultiPart};
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
+use lettre::transport::smtp::client::AsyncSmtpConnection;
 use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
 use lettre::transport::smtp::extension::{ClientId, MailBodyParameter, MailParameter};
 use lettre::{Address, Message};
@@ -23,7 +24,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::classify::{Exchange, SmtpPhase};
-use crate::relay::{within, Security};
+use crate::relay::{or_not_sent, within, Security};
 use crate::templates::TenantTemplates;
 use crate::Shared;
 
@@ -230,91 +231,140 @@ async fn deliver(
     bytes: &[u8],
     timeout: Duration,
 ) -> Exchange {
-    let Some((host, port)) = relay(&row.url) else {
-        return Exchange::Unsendable(format!("`{}` is not an smtp://host:port relay", row.url));
-    };
-    let security = match Security::of(&job.smtp_tls, job.smtp_ca_pem.as_deref(), &host) {
-        Ok(security) => security,
-        Err(why) => return Exchange::Unsendable(why),
-    };
-    let addr = match vetted_address(&shared.config.egress, &host, port).await {
-        Ok(addr) => addr,
+    let dialogue = match Dialogue::prepare(shared, row, job, bytes).await {
+        Ok(dialogue) => dialogue,
         Err(exchange) => return exchange,
     };
-    let password = match &job.smtp_password {
-        Some(stored) => match shared.config.secret_keys.open(row.destination_id, stored) {
-            Ok(password) => Some(password),
-            Err(err) => {
-                return Exchange::Unsendable(format!("the SMTP password of the destination: {err}"))
-            }
-        },
-        None => None,
-    };
-    let Ok(from) = job.mail_from.parse::<Address>() else {
-        return Exchange::Unsendable(format!("the sender `{}` is not valid", job.mail_from));
-    };
-    let recipients = match recipients(job) {
-        Ok(recipients) => recipients,
-        Err(why) => return Exchange::Unsendable(why),
-    };
-    // The stored bytes may predate this check: what is sent must name whom it is sent to.
-    if let Err(why) = check_to_header(bytes, &recipients) {
-        return Exchange::Unsendable(why);
-    }
-
     // The destination's timeout bounds the whole dialogue, as it bounds a whole HTTP
     // request: the send must end inside the claim's lease.
     let deadline = tokio::time::Instant::now() + timeout;
     // Before the data: nothing can have been delivered, whatever goes wrong.
-    let hello = ClientId::Domain(from.domain().to_owned());
-    let mut conn = match crate::relay::open(deadline, addr, &security, &hello).await {
-        Ok(conn) => conn,
-        Err(exchange) => return exchange,
-    };
-    let not_sent = |phase, why: String| Exchange::SmtpNotSent { phase, why };
-    if let (Some(user), Some(password)) = (&job.smtp_username, password) {
-        let credentials = Credentials::new(user.clone(), password);
-        match within(
-            deadline,
-            conn.auth(&[Mechanism::Plain, Mechanism::Login], &credentials),
-        )
-        .await
-        {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => return not_sent(SmtpPhase::Auth, format!("SMTP AUTH refused: {err}")),
-            Err(()) => return not_sent(SmtpPhase::Auth, "SMTP AUTH timed out".into()),
-        }
+    let hello = ClientId::Domain(dialogue.from.domain().to_owned());
+    let mut conn =
+        match crate::relay::open(deadline, dialogue.addr, &dialogue.security, &hello).await {
+            Ok(conn) => conn,
+            Err(exchange) => return exchange,
+        };
+    if let Err(exchange) = dialogue.before_data(deadline, &mut conn, job, bytes).await {
+        return exchange;
     }
-    let mut params = Vec::new();
-    if !bytes.is_ascii() {
-        params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
-    }
-    // A refused sender is not the message's fault: whatever the reply, nothing was sent
-    // and the attempt is retried (a relay that keeps refusing exhausts the retries).
-    match within(deadline, conn.command(Mail::new(Some(from), params))).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(err)) => return not_sent(SmtpPhase::MailFrom, format!("MAIL FROM: {err}")),
-        Err(()) => return not_sent(SmtpPhase::MailFrom, "MAIL FROM timed out".into()),
-    }
-    for to in recipients {
-        if let Some(refused) = before_data(
-            deadline,
-            SmtpPhase::RcptTo,
-            "RCPT TO",
-            conn.command(Rcpt::new(to, vec![])),
-        )
-        .await
-        {
-            return refused;
-        }
-    }
-    if let Some(refused) = before_data(deadline, SmtpPhase::Data, "DATA", conn.command(Data)).await
-    {
-        return refused;
+    let exchange = send_data(deadline, &mut conn, bytes).await;
+    // A polite end, if time is left; its outcome changes nothing.
+    let _ = within(deadline, conn.quit()).await;
+    exchange
+}
+
+/// What a dialogue needs, checked before the relay is reached: an error is a
+/// configuration error, or the relay cannot be reached.
+struct Dialogue {
+    addr: SocketAddr,
+    security: Security,
+    password: Option<String>,
+    from: Address,
+    recipients: Vec<Address>,
+}
+
+impl Dialogue {
+    async fn prepare(
+        shared: &Shared,
+        row: &ClaimedAlert,
+        job: &EmailJob,
+        bytes: &[u8],
+    ) -> Result<Dialogue, Exchange> {
+        let Some((host, port)) = relay(&row.url) else {
+            return Err(Exchange::Unsendable(format!(
+                "`{}` is not an smtp://host:port relay",
+                row.url
+            )));
+        };
+        let security = Security::of(&job.smtp_tls, job.smtp_ca_pem.as_deref(), &host)
+            .map_err(Exchange::Unsendable)?;
+        let addr = vetted_address(&shared.config.egress, &host, port).await?;
+        let password = match &job.smtp_password {
+            Some(stored) => Some(
+                shared
+                    .config
+                    .secret_keys
+                    .open(row.destination_id, stored)
+                    .map_err(|err| {
+                        Exchange::Unsendable(format!("the SMTP password of the destination: {err}"))
+                    })?,
+            ),
+            None => None,
+        };
+        let Ok(from) = job.mail_from.parse::<Address>() else {
+            return Err(Exchange::Unsendable(format!(
+                "the sender `{}` is not valid",
+                job.mail_from
+            )));
+        };
+        let recipients = recipients(job).map_err(Exchange::Unsendable)?;
+        // The stored bytes may predate this check: what is sent must name whom it is sent to.
+        check_to_header(bytes, &recipients).map_err(Exchange::Unsendable)?;
+        Ok(Dialogue {
+            addr,
+            security,
+            password,
+            from,
+            recipients,
+        })
     }
 
-    // The data goes out: from here on a lost reply means it may have been delivered.
-    let exchange = match within(deadline, conn.message(bytes)).await {
+    /// AUTH (when the destination has credentials), then the envelope and `DATA`: an
+    /// error means nothing was sent, or the relay refused.
+    async fn before_data(
+        self,
+        deadline: tokio::time::Instant,
+        conn: &mut AsyncSmtpConnection,
+        job: &EmailJob,
+        bytes: &[u8],
+    ) -> Result<(), Exchange> {
+        if let (Some(user), Some(password)) = (&job.smtp_username, self.password) {
+            let credentials = Credentials::new(user.clone(), password);
+            or_not_sent(
+                deadline,
+                SmtpPhase::Auth,
+                conn.auth(&[Mechanism::Plain, Mechanism::Login], &credentials),
+                |err| format!("SMTP AUTH refused: {err}"),
+                "SMTP AUTH timed out",
+            )
+            .await?;
+        }
+        let mut params = Vec::new();
+        if !bytes.is_ascii() {
+            params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+        }
+        // A refused sender is not the message's fault: whatever the reply, nothing was
+        // sent and the attempt is retried (a relay that keeps refusing exhausts the
+        // retries).
+        or_not_sent(
+            deadline,
+            SmtpPhase::MailFrom,
+            conn.command(Mail::new(Some(self.from), params)),
+            |err| format!("MAIL FROM: {err}"),
+            "MAIL FROM timed out",
+        )
+        .await?;
+        for to in self.recipients {
+            let rcpt = conn.command(Rcpt::new(to, vec![]));
+            if let Some(refused) = before_data(deadline, SmtpPhase::RcptTo, "RCPT TO", rcpt).await {
+                return Err(refused);
+            }
+        }
+        match before_data(deadline, SmtpPhase::Data, "DATA", conn.command(Data)).await {
+            Some(refused) => Err(refused),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The message data: from here on a lost reply means it may have been delivered.
+async fn send_data(
+    deadline: tokio::time::Instant,
+    conn: &mut AsyncSmtpConnection,
+    bytes: &[u8],
+) -> Exchange {
+    match within(deadline, conn.message(bytes)).await {
         Ok(Ok(reply)) => {
             let reply: Vec<&str> = reply.message().collect();
             let reply = reply.join(" ");
@@ -339,10 +389,7 @@ async fn deliver(
         Err(()) => Exchange::TimedOut(
             "no final SMTP reply after the message data before the timeout".to_owned(),
         ),
-    };
-    // A polite end, if time is left; its outcome changes nothing.
-    let _ = within(deadline, conn.quit()).await;
-    exchange
+    }
 }
 
 /// The outcome of a command before the data: `None` when it succeeded. A reply refuses

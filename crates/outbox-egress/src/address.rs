@@ -135,83 +135,16 @@ pub fn classify_v4(ip: Ipv4Addr) -> Option<Reason> {
 /// outside global unicast (2000::/3).
 fn classify_v6(ip: Ipv6Addr) -> Option<Blocked> {
     let plain = |reason| Some(Blocked { reason, via: None });
-    let bits = u128::from(ip);
     if ip.is_unspecified() {
         return plain(Reason::Unspecified);
     }
     if ip.is_loopback() {
         return plain(Reason::Loopback);
     }
-    // Forms that carry an IPv4 address: the IPv4 address decides.
-    let low32 = Ipv4Addr::from((bits & 0xffff_ffff) as u32);
-    let carried = |v4: Ipv4Addr, form: &'static str| {
-        classify_v4(v4).map(|reason| Blocked {
-            reason,
-            via: Some((v4, form)),
-        })
-    };
-    if in_v6(ip, Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96) {
-        return carried(low32, "IPv4-mapped");
+    if let Some(decided) = classify_carrying_v4(ip) {
+        return decided;
     }
-    if in_v6(ip, Ipv6Addr::UNSPECIFIED, 96) {
-        // IPv4-compatible (deprecated): nothing legitimate uses it any more.
-        return carried(low32, "IPv4-compatible").or(plain(Reason::Reserved));
-    }
-    if in_v6(ip, Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96) {
-        return carried(low32, "NAT64");
-    }
-    if in_v6(ip, Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48) {
-        // Local-use NAT64: by definition a site's own translator.
-        return plain(Reason::Reserved);
-    }
-    if in_v6(ip, Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0), 16) {
-        let v4 = Ipv4Addr::from(((bits >> 80) & 0xffff_ffff) as u32);
-        return carried(v4, "6to4");
-    }
-    if in_v6(ip, Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 32) {
-        // Teredo: the server's address in bits 32..64, the client's (inverted) at the end.
-        let server = Ipv4Addr::from(((bits >> 64) & 0xffff_ffff) as u32);
-        let client = Ipv4Addr::from(!((bits & 0xffff_ffff) as u32));
-        return carried(server, "Teredo server").or_else(|| carried(client, "Teredo client"));
-    }
-    let ranges: [(Ipv6Addr, u32, Reason); 7] = [
-        (
-            Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0),
-            10,
-            Reason::LinkLocal,
-        ),
-        (
-            Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0),
-            10,
-            Reason::SiteLocal,
-        ),
-        (
-            Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0),
-            7,
-            Reason::UniqueLocal,
-        ),
-        (
-            Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0),
-            8,
-            Reason::Multicast,
-        ),
-        (
-            Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0),
-            32,
-            Reason::Documentation,
-        ),
-        (
-            Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0),
-            20,
-            Reason::Documentation,
-        ),
-        (
-            Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 0),
-            48,
-            Reason::Benchmarking,
-        ),
-    ];
-    if let Some((_, _, reason)) = ranges
+    if let Some((_, _, reason)) = V6_RANGES
         .iter()
         .find(|(net, prefix, _)| in_v6(ip, *net, *prefix))
     {
@@ -223,6 +156,90 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Blocked> {
     }
     None
 }
+
+/// The IPv6 forms that carry an IPv4 address, where the IPv4 address decides: `None` when
+/// `ip` is none of them, else the decision.
+fn classify_carrying_v4(ip: Ipv6Addr) -> Option<Option<Blocked>> {
+    let bits = u128::from(ip);
+    let low32 = Ipv4Addr::from((bits & 0xffff_ffff) as u32);
+    let carried = |v4: Ipv4Addr, form: &'static str| {
+        classify_v4(v4).map(|reason| Blocked {
+            reason,
+            via: Some((v4, form)),
+        })
+    };
+    if in_v6(ip, Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96) {
+        return Some(carried(low32, "IPv4-mapped"));
+    }
+    if in_v6(ip, Ipv6Addr::UNSPECIFIED, 96) {
+        // IPv4-compatible (deprecated): nothing legitimate uses it any more.
+        let reserved = Blocked {
+            reason: Reason::Reserved,
+            via: None,
+        };
+        return Some(carried(low32, "IPv4-compatible").or(Some(reserved)));
+    }
+    if in_v6(ip, Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96) {
+        return Some(carried(low32, "NAT64"));
+    }
+    if in_v6(ip, Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48) {
+        // Local-use NAT64: by definition a site's own translator.
+        return Some(Some(Blocked {
+            reason: Reason::Reserved,
+            via: None,
+        }));
+    }
+    if in_v6(ip, Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0), 16) {
+        let v4 = Ipv4Addr::from(((bits >> 80) & 0xffff_ffff) as u32);
+        return Some(carried(v4, "6to4"));
+    }
+    if in_v6(ip, Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 32) {
+        // Teredo: the server's address in bits 32..64, the client's (inverted) at the end.
+        let server = Ipv4Addr::from(((bits >> 64) & 0xffff_ffff) as u32);
+        let client = Ipv4Addr::from(!((bits & 0xffff_ffff) as u32));
+        return Some(carried(server, "Teredo server").or_else(|| carried(client, "Teredo client")));
+    }
+    None
+}
+
+/// IPv6's own special ranges (checked after the forms that carry an IPv4 address).
+const V6_RANGES: [(Ipv6Addr, u32, Reason); 7] = [
+    (
+        Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0),
+        10,
+        Reason::LinkLocal,
+    ),
+    (
+        Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0),
+        10,
+        Reason::SiteLocal,
+    ),
+    (
+        Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0),
+        7,
+        Reason::UniqueLocal,
+    ),
+    (
+        Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0),
+        8,
+        Reason::Multicast,
+    ),
+    (
+        Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0),
+        32,
+        Reason::Documentation,
+    ),
+    (
+        Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0),
+        20,
+        Reason::Documentation,
+    ),
+    (
+        Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 0),
+        48,
+        Reason::Benchmarking,
+    ),
+];
 
 #[cfg(test)]
 mod tests {

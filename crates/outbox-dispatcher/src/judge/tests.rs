@@ -144,11 +144,7 @@ fn a_409_in_progress_is_retried_later_as_pending() {
         unreachable!()
     };
     assert_eq!(at - now(), chrono::Duration::milliseconds(100));
-    assert!(
-        done.line.contains("not processed (HTTP 409)"),
-        "{}",
-        done.line
-    );
+    assert_line_has(&done, "not processed (HTTP 409)");
 }
 
 #[test]
@@ -157,11 +153,7 @@ fn a_410_fails_the_alert_and_disables_the_destination() {
     assert!(settled(Outcome::Failed)(&done), "{done:?}");
     assert_eq!(attempt_outcome(&done), AttemptOutcome::Rejected);
     assert!(done.disable_destination.is_some());
-    assert!(
-        done.line.contains("the destination is gone"),
-        "{}",
-        done.line
-    );
+    assert_line_has(&done, "the destination is gone");
 }
 
 #[test]
@@ -177,11 +169,7 @@ fn a_5xx_without_key_deduplication_is_uncertain() {
     let done = send(&claim(), &answered(500));
     assert!(requeued(LiveStatus::Uncertain)(&done), "{done:?}");
     assert_eq!(attempt_outcome(&done), AttemptOutcome::Uncertain);
-    assert!(
-        done.line.contains("retry held for reconciliation"),
-        "{}",
-        done.line
-    );
+    assert_line_has(&done, "retry held for reconciliation");
 }
 
 #[test]
@@ -237,11 +225,7 @@ fn a_lost_answer_is_planned_by_the_destination_capabilities() {
     let done = send(&retry, &timed_out);
     assert!(done.line.contains("will resend"), "{}", done.line);
     let hold = send(&claim(), &timed_out);
-    assert!(
-        hold.line.contains("retry held for reconciliation"),
-        "{}",
-        hold.line
-    );
+    assert_line_has(&hold, "retry held for reconciliation");
 }
 
 /// An uncertain claim of attempt 1, sent a minute ago.
@@ -358,11 +342,7 @@ fn a_spent_budget_fails_the_alert_or_holds_it_when_an_attempt_is_unknown() {
     let last = with(|r| r.attempts = 12);
     let failed = send(&last, &Exchange::NotConnected("connection refused".into()));
     assert!(settled(Outcome::Failed)(&failed), "{failed:?}");
-    assert!(
-        failed.line.contains("exhausted: 12 of 12 attempts used"),
-        "{}",
-        failed.line
-    );
+    assert_line_has(&failed, "exhausted: 12 of 12 attempts used");
     // A resend after an unknown attempt: "failed" could be false, so it is held.
     let schedule = schedule();
     let held = judge_send(
@@ -378,11 +358,7 @@ fn a_spent_budget_fails_the_alert_or_holds_it_when_an_attempt_is_unknown() {
     let closing = with(|r| r.max_retry_window_secs = 60.05);
     let window = send(&closing, &answered(429));
     assert!(settled(Outcome::Failed)(&window), "{window:?}");
-    assert!(
-        window.line.contains("retry window has closed"),
-        "{}",
-        window.line
-    );
+    assert_line_has(&window, "retry window has closed");
     // Resends stop at the same limits.
     let spent = uncertain(|r| r.attempts = 12);
     let refusal = resend_refusal(&judging(&spent, &schedule), None).unwrap();
@@ -573,4 +549,9 @@ fn a_lookup_answer_asking_for_a_pause_is_honoured() {
         panic!("requeued");
     };
     assert_eq!((at - now).num_milliseconds(), 2000);
+}
+
+/// Asserts that the completion's evidence line says `part`.
+fn assert_line_has(done: &Completion, part: &str) {
+    assert!(done.line.contains(part), "{}", done.line);
 }

@@ -1,0 +1,251 @@
+//! The claim loop ([`ClaimLoop`]): claims due rows as capacity frees, sweeps expired
+//! leases, starts a task per claim, and on shutdown lets sends in flight finish.
+
+use crate::delivery::work_one;
+use crate::summary::{Outcome, RunSummary};
+use crate::{Config, Shared};
+use outbox_runtime::shutdown::Trigger;
+use outbox_store::dispatch::{self, ClaimedAlert};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+use uuid::Uuid;
+
+/// The claim loop and what it keeps between rounds: claims are worked by tasks in
+/// `tasks`, each holding a permit of `capacity` (this process's in-flight bound) and,
+/// while it sends, one of its destination's slots.
+pub(crate) struct ClaimLoop {
+    shared: Arc<Shared>,
+    /// Wake-ups forwarded from `NOTIFY outbox_due`.
+    wake: Arc<Notify>,
+    capacity: Arc<Semaphore>,
+    destination_limits: Mutex<HashMap<Uuid, Arc<Semaphore>>>,
+    tasks: JoinSet<Outcome>,
+    summary: RunSummary,
+    last_sweep: Option<Instant>,
+}
+
+/// What one claim round did.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    /// Capacity free for the round's claim (at most a batch).
+    free: usize,
+    /// Rows claimed.
+    claimed: usize,
+}
+
+impl ClaimLoop {
+    pub(crate) fn new(shared: Arc<Shared>, wake: Arc<Notify>) -> Self {
+        ClaimLoop {
+            capacity: Arc::new(Semaphore::new(shared.config.max_in_flight as usize)),
+            shared,
+            wake,
+            destination_limits: Mutex::new(HashMap::new()),
+            tasks: JoinSet::new(),
+            summary: RunSummary::default(),
+            last_sweep: None,
+        }
+    }
+
+    /// Claims, sweeps and waits until the stop signal is set or a drain has ended.
+    pub(crate) async fn run_until_stopped(&mut self) {
+        loop {
+            self.count_finished();
+            if self.shared.stopping() {
+                return;
+            }
+            self.sweep_expired_leases().await;
+            // Checked again after the sweep's round trip: a claim that starts after
+            // shutdown began could pick up rows the stopping tasks have just given back.
+            if self.shared.stopping() {
+                return;
+            }
+            let Some(round) = self.claim_and_spawn().await else {
+                continue;
+            };
+            // Claim again at once only after a full batch with capacity left; otherwise
+            // wait for a wake-up, a finished task, the poll interval or the stop signal.
+            let full = self.capacity.available_permits() < claim_threshold(&self.shared.config);
+            let short = round.claimed < round.free;
+            if !full && !short {
+                continue;
+            }
+            if round.claimed == 0 && self.tasks.is_empty() && self.drained().await {
+                return;
+            }
+            self.wait_for_work(full).await;
+        }
+    }
+
+    /// Adds the tasks that have finished to the summary.
+    fn count_finished(&mut self) {
+        while let Some(joined) = self.tasks.try_join_next() {
+            self.summary.add(joined);
+        }
+    }
+
+    /// At most once a second, turns expired leases into uncertain attempts.
+    async fn sweep_expired_leases(&mut self) {
+        if self
+            .last_sweep
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.last_sweep = Some(Instant::now());
+        match dispatch::sweep_expired_leases(&self.shared.pool, 1000).await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(rows = n, "expired leases: attempts now uncertain"),
+            Err(err) => tracing::error!(error = %err, "lease sweep failed"),
+        }
+    }
+
+    /// Claims as many due rows as there is capacity for (when that is worth a statement,
+    /// or nothing is in flight) and starts a task for each. `None` after a failed claim,
+    /// once the poll interval has passed.
+    async fn claim_and_spawn(&mut self) -> Option<Round> {
+        let config = &self.shared.config;
+        let free = self
+            .capacity
+            .available_permits()
+            .min(config.batch_size as usize);
+        let mut claimed = Vec::new();
+        let claimed_at = Instant::now();
+        if free >= claim_threshold(config) || self.tasks.is_empty() {
+            let mut saturated = saturated_destinations(&self.destination_limits);
+            saturated.extend(self.shared.disabled_now());
+            match dispatch::claim(
+                &self.shared.pool,
+                &config.worker_id,
+                free as i64,
+                config.lease,
+                &saturated,
+            )
+            .await
+            {
+                Ok(rows) => claimed = rows,
+                Err(err) => {
+                    tracing::error!(error = %err, "claim failed; retrying");
+                    tokio::time::sleep(config.poll_interval).await;
+                    return None;
+                }
+            }
+        }
+        let round = Round {
+            free,
+            claimed: claimed.len(),
+        };
+        self.summary.claimed += claimed.len() as u64;
+        for row in claimed {
+            self.spawn(row, claimed_at);
+        }
+        Some(round)
+    }
+
+    /// Starts the task that works one claim.
+    fn spawn(&mut self, row: ClaimedAlert, claimed_at: Instant) {
+        let permit = self
+            .capacity
+            .clone()
+            .try_acquire_owned()
+            .expect("claims never exceed the free capacity");
+        let limit = destination_limit(&self.destination_limits, &row);
+        let span = tracing::info_span!("alert", alert_id = %row.alert_id, attempt = row.attempts, worker = %self.shared.config.worker_id);
+        self.tasks
+            .spawn(work_one(self.shared.clone(), row, claimed_at, limit, permit).instrument(span));
+    }
+
+    /// With `--drain`: whether nothing is due now or within the horizon, so the run ends.
+    async fn drained(&self) -> bool {
+        let Some(horizon) = self.shared.config.drain else {
+            return false;
+        };
+        // Work due within the next second counts as due now: a row requeued "now" by a
+        // completion a moment ago must not end the drain.
+        let horizon = horizon.max(Duration::from_secs(1));
+        match dispatch::work_due_within(&self.shared.pool, horizon).await {
+            Ok(due) => !due,
+            Err(err) => {
+                tracing::error!(error = %err, "drain check failed");
+                false
+            }
+        }
+    }
+
+    /// Waits for a reason to claim again: a wake-up (unless there is no capacity for
+    /// it), a finished task, the poll interval, or the stop signal.
+    async fn wait_for_work(&mut self, full: bool) {
+        let config = &self.shared.config;
+        let poll = if config.drain.is_some() {
+            config.poll_interval.min(Duration::from_millis(100))
+        } else {
+            config.poll_interval
+        };
+        let mut stop = self.shared.stop.clone();
+        tokio::select! {
+            () = self.wake.notified(), if !full => {}
+            Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => self.summary.add(joined),
+            () = tokio::time::sleep(poll) => {}
+            () = stop.wait() => {}
+        }
+    }
+
+    /// Shutdown: sends under way finish (bounded by the deadline); claims waiting for
+    /// their turn are given back by their tasks, which see the stop signal, once
+    /// `claims_ended` says no claim can be under way.
+    pub(crate) async fn shut_down(mut self, claims_ended: &Trigger) -> RunSummary {
+        claims_ended.set();
+        tracing::info!(
+            in_flight = self.tasks.len(),
+            "stopping: finishing sends in flight"
+        );
+        let deadline = tokio::time::sleep(self.shared.config.shutdown_deadline);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                joined = self.tasks.join_next() => match joined {
+                    Some(joined) => self.summary.add(joined),
+                    None => break,
+                },
+                () = &mut deadline => {
+                    tracing::warn!(abandoned = self.tasks.len(), "shutdown deadline passed; their leases will expire and they become uncertain");
+                    self.tasks.abort_all();
+                    break;
+                }
+            }
+        }
+        self.summary
+    }
+}
+
+/// Free capacity worth a claim: half a batch (or half the in-flight bound, if smaller),
+/// so that a busy dispatcher claims in large batches rather than one row per finished send.
+fn claim_threshold(config: &Config) -> usize {
+    (config.batch_size.min(config.max_in_flight) as usize / 2).max(1)
+}
+
+/// Destinations whose every slot in this process is busy: claiming more of their rows
+/// now would only make them wait while their leases run.
+fn saturated_destinations(limits: &Mutex<HashMap<Uuid, Arc<Semaphore>>>) -> Vec<Uuid> {
+    limits
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(_, slots)| slots.available_permits() == 0)
+        .map(|(id, _)| *id)
+        .collect()
+}
+
+fn destination_limit(
+    limits: &Mutex<HashMap<Uuid, Arc<Semaphore>>>,
+    row: &ClaimedAlert,
+) -> Arc<Semaphore> {
+    let mut limits = limits.lock().unwrap_or_else(|e| e.into_inner());
+    limits
+        .entry(row.destination_id)
+        .or_insert_with(|| Arc::new(Semaphore::new(row.max_in_flight.max(1) as usize)))
+        .clone()
+}
