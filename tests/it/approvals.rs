@@ -456,3 +456,25 @@ async fn an_approval_wakes_dispatchers_on_its_commit_and_a_rolled_back_one_wakes
     assert_eq!(next_wake_up(&mut listener).await, "");
     assert_eq!(next_wake_up(&mut listener).await, "after the answer");
 }
+
+/// Found by Schemathesis: a reason at its limit (2000 bytes) made an evidence line over
+/// the trail's own limit, and the revision failed with a 500.
+#[tokio::test]
+async fn a_revision_with_the_longest_reason_is_taken_and_kept_whole() {
+    let api = Api::start().await;
+    let (_, original) = api.approve(&api.acme.token, &renewal(8)).await;
+    let mut corrected = renewal(8)["payload"].clone();
+    corrected["amount"] = json!("12500.00");
+    let reason = "é".repeat(1000); // 2000 bytes of UTF-8
+
+    let (status, revision) = revise(&api, &original["id"], corrected, &reason).await;
+    assert_eq!(status, StatusCode::CREATED, "{revision}");
+    assert_eq!(
+        revision["reason"],
+        reason.as_str(),
+        "the reason is kept whole"
+    );
+    let approval_line = revision["evidence"][0]["line"].as_str().unwrap();
+    assert!(approval_line.len() <= 2000, "{}", approval_line.len());
+    assert!(approval_line.contains("ééé…"), "{approval_line}");
+}

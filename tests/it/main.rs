@@ -11,6 +11,7 @@ mod bad_input;
 mod chaos;
 #[path = "console/main.rs"]
 mod console;
+mod contract;
 mod demo;
 mod destination_health;
 mod dispatch;

@@ -12,29 +12,144 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::health::ApprovalCounts;
+use crate::openapi::ProblemDocument;
 use crate::{body, AppState, Problem};
 
-/// `POST /v1/alerts`. Fields are optional here only so that a missing one gets its own
-/// precise problem instead of a generic parse error.
-#[derive(Debug, Deserialize)]
+/// What the document says of an identity field's or a reason's text: not blank, and no
+/// control or bidirectional character (`outbox_core::identity`'s rules; the byte limits
+/// are in each field's description, as JSON Schema counts characters).
+const TEXT_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]*[^\s\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069][^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]*$";
+
+/// A text field's schema (the field's doc comment does not reach a `schema_with`
+/// schema, so the description is given here).
+fn text_schema(max_length: usize, description: &str) -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .min_length(Some(1))
+        .max_length(Some(max_length))
+        .pattern(Some(TEXT_PATTERN))
+        .description(Some(description))
+        .build()
+}
+
+fn destination_text() -> utoipa::openapi::Object {
+    text_schema(
+        outbox_core::MAX_IDENTITY_FIELD_BYTES,
+        "The name of one of the tenant's destinations (`GET /v1/destinations`).",
+    )
+}
+
+fn subject_text() -> utoipa::openapi::Object {
+    text_schema(
+        outbox_core::MAX_IDENTITY_FIELD_BYTES,
+        "What the alert is about, stable across reruns: `contract:ACME-7`. At most 512 \
+         bytes of UTF-8, not blank, no control or bidirectional characters.",
+    )
+}
+
+fn occurrence_text() -> utoipa::openapi::Object {
+    text_schema(
+        outbox_core::MAX_IDENTITY_FIELD_BYTES,
+        "Which occurrence of the subject this is, decided from the facts, never from the \
+         clock of the run: `2027-01-31/30d` (the renewal date and the 30-day tier). A \
+         rerun gives the same occurrence. At most 512 bytes, as `subject`.",
+    )
+}
+
+fn reason_text() -> utoipa::openapi::Object {
+    text_schema(
+        outbox_core::identity::MAX_REASON_BYTES,
+        "Why the correction is made, for the evidence trail: at most 2000 bytes of UTF-8, \
+         not blank.",
+    )
+}
+
+/// A payload: a JSON object with at least one member.
+fn payload_object() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::Object)
+        .min_properties(Some(1))
+        .description(Some(
+            "What the destination receives: a non-empty JSON object of at most 256 KiB, \
+             nested at most 64 levels, kept byte for byte. An email destination reads its \
+             optional `recipients` member (a list of at most 100 mail addresses).",
+        ))
+        .build()
+}
+
+/// An approval: the identity (destination, subject, occurrence; the tenant is the
+/// token's) and what to deliver. Approving the same identity again, with the same payload,
+/// returns the alert made the first time.
+///
+/// Fields are optional in Rust only so that a missing one gets its own precise problem
+/// instead of a generic parse error; the document says they are required.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "destination": "ops",
+    "subject": "contract:ACME-7",
+    "occurrence": "2027-01-31/30d",
+    "payload": {"vendor": "Acme Tools", "amount": "12000.00", "currency": "EUR", "days_remaining": 30}
+}))]
 pub(crate) struct ApproveRequest {
-    destination: Option<String>,
-    subject: Option<String>,
-    occurrence: Option<String>,
-    payload: Option<Box<RawValue>>,
+    #[schema(required = true, schema_with = destination_text)]
+    pub(crate) destination: Option<String>,
+    #[schema(required = true, schema_with = subject_text)]
+    pub(crate) subject: Option<String>,
+    #[schema(required = true, schema_with = occurrence_text)]
+    pub(crate) occurrence: Option<String>,
+    #[schema(required = true, schema_with = payload_object)]
+    pub(crate) payload: Option<Box<RawValue>>,
 }
 
-/// `POST /v1/alerts/{id}/revisions`.
-#[derive(Debug, Deserialize)]
+/// A correction of an alert's payload, with the reason for it. The revision is a new
+/// alert, delivered after the one it corrects.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "payload": {"vendor": "Acme Tools", "amount": "12500.00", "currency": "EUR", "days_remaining": 30},
+    "reason": "the renewal quote was revised to 12,500 EUR"
+}))]
 pub(crate) struct ReviseRequest {
-    payload: Option<Box<RawValue>>,
-    reason: Option<String>,
+    #[schema(required = true, schema_with = payload_object)]
+    pub(crate) payload: Option<Box<RawValue>>,
+    #[schema(required = true, schema_with = reason_text)]
+    pub(crate) reason: Option<String>,
 }
 
-/// Approves an alert: 201 when created, 200 when this identity already has exactly this
-/// payload, 409 when it has a different one.
+/// How an approval or a revision was answered.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// Made by this request (`201`).
+    Created(AlertDetail),
+    /// Already there, exactly as asked (`200`): a repeated request changes nothing.
+    Existing(AlertDetail),
+}
+
+/// Approve an alert.
+///
+/// `201` when this request made the alert, `200` when this identity already had exactly
+/// this payload (a rerun, or a retry after a lost answer: nothing is written), `409
+/// identity-conflict` when it has a different one (correct it with a revision).
+#[utoipa::path(
+    post,
+    operation_id = "approve_alert",
+    path = "/v1/alerts",
+    tag = "alerts",
+    request_body = ApproveRequest,
+    responses(
+        (status = 201, description = "Created by this request", body = AlertDetail,
+            headers(("Location" = String, description = "`/v1/alerts/{id}`"))),
+        (status = 200, description = "This identity already had exactly this payload; nothing was written", body = AlertDetail),
+        (status = 400, description = "`malformed-json`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`identity-conflict`: members `existing_alert_id`, `latest_alert_id`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 413, description = "`payload-too-large`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported-media-type`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`missing-field`, `field-too-long`, `invalid-field`, `invalid-payload`, `invalid-recipients`, `unknown-destination`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 503, description = "`unavailable`: retry with the same identity", body = ProblemDocument, content_type = "application/problem+json"),
+    )
+)]
 pub(crate) async fn approve(
     State(state): State<AppState>,
     caller: Caller,
@@ -42,6 +157,15 @@ pub(crate) async fn approve(
     request: Body,
 ) -> Result<Response, Problem> {
     let request: ApproveRequest = body::read_json(&headers, request).await?;
+    answer(approve_alert(&state, &caller, &request).await?)
+}
+
+/// Approves an alert for `caller`'s tenant (the API's and the agents' tools' one path).
+pub(crate) async fn approve_alert(
+    state: &AppState,
+    caller: &Caller,
+    request: &ApproveRequest,
+) -> Result<Answer, Problem> {
     let destination = body::identity_field("destination", &request.destination)?;
     let subject = body::identity_field("subject", &request.subject)?;
     let occurrence = body::identity_field("occurrence", &request.occurrence)?;
@@ -69,11 +193,11 @@ pub(crate) async fn approve(
                 state.wake_ups.poke();
             }
             ApprovalCounts::count(&state.approvals.created);
-            created_answer(*alert)
+            Ok(Answer::Created(without_worker_ids(*alert)))
         }
         Approved::Existing(id) => {
             ApprovalCounts::count(&state.approvals.existing);
-            ok(&state, &caller, id).await
+            Ok(Answer::Existing(load(state, caller, id).await?))
         }
         Approved::Conflict { original, latest } => {
             ApprovalCounts::count(&state.approvals.conflicts);
@@ -93,21 +217,68 @@ pub(crate) async fn approve(
     }
 }
 
-/// Shows an alert of the caller's tenant: identity, state, attempts, evidence.
+/// Read an alert: its identity, state, revisions, attempts and evidence trail.
+#[utoipa::path(
+    get,
+    operation_id = "get_alert",
+    path = "/v1/alerts/{id}",
+    tag = "alerts",
+    params(("id" = String, Path, description = "The alert id")),
+    responses(
+        (status = 200, description = "The alert", body = AlertDetail),
+        (status = 401, description = "`unauthorized`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 404, description = "`alert-not-found` (also another tenant's alert)", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 503, description = "`unavailable`", body = ProblemDocument, content_type = "application/problem+json"),
+    )
+)]
 pub(crate) async fn show(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<AlertDetail>, Problem> {
-    let alert_id = Uuid::parse_str(&id).map_err(|_| Problem::alert_not_found(&id))?;
-    alerts::detail(&state.pool, Some(caller.tenant_id), alert_id)
-        .await?
-        .map(|detail| Json(without_worker_ids(detail)))
-        .ok_or_else(|| Problem::alert_not_found(&id))
+    alert(&state, &caller, &id).await.map(Json)
 }
 
-/// Revises an alert: 201 with the new revision; 200 when this exact correction was
-/// already made; 422 when nothing changes; 409 when a later revision exists.
+/// An alert of the caller's tenant: identity, state, attempts, evidence. Another
+/// tenant's alert is not found, as an unknown one is.
+pub(crate) async fn alert(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<AlertDetail, Problem> {
+    let alert_id = Uuid::parse_str(id).map_err(|_| Problem::alert_not_found(id))?;
+    alerts::detail(&state.pool, Some(caller.tenant_id), alert_id)
+        .await?
+        .map(without_worker_ids)
+        .ok_or_else(|| Problem::alert_not_found(id))
+}
+
+/// Revise an alert: correct its payload, with a reason.
+///
+/// `201` with the new revision; `200` when this exact correction was already made; `422
+/// revision-unchanged` when nothing changes; `409 not-latest-revision` when a later
+/// revision exists (revise that one).
+#[utoipa::path(
+    post,
+    operation_id = "revise_alert",
+    path = "/v1/alerts/{id}/revisions",
+    tag = "alerts",
+    params(("id" = String, Path, description = "The alert to correct (its latest revision)")),
+    request_body = ReviseRequest,
+    responses(
+        (status = 201, description = "The new revision", body = AlertDetail,
+            headers(("Location" = String, description = "`/v1/alerts/{id}` of the revision"))),
+        (status = 200, description = "This correction was already made; nothing was written", body = AlertDetail),
+        (status = 400, description = "`malformed-json`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 401, description = "`unauthorized`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 404, description = "`alert-not-found`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`not-latest-revision`: member `latest_alert_id`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 413, description = "`payload-too-large`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported-media-type`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`missing-field`, `field-too-long`, `invalid-field`, `invalid-payload`, `invalid-recipients`, `revision-unchanged`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 503, description = "`unavailable`: retry; the same correction is never made twice", body = ProblemDocument, content_type = "application/problem+json"),
+    )
+)]
 pub(crate) async fn revise(
     State(state): State<AppState>,
     caller: Caller,
@@ -117,8 +288,19 @@ pub(crate) async fn revise(
 ) -> Result<Response, Problem> {
     // Resolve the alert before reading the body, so another tenant's id is a 404 whatever
     // the body says.
-    let alert_id = Uuid::parse_str(&id).map_err(|_| Problem::alert_not_found(&id))?;
+    Uuid::parse_str(&id).map_err(|_| Problem::alert_not_found(&id))?;
     let request: ReviseRequest = body::read_json(&headers, request).await?;
+    answer(revise_alert(&state, &caller, &id, &request).await?)
+}
+
+/// Revises an alert of `caller`'s tenant.
+pub(crate) async fn revise_alert(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    request: &ReviseRequest,
+) -> Result<Answer, Problem> {
+    let alert_id = Uuid::parse_str(id).map_err(|_| Problem::alert_not_found(id))?;
     let payload = body::payload(&request.payload)?.as_str();
     let reason = body::reason(&request.reason)?;
 
@@ -134,9 +316,13 @@ pub(crate) async fn revise(
     )
     .await?;
     match outcome {
-        ReviseOutcome::Created { id, .. } => created(&state, &caller, id).await,
-        ReviseOutcome::Existing(id) => ok(&state, &caller, id).await,
-        ReviseOutcome::NotFound => Err(Problem::alert_not_found(&id)),
+        ReviseOutcome::Created { id, .. } => {
+            state.wake_ups.poke();
+            ApprovalCounts::count(&state.approvals.created);
+            Ok(Answer::Created(load(state, caller, id).await?))
+        }
+        ReviseOutcome::Existing(id) => Ok(Answer::Existing(load(state, caller, id).await?)),
+        ReviseOutcome::NotFound => Err(Problem::alert_not_found(id)),
         ReviseOutcome::Unchanged(current) => Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "revision-unchanged",
@@ -158,26 +344,21 @@ pub(crate) async fn revise(
     }
 }
 
-async fn created(state: &AppState, caller: &Caller, id: Uuid) -> Result<Response, Problem> {
-    state.wake_ups.poke();
-    ApprovalCounts::count(&state.approvals.created);
-    created_answer(load(state, caller, id).await?)
-}
-
-/// `201 Created` with the alert and its `Location`.
-fn created_answer(alert: AlertDetail) -> Result<Response, Problem> {
-    let location = HeaderValue::from_str(&format!("/v1/alerts/{}", alert.id))
-        .map_err(|_| Problem::internal())?;
-    Ok((
-        StatusCode::CREATED,
-        [(header::LOCATION, location)],
-        Json(alert),
-    )
-        .into_response())
-}
-
-async fn ok(state: &AppState, caller: &Caller, id: Uuid) -> Result<Response, Problem> {
-    Ok(Json(load(state, caller, id).await?).into_response())
+/// `201 Created` with the alert and its `Location`, or `200` with the alert as it is.
+fn answer(answer: Answer) -> Result<Response, Problem> {
+    match answer {
+        Answer::Created(alert) => {
+            let location = HeaderValue::from_str(&format!("/v1/alerts/{}", alert.id))
+                .map_err(|_| Problem::internal())?;
+            Ok((
+                StatusCode::CREATED,
+                [(header::LOCATION, location)],
+                Json(alert),
+            )
+                .into_response())
+        }
+        Answer::Existing(alert) => Ok(Json(alert).into_response()),
+    }
 }
 
 async fn load(state: &AppState, caller: &Caller, id: Uuid) -> Result<AlertDetail, Problem> {

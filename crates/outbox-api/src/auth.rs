@@ -56,6 +56,14 @@ impl FromRequestParts<AppState> for Caller {
             .ok_or_else(|| {
                 Problem::unauthorized("the Authorization header must be `Bearer <token>`")
             })?;
+        Caller::authenticate(state, presented).await
+    }
+}
+
+impl Caller {
+    /// The tenant a presented token acts for: from the cache when the database accepted
+    /// it less than [`TOKEN_CACHE_TTL`] ago, else from the database.
+    pub(crate) async fn authenticate(state: &AppState, presented: &str) -> Result<Caller, Problem> {
         let token = ApiToken::parse(presented)
             .ok_or_else(|| Problem::unauthorized("the bearer token is not valid"))?;
         let hash = token.hash();

@@ -8,6 +8,14 @@ use serde_json::{json, Value};
 use crate::{AppState, Problem};
 
 /// The process is up and serving.
+#[utoipa::path(
+    get,
+    operation_id = "health",
+    path = "/healthz",
+    tag = "health",
+    security(()),
+    responses((status = 200, description = "The process runs", body = Object, example = json!({"status": "ok"})))
+)]
 pub(crate) async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }

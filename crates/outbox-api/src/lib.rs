@@ -4,7 +4,11 @@
 //! - [`router`] / [`serve`] / [`serve_with`] / [`serve_with_figures`]: the routes and the
 //!   servers (graceful shutdown, deadlines for slow clients and a cap on connections from
 //!   `outbox_runtime::http_server`).
-//! - `alerts`: `POST /v1/alerts`, `GET /v1/alerts/{id}`, `POST /v1/alerts/{id}/revisions`.
+//! - `alerts`: `POST /v1/alerts`, `GET /v1/alerts/{id}`, `POST /v1/alerts/{id}/revisions`:
+//!   each a thin handler over one operation (`approve_alert`, `alert`, `revise_alert`).
+//! - `listings`: `GET /v1/destinations` and `GET /v1/alerts` (filtered, keyset-paged).
+//! - [`openapi`]: the OpenAPI 3.1 document, generated from the handlers' annotations,
+//!   served at `GET /v1/openapi.json` without a token.
 //! - `auth`: the bearer-token extractor; a token acts for exactly one tenant. Tokens the
 //!   database accepted are kept for at most [`TOKEN_CACHE_TTL`], the bound on revocation.
 //! - `body`: reads request bodies within the size limit and checks their fields.
@@ -25,6 +29,8 @@ mod alerts;
 mod auth;
 mod body;
 mod health;
+mod listings;
+pub mod openapi;
 mod problem;
 
 use axum::routing::{get, post};
@@ -79,7 +85,12 @@ pub fn router(pool: PgPool) -> Router {
 
 fn api_router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/alerts", post(alerts::approve))
+        .route(
+            "/v1/alerts",
+            post(alerts::approve).get(listings::list_alerts),
+        )
+        .route("/v1/destinations", get(listings::list_destinations))
+        .route("/v1/openapi.json", get(openapi::serve))
         .route("/v1/alerts/{id}", get(alerts::show))
         .route("/v1/alerts/{id}/revisions", post(alerts::revise))
         .route("/healthz", get(health::healthz))

@@ -49,6 +49,26 @@ impl Problem {
         self.kind
     }
 
+    /// What went wrong and what to do, in a sentence.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    /// The problem as its JSON document (`type`, `title`, `status`, `detail` and the
+    /// extension members), as an HTTP answer carries it.
+    pub fn document(&self) -> Value {
+        let mut body = json!({
+            "type": format!("/problems/{}", self.kind),
+            "title": self.title,
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        if let Value::Object(members) = &mut body {
+            members.extend(self.extra.clone());
+        }
+        body
+    }
+
     pub(crate) fn unauthorized(detail: &str) -> Self {
         Problem::new(
             StatusCode::UNAUTHORIZED,
@@ -120,16 +140,7 @@ impl From<StoreError> for Problem {
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let mut body = json!({
-            "type": format!("/problems/{}", self.kind),
-            "title": self.title,
-            "status": self.status.as_u16(),
-            "detail": self.detail,
-        });
-        if let Value::Object(members) = &mut body {
-            members.extend(self.extra);
-        }
-        let mut response = (self.status, axum::Json(body)).into_response();
+        let mut response = (self.status, axum::Json(self.document())).into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),

@@ -53,6 +53,21 @@ pub fn visible(text: &str) -> Cow<'_, str> {
     Cow::Owned(shown)
 }
 
+/// At most `max_bytes` of `text`, cut at a character boundary and ending in `…` when
+/// anything was cut (the ellipsis counts within `max_bytes`): for quoting a caller's text
+/// inside a line that has a limit of its own.
+pub fn clip(text: &str, max_bytes: usize) -> Cow<'_, str> {
+    if text.len() <= max_bytes {
+        return Cow::Borrowed(text);
+    }
+    const ELLIPSIS: &str = "…";
+    let mut end = max_bytes.saturating_sub(ELLIPSIS.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}{ELLIPSIS}", &text[..end]))
+}
+
 /// Serialises `value` as one line of JSON, like `serde_json::to_string`, except that DEL,
 /// the C1 controls, the line separators and the bidirectional controls inside strings are
 /// written as `\uXXXX` escapes. The JSON means exactly the same (every parser reads the
@@ -139,6 +154,25 @@ impl<F: Formatter> Formatter for EscapingFormatter<F> {
     }
     fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         self.0.end_object_value(w)
+    }
+}
+
+#[cfg(test)]
+mod clip_tests {
+    use super::clip;
+
+    #[test]
+    fn clip_keeps_short_text_and_cuts_long_text_at_a_character() {
+        assert_eq!(clip("renewal", 7), "renewal");
+        assert_eq!(clip("renewal", 6), "ren…");
+        // "é" is two bytes: the cut never splits it.
+        let cut = clip("ééééé", 8);
+        assert_eq!(cut, "éé…");
+        assert!(cut.len() <= 8);
+        for max in 3..40 {
+            let text = "a renewal of 12 000 € — revised ".repeat(3);
+            assert!(clip(&text, max).len() <= max, "{max}");
+        }
     }
 }
 

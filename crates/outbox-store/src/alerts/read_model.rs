@@ -37,6 +37,7 @@ pub async fn current_state(
 
 /// One alert with everything known about it, for the API and for operators.
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AlertDetail {
     /// The notification id (also the idempotency key).
     pub id: Uuid,
@@ -55,6 +56,7 @@ pub struct AlertDetail {
     /// Set when a send was repeated without evidence that the first did not arrive.
     pub possible_duplicate: bool,
     /// The payload exactly as stored and sent.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub payload: Box<RawValue>,
     /// SHA-256 of the payload bytes, hex.
     pub payload_sha256: String,
@@ -82,6 +84,7 @@ pub struct AlertDetail {
 
 /// One revision in an identity's chain.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RevisionSummary {
     /// Its alert id.
     pub id: Uuid,
@@ -98,6 +101,7 @@ pub struct RevisionSummary {
 
 /// One finished delivery attempt or lookup.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AttemptRecord {
     /// Attempt number.
     pub attempt: i32,

@@ -82,9 +82,12 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
     let id = Uuid::now_v7();
     let revision = target.revision + 1;
     insert_revision(&mut tx, &rev, &target, id, revision).await?;
+    // An evidence line holds at most 2000 bytes, as long as the longest reason: the line
+    // quotes the start of it, and the whole reason is the revision's own (`reason`).
     let line = format!(
         "revision {revision} approved as a correction of {}: {}; queued for delivery",
-        rev.alert_id, rev.reason
+        rev.alert_id,
+        outbox_core::untrusted::clip(rev.reason, QUOTED_REASON_BYTES)
     );
     enqueue_revision(&mut tx, id, &target, revision, rev.actor, &line).await?;
     if !superseded_previous {
@@ -183,6 +186,10 @@ async fn insert_revision(
     .map_err(StoreError::from_payload_error)?;
     Ok(())
 }
+
+/// How much of a revision's reason its approval's evidence line quotes: room for the rest
+/// of the line within the 2000 bytes an evidence line may hold.
+const QUOTED_REASON_BYTES: usize = 1500;
 
 /// Tells the revised alert's trail, when it was not superseded, that a correction follows
 /// it: it may already have reached the destination, so it keeps its state.

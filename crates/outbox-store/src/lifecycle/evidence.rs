@@ -83,6 +83,7 @@ pub(crate) const LAST_EVIDENCE_LINE: &str = "(SELECT ev.line FROM alert_evidence
 
 /// One line of the evidence trail.
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EvidenceLine {
     /// When it was recorded.
     pub at: DateTime<Utc>,
