@@ -4,12 +4,16 @@
 //! bodies, parameters and headers, and the links from an approval to reading and revising
 //! it), then checks every answer against the document: no 5xx, the documented status,
 //! content type, headers and body, invalid input refused, valid input taken, the token
-//! needed, and no answer slower than [`MAX_RESPONSE_SECONDS`].
+//! needed, and no answer slower than [`MAX_RESPONSE_SECONDS`]. And clients generated
+//! from the document by their generators' own tools (openapi-python-client;
+//! openapi-typescript with openapi-fetch) run the example agent loops of
+//! `docs/examples/` against it.
 //!
-//! The tools come from PyPI at the versions `tests/contract/requirements.txt` pins,
-//! installed by `tests/contract/install.sh` into `target/contract-venv` (`.ci/run` runs
-//! it); `OUTBOX_CONTRACT_VENV` names another place. A test fails, never skips, when they
-//! are missing.
+//! The tools come from PyPI and the npm registry at the versions `tests/contract/` pins,
+//! installed by `tests/contract/install.sh` into `target/contract-venv` and
+//! `target/contract-node` (`.ci/run` runs it); `OUTBOX_CONTRACT_VENV` and
+//! `OUTBOX_CONTRACT_NODE` name other places. A test fails, never skips, when they are
+//! missing.
 
 use crate::common::decider::DeciderServe;
 use crate::common::{add_tenant, renewal};
@@ -37,12 +41,41 @@ fn contract_tool(name: &str) -> PathBuf {
     program
 }
 
-/// Runs a contract tool to the end; its output is printed only when it fails.
+/// Where the TypeScript client's tools are installed.
+fn node_tools() -> PathBuf {
+    let tools = std::env::var_os("OUTBOX_CONTRACT_NODE").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/contract-node"),
+        PathBuf::from,
+    );
+    assert!(
+        tools.join("node_modules/.bin/tsc").exists(),
+        "{} has no tools: run `tests/contract/install.sh` (it installs the pinned TypeScript \
+         client tools from the npm registry; `.ci/run` does it) or set OUTBOX_CONTRACT_NODE",
+        tools.display()
+    );
+    tools
+}
+
+/// Runs a contract tool to the end, from the checkout; its output is printed only when it
+/// fails.
 async fn run_tool(name: &str, args: &[&str]) {
-    let output = tokio::process::Command::new(contract_tool(name))
+    let mut command = tokio::process::Command::new(contract_tool(name));
+    command.current_dir(env!("CARGO_MANIFEST_DIR"));
+    run_to_the_end(name, command, args).await;
+}
+
+/// Runs one of the TypeScript client's tools in `project`.
+async fn run_node_tool(project: &std::path::Path, name: &str, args: &[&str]) {
+    let mut command =
+        tokio::process::Command::new(node_tools().join("node_modules/.bin").join(name));
+    command.current_dir(project);
+    run_to_the_end(name, command, args).await;
+}
+
+async fn run_to_the_end(name: &str, mut command: tokio::process::Command, args: &[&str]) {
+    let output = command
         .args(args)
         .env("NO_COLOR", "1")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .await
         .unwrap_or_else(|err| panic!("run {name}: {err}"));
@@ -133,4 +166,136 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_client_generated_from_the_document_runs_the_example_agent_loop() {
+    let db = TestDb::new().await;
+    let acme = add_tenant(&db, "acme", &["ops"]).await;
+    let decider = DeciderServe::on(&db.url).start().await;
+    let scratch = Scratch::new();
+    let client = scratch.0.join("client");
+    run_tool(
+        "openapi-python-client",
+        &[
+            "generate",
+            "--path",
+            "docs/openapi.json",
+            "--output-path",
+            client.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let example = format!("{}/docs/examples/agent_loop.py", env!("CARGO_MANIFEST_DIR"));
+    let run = |flags: &'static [&'static str]| {
+        let mut command = tokio::process::Command::new(contract_tool("python"));
+        command
+            .arg(&example)
+            .args([decider.api.as_str(), acme.token.as_str()])
+            .args(flags)
+            .env("PYTHONPATH", &client);
+        agent_run(command)
+    };
+    let after_a_lost_answer = run(&["--lose-first-answer"]).await;
+    let rerun = run(&[]).await;
+    assert_one_alert_however_often_asked(&db, &after_a_lost_answer, &rerun).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typescript_client_generated_from_the_document_runs_the_example_agent_loop() {
+    let db = TestDb::new().await;
+    let acme = add_tenant(&db, "acme", &["ops"]).await;
+    let decider = DeciderServe::on(&db.url).start().await;
+    // A project of its own: the example, the types generated from the document, and the
+    // installed tools' node_modules beside them.
+    let scratch = Scratch::new();
+    let project = &scratch.0;
+    std::fs::write(project.join("package.json"), r#"{"type": "module"}"#).unwrap();
+    std::os::unix::fs::symlink(
+        node_tools().join("node_modules"),
+        project.join("node_modules"),
+    )
+    .unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/agent_loop.ts"),
+        project.join("agent_loop.ts"),
+    )
+    .unwrap();
+    let types = project.join("outbox-api.d.ts");
+    run_node_tool(
+        project,
+        "openapi-typescript",
+        &[
+            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json"),
+            "-o",
+            types.to_str().unwrap(),
+        ],
+    )
+    .await;
+    run_node_tool(
+        project,
+        "tsc",
+        &[
+            "--strict",
+            "--module",
+            "nodenext",
+            "--target",
+            "es2022",
+            "agent_loop.ts",
+        ],
+    )
+    .await;
+    let run = |flags: &'static [&'static str]| {
+        let mut command = tokio::process::Command::new("node");
+        command
+            .arg("agent_loop.js")
+            .args([decider.api.as_str(), acme.token.as_str()])
+            .args(flags)
+            .current_dir(project);
+        agent_run(command)
+    };
+    let after_a_lost_answer = run(&["--lose-first-answer"]).await;
+    let rerun = run(&[]).await;
+    assert_one_alert_however_often_asked(&db, &after_a_lost_answer, &rerun).await;
+}
+
+/// Runs an example agent to the end; returns the line it printed.
+async fn agent_run(mut command: tokio::process::Command) -> serde_json::Value {
+    let output = command.output().await.unwrap();
+    assert!(
+        output.status.success(),
+        "the example agent failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&output.stdout)))
+}
+
+/// The first run lost its answer: its retry found the alert the lost request made. The
+/// rerun named the same alert. The database holds that one alert.
+async fn assert_one_alert_however_often_asked(
+    db: &TestDb,
+    after_a_lost_answer: &serde_json::Value,
+    rerun: &serde_json::Value,
+) {
+    assert_eq!(
+        after_a_lost_answer["created"], false,
+        "{after_a_lost_answer}"
+    );
+    assert_eq!(after_a_lost_answer["state"], "pending");
+    assert_eq!(rerun["id"], after_a_lost_answer["id"]);
+    assert_eq!(rerun["created"], false);
+    let alerts: Vec<(String, String)> =
+        sqlx::query_as("SELECT id::text, subject FROM alerts ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        alerts,
+        vec![(
+            rerun["id"].as_str().unwrap().to_owned(),
+            "contract:ACME-7".to_owned()
+        )],
+        "one alert, however often the agent asked"
+    );
 }

@@ -69,6 +69,9 @@ fn payload_object() -> utoipa::openapi::Object {
     utoipa::openapi::ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::Type::Object)
         .min_properties(Some(1))
+        .additional_properties(Some(
+            utoipa::openapi::schema::AdditionalProperties::FreeForm(true),
+        ))
         .description(Some(
             "What the destination receives: a non-empty JSON object of at most 256 KiB, \
              nested at most 64 levels, kept byte for byte. An email destination reads its \

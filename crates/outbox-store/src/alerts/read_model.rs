@@ -56,7 +56,7 @@ pub struct AlertDetail {
     /// Set when a send was repeated without evidence that the first did not arrive.
     pub possible_duplicate: bool,
     /// The payload exactly as stored and sent.
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[cfg_attr(feature = "openapi", schema(schema_with = any_object))]
     pub payload: Box<RawValue>,
     /// SHA-256 of the payload bytes, hex.
     pub payload_sha256: String,
@@ -80,6 +80,18 @@ pub struct AlertDetail {
     pub attempts: Vec<AttemptRecord>,
     /// The evidence trail, oldest first.
     pub evidence: Vec<EvidenceLine>,
+}
+
+/// Any JSON object, as the OpenAPI document describes a payload.
+#[cfg(feature = "openapi")]
+fn any_object() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::Object)
+        .additional_properties(Some(
+            utoipa::openapi::schema::AdditionalProperties::FreeForm(true),
+        ))
+        .description(Some("The payload exactly as stored and sent."))
+        .build()
 }
 
 /// One revision in an identity's chain.
