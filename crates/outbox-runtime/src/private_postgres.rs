@@ -137,19 +137,8 @@ impl PrivateServer {
             return Err(PrivateServerError::Root { address });
         }
         let bin = find_bindir().ok_or(PrivateServerError::NotInstalled { address })?;
-        let name = format!("private-postgres-{}", std::process::id());
-        let root = match std::fs::create_dir_all(parent.join(&name)) {
-            Ok(()) => parent.join(&name),
-            Err(_) => {
-                let fallback = std::env::temp_dir().join(format!("outbox-{name}"));
-                std::fs::create_dir_all(&fallback).map_err(|err| {
-                    PrivateServerError::Failed(format!("{}: {err}", fallback.display()))
-                })?;
-                fallback
-            }
-        };
         let mut server = PrivateServer {
-            root,
+            root: server_dir(parent)?,
             bin,
             port: free_port()?,
             run_as_postgres: root_user,
@@ -157,20 +146,21 @@ impl PrivateServer {
             started_in: std::time::Duration::ZERO,
         };
         if server.run_as_postgres {
-            let status = Command::new("chown")
-                .args(["postgres:postgres"])
-                .arg(&server.root)
-                .status();
-            if !status.is_ok_and(|s| s.success()) {
-                return Err(PrivateServerError::Failed(format!(
-                    "cannot hand {} to the postgres user",
-                    server.root.display()
-                )));
-            }
+            server.hand_to_postgres()?;
         }
         server.watch_owner()?;
-        let data = server.root.join("data");
-        server.run(
+        server.init_and_start()?;
+        server.version = server.read_version();
+        server.started_in = started.elapsed();
+        Ok(server)
+    }
+
+    /// Makes the cluster with trust authentication and starts it on its port, listening on
+    /// 127.0.0.1 and on a socket in its own directory. `fsync` is off: the server holds a
+    /// demo's or a test's data, which nobody wants back after a crash.
+    fn init_and_start(&self) -> Result<(), PrivateServerError> {
+        let data = self.root.join("data");
+        self.run(
             "initdb",
             &[
                 "-D".as_ref(),
@@ -184,11 +174,11 @@ impl PrivateServer {
         )?;
         let options = format!(
             "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off",
-            server.port,
-            server.root.display()
+            self.port,
+            self.root.display()
         );
-        let log = server.root.join("server.log");
-        server.run(
+        let log = self.root.join("server.log");
+        self.run(
             "pg_ctl",
             &[
                 "start".as_ref(),
@@ -200,17 +190,35 @@ impl PrivateServer {
                 "-l".as_ref(),
                 log.as_os_str(),
             ],
-        )?;
-        let version = server
+        )
+    }
+
+    /// Gives the server's directory to `postgres`, the user it runs as when we are root.
+    fn hand_to_postgres(&self) -> Result<(), PrivateServerError> {
+        let status = Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(&self.root)
+            .status();
+        if status.is_ok_and(|s| s.success()) {
+            Ok(())
+        } else {
+            Err(PrivateServerError::Failed(format!(
+                "cannot hand {} to the postgres user",
+                self.root.display()
+            )))
+        }
+    }
+
+    /// `PostgreSQL 15.4`, or empty when `postgres --version` says nothing.
+    fn read_version(&self) -> String {
+        let version = self
             .command("postgres")
             .arg("--version")
             .output()
             .ok()
             .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
             .unwrap_or_default();
-        server.version = version.replace("postgres (PostgreSQL) ", "PostgreSQL ");
-        server.started_in = started.elapsed();
-        Ok(server)
+        version.replace("postgres (PostgreSQL) ", "PostgreSQL ")
     }
 
     /// A URL for `database` on this server.
@@ -363,6 +371,19 @@ pub fn is_root() -> bool {
         .arg("-u")
         .output()
         .is_ok_and(|out| out.stdout.trim_ascii() == b"0")
+}
+
+/// A new directory for the server under `parent`, or under the system's temporary
+/// directory when `parent` cannot be written.
+fn server_dir(parent: &Path) -> Result<PathBuf, PrivateServerError> {
+    let name = format!("private-postgres-{}", std::process::id());
+    if std::fs::create_dir_all(parent.join(&name)).is_ok() {
+        return Ok(parent.join(&name));
+    }
+    let fallback = std::env::temp_dir().join(format!("outbox-{name}"));
+    std::fs::create_dir_all(&fallback)
+        .map_err(|err| PrivateServerError::Failed(format!("{}: {err}", fallback.display())))?;
+    Ok(fallback)
 }
 
 fn free_port() -> Result<u16, PrivateServerError> {

@@ -59,65 +59,14 @@ impl PatroniCluster {
     pub fn start(replication: Replication) -> PatroniCluster {
         let root = std::env::temp_dir().join(format!("outbox-ha-{}", uuid::Uuid::now_v7()));
         std::fs::create_dir_all(&root).expect("make the cluster's directory");
-        let (client_port, peer_port) = (free_port(), free_port());
-        let etcd_client = format!("127.0.0.1:{client_port}");
-        let etcd = Command::new("etcd")
-            .args(["--name", "etcd1", "--data-dir"])
-            .arg(root.join("etcd"))
-            .args([
-                "--listen-client-urls",
-                &format!("http://{etcd_client}"),
-                "--advertise-client-urls",
-                &format!("http://{etcd_client}"),
-                "--listen-peer-urls",
-                &format!("http://127.0.0.1:{peer_port}"),
-                "--initial-advertise-peer-urls",
-                &format!("http://127.0.0.1:{peer_port}"),
-                "--initial-cluster",
-                &format!("etcd1=http://127.0.0.1:{peer_port}"),
-            ])
-            .stdin(Stdio::null())
-            .stdout(log_file(&root.join("etcd.log")))
-            .stderr(log_file(&root.join("etcd.log")))
-            .spawn()
-            .expect("start etcd (Debian: apt-get install etcd-server)");
+        let (etcd, etcd_client) = start_etcd(&root);
         // Patroni runs as `postgres`, which may not be able to read the checkout (a clone
         // in a private temporary directory): it reads a copy of the settings.
         std::fs::copy(deploy_dir().join("patroni.yml"), root.join("patroni.yml"))
             .expect("copy patroni.yml");
-        let nodes = [1, 2].map(|n| {
-            let dir = root.join(format!("node{n}"));
-            std::fs::create_dir_all(&dir).expect("make a node's directory");
-            hand_to_postgres(&dir);
-            Node {
-                name: format!("node{n}"),
-                dir,
-                pg_port: free_port(),
-                api_port: free_port(),
-                patroni: None,
-                starts: 0,
-            }
-        });
+        let nodes = [1, 2].map(|n| Node::new(&root, n));
         let port = free_port();
-        let haproxy = Command::new("haproxy")
-            .args(["-db", "-f"])
-            .arg(deploy_dir().join("haproxy.cfg"))
-            .env("OUTBOX_HAPROXY_LISTEN", format!("127.0.0.1:{port}"))
-            .env(
-                "PATRONI_NODE1_POSTGRES",
-                format!("127.0.0.1:{}", nodes[0].pg_port),
-            )
-            .env("PATRONI_NODE1_API_PORT", nodes[0].api_port.to_string())
-            .env(
-                "PATRONI_NODE2_POSTGRES",
-                format!("127.0.0.1:{}", nodes[1].pg_port),
-            )
-            .env("PATRONI_NODE2_API_PORT", nodes[1].api_port.to_string())
-            .stdin(Stdio::null())
-            .stdout(log_file(&root.join("haproxy.log")))
-            .stderr(log_file(&root.join("haproxy.log")))
-            .spawn()
-            .expect("start haproxy (Debian: apt-get install haproxy)");
+        let haproxy = start_haproxy(&root, port, &nodes);
         let mut cluster = PatroniCluster {
             root,
             etcd,
@@ -417,6 +366,71 @@ impl Drop for PatroniCluster {
 /// The project's `deploy/patroni/` folder.
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/patroni")
+}
+
+/// Starts a one-member etcd in `root`; returns it and its client address.
+fn start_etcd(root: &Path) -> (Child, String) {
+    let (client_port, peer_port) = (free_port(), free_port());
+    let client = format!("127.0.0.1:{client_port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let etcd = Command::new("etcd")
+        .args(["--name", "etcd1", "--data-dir"])
+        .arg(root.join("etcd"))
+        .args(["--listen-client-urls", &format!("http://{client}")])
+        .args(["--advertise-client-urls", &format!("http://{client}")])
+        .args(["--listen-peer-urls", &peer])
+        .args(["--initial-advertise-peer-urls", &peer])
+        .args(["--initial-cluster", &format!("etcd1={peer}")])
+        .stdin(Stdio::null())
+        .stdout(log_file(&root.join("etcd.log")))
+        .stderr(log_file(&root.join("etcd.log")))
+        .spawn()
+        .expect("start etcd (Debian: apt-get install etcd-server)");
+    (etcd, client)
+}
+
+/// Starts HAProxy on 127.0.0.1:`port` with the project's `haproxy.cfg`, its two backends
+/// the two nodes, passed in the environment as the compose file passes them.
+fn start_haproxy(root: &Path, port: u16, nodes: &[Node; 2]) -> Child {
+    let mut command = Command::new("haproxy");
+    command
+        .args(["-db", "-f"])
+        .arg(deploy_dir().join("haproxy.cfg"))
+        .env("OUTBOX_HAPROXY_LISTEN", format!("127.0.0.1:{port}"));
+    for (n, node) in (1..).zip(nodes) {
+        command
+            .env(
+                format!("PATRONI_NODE{n}_POSTGRES"),
+                format!("127.0.0.1:{}", node.pg_port),
+            )
+            .env(
+                format!("PATRONI_NODE{n}_API_PORT"),
+                node.api_port.to_string(),
+            );
+    }
+    command
+        .stdin(Stdio::null())
+        .stdout(log_file(&root.join("haproxy.log")))
+        .stderr(log_file(&root.join("haproxy.log")))
+        .spawn()
+        .expect("start haproxy (Debian: apt-get install haproxy)")
+}
+
+impl Node {
+    /// Node `n`'s directory (handed to `postgres`) and free ports; not started yet.
+    fn new(root: &Path, n: usize) -> Node {
+        let dir = root.join(format!("node{n}"));
+        std::fs::create_dir_all(&dir).expect("make a node's directory");
+        hand_to_postgres(&dir);
+        Node {
+            name: format!("node{n}"),
+            dir,
+            pg_port: free_port(),
+            api_port: free_port(),
+            patroni: None,
+            starts: 0,
+        }
+    }
 }
 
 fn log_file(path: &Path) -> std::fs::File {
