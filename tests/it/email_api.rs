@@ -305,6 +305,21 @@ async fn bad_email_api_destinations_are_refused_in_one_line_and_write_nothing() 
             [&base[..], &["--bearer-token-file", &key_file]].concat(),
             "apply to webhooks with a --body-template",
         ),
+        // A relay's CA means nothing to an HTTP email API: refused, not ignored.
+        (
+            [
+                &base[..],
+                &[
+                    "--body-template",
+                    "email-api-resend",
+                    "--smtp-ca-file",
+                    &key_file,
+                ],
+                &mail[..],
+            ]
+            .concat(),
+            "--smtp-* apply to --kind email destinations only",
+        ),
         (
             vec![
                 "destination",

@@ -192,6 +192,7 @@ impl EmailArgs {
     pub(super) fn smtp_given(&self) -> bool {
         self.smtp_host.is_some()
             || self.smtp_tls.is_some()
+            || self.smtp_ca_file.is_some()
             || self.smtp_user.is_some()
             || self.smtp_password_file.is_some()
             || self.smtp_password_stdin
