@@ -181,7 +181,14 @@ async fn unknown_routes_and_methods_answer_in_problem_json() {
     let (status, problem) = api.get("/v2/nothing", &api.acme.token).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(problem["type"], "/problems/no-such-route");
-    let (status, problem) = api.get("/v1/alerts", &api.acme.token).await;
+    let response = api
+        .http
+        .delete(format!("{}/v1/alerts", api.base))
+        .bearer_auth(&api.acme.token)
+        .send()
+        .await
+        .unwrap();
+    let (status, problem) = common::read(response).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(problem["type"], "/problems/method-not-allowed");
 }
