@@ -71,6 +71,9 @@ pub(crate) async fn serve(mut service: McpService, state: AppState, request: Req
             return refusal;
         }
     }
+    // The token has done its work; past here the protocol library holds the request's
+    // parts, and its tracing must never meet the token.
+    parts.headers.remove(header::AUTHORIZATION);
     parts.extensions.insert(caller);
     let request = Request::from_parts(parts, Body::from(bytes));
     match tower_service::Service::call(&mut service, request).await {
