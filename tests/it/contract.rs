@@ -11,6 +11,7 @@
 //! it); `OUTBOX_CONTRACT_VENV` names another place. A test fails, never skips, when they
 //! are missing.
 
+use crate::common::contract_tools::run_contract_tool;
 use crate::common::decider::DeciderServe;
 use crate::common::{add_tenant, renewal};
 use outbox_testkit::TestDb;
@@ -21,39 +22,9 @@ use std::path::PathBuf;
 /// one is reported.
 const MAX_RESPONSE_SECONDS: &str = "5";
 
-/// A program of the contract tools' virtual environment.
-fn contract_tool(name: &str) -> PathBuf {
-    let venv = std::env::var_os("OUTBOX_CONTRACT_VENV").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/contract-venv"),
-        PathBuf::from,
-    );
-    let program = venv.join("bin").join(name);
-    assert!(
-        program.exists(),
-        "{} is missing: run `tests/contract/install.sh` (it installs the pinned contract \
-         tools from PyPI; `.ci/run` does it) or set OUTBOX_CONTRACT_VENV",
-        program.display()
-    );
-    program
-}
-
 /// Runs a contract tool to the end; its output is printed only when it fails.
 async fn run_tool(name: &str, args: &[&str]) {
-    let output = tokio::process::Command::new(contract_tool(name))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .await
-        .unwrap_or_else(|err| panic!("run {name}: {err}"));
-    assert!(
-        output.status.success(),
-        "{name} {} failed ({}):\n{}\n{}",
-        args.join(" "),
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
+    run_contract_tool(name, args).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
