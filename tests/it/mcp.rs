@@ -8,7 +8,7 @@
 
 use crate::common::contract_tools::run_contract_tool;
 use crate::common::decider::DeciderServe;
-use crate::common::{add_tenant, counts};
+use crate::common::{add_tenant, assert_refused, counts, Outboxctl};
 use outbox_testkit::TestDb;
 use serde_json::Value;
 use uuid::Uuid;
@@ -156,6 +156,32 @@ async fn hostile_mcp_requests_are_refused_clearly_and_write_nothing() {
     let problem: Value = response.json().await.unwrap();
     assert_eq!(problem["type"], "/problems/payload-too-large");
 
+    // Only POSTs of JSON: there is no stream to GET and no session to DELETE.
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let response = http
+            .request(method.clone(), &url)
+            .bearer_auth(&acme.token)
+            .header("accept", "application/json, text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 405, "{method}");
+        assert_eq!(response.headers()["allow"], "POST");
+        let (_, problem) = crate::common::read(response).await;
+        assert_eq!(problem["type"], "/problems/method-not-allowed");
+    }
+    let response = http
+        .post(&url)
+        .bearer_auth(&acme.token)
+        .header("content-type", "text/plain")
+        .body(list_tools)
+        .send()
+        .await
+        .unwrap();
+    let (status, problem) = crate::common::read(response).await;
+    assert_eq!(status, 415);
+    assert_eq!(problem["type"], "/problems/unsupported-media-type");
+
     // And a well-formed request still works after all of that.
     let response = post(list_tools.to_owned(), Some(&acme.token))
         .await
@@ -185,7 +211,16 @@ async fn outboxctl_mcp_serves_a_local_agent_over_stdio() {
         ],
     )
     .await;
+
+    // A token the database does not know ends the command at once, with the reason.
+    std::fs::write(&token_file, "aot_not-a-token-of-anyone\n").unwrap();
+    let refused = Outboxctl::on(&db)
+        .args(&["mcp", "--token-file", token_file.to_str().unwrap()])
+        .stdin("")
+        .run()
+        .await;
     let _ = std::fs::remove_dir_all(&dir);
+    assert_refused(&refused, "the bearer token is not valid");
 
     let stored = alerts_of(&db, acme.id).await;
     assert_eq!(

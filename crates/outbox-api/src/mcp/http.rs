@@ -8,7 +8,8 @@
 //!
 //! Before the protocol sees a request, this module does what the rest of the API does:
 //! the bearer token of *this* request is authenticated (401 problem+json otherwise), the
-//! body is bounded by the API's own limit (413 problem+json), and a body that is not JSON,
+//! body is bounded by the API's own limit (413 problem+json), anything but a POST of JSON
+//! is refused as the API refuses it (405, 415 problem+json), and a body that is not JSON,
 //! or not JSON-RPC, gets the protocol's parse or invalid-request error with a sentence
 //! saying which. The authenticated caller travels in the request's extensions, where the
 //! tools find it (rmcp hands each handler the HTTP request's parts).
@@ -25,7 +26,7 @@ use std::sync::Arc;
 
 use super::OutboxMcp;
 use crate::auth::Caller;
-use crate::{body, AppState};
+use crate::{body, AppState, Problem};
 
 /// The Streamable HTTP transport serving [`OutboxMcp`], one request at a time.
 pub(crate) type McpService = StreamableHttpService<OutboxMcp, NeverSessionManager>;
@@ -66,10 +67,11 @@ pub(crate) async fn serve(mut service: McpService, state: AppState, request: Req
             .into_response()
         }
     };
-    if parts.method == Method::POST {
-        if let Some(refusal) = unreadable_json_rpc(&bytes) {
-            return refusal;
-        }
+    if let Some(refusal) = not_a_json_post(&parts) {
+        return refusal.into_response();
+    }
+    if let Some(refusal) = unreadable_json_rpc(&bytes) {
+        return refusal;
     }
     // The token has done its work; past here the protocol library holds the request's
     // parts, and its tracing must never meet the token.
@@ -80,6 +82,44 @@ pub(crate) async fn serve(mut service: McpService, state: AppState, request: Req
         Ok(response) => response.into_response(),
         Err(never) => match never {},
     }
+}
+
+/// The API's problem for what only POSTs of JSON may be: there is no server-initiated
+/// stream to GET and no session to DELETE.
+fn not_a_json_post(parts: &axum::http::request::Parts) -> Option<Response> {
+    if parts.method != Method::POST {
+        let problem = Problem::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "Method not allowed",
+            format!(
+                "`/mcp` does not accept {}: send each JSON-RPC message as a POST; this \
+                 server keeps no session and opens no stream",
+                parts.method
+            ),
+        );
+        let mut response = problem.into_response();
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return Some(response);
+    }
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        let problem = Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "JSON required",
+            "send the JSON-RPC message as `Content-Type: application/json`",
+        );
+        return Some(problem.into_response());
+    }
+    None
 }
 
 /// The protocol's error for a body that is not one JSON-RPC message, or `None` when it is
