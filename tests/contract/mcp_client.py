@@ -30,11 +30,12 @@ PAYLOAD = {"vendor": "Acme Tools", "amount": "12000.00", "currency": "EUR", "day
 CORRECTED = {**PAYLOAD, "amount": "12500.00"}
 
 
-def over_http(url: str, token: str) -> Client:
+def over_http(url: str, token: str, mode: str = "auto") -> Client:
     """A client whose every request carries `token`; no response cache, so every answer
-    comes from the server."""
+    comes from the server. `auto` speaks the newest protocol the server offers, `legacy`
+    the initialize handshake of the clients deployed before 2026-07-28."""
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    return Client(streamable_http_client(url, http_client=http), cache=None)
+    return Client(streamable_http_client(url, http_client=http), cache=None, mode=mode)
 
 
 def text_of(result) -> str:
@@ -121,6 +122,15 @@ async def flow(url: str, token: str, other_token: str) -> dict:
         assert {a["id"] for a in page["alerts"]} == {alert_id, revision_id}, page
         bad_filter = await agent.call_tool("list_alerts", {"state": "lost"})
         assert "`state`" in refused(bad_filter, "invalid-query", "bad filter")
+
+    # A client of the handshake era is served the same way, one request at a time.
+    async with over_http(url, token, mode="legacy") as older:
+        assert older.protocol_version != "2026-07-28", older.protocol_version
+        assert {tool.name for tool in (await older.list_tools()).tools} == TOOLS
+        rerun = ok(await older.call_tool("approve_alert", {**IDENTITY, "payload": CORRECTED}), "legacy rerun")
+        assert rerun["created"] is False and rerun["alert_id"] == revision_id, rerun
+        read = ok(await older.call_tool("get_alert", {"alert_id": alert_id}), "legacy get_alert")
+        assert read["state"] in ("pending", "superseded"), read
 
     async with over_http(url, other_token) as stranger:
         agent_version = stranger.protocol_version
