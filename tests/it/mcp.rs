@@ -233,3 +233,58 @@ async fn outboxctl_mcp_serves_a_local_agent_over_stdio() {
         )]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mcp_request_is_authenticated_so_a_revoked_token_stops_mid_conversation() {
+    let db = TestDb::new().await;
+    let acme = add_tenant(&db, "acme", &["ops"]).await;
+    let decider = DeciderServe::on(&db.url).start().await;
+    let url = format!("{}/mcp", decider.api);
+    let http = reqwest::Client::new();
+    let call = |n: u32| {
+        let message = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": n,
+            "method": "tools/call",
+            "params": {"name": "list_destinations", "arguments": {}},
+        });
+        http.post(&url)
+            .bearer_auth(&acme.token)
+            .header("accept", "application/json, text/event-stream")
+            .json(&message)
+            .send()
+    };
+
+    let answer: Value = call(1).await.unwrap().json().await.unwrap();
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["destinations"][0]["name"],
+        "ops"
+    );
+
+    let tokens = outbox_store::tokens::list(&db.pool, Some(acme.id))
+        .await
+        .unwrap();
+    outbox_store::tokens::revoke(&db.pool, tokens[0].id)
+        .await
+        .unwrap();
+    // The next requests on the same conversation are refused once the token cache's bound
+    // has passed (1 s), each on its own Authorization header.
+    let deadline = std::time::Instant::now() + outbox_testkit::process::DEADLINE;
+    let mut n = 2;
+    let refused = loop {
+        let response = call(n).await.unwrap();
+        if response.status() == 401 {
+            break response;
+        }
+        assert_eq!(response.status(), 200);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the revoked token was still accepted"
+        );
+        n += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let (_, problem) = crate::common::read(refused).await;
+    assert_eq!(problem["type"], "/problems/unauthorized");
+}
