@@ -37,16 +37,16 @@ pub(crate) const NAMES: [&str; 5] = [
 #[allow(dead_code)] // read only for its schema
 pub(crate) struct ApproveArguments {
     /// The name of one of the tenant's destinations (list_destinations).
-    #[schemars(length(min = 1, max = 512))]
+    #[schemars(length(min = 1, max = 512), regex(pattern = crate::alerts::TEXT_PATTERN))]
     destination: String,
     /// What the alert is about, stable across reruns: `contract:ACME-7`. At most 512 bytes
     /// of UTF-8, not blank, no control or bidirectional characters.
-    #[schemars(length(min = 1, max = 512))]
+    #[schemars(length(min = 1, max = 512), regex(pattern = crate::alerts::TEXT_PATTERN))]
     subject: String,
     /// Which occurrence of the subject this is, decided from the facts, never from the
     /// clock of the run or a random id: `2027-01-31/30d` (the renewal date and the 30-day
     /// tier). A rerun gives the same occurrence. At most 512 bytes, as `subject`.
-    #[schemars(length(min = 1, max = 512))]
+    #[schemars(length(min = 1, max = 512), regex(pattern = crate::alerts::TEXT_PATTERN))]
     occurrence: String,
     /// What the destination receives: a non-empty JSON object of at most 256 KiB, nested
     /// at most 64 levels. An email destination reads its optional `recipients` member (a
@@ -69,7 +69,7 @@ pub(crate) struct ReviseArguments {
     payload: JsonObject,
     /// Why the correction is made, for the evidence trail: at most 2000 bytes of UTF-8,
     /// not blank.
-    #[schemars(length(min = 1, max = 2000))]
+    #[schemars(length(min = 1, max = 2000), regex(pattern = crate::alerts::TEXT_PATTERN))]
     reason: String,
 }
 
@@ -162,10 +162,10 @@ pub(crate) fn by_name(name: &str) -> Option<Tool> {
     let tool = match name {
         APPROVE_ALERT => Tool::new(APPROVE_ALERT, APPROVE_DESCRIPTION, JsonObject::new())
             .with_input_schema::<ApproveArguments>()
-            .annotate(writes(true)),
+            .annotate(writes()),
         REVISE_ALERT => Tool::new(REVISE_ALERT, REVISE_DESCRIPTION, JsonObject::new())
             .with_input_schema::<ReviseArguments>()
-            .annotate(writes(true)),
+            .annotate(writes()),
         GET_ALERT => Tool::new(GET_ALERT, GET_ALERT_DESCRIPTION, JsonObject::new())
             .with_input_schema::<GetAlertArguments>()
             .annotate(reads()),
@@ -185,11 +185,11 @@ pub(crate) fn by_name(name: &str) -> Option<Tool> {
 }
 
 /// A tool that writes, and whose repetition with the same arguments changes nothing.
-fn writes(idempotent: bool) -> ToolAnnotations {
+fn writes() -> ToolAnnotations {
     ToolAnnotations::new()
         .read_only(false)
         .destructive(false)
-        .idempotent(idempotent)
+        .idempotent(true)
         .open_world(true)
 }
 
@@ -248,5 +248,9 @@ mod tests {
         );
         assert_eq!(approve["properties"]["subject"]["maxLength"], 512);
         assert_eq!(approve["properties"]["payload"]["minProperties"], 1);
+        assert_eq!(
+            approve["properties"]["occurrence"]["pattern"],
+            crate::alerts::TEXT_PATTERN
+        );
     }
 }
