@@ -127,7 +127,9 @@ run's clock or a random id. Approving the same identity with the same payload ag
 returns the same alert with created=false and writes nothing, so approving again after a \
 lost answer is safe. A different payload for an existing identity is refused \
 (identity-conflict): correct it with revise_alert and a reason, never with a new \
-occurrence. Returns alert_id, created and state, with the alert.";
+occurrence. An alert in state uncertain or held must not be sent again: an operator \
+decides, so never approve it anew under another occurrence. Returns alert_id, created and \
+state, with the alert.";
 
 const REVISE_DESCRIPTION: &str = "\
 Correct an alert's payload, with the reason for it: the revision is a new alert, delivered \
