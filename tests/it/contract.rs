@@ -15,6 +15,7 @@
 //! `OUTBOX_CONTRACT_NODE` name other places. A test fails, never skips, when they are
 //! missing.
 
+use crate::common::contract_tools::{contract_tool, node_tools, run_contract_tool, run_node_tool};
 use crate::common::decider::DeciderServe;
 use crate::common::{add_tenant, renewal};
 use outbox_testkit::TestDb;
@@ -24,70 +25,6 @@ use std::path::PathBuf;
 /// the database pool's wait for a connection (10 s) halved, so a request that waited for
 /// one is reported.
 const MAX_RESPONSE_SECONDS: &str = "5";
-
-/// A program of the contract tools' virtual environment.
-fn contract_tool(name: &str) -> PathBuf {
-    let venv = std::env::var_os("OUTBOX_CONTRACT_VENV").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/contract-venv"),
-        PathBuf::from,
-    );
-    let program = venv.join("bin").join(name);
-    assert!(
-        program.exists(),
-        "{} is missing: run `tests/contract/install.sh` (it installs the pinned contract \
-         tools from PyPI; `.ci/run` does it) or set OUTBOX_CONTRACT_VENV",
-        program.display()
-    );
-    program
-}
-
-/// Where the TypeScript client's tools are installed.
-fn node_tools() -> PathBuf {
-    let tools = std::env::var_os("OUTBOX_CONTRACT_NODE").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/contract-node"),
-        PathBuf::from,
-    );
-    assert!(
-        tools.join("node_modules/.bin/tsc").exists(),
-        "{} has no tools: run `tests/contract/install.sh` (it installs the pinned TypeScript \
-         client tools from the npm registry; `.ci/run` does it) or set OUTBOX_CONTRACT_NODE",
-        tools.display()
-    );
-    tools
-}
-
-/// Runs a contract tool to the end, from the checkout; its output is printed only when it
-/// fails.
-async fn run_tool(name: &str, args: &[&str]) {
-    let mut command = tokio::process::Command::new(contract_tool(name));
-    command.current_dir(env!("CARGO_MANIFEST_DIR"));
-    run_to_the_end(name, command, args).await;
-}
-
-/// Runs one of the TypeScript client's tools in `project`.
-async fn run_node_tool(project: &std::path::Path, name: &str, args: &[&str]) {
-    let mut command =
-        tokio::process::Command::new(node_tools().join("node_modules/.bin").join(name));
-    command.current_dir(project);
-    run_to_the_end(name, command, args).await;
-}
-
-async fn run_to_the_end(name: &str, mut command: tokio::process::Command, args: &[&str]) {
-    let output = command
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .await
-        .unwrap_or_else(|err| panic!("run {name}: {err}"));
-    assert!(
-        output.status.success(),
-        "{name} {} failed ({}):\n{}\n{}",
-        args.join(" "),
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_served_openapi_document_is_valid_openapi() {
@@ -108,7 +45,7 @@ async fn the_served_openapi_document_is_valid_openapi() {
     let scratch = Scratch::new();
     let file = scratch.0.join("openapi.json");
     std::fs::write(&file, served).unwrap();
-    run_tool("openapi-spec-validator", &[file.to_str().unwrap()]).await;
+    run_contract_tool("openapi-spec-validator", &[file.to_str().unwrap()]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,7 +68,7 @@ async fn schemathesis_finds_nothing_against_a_running_decider() {
     let authorization = format!("Authorization: Bearer {}", acme.token);
     let scratch = Scratch::new();
     let report = scratch.0.join("schemathesis");
-    run_tool(
+    run_contract_tool(
         "schemathesis",
         &[
             "--config-file",
@@ -175,7 +112,7 @@ async fn a_python_client_generated_from_the_document_runs_the_example_agent_loop
     let decider = DeciderServe::on(&db.url).start().await;
     let scratch = Scratch::new();
     let client = scratch.0.join("client");
-    run_tool(
+    run_contract_tool(
         "openapi-python-client",
         &[
             "generate",

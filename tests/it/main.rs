@@ -25,6 +25,7 @@ mod hostile_input;
 mod in_flight;
 mod logs;
 mod lookup_backoff;
+mod mcp;
 mod monitors;
 mod operators;
 mod outboxctl;

@@ -18,7 +18,7 @@ use crate::{body, AppState, Problem};
 /// What the document says of an identity field's or a reason's text: not blank, and no
 /// control or bidirectional character (`outbox_core::identity`'s rules; the byte limits
 /// are in each field's description, as JSON Schema counts characters).
-const TEXT_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]*[^\s\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069][^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]*$";
+pub(crate) const TEXT_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]*[^\s\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069][^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]*$";
 
 /// A text field's schema (the field's doc comment does not reach a `schema_with`
 /// schema, so the description is given here).

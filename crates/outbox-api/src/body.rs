@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use crate::Problem;
 
 /// Largest request body: the largest payload plus room for the identity fields around it.
-const MAX_BODY_BYTES: usize = MAX_PAYLOAD_BYTES + 8 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = MAX_PAYLOAD_BYTES + 8 * 1024;
 
 /// Reads a JSON body of type `T`: checks the content type, the size, the syntax and the
 /// shape, in that order.
@@ -76,7 +76,7 @@ pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem
     })
 }
 
-fn too_large(detail: String) -> Problem {
+pub(crate) fn too_large(detail: String) -> Problem {
     Problem::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload-too-large",

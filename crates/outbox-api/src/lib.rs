@@ -13,6 +13,9 @@
 //!   database accepted are kept for at most [`TOKEN_CACHE_TTL`], the bound on revocation.
 //! - `body`: reads request bodies within the size limit and checks their fields.
 //! - `problem`: every error is `application/problem+json` with a specific `type`.
+//! - [`mcp`]: the same operations as an MCP server for agents: at `/mcp` (Streamable
+//!   HTTP, stateless, the same bearer tokens and limits) and over stdio
+//!   ([`mcp::serve_stdio`], run by `outboxctl mcp`).
 //! - `health`: `GET /healthz` (the process runs), and on the separate operations listener
 //!   only, `GET /readyz` (the database answers) and `GET /metrics` (Prometheus: approvals
 //!   by result, and the outbox's queue figures, which span every tenant).
@@ -30,10 +33,11 @@ mod auth;
 mod body;
 mod health;
 mod listings;
+pub mod mcp;
 pub mod openapi;
 mod problem;
 
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use hyper::service::service_fn;
 use outbox_runtime::http_server::{self, RequestBody, ServerLimits};
@@ -84,7 +88,17 @@ pub fn router(pool: PgPool) -> Router {
 }
 
 fn api_router(state: AppState) -> Router {
+    let mcp = mcp::http::service(&state);
     Router::new()
+        .route(
+            "/mcp",
+            any(
+                move |axum::extract::State(state): axum::extract::State<AppState>,
+                      request: axum::extract::Request| {
+                    mcp::http::serve(mcp.clone(), state, request)
+                },
+            ),
+        )
         .route(
             "/v1/alerts",
             post(alerts::approve).get(listings::list_alerts),

@@ -25,6 +25,8 @@
 //!   printed instead of sent.
 //! - `audit`: the audit log's line for each command that changes accounts, tokens,
 //!   destinations or secrets, written once the command succeeded (`cli:NAME`).
+//! - `mcp`: `mcp --token-file F`, the MCP server for agents over standard input and
+//!   output (`outbox_api::mcp::serve_stdio`); logs go to standard error.
 //! - `table`: plain-text tables for people (`--json` gives one JSON object per line).
 //!   Text others wrote (subjects, a destination's answer, evidence) is shown through
 //!   `outbox_core::untrusted::visible` in every view, and `error:` lines too.
@@ -39,6 +41,7 @@ mod credentials;
 mod demo;
 mod destinations;
 mod inspect;
+mod mcp;
 mod names;
 mod operate;
 mod schema;
@@ -153,6 +156,9 @@ pub enum Command {
     /// Operator accounts of the console (`decider serve --console-listen`).
     #[command(subcommand)]
     Operator(OperatorCommand),
+    /// Serve MCP (Model Context Protocol) on standard input and output for a local agent,
+    /// acting with one tenant's API token: the tools and resources of `/mcp`.
+    Mcp(mcp::McpArgs),
 }
 
 /// `operator ...`
@@ -444,6 +450,7 @@ async fn dispatch(pool: &PgPool, keys: &SealingKeys, command: Command) -> anyhow
             sources::ingest_articles(pool, &file).await
         }
         Command::Operator(command) => accounts::run(pool, command).await,
+        Command::Mcp(args) => mcp::serve(pool, args).await,
     }
 }
 

@@ -55,7 +55,9 @@ pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postg
 /// line with `LOG_FORMAT=json`. Verbosity comes from `RUST_LOG` (default `info`). Logs go
 /// to stderr, so stdout stays clean for commands whose output is captured by scripts.
 pub fn init_tracing() {
-    init_tracing_with_default("info");
+    // The MCP library logs each request's start and end at info; served statelessly, that
+    // is three lines for every tool call, which would bury the decider's own.
+    init_tracing_with_default("info,rmcp=warn");
 }
 
 /// Like [`init_tracing`], but only warnings and errors unless `RUST_LOG` says otherwise:

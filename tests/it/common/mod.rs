@@ -1,7 +1,7 @@
 //! Shared set-up for the root integration tests. Here: a tenant with a token and
 //! destinations, and the approval API served in-process on a real socket ([`Api`]);
 //! beside it, the real binaries ([`procs`]: sink, dispatcher; [`decider`]; [`cli`]:
-//! outboxctl), destinations ([`destinations`]), alerts through the store ([`alerts`]) and
+//! outboxctl), the contract tools' programs ([`contract_tools`]), destinations ([`destinations`]), alerts through the store ([`alerts`]) and
 //! a receiver of the tests' own ([`capture`]).
 
 #![allow(dead_code)]
@@ -9,6 +9,7 @@
 pub mod alerts;
 pub mod capture;
 pub mod cli;
+pub mod contract_tools;
 pub mod decider;
 pub mod destinations;
 pub mod procs;
