@@ -26,6 +26,8 @@
 //! - [`recipients`]: which mail addresses an email alert may go to (no quoted local
 //!   parts, no IP address domains, at most [`recipients::MAX_RECIPIENTS`]).
 //! - [`headers`]: which header may carry the notification id (no framing or hop-by-hop).
+//! - [`trace_context`]: W3C `traceparent` and `tracestate` read strictly (a broken one is
+//!   ignored, as the recommendation says).
 //! - [`client`]: who a client is for per-client limits (an IPv4 address, an IPv6 /64).
 
 pub mod client;
@@ -43,6 +45,7 @@ pub mod retry;
 pub mod sealing;
 pub mod state;
 pub mod token;
+pub mod trace_context;
 pub mod untrusted;
 
 pub use identity::{

@@ -189,3 +189,40 @@ proptest! {
         }
     }
 }
+
+/// Header-like text: hex digits, separators and the characters a smuggler would try.
+fn header_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        tricky_string(80),
+        "[0-9a-fA-F=,@ \t\r\n-]{0,80}",
+        "0[0-9a-f]-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}",
+    ]
+}
+
+proptest! {
+    /// A `traceparent` either is refused or reads back, printed, as itself; what is
+    /// printed is always a version-00 header of printable ASCII.
+    #[test]
+    fn a_traceparent_is_refused_or_prints_back_the_same(header in header_text()) {
+        use outbox_core::trace_context::TraceParent;
+        if let Some(parent) = TraceParent::parse(&header) {
+            let printed = parent.to_string();
+            prop_assert_eq!(printed.len(), 55);
+            prop_assert!(printed.bytes().all(|b| b.is_ascii_graphic()));
+            prop_assert_eq!(TraceParent::parse(&printed), Some(parent));
+        }
+    }
+
+    /// A `tracestate` kept is printable ASCII within its limits, and reads back as itself.
+    #[test]
+    fn a_tracestate_kept_is_within_its_limits(values in proptest::collection::vec(header_text(), 1..4)) {
+        use outbox_core::trace_context::{TraceState, MAX_TRACESTATE_LEN, MAX_TRACESTATE_MEMBERS};
+        if let Some(state) = TraceState::parse(values.iter().map(String::as_str)) {
+            let text = state.as_str();
+            prop_assert!(text.len() <= MAX_TRACESTATE_LEN);
+            prop_assert!(text.split(',').count() <= MAX_TRACESTATE_MEMBERS);
+            prop_assert!(text.bytes().all(|b| (0x20..=0x7e).contains(&b)));
+            prop_assert_eq!(TraceState::parse([text]), Some(state.clone()));
+        }
+    }
+}
