@@ -7,7 +7,10 @@ use clap::{CommandFactory, FromArgMatches};
 use outbox_decider::cli::{self, Cli};
 
 fn main() -> std::process::ExitCode {
-    outbox_runtime::exit_status(run().map_err(Into::into))
+    let result = run();
+    // After the runtime is gone, so that the spans its tasks ended are exported too.
+    outbox_runtime::telemetry::shutdown_tracing();
+    outbox_runtime::exit_status(result.map_err(Into::into))
 }
 
 #[tokio::main]
@@ -16,7 +19,7 @@ async fn run() -> anyhow::Result<()> {
         .about(env!("CARGO_PKG_DESCRIPTION"))
         .get_matches();
     let cli = Cli::from_arg_matches(&matches)?;
-    outbox_runtime::init_tracing();
+    outbox_runtime::init_tracing("decider");
     if cli::token_on_command_line(&matches) {
         tracing::warn!(
             "--webz-token puts the news API token on the command line, where every user of \

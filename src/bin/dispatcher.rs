@@ -115,13 +115,16 @@ fn parse_vacuum_after(text: &str) -> Result<VacuumAfter, String> {
 }
 
 fn main() -> std::process::ExitCode {
-    outbox_runtime::exit_status(run().map_err(Into::into))
+    let result = run();
+    // After the runtime is gone, so that the spans its tasks ended are exported too.
+    outbox_runtime::telemetry::shutdown_tracing();
+    outbox_runtime::exit_status(result.map_err(Into::into))
 }
 
 #[tokio::main]
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    outbox_runtime::init_tracing();
+    outbox_runtime::init_tracing("dispatcher");
     let _failpoints = outbox_runtime::failpoints();
     // Before anything else: a broken template is a configuration error to fix first.
     let templates = match &cli.templates_dir {

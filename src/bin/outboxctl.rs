@@ -21,8 +21,10 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    outbox_runtime::init_tracing_quiet();
-    match outbox_ctl::run(cli).await {
+    outbox_runtime::init_tracing_quiet("outboxctl");
+    let result = outbox_ctl::run(cli).await;
+    outbox_runtime::telemetry::shutdown_tracing();
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             // One line: the reason and its causes, for people and for scripts' logs. The

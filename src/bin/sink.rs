@@ -7,14 +7,17 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> std::process::ExitCode {
-    outbox_runtime::exit_status(run().map_err(Into::into))
+    let result = run();
+    // After the runtime is gone, so that the spans its tasks ended are exported too.
+    outbox_runtime::telemetry::shutdown_tracing();
+    outbox_runtime::exit_status(result.map_err(Into::into))
 }
 
 #[tokio::main]
 async fn run() -> anyhow::Result<()> {
     let matches = outbox_sink::SinkArgs::command().get_matches();
     let mut args = outbox_sink::SinkArgs::from_arg_matches(&matches)?;
-    outbox_runtime::init_tracing();
+    outbox_runtime::init_tracing("sink");
     if matches.value_source("smtp_auth") == Some(ValueSource::CommandLine) {
         tracing::warn!(
             "--smtp-auth puts the SMTP password on the command line, where every user of \

@@ -419,6 +419,7 @@ async fn an_approval_wakes_dispatchers_on_its_commit_and_a_rolled_back_one_wakes
         payload: outbox_core::CheckedPayload::check(&payloads[i]).unwrap(),
         actor: "test",
         notify_dispatchers: true,
+        trace: None,
     };
 
     // Written inside a transaction that rolls back: nothing stays, nobody is woken.

@@ -700,6 +700,7 @@ async fn a_correction_gets_its_own_message_id_threaded_under_the_original() {
             payload_json: &corrected,
             reason: "the amount was wrong",
             actor: "test",
+            trace: None,
         },
     )
     .await

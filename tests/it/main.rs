@@ -37,3 +37,4 @@ mod sink_smtp;
 mod slow_clients;
 mod start_up;
 mod template_preview;
+mod traces;

@@ -194,6 +194,7 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
             payload_json: original.to_owned(),
         }],
         "monitor",
+        None,
     )
     .await
     .unwrap();

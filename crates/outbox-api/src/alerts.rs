@@ -8,11 +8,13 @@ use axum::Json;
 use outbox_store::alerts::{self, AlertDetail, Approved, ReviseOutcome};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::health::ApprovalCounts;
 use crate::openapi::ProblemDocument;
+use crate::trace::{self, IncomingTrace};
 use crate::{body, AppState, Problem};
 
 /// What the document says of an identity field's or a reason's text: not blank, and no
@@ -134,6 +136,11 @@ pub(crate) enum Answer {
 /// `201` when this request made the alert, `200` when this identity already had exactly
 /// this payload (a rerun, or a retry after a lost answer: nothing is written), `409
 /// identity-conflict` when it has a different one (correct it with a revision).
+///
+/// A W3C `traceparent` (with `tracestate`) on the request is kept with the alert, and
+/// every delivery attempt sends the same trace; a malformed one is ignored and a new trace
+/// started. A repeated approval keeps the first approval's trace (and says so in the
+/// evidence when it came with another).
 #[utoipa::path(
     post,
     operation_id = "approve_alert",
@@ -156,23 +163,27 @@ pub(crate) enum Answer {
 pub(crate) async fn approve(
     State(state): State<AppState>,
     caller: Caller,
+    incoming: IncomingTrace,
     headers: HeaderMap,
     request: Body,
 ) -> Result<Response, Problem> {
     let request: ApproveRequest = body::read_json(&headers, request).await?;
-    answer(approve_alert(&state, &caller, &request).await?)
+    answer(approve_alert(&state, &caller, &incoming, &request).await?)
 }
 
 /// Approves an alert for `caller`'s tenant (the API's and the agents' tools' one path).
 pub(crate) async fn approve_alert(
     state: &AppState,
     caller: &Caller,
+    incoming: &IncomingTrace,
     request: &ApproveRequest,
 ) -> Result<Answer, Problem> {
     let destination = body::identity_field("destination", &request.destination)?;
     let subject = body::identity_field("subject", &request.subject)?;
     let occurrence = body::identity_field("occurrence", &request.occurrence)?;
     let payload = body::payload(&request.payload)?;
+    let span = trace::approval_span("approve", caller.tenant_id, Some(destination), incoming);
+    let stored_trace = trace::context_to_store(&span, incoming);
 
     // The first approval of a burst wakes the dispatchers from inside its own transaction;
     // the others poke the notifier once committed.
@@ -187,8 +198,10 @@ pub(crate) async fn approve_alert(
             payload,
             actor: &caller.actor,
             notify_dispatchers,
+            trace: Some(&stored_trace),
         },
     )
+    .instrument(span.clone())
     .await?;
     match outcome {
         Approved::Created(alert) => {
@@ -196,13 +209,25 @@ pub(crate) async fn approve_alert(
                 state.wake_ups.poke();
             }
             ApprovalCounts::count(&state.approvals.created);
+            span.record("messaging.message.id", alert.id.to_string());
+            span.record("outbox.approval", "created");
             Ok(Answer::Created(without_worker_ids(*alert)))
         }
         Approved::Existing(id) => {
             ApprovalCounts::count(&state.approvals.existing);
-            Ok(Answer::Existing(load(state, caller, id).await?))
+            span.record("messaging.message.id", id.to_string());
+            span.record("outbox.approval", "existing");
+            let alert = load(state, caller, id).await?;
+            match incoming.differs_from(alert.trace_id.as_deref()) {
+                Some(given) => {
+                    alerts::note_repeated_trace(&state.pool, id, &caller.actor, given).await?;
+                    Ok(Answer::Existing(load(state, caller, id).await?))
+                }
+                None => Ok(Answer::Existing(alert)),
+            }
         }
         Approved::Conflict { original, latest } => {
+            span.record("outbox.approval", "conflict");
             ApprovalCounts::count(&state.approvals.conflicts);
             Err(Problem::new(
                 StatusCode::CONFLICT,
@@ -285,6 +310,7 @@ pub(crate) async fn alert(
 pub(crate) async fn revise(
     State(state): State<AppState>,
     caller: Caller,
+    incoming: IncomingTrace,
     Path(id): Path<String>,
     headers: HeaderMap,
     request: Body,
@@ -293,19 +319,23 @@ pub(crate) async fn revise(
     // the body says.
     Uuid::parse_str(&id).map_err(|_| Problem::alert_not_found(&id))?;
     let request: ReviseRequest = body::read_json(&headers, request).await?;
-    answer(revise_alert(&state, &caller, &id, &request).await?)
+    answer(revise_alert(&state, &caller, &incoming, &id, &request).await?)
 }
 
-/// Revises an alert of `caller`'s tenant.
+/// Revises an alert of `caller`'s tenant. The revision keeps its own approval's trace
+/// context, as an approval does.
 pub(crate) async fn revise_alert(
     state: &AppState,
     caller: &Caller,
+    incoming: &IncomingTrace,
     id: &str,
     request: &ReviseRequest,
 ) -> Result<Answer, Problem> {
     let alert_id = Uuid::parse_str(id).map_err(|_| Problem::alert_not_found(id))?;
     let payload = body::payload(&request.payload)?.as_str();
     let reason = body::reason(&request.reason)?;
+    let span = trace::approval_span("revise", caller.tenant_id, None, incoming);
+    let stored_trace = trace::context_to_store(&span, incoming);
 
     let outcome = alerts::revise(
         &state.pool,
@@ -315,11 +345,14 @@ pub(crate) async fn revise_alert(
             payload_json: payload,
             reason,
             actor: &caller.actor,
+            trace: Some(&stored_trace),
         },
     )
+    .instrument(span.clone())
     .await?;
     match outcome {
         ReviseOutcome::Created { id, .. } => {
+            span.record("messaging.message.id", id.to_string());
             state.wake_ups.poke();
             ApprovalCounts::count(&state.approvals.created);
             Ok(Answer::Created(load(state, caller, id).await?))

@@ -79,6 +79,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> axum::response::Re
         .check(outbox_store::connect::writable(&state.pool))
         .await;
     outbox_runtime::prometheus::Figures::render(&*state.database, &mut out);
+    outbox_runtime::telemetry::render_metrics(&mut out);
     for figures in &state.figures {
         figures.render(&mut out);
     }

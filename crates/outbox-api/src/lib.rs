@@ -13,6 +13,8 @@
 //!   database accepted are kept for at most [`TOKEN_CACHE_TTL`], the bound on revocation.
 //! - `body`: reads request bodies within the size limit and checks their fields.
 //! - `problem`: every error is `application/problem+json` with a specific `type`.
+//! - `trace`: the W3C trace context a request came with, the request's server span and
+//!   an approval's producer span, and the context an approval stores with its alert.
 //! - [`mcp`]: the same operations as an MCP server for agents: at `/mcp` (Streamable
 //!   HTTP, stateless, the same bearer tokens and limits) and over stdio
 //!   ([`mcp::serve_stdio`], run by `outboxctl mcp`).
@@ -36,6 +38,7 @@ mod listings;
 pub mod mcp;
 pub mod openapi;
 mod problem;
+mod trace;
 
 use axum::routing::{any, get, post};
 use axum::Router;
@@ -113,7 +116,7 @@ fn api_router(state: AppState) -> Router {
         // Bodies are read by `body::read_json`, which enforces its own limit with a
         // problem+json answer; the framework's default limit would answer first, in plain text.
         .layer(axum::extract::DefaultBodyLimit::disable())
-        .layer(axum::middleware::from_fn(log_request))
+        .layer(axum::middleware::from_fn(trace_request))
         .with_state(state)
 }
 
@@ -224,19 +227,26 @@ async fn serve_router(
     http_server::serve(listener, limits, service, shutdown).await;
 }
 
-/// Logs method, route template, status and latency of every request (at debug level:
-/// `RUST_LOG=outbox_api=debug`). Never headers or bodies: they carry tokens and payloads.
-async fn log_request(
-    request: axum::extract::Request,
+/// Reads the request's trace context (for the handlers, in its extensions), runs it in its
+/// server span (when spans are exported), and logs method, route template, status and
+/// latency (at debug level: `RUST_LOG=outbox_api=debug`). Never headers or bodies: they
+/// carry tokens and payloads.
+async fn trace_request(
+    mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    use tracing::Instrument;
     let method = request.method().clone();
     let route = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map_or_else(|| "<unmatched>".to_owned(), |p| p.as_str().to_owned());
+    let incoming = trace::IncomingTrace::from_headers(request.headers());
+    let span = trace::request_span(&method, &route, request.uri().path(), &incoming);
+    request.extensions_mut().insert(incoming);
     let started = std::time::Instant::now();
-    let response = next.run(request).await;
+    let response = next.run(request).instrument(span.clone()).await;
+    trace::record_status(&span, response.status().as_u16());
     tracing::debug!(
         %method,
         route,

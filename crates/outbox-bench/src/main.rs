@@ -58,7 +58,7 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    outbox_runtime::init_tracing_quiet();
+    outbox_runtime::init_tracing_quiet("bench");
     match cli.command {
         Command::Run {
             quick,

@@ -28,6 +28,8 @@ pub struct Workload {
     pub destination_name: String,
     /// Distinguishes this run's identities from earlier ones.
     run: String,
+    /// The trace context bulk approvals store, as a monitor run's approvals do.
+    pub trace: outbox_core::trace_context::TraceContext,
 }
 
 /// How the destination is set up.
@@ -77,6 +79,10 @@ impl Workload {
             destination_id,
             destination_name,
             run,
+            trace: outbox_core::trace_context::TraceContext {
+                parent: outbox_core::trace_context::TraceParent::new_trace(false),
+                state: None,
+            },
         })
     }
 
@@ -99,7 +105,14 @@ impl Workload {
             let end = (i + APPROVAL_CHUNK as u64).min(from + count);
             let chunk: Vec<MonitorAlert> = (i..end).map(|i| self.alert(i)).collect();
             let created =
-                monitors::approve_batch(&self.pool, self.tenant_id, &chunk, "benchmark").await?;
+                monitors::approve_batch(
+                &self.pool,
+                self.tenant_id,
+                &chunk,
+                "benchmark",
+                Some(&self.trace),
+            )
+            .await?;
             anyhow::ensure!(
                 created.len() == chunk.len(),
                 "approved {} of {} new identities",

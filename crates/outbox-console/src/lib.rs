@@ -74,6 +74,25 @@ pub struct ConsoleConfig {
     /// The bound on password checks running at once (shared with `/metrics`, which shows
     /// its figures).
     pub password_checks: Arc<PasswordChecks>,
+    /// A trace viewer's address with `{trace_id}` (checked by
+    /// [`parse_trace_url_template`]): an alert's page links its trace there.
+    pub trace_url_template: Option<String>,
+}
+
+/// Checks `--trace-url-template`: an `http` or `https` address holding `{trace_id}`
+/// (the trace id, 32 hex digits, is put there as it is: it needs no escaping).
+pub fn parse_trace_url_template(text: &str) -> Result<String, String> {
+    let lower = text.to_ascii_lowercase();
+    if !(lower.starts_with("https://") || lower.starts_with("http://")) {
+        return Err("must be an http:// or https:// address".to_owned());
+    }
+    if !text.contains("{trace_id}") {
+        return Err("must hold `{trace_id}` where the trace id goes".to_owned());
+    }
+    if text.chars().any(|c| c.is_control() || c.is_whitespace() || c == '"' || c == '<' || c == '>') {
+        return Err("must not hold spaces, quotes, angle brackets or control characters".to_owned());
+    }
+    Ok(text.to_owned())
 }
 
 impl Default for ConsoleConfig {
@@ -90,6 +109,7 @@ impl Default for ConsoleConfig {
                 per_address: 20,
             },
             password_checks: PasswordChecks::per_core(),
+            trace_url_template: None,
         }
     }
 }

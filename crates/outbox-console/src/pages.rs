@@ -338,6 +338,13 @@ pub(crate) async fn alert(
         &signed,
         "alert.html",
         minijinja::context! {
+            trace_url => detail.trace_id.as_ref().and_then(|id| {
+                console
+                    .config
+                    .trace_url_template
+                    .as_ref()
+                    .map(|template| template.replace("{trace_id}", id))
+            }),
             a => &detail,
             payload => payload,
             email => email,

@@ -80,6 +80,67 @@ impl TraceParent {
     pub fn with_parent(&self, parent_id: [u8; 8]) -> TraceParent {
         TraceParent { parent_id, ..*self }
     }
+
+    /// The parent span's id as 16 lowercase hex digits.
+    pub fn parent_id_hex(&self) -> String {
+        hex(&self.parent_id)
+    }
+
+    /// A new trace, for an approval that came without one while spans are not exported:
+    /// random ids (never all zero), sampled only if `sampled`. Every attempt of the alert
+    /// then still sends one trace id, so the destination's own spans of its attempts join.
+    pub fn new_trace(sampled: bool) -> TraceParent {
+        TraceParent {
+            trace_id: nonzero_random(),
+            parent_id: nonzero_random(),
+            flags: u8::from(sampled),
+        }
+    }
+
+    /// The same trace and flags with a fresh random span as the parent: the span id an
+    /// attempt sends when no span of ours is exported.
+    pub fn with_new_span(&self) -> TraceParent {
+        self.with_parent(nonzero_random())
+    }
+}
+
+/// Random bytes, never all zero (the recommendation's invalid value).
+fn nonzero_random<const N: usize>() -> [u8; N] {
+    loop {
+        let bytes: [u8; N] = rand::random();
+        if bytes != [0; N] {
+            return bytes;
+        }
+    }
+}
+
+/// The trace context an alert keeps from its approval: the approval's `traceparent`
+/// (whose parent is the approval's span) and the caller's `tracestate`. It is stored
+/// beside the alert, never in its identity or its payload's fingerprint, and every
+/// delivery attempt sends it again with its own span as the parent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    /// The trace and the approval's span.
+    pub parent: TraceParent,
+    /// Vendors' entries, as the caller sent them (cut to the recommendation's limit).
+    pub state: Option<TraceState>,
+}
+
+impl TraceContext {
+    /// The context as stored (the `traceparent` and `tracestate` columns); `None` when
+    /// nothing was stored or the stored text breaks the rules (then nothing is sent).
+    pub fn from_stored(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<Self> {
+        let parent = TraceParent::parse(traceparent?)?;
+        Some(TraceContext {
+            parent,
+            state: tracestate.and_then(|state| TraceState::parse([state])),
+        })
+    }
+
+    /// The trace id as 32 lowercase hex digits.
+    pub fn trace_id_hex(&self) -> String {
+        self.parent.trace_id_hex()
+    }
 }
 
 /// The version-00 header form (a later version's extra fields are not kept).

@@ -65,6 +65,9 @@ fn write_identity(out: &mut String, alert: &AlertDetail) -> std::fmt::Result {
         stamp(alert.created_at),
         visible(&alert.created_by)
     )?;
+    if let Some(trace_id) = &alert.trace_id {
+        writeln!(out, "  trace        {trace_id}")?;
+    }
     if let Some(next) = alert.next_attempt_at {
         writeln!(out, "  next attempt {}", stamp(next))?;
     }

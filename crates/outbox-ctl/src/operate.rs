@@ -249,6 +249,11 @@ pub(crate) async fn revise(pool: &PgPool, args: ReviseArgs) -> anyhow::Result<()
             payload_json: payload,
             reason,
             actor: &format!("operator:{}", actor_name(actor)),
+            // An operator's correction starts a trace of its own, which its attempts send.
+            trace: Some(&outbox_core::trace_context::TraceContext {
+                parent: outbox_core::trace_context::TraceParent::new_trace(false),
+                state: None,
+            }),
         },
     )
     .await?;

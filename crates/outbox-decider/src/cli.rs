@@ -37,6 +37,8 @@ pub struct Cli {
 
 /// `serve` or `run-once`.
 #[derive(Debug, Subcommand)]
+// Parsed once at start and never moved around: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Serve the approval API (`POST /v1/alerts`, ...) and `/healthz`, `/metrics` and
     /// `/readyz` on `--metrics-listen`, and run the monitors every `--interval`.
@@ -87,6 +89,11 @@ struct ConsoleArgs {
     /// Default: the number of cores.
     #[arg(long, env = "DECIDER_CONSOLE_MAX_PASSWORD_CHECKS")]
     console_max_password_checks: Option<std::num::NonZeroUsize>,
+    /// A trace viewer's address for one trace, with `{trace_id}` where the trace id goes
+    /// (`https://tempo.example/trace/{trace_id}`): the console links each alert's trace
+    /// there. Without it, the trace id is shown unlinked.
+    #[arg(long, env = "DECIDER_TRACE_URL_TEMPLATE", value_parser = outbox_console::parse_trace_url_template)]
+    trace_url_template: Option<String>,
 }
 
 /// How long clients may take, and how many may be connected at once (every listener).
@@ -179,6 +186,7 @@ impl ConsoleArgs {
             secure_cookies: self.console_secure_cookies,
             session_lifetime: self.console_session_lifetime,
             max_password_checks: self.console_max_password_checks,
+            trace_url_template: self.trace_url_template.clone(),
         })
     }
 }

@@ -418,7 +418,12 @@ fn names_nobody(recipients: &&[String]) -> bool {
 
 /// Evaluates every contract at `now` and approves the renewal alerts that are due.
 /// Returns how many alerts were created.
-pub async fn evaluate(pool: &PgPool, now: Timestamp, actor: &str) -> Result<u64, DecideError> {
+pub(crate) async fn evaluate(
+    pool: &PgPool,
+    now: Timestamp,
+    actor: &str,
+    run: &crate::MonitorRun,
+) -> Result<u64, DecideError> {
     let today_utc = now.to_zoned(jiff::tz::TimeZone::UTC).date().to_string();
     let contracts = monitors::contracts_to_evaluate(pool, &today_utc).await?;
     let mut due: HashMap<Uuid, Vec<MonitorAlert>> = HashMap::new();
@@ -483,7 +488,7 @@ pub async fn evaluate(pool: &PgPool, now: Timestamp, actor: &str) -> Result<u64,
                 });
         }
     }
-    crate::approve_in_batches(pool, due, actor).await
+    crate::approve_in_batches(pool, due, actor, run).await
 }
 
 #[cfg(test)]

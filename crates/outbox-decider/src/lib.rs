@@ -21,10 +21,13 @@ pub mod news;
 pub mod serve;
 
 use jiff::Timestamp;
+use outbox_core::trace_context::{TraceContext, TraceParent};
+use outbox_runtime::telemetry;
 use outbox_store::monitors::MonitorAlert;
 use outbox_store::PgPool;
 use std::collections::HashMap;
 use std::time::Duration;
+use tracing::{Instrument, Span};
 use uuid::Uuid;
 
 /// Errors of the monitors.
@@ -62,6 +65,7 @@ pub(crate) async fn approve_in_batches(
     pool: &PgPool,
     due: HashMap<Uuid, Vec<MonitorAlert>>,
     actor: &str,
+    run: &MonitorRun,
 ) -> Result<u64, DecideError> {
     let mut created = 0;
     for (tenant_id, alerts) in due {
@@ -69,7 +73,7 @@ pub(crate) async fn approve_in_batches(
             .acquire()
             .await
             .map_err(outbox_store::StoreError::from)?;
-        created += approve_sorted(&mut conn, tenant_id, alerts, actor).await?;
+        created += approve_sorted(&mut conn, tenant_id, alerts, actor, run).await?;
     }
     if created > 0 {
         outbox_store::wake_ups::notify_due(pool).await?;
@@ -84,6 +88,7 @@ pub(crate) async fn approve_sorted(
     tenant_id: Uuid,
     mut alerts: Vec<MonitorAlert>,
     actor: &str,
+    run: &MonitorRun,
 ) -> Result<u64, DecideError> {
     alerts.sort_by(|a, b| {
         (&a.subject, &a.occurrence, a.destination_id).cmp(&(
@@ -99,11 +104,72 @@ pub(crate) async fn approve_sorted(
     });
     let mut created = 0;
     for chunk in alerts.chunks(BATCH) {
+        let (span, trace) = run.approval(tenant_id, chunk.len());
         let ids =
-            outbox_store::monitors::approve_batch(&mut *conn, tenant_id, chunk, actor).await?;
+            outbox_store::monitors::approve_batch(&mut *conn, tenant_id, chunk, actor, Some(&trace))
+                .instrument(span)
+                .await?;
         created += ids.len() as u64;
     }
     Ok(created)
+}
+
+/// One run of a monitor in the trace it starts: a root span (no approval of a monitor
+/// comes with a caller's context), and the context its alerts store.
+#[derive(Debug)]
+pub(crate) struct MonitorRun {
+    /// The run's root span (`Span::none()` when spans are not exported).
+    span: Span,
+    /// The context stored when spans are not exported: one new trace per run, so the
+    /// attempts of one run's alerts still share a trace id downstream.
+    unexported: TraceParent,
+}
+
+impl MonitorRun {
+    /// Starts the run `name` (`contracts monitor`, `news poll`, ...).
+    pub(crate) fn start(name: &'static str) -> MonitorRun {
+        let span = if telemetry::enabled() {
+            tracing::info_span!(parent: None, "monitor run", otel.name = name, otel.kind = "internal")
+        } else {
+            Span::none()
+        };
+        MonitorRun {
+            span,
+            unexported: TraceParent::new_trace(false),
+        }
+    }
+
+    /// The run's span, to run the monitor in.
+    pub(crate) fn span(&self) -> Span {
+        self.span.clone()
+    }
+
+    /// The producer span of one approval batch of the run (messaging conventions, as the
+    /// API's approvals), and the context the batch's alerts store: that span's when spans
+    /// are exported, else the run's trace.
+    fn approval(&self, tenant: Uuid, count: usize) -> (Span, TraceContext) {
+        if !telemetry::enabled() {
+            let trace = TraceContext {
+                parent: self.unexported,
+                state: None,
+            };
+            return (Span::none(), trace);
+        }
+        let span = tracing::info_span!(
+            parent: &self.span,
+            "approval",
+            otel.name = "approve outbox",
+            otel.kind = "producer",
+            messaging.system = "alert-outbox",
+            messaging.operation.type = "send",
+            messaging.operation.name = "approve",
+            messaging.destination.name = "outbox",
+            messaging.batch.message_count = count as i64,
+            outbox.tenant_id = %tenant,
+        );
+        let parent = telemetry::current_context(&span).unwrap_or(self.unexported);
+        (span, TraceContext { parent, state: None })
+    }
 }
 
 /// What one evaluation did.
@@ -132,8 +198,9 @@ pub async fn run_once(
         first_error.get_or_insert(err);
     };
     if let Some(source) = news_source {
+        let run = MonitorRun::start("news poll");
         let polled = match source.client() {
-            Ok(http) => news::poll(pool, &http, source).await,
+            Ok(http) => news::poll(pool, &http, source).instrument(run.span()).await,
             Err(err) => Err(err),
         };
         match polled {
@@ -141,11 +208,19 @@ pub async fn run_once(
             Err(err) => note("news poller", err),
         }
     }
-    match contracts::evaluate(pool, now, "monitor:contracts").await {
+    let run = MonitorRun::start("contracts monitor");
+    let evaluated = contracts::evaluate(pool, now, "monitor:contracts", &run)
+        .instrument(run.span())
+        .await;
+    match evaluated {
         Ok(n) => summary.renewal_alerts = n,
         Err(err) => note("contracts", err),
     }
-    match news::evaluate(pool, "monitor:news").await {
+    let run = MonitorRun::start("watchlists monitor");
+    let evaluated = news::evaluate(pool, "monitor:news", &run)
+        .instrument(run.span())
+        .await;
+    match evaluated {
         Ok(n) => summary.news_alerts = n,
         Err(err) => note("watchlists", err),
     }

@@ -174,7 +174,11 @@ const PAGE: i64 = 500;
 /// entry's evaluation lock: its alerts, event keys and the new watermark commit together,
 /// and concurrent deciders take turns per entry instead of doing the work twice.
 /// Returns how many alerts were created.
-pub async fn evaluate(pool: &PgPool, actor: &str) -> Result<u64, DecideError> {
+pub(crate) async fn evaluate(
+    pool: &PgPool,
+    actor: &str,
+    run: &crate::MonitorRun,
+) -> Result<u64, DecideError> {
     let mut created = 0;
     let mut destinations: HashMap<Uuid, Vec<(String, Uuid, bool)>> = HashMap::new();
     for entry in monitors::watchlist_entries(pool).await? {
@@ -233,7 +237,7 @@ pub async fn evaluate(pool: &PgPool, actor: &str) -> Result<u64, DecideError> {
                     });
                 }
             }
-            created += crate::approve_sorted(&mut tx, entry.tenant_id, alerts, actor).await?;
+            created += crate::approve_sorted(&mut tx, entry.tenant_id, alerts, actor, run).await?;
             monitors::advance_watermark(&mut *tx, entry.id, last).await?;
             tx.commit().await.map_err(outbox_store::StoreError::from)?;
         }

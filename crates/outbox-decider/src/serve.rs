@@ -42,6 +42,8 @@ pub struct ConsoleSettings {
     pub session_lifetime: Duration,
     /// Most password checks at once; default: one per core.
     pub max_password_checks: Option<NonZeroUsize>,
+    /// A trace viewer's address with `{trace_id}`, to link an alert's trace from its page.
+    pub trace_url_template: Option<String>,
 }
 
 /// Serves until `shutdown` resolves, then waits for the API, the monitors and the console
@@ -72,6 +74,7 @@ pub async fn serve(
                 secure_cookies: settings.secure_cookies,
                 session_lifetime: settings.session_lifetime,
                 password_checks,
+                trace_url_template: settings.trace_url_template,
                 ..outbox_console::ConsoleConfig::default()
             };
             Some(tokio::spawn(outbox_console::serve(

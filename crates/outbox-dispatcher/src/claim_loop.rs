@@ -1,6 +1,7 @@
 //! The claim loop ([`ClaimLoop`]): claims due rows as capacity frees, sweeps expired
 //! leases, starts a task per claim, and on shutdown lets sends in flight finish.
 
+use crate::attempt_trace::{attempt_span, ClaimBatch};
 use crate::delivery::work_one;
 use crate::summary::{Outcome, RunSummary};
 use crate::{Config, Shared};
@@ -114,6 +115,7 @@ impl ClaimLoop {
             .min(config.batch_size as usize);
         let mut claimed = Vec::new();
         let claimed_at = Instant::now();
+        let claim_started = std::time::SystemTime::now();
         if free >= claim_threshold(config) || self.tasks.is_empty() {
             let mut saturated = saturated_destinations(&self.destination_limits);
             saturated.extend(self.shared.disabled_now());
@@ -139,23 +141,29 @@ impl ClaimLoop {
             claimed: claimed.len(),
         };
         self.summary.claimed += claimed.len() as u64;
+        let batch = ClaimBatch {
+            started: claim_started,
+            finished: std::time::SystemTime::now(),
+            rows: claimed.len(),
+        };
         for row in claimed {
-            self.spawn(row, claimed_at);
+            self.spawn(row, claimed_at, batch);
         }
         Some(round)
     }
 
     /// Starts the task that works one claim.
-    fn spawn(&mut self, row: ClaimedAlert, claimed_at: Instant) {
+    fn spawn(&mut self, row: ClaimedAlert, claimed_at: Instant, batch: ClaimBatch) {
         let permit = self
             .capacity
             .clone()
             .try_acquire_owned()
             .expect("claims never exceed the free capacity");
         let limit = destination_limit(&self.destination_limits, &row);
-        let span = tracing::info_span!("alert", alert_id = %row.alert_id, attempt = row.attempts, worker = %self.shared.config.worker_id);
-        self.tasks
-            .spawn(work_one(self.shared.clone(), row, claimed_at, limit, permit).instrument(span));
+        let (span, trace) = attempt_span(&row, &self.shared.config.worker_id, batch);
+        self.tasks.spawn(
+            work_one(self.shared.clone(), row, trace, claimed_at, limit, permit).instrument(span),
+        );
     }
 
     /// With `--drain`: whether nothing is due now or within the horizon, so the run ends.

@@ -2,11 +2,13 @@
 //! claim given back).
 
 use crate::summary::Outcome;
-use crate::{work, Shared};
+use crate::{attempt_trace, work, Shared};
+use outbox_core::trace_context::TraceContext;
 use outbox_store::dispatch::{self, ClaimedAlert, Completion};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
 
 /// A claim's turn to send: one of its destination's slots, then one of the process's
 /// sends (always in this order, so no two claims can each hold what the other waits for).
@@ -24,6 +26,7 @@ async fn take_turn(
 pub(crate) async fn work_one(
     shared: Arc<Shared>,
     row: ClaimedAlert,
+    trace: Option<TraceContext>,
     claimed_at: Instant,
     limit: Arc<Semaphore>,
     _capacity: OwnedSemaphorePermit,
@@ -35,6 +38,7 @@ pub(crate) async fn work_one(
         local_claimed_at: claimed_at,
         local_lease_deadline: claimed_at + lease,
         row,
+        trace,
     };
     match work_in_turn(&shared, &claim, &limit).await {
         work::Finished::Release(why) => give_back(&shared, &claim, &why).await,
@@ -103,7 +107,10 @@ async fn give_back(shared: &Shared, claim: &work::Claim, why: &str) -> Outcome {
 
 /// Records a worked claim's completion and counts a delivery's wait in the metrics.
 async fn record_done(shared: &Shared, claim: &work::Claim, completion: &Completion) -> Outcome {
-    match record(shared, claim, completion).await {
+    let recorded = record(shared, claim, completion)
+        .instrument(attempt_trace::step_span("settle"))
+        .await;
+    match recorded {
         Ok(true) => {
             if delivered(completion) {
                 let waited = chrono::Utc::now() - claim.row.alert_created_at;

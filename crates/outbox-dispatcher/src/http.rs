@@ -9,8 +9,11 @@ use outbox_store::dispatch::ClaimedAlert;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use std::time::Duration;
 
+use crate::attempt_trace;
 use crate::classify::Exchange;
+use outbox_core::trace_context::TraceContext;
 use outbox_egress::{Guard, UrlError};
+use tracing::Instrument;
 
 /// Longest part of an answer kept as evidence.
 const EXCERPT_BYTES: usize = 512;
@@ -37,6 +40,7 @@ pub async fn send(
     alert: &ClaimedAlert,
     keys: &SealingKeys,
     body: Vec<u8>,
+    trace: Option<&TraceContext>,
 ) -> Exchange {
     let id = alert.alert_id.to_string();
     let timestamp = chrono::Utc::now().timestamp();
@@ -101,12 +105,29 @@ pub async fn send(
         value.set_sensitive(true);
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
+    insert_trace_headers(&mut headers, trace);
+    let span = attempt_trace::http_client_span("POST", &url);
     let request = http
         .post(url)
         .headers(headers)
         .timeout(timeout_of(alert))
         .body(body);
-    exchange(request, alert.reference_header.as_deref()).await
+    let answer = exchange(request, alert.reference_header.as_deref())
+        .instrument(span.clone())
+        .await;
+    attempt_trace::record_exchange(&span, &answer);
+    answer
+}
+
+/// Adds the attempt's `traceparent` (and `tracestate`) to a request's headers.
+fn insert_trace_headers(headers: &mut HeaderMap, trace: Option<&TraceContext>) {
+    for (name, value) in attempt_trace::trace_headers(trace) {
+        // Always valid (printable ASCII, read strictly); a value that were not would be
+        // left out rather than fail the delivery.
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
 }
 
 /// Asks the destination whether it has `alert` (its lookup URL with the key filled in).
@@ -115,6 +136,7 @@ pub async fn lookup(
     guard: &Guard,
     alert: &ClaimedAlert,
     template: &str,
+    trace: Option<&TraceContext>,
 ) -> Exchange {
     let url = match checked_url(
         guard,
@@ -123,8 +145,15 @@ pub async fn lookup(
         Ok(url) => url,
         Err(refusal) => return refusal,
     };
-    let request = http.get(url).timeout(timeout_of(alert));
-    exchange(request, alert.reference_header.as_deref()).await
+    let mut headers = HeaderMap::new();
+    insert_trace_headers(&mut headers, trace);
+    let span = attempt_trace::http_client_span("GET", &url);
+    let request = http.get(url).headers(headers).timeout(timeout_of(alert));
+    let answer = exchange(request, alert.reference_header.as_deref())
+        .instrument(span.clone())
+        .await;
+    attempt_trace::record_exchange(&span, &answer);
+    answer
 }
 
 /// Parses a URL and checks an IP-literal host against the guard (literals never reach

@@ -15,6 +15,10 @@
 //! - `summary`: [`RunSummary`], what a run did.
 //! - `wake_ups`: `NOTIFY outbox_due` forwarded to the claim loop.
 //! - `reload`: templates read again on SIGHUP.
+//! - `attempt_trace`: a claim's place in its alert's trace: the attempt's consumer span
+//!   (in the approval's trace, linked to the approval span), the `traceparent` its
+//!   requests send, and its child spans (claim batch, exchange, SMTP phases, lookup,
+//!   settle).
 //! - `work`: one claimed row to its next state (send, or settle an uncertain attempt):
 //!   the doing, I/O only.
 //! - `judge`: the deciding, pure: what a send's or a lookup's answer means for the claim
@@ -67,6 +71,7 @@
 //! database sees few, large statements under load and an idle dispatcher still claims a
 //! single new row at once.
 
+mod attempt_trace;
 mod claim_loop;
 mod classify;
 mod config;

@@ -23,14 +23,21 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use crate::attempt_trace::{self, step_span};
 use crate::classify::{Exchange, SmtpPhase};
+use outbox_core::trace_context::TraceContext;
+use tracing::Instrument;
 use crate::relay::{or_not_sent, within, Security};
 use crate::templates::TenantTemplates;
 use crate::Shared;
 
 /// One attempt's exchange, and the evidence naming the message it sent (when one was
 /// rendered).
-pub(crate) async fn send(shared: &Shared, row: &ClaimedAlert) -> (Exchange, Option<String>) {
+pub(crate) async fn send(
+    shared: &Shared,
+    row: &ClaimedAlert,
+    trace: Option<&TraceContext>,
+) -> (Exchange, Option<String>) {
     let job = match outbox_store::rendered::email_job(&shared.pool, row.alert_id).await {
         Ok(Some(job)) => job,
         Ok(None) => {
@@ -55,8 +62,35 @@ pub(crate) async fn send(shared: &Shared, row: &ClaimedAlert) -> (Exchange, Opti
         message.message_id, message.sha256, message.template_version
     );
     let timeout = Duration::from_millis(u64::try_from(row.timeout_ms).unwrap_or(10_000));
-    let exchange = deliver(shared, row, &job, &message.bytes, timeout).await;
+    let bytes = with_trace_field(&message.bytes, trace);
+    let span = attempt_trace::smtp_client_span(relay(&row.url));
+    let exchange = deliver(shared, row, &job, &bytes, timeout)
+        .instrument(span.clone())
+        .await;
+    attempt_trace::record_exchange(&span, &exchange);
     (exchange, Some(note))
+}
+
+/// The stored message with the attempt's trace context as its first header fields
+/// (`Traceparent`, and `Tracestate` when there is one). Mail has no standard for trace
+/// context: the fields are informational, for a receiving system that reads them. They
+/// are added to the bytes sent, never to the stored message, whose bytes and fingerprint
+/// are the same on every attempt.
+fn with_trace_field(stored: &[u8], trace: Option<&TraceContext>) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(stored.len() + 128);
+    for (name, value) in attempt_trace::trace_headers(trace) {
+        // `traceparent` -> `Traceparent`, as mail header fields are usually written.
+        let mut chars = name.chars();
+        if let Some(first) = chars.next() {
+            bytes.push(first.to_ascii_uppercase() as u8);
+            bytes.extend_from_slice(chars.as_str().as_bytes());
+        }
+        bytes.extend_from_slice(b": ");
+        bytes.extend_from_slice(value.as_bytes());
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(stored);
+    bytes
 }
 
 /// The alert's stored message; rendered and stored first when this is its first attempt.
@@ -240,15 +274,19 @@ async fn deliver(
     let deadline = tokio::time::Instant::now() + timeout;
     // Before the data: nothing can have been delivered, whatever goes wrong.
     let hello = ClientId::Domain(dialogue.from.domain().to_owned());
-    let mut conn =
-        match crate::relay::open(deadline, dialogue.addr, &dialogue.security, &hello).await {
-            Ok(conn) => conn,
-            Err(exchange) => return exchange,
-        };
+    let opened = crate::relay::open(deadline, dialogue.addr, &dialogue.security, &hello)
+        .instrument(step_span("smtp open"))
+        .await;
+    let mut conn = match opened {
+        Ok(conn) => conn,
+        Err(exchange) => return exchange,
+    };
     if let Err(exchange) = dialogue.before_data(deadline, &mut conn, job, bytes).await {
         return exchange;
     }
-    let exchange = send_data(deadline, &mut conn, bytes).await;
+    let exchange = send_data(deadline, &mut conn, bytes)
+        .instrument(step_span("smtp message data"))
+        .await;
     // A polite end, if time is left; its outcome changes nothing.
     let _ = within(deadline, conn.quit()).await;
     exchange
@@ -328,6 +366,7 @@ impl Dialogue {
                 |err| format!("SMTP AUTH refused: {err}"),
                 "SMTP AUTH timed out",
             )
+            .instrument(step_span("smtp auth"))
             .await?;
         }
         let mut params = Vec::new();
@@ -344,14 +383,23 @@ impl Dialogue {
             |err| format!("MAIL FROM: {err}"),
             "MAIL FROM timed out",
         )
+        .instrument(step_span("smtp mail from"))
         .await?;
+        let recipients = step_span("smtp rcpt to");
         for to in self.recipients {
             let rcpt = conn.command(Rcpt::new(to, vec![]));
-            if let Some(refused) = before_data(deadline, SmtpPhase::RcptTo, "RCPT TO", rcpt).await {
+            let refused = before_data(deadline, SmtpPhase::RcptTo, "RCPT TO", rcpt)
+                .instrument(recipients.clone())
+                .await;
+            if let Some(refused) = refused {
                 return Err(refused);
             }
         }
-        match before_data(deadline, SmtpPhase::Data, "DATA", conn.command(Data)).await {
+        drop(recipients);
+        let data = before_data(deadline, SmtpPhase::Data, "DATA", conn.command(Data))
+            .instrument(step_span("smtp data"))
+            .await;
+        match data {
             Some(refused) => Err(refused),
             None => Ok(()),
         }

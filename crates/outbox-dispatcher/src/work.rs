@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use crate::classify::Exchange;
 use crate::judge::{self, AfterLookup, Judging, WithoutLookup};
-use crate::{http, Shared};
+use crate::{attempt_trace, http, Shared};
+use outbox_core::trace_context::TraceContext;
+use tracing::Instrument;
 
 /// Safety margin before the end of a lease: a send that might not finish inside the lease
 /// is not started.
@@ -36,6 +38,9 @@ pub(crate) struct Claim {
     pub local_claimed_at: Instant,
     /// Local deadline: the lease as this process must assume it.
     pub local_lease_deadline: Instant,
+    /// The trace context this claim's requests send: the approval's trace, this
+    /// attempt's span (`attempt_trace`).
+    pub trace: Option<TraceContext>,
 }
 
 impl Claim {
@@ -100,7 +105,7 @@ async fn send(
     let row = &claim.row;
     let started_at = Utc::now();
     let started = Instant::now();
-    let (exchange, note) = exchange(shared, row).await;
+    let (exchange, note) = exchange(shared, row, claim.trace.as_ref()).await;
     shared
         .metrics
         .send_latency(&row.destination, started.elapsed());
@@ -114,6 +119,7 @@ async fn send(
         note.as_deref(),
     );
     if let Some(record) = &completion.attempt {
+        attempt_trace::record_attempt(record);
         shared
             .metrics
             .attempt(&row.destination, record.outcome.as_str());
@@ -126,9 +132,15 @@ async fn send(
 
 /// The exchange with the destination, by its kind and the configured transport, with an
 /// email's note on the exact message it sent.
-async fn exchange(shared: &Shared, row: &ClaimedAlert) -> (Exchange, Option<String>) {
+async fn exchange(
+    shared: &Shared,
+    row: &ClaimedAlert,
+    trace: Option<&TraceContext>,
+) -> (Exchange, Option<String>) {
     match (shared.config.transport, row.kind) {
-        (crate::Transport::Http, DestinationKind::Email) => crate::smtp::send(shared, row).await,
+        (crate::Transport::Http, DestinationKind::Email) => {
+            crate::smtp::send(shared, row, trace).await
+        }
         (crate::Transport::Http, DestinationKind::Webhook) if row.body_template.is_some() => {
             // An email API: the request body rendered once and stored, sent as stored.
             match crate::email_api::stored_body(shared, row).await {
@@ -139,6 +151,7 @@ async fn exchange(shared: &Shared, row: &ClaimedAlert) -> (Exchange, Option<Stri
                         row,
                         &shared.config.secret_keys,
                         body,
+                        trace,
                     )
                     .await,
                     Some(note),
@@ -153,6 +166,7 @@ async fn exchange(shared: &Shared, row: &ClaimedAlert) -> (Exchange, Option<Stri
                 row,
                 &shared.config.secret_keys,
                 row.payload.clone().into_bytes(),
+                trace,
             )
             .await,
             None,
@@ -183,10 +197,19 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
             return Finished::Release(LEASE_TOO_SHORT.to_owned());
         }
         let started_at = Utc::now();
-        let exchange = http::lookup(&shared.http, &shared.config.egress, row, template).await;
+        let exchange = http::lookup(
+            &shared.http,
+            &shared.config.egress,
+            row,
+            template,
+            claim.trace.as_ref(),
+        )
+        .instrument(attempt_trace::step_span("lookup"))
+        .await;
         return match judge::judge_lookup(&claim.judging(shared), started_at, &exchange) {
             AfterLookup::Done(completion) => {
                 if let Some(record) = &completion.attempt {
+                    attempt_trace::record_attempt(record);
                     shared
                         .metrics
                         .attempt(&row.destination, lookup_metric(record));

@@ -1,6 +1,8 @@
 //! What every binary of the alert outbox shares.
 //!
-//! Layout: [`init_tracing`] / [`init_tracing_quiet`] (human or JSON logs), [`shutdown_signal`] (SIGTERM/SIGINT),
+//! Layout: [`init_tracing`] / [`init_tracing_quiet`] (human or JSON logs, and span export
+//! when the `OTEL_*` variables ask for it), [`telemetry`] (that export, its figures for
+//! `/metrics`, and the W3C trace context of spans), [`shutdown_signal`] (SIGTERM/SIGINT),
 //! [`shutdown`] (the one stop signal every listener and loop of a process is given),
 //! [`failpoints`] (crash points for tests, compiled in only with the `failpoints` feature),
 //! [`prometheus`] (histograms and queue figures in the Prometheus text format),
@@ -17,6 +19,7 @@ pub mod private_postgres;
 pub mod process;
 pub mod prometheus;
 pub mod shutdown;
+pub mod telemetry;
 
 /// An error and its causes on one line, each cause said once: libraries often repeat their
 /// source's text in their own message ("error with configuration: invalid port number",
@@ -52,34 +55,64 @@ pub fn exit_status(
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 /// Installs the global log subscriber: human-readable lines by default, one JSON object per
-/// line with `LOG_FORMAT=json`. Verbosity comes from `RUST_LOG` (default `info`). Logs go
-/// to stderr, so stdout stays clean for commands whose output is captured by scripts.
-pub fn init_tracing() {
+/// line with `LOG_FORMAT=json` (with the `trace_id` and `span_id` of the current span when
+/// spans are exported). Verbosity comes from `RUST_LOG` (default `info`). Logs go to
+/// stderr, so stdout stays clean for commands whose output is captured by scripts.
+///
+/// Spans are exported over OTLP when the standard `OTEL_*` variables ask for it (see
+/// [`telemetry`]): those at info and above, whatever `RUST_LOG` says. `service` is the
+/// service name unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` gives one. Call
+/// [`telemetry::shutdown_tracing`] once the command has returned.
+pub fn init_tracing(service: &str) {
     // The MCP library logs each request's start and end at info; served statelessly, that
     // is three lines for every tool call, which would bury the decider's own.
-    init_tracing_with_default("info,rmcp=warn");
+    init_tracing_with_default("info,rmcp=warn", service);
 }
 
 /// Like [`init_tracing`], but only warnings and errors unless `RUST_LOG` says otherwise:
 /// for command-line tools, whose output is the answer.
-pub fn init_tracing_quiet() {
-    init_tracing_with_default("warn");
+pub fn init_tracing_quiet(service: &str) {
+    init_tracing_with_default("warn", service);
 }
 
-fn init_tracing_with_default(default_filter: &str) {
-    use tracing_subscriber::EnvFilter;
+fn init_tracing_with_default(default_filter: &str, service: &str) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{fmt, EnvFilter, Layer};
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let json = std::env::var("LOG_FORMAT").is_ok_and(|v| v.eq_ignore_ascii_case("json"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // A second initialisation (tests calling this twice) is harmless and ignored.
-    let _ = if json {
-        builder.json().with_current_span(true).try_init()
+    // `RUST_LOG` filters what is logged, not what is exported: an operator who quiets the
+    // logs still gets the traces (the export layer has its own filter).
+    let (human, json) = if json {
+        let layer = fmt::layer()
+            .json()
+            .with_current_span(true)
+            .map_event_format(telemetry::json::WithTraceIds)
+            .with_writer(std::io::stderr);
+        (None, Some(layer.with_filter(filter)))
     } else {
-        builder.try_init()
+        let layer = fmt::layer().with_writer(std::io::stderr);
+        (Some(layer.with_filter(filter)), None)
     };
+    let (export, warnings) = telemetry::from_env(service);
+    let (otel, pipeline) = export.unzip();
+    // A second initialisation (tests calling this twice) is harmless and ignored; its
+    // export pipeline, unused, stops when dropped.
+    let installed = tracing_subscriber::registry()
+        .with(human)
+        .with(json)
+        .with(otel)
+        .try_init()
+        .is_ok();
+    if installed {
+        if let Some(pipeline) = pipeline {
+            pipeline.install();
+        }
+    }
+    for warning in warnings {
+        tracing::warn!(target: "outbox_runtime::telemetry", "{warning}");
+    }
 }
 
 /// Largest secret file read, in bytes: a secret is one line.

@@ -13,7 +13,11 @@
 //! - [`Sink`] (`state`): the memory and the decisions (`state::deliveries` for HTTP,
 //!   `state::inbox` for SMTP), under one lock, so that the fault draws follow arrival
 //!   order and a seed replays a run.
-//! - [`Record`], [`MailRecord`], [`Stats`] (`records`): what the sink shows of its work.
+//! - [`Record`], [`MailRecord`], [`Stats`] (`records`): what the sink shows of its work;
+//!   each record also carries the trace context received (a delivery's `traceparent` and
+//!   `tracestate` headers, a message's `Traceparent` field), as written when printable
+//!   ASCII of at most 512 bytes, else [`INVALID_TRACE_HEADER`], so that tests can check
+//!   what reached a destination's headers.
 //! - [`SignatureCheck`] (`signature`): Standard Webhooks signatures checked.
 //! - [`FaultSettings`] (`faults`): the faults, changed at run time through `/_sink/faults`;
 //!   [`SmtpReply`] (`smtp_reply`): an SMTP refusal, as the faults and the command line give
@@ -24,17 +28,19 @@
 //! - [`serve_with_mail`] (`smtp`): the SMTP servers (plain with `STARTTLS`, and implicit
 //!   TLS), with the same slow-client limits.
 //! - `mail`: the header fields read from a received message (`Message-ID`, `Subject`
-//!   decoded from RFC 2047, `X-Alert-Id`) and where its body starts.
+//!   decoded from RFC 2047, `To`, `X-Alert-Id`, `Traceparent`) and where its body starts.
 //!
 //! Routes:
 //! - `POST /<any path outside /_sink/>`: a delivery, answered `{"id": "<receipt>"}`.
 //! - `GET /requests/{key}` (with `--lookup`): the receipt of an applied key.
 //! - `GET /stats`: the counters ([`Stats`]).
 //! - `GET /_sink/records[?key=K]`: every delivery in arrival order ([`Record`]; with
-//!   `--keep-bodies` each holds its body, and an `Authorization` header is kept only as a
-//!   fingerprint).
+//!   `--keep-bodies` each holds its body, an `Authorization` header is kept only as a
+//!   fingerprint, and the `traceparent` and `tracestate` received are `trace_parent` and
+//!   `trace_state`, absent when not sent).
 //! - `GET /_sink/messages[?message_id=ID]`: every message accepted over SMTP, in arrival
-//!   order ([`MailRecord`]).
+//!   order ([`MailRecord`]; its `Traceparent` field is `trace_parent`, absent when not
+//!   sent).
 //! - `POST /_sink/faults`, `DELETE /_sink/faults`: change or clear the faults.
 //! - `POST /_sink/reset`: forget records, messages and counters (faults stay).
 //!
@@ -67,7 +73,9 @@ use tokio::net::TcpListener;
 
 pub use config::{SigningSecret, SinkArgs, SmtpCredentials};
 pub use faults::{FaultSettings, ScriptedResponse};
-pub use records::{MailRecord, Outcome, Record, SmtpStats, Stats};
+pub use records::{
+    MailRecord, Outcome, Record, SmtpStats, Stats, INVALID_TRACE_HEADER, MAX_TRACE_HEADER_BYTES,
+};
 pub use server::MAX_BODY_BYTES;
 pub use signature::SignatureCheck;
 pub use smtp_reply::SmtpReply;

@@ -1,8 +1,10 @@
 //! What the sink reads from a message received over SMTP: the few header fields it records
-//! (`Message-ID`, `Subject`, `To`, `X-Alert-Id`) and where the body starts. It does not
+//! (`Message-ID`, `Subject`, `To`, `X-Alert-Id`, `Traceparent`) and where the body starts. It does not
 //! validate the message: a real inbox stores what it is given, and so does the sink.
 
 use base64::Engine;
+
+use crate::records::trace_header;
 
 /// The header fields the sink records, and the offset of the body in the data.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -15,6 +17,8 @@ pub(crate) struct Headers {
     pub alert_id: Option<String>,
     /// `To`, unfolded, as written (encoded words left as they are).
     pub to: Option<String>,
+    /// `Traceparent`, unfolded, as [`trace_header`] shows it.
+    pub trace_parent: Option<String>,
     /// Offset of the first byte after the blank line that ends the header section (the
     /// end of the data when there is no blank line).
     pub body_offset: usize,
@@ -60,6 +64,9 @@ pub(crate) fn read_headers(data: &[u8]) -> Headers {
     headers.subject = field("subject").map(|s| decode_encoded_words(&s));
     headers.alert_id = field("x-alert-id");
     headers.to = field("to");
+    // Bytes that were not UTF-8 arrive here as U+FFFD, which is not ASCII either, so the
+    // check on the text catches them as it would on the bytes.
+    headers.trace_parent = field("traceparent").map(|v| trace_header(v.as_bytes()));
     headers
 }
 
@@ -196,6 +203,29 @@ mod tests {
         let bare = read_headers(b"Subject: only headers\n");
         assert_eq!(bare.message_id, None);
         assert_eq!(bare.body_offset, 22);
+    }
+
+    #[test]
+    fn reads_the_traceparent_field() {
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let data = format!("Subject: s\r\ntraceparent: {parent} \r\n\r\nBody\r\n");
+        assert_eq!(
+            read_headers(data.as_bytes()).trace_parent.as_deref(),
+            Some(parent)
+        );
+        assert_eq!(read_headers(b"Subject: s\r\n\r\n").trace_parent, None);
+        // A folded value keeps the blank that starts its second line: a tab is not printable.
+        let folded =
+            b"Traceparent: 00-0af7651916cd43dd8448eb211c80319c-\r\n\tb7ad6b7169203331-01\r\n\r\n";
+        assert_eq!(
+            read_headers(folded).trace_parent.as_deref(),
+            Some(crate::records::INVALID_TRACE_HEADER)
+        );
+        let not_utf8 = b"Traceparent: 00-\xff\r\n\r\n";
+        assert_eq!(
+            read_headers(not_utf8).trace_parent.as_deref(),
+            Some(crate::records::INVALID_TRACE_HEADER)
+        );
     }
 
     #[test]

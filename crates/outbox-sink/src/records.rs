@@ -1,6 +1,7 @@
 //! What the sink shows of its work, as its JSON routes list it: the record of each
 //! delivery ([`Record`], with its [`Outcome`]) and of each message ([`MailRecord`]), and the
-//! counters ([`Stats`], [`SmtpStats`]).
+//! counters ([`Stats`], [`SmtpStats`]); and how a received trace header is shown
+//! ([`trace_header`], [`INVALID_TRACE_HEADER`]).
 
 use serde::Serialize;
 
@@ -54,6 +55,14 @@ pub struct Record {
     /// keeping it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorization: Option<String>,
+    /// The `traceparent` header received (repeated headers joined with `, `), as written
+    /// when it is printable ASCII of at most [`MAX_TRACE_HEADER_BYTES`], else
+    /// [`INVALID_TRACE_HEADER`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
+    /// The `tracestate` header received, shown as `trace_parent` is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_state: Option<String>,
     /// The body as text (invalid UTF-8 replaced), with `--keep-bodies`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
@@ -147,4 +156,54 @@ pub struct MailRecord {
     pub dropped: bool,
     /// Name of the `.eml` file in `--eml-dir`, when one was written.
     pub eml_file: Option<String>,
+    /// The `Traceparent` header field, unfolded, shown as a delivery's `trace_parent` is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
+}
+
+/// What a record shows in place of a trace header that is not printable ASCII or is longer
+/// than [`MAX_TRACE_HEADER_BYTES`].
+pub const INVALID_TRACE_HEADER: &str = "<invalid>";
+
+/// Longest trace header value a record shows as written.
+pub const MAX_TRACE_HEADER_BYTES: usize = 512;
+
+/// A received trace header's value as a record shows it: as written when every byte is
+/// printable ASCII (space to `~`) and there are at most [`MAX_TRACE_HEADER_BYTES`], else
+/// [`INVALID_TRACE_HEADER`]. The marker rather than the bytes keeps the JSON plain while
+/// still saying that something else arrived, which is what tests look for: no CR, LF,
+/// control byte or oversized value may ever reach a destination's headers.
+pub(crate) fn trace_header(value: &[u8]) -> String {
+    let printable = value.iter().all(|b| (b' '..=b'~').contains(b));
+    if printable && value.len() <= MAX_TRACE_HEADER_BYTES {
+        // Printable ASCII is UTF-8.
+        String::from_utf8_lossy(value).into_owned()
+    } else {
+        INVALID_TRACE_HEADER.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_headers_are_kept_only_when_printable_and_short() {
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        assert_eq!(trace_header(parent.as_bytes()), parent);
+        assert_eq!(trace_header(b""), "");
+        for junk in [
+            &b"00-abc\r\nX-Injected: 1"[..],
+            b"00-abc\tdef",
+            b"00-\xff",
+            b"\x7f",
+            "café".as_bytes(),
+        ] {
+            assert_eq!(trace_header(junk), INVALID_TRACE_HEADER, "{junk:?}");
+        }
+        let longest = "a".repeat(MAX_TRACE_HEADER_BYTES);
+        assert_eq!(trace_header(longest.as_bytes()), longest);
+        let longer = "a".repeat(MAX_TRACE_HEADER_BYTES + 1);
+        assert_eq!(trace_header(longer.as_bytes()), INVALID_TRACE_HEADER);
+    }
 }

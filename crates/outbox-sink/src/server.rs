@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 
 use crate::faults::FaultPatch;
 use crate::json::json_response;
-use crate::state::deliveries::Action;
+use crate::state::deliveries::{Action, RecordedHeaders};
 use crate::state::Sink;
 
 /// Largest request body read.
@@ -127,10 +127,11 @@ async fn deliver(
 ) -> Result<Response<Full<Bytes>>, NoResponse> {
     let (parts, body) = request.into_parts();
     let key = sink.key_of(&parts.headers);
+    let recorded = RecordedHeaders::of(&parts.headers);
     let body = match read_body(body).await? {
         Body::Complete(body) => body,
         Body::TooLarge => {
-            sink.record_too_large(&path, key);
+            sink.record_too_large(&path, key, recorded);
             tracing::info!(path, outcome = "too_large", "delivery");
             return Ok(too_large());
         }
@@ -141,8 +142,7 @@ async fn deliver(
             i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
         });
     let signature = sink.check_signature(&parts.headers, &body, now);
-    let authorization = Sink::authorization_of(&parts.headers);
-    match sink.decide(&path, key, &body, signature, authorization) {
+    match sink.decide(&path, key, &body, signature, recorded) {
         Action::Respond(response) => {
             tracing::info!(
                 path,

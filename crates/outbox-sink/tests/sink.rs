@@ -430,6 +430,61 @@ async fn records_can_be_filtered_by_key_and_reset() {
 }
 
 #[tokio::test]
+async fn records_carry_the_trace_headers_received_and_mark_junk() {
+    let sink = TestSink::start(&[]).await;
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let send = |key: &'static str, headers: Vec<(&'static str, Vec<u8>)>| {
+        let mut request = sink
+            .client
+            .post(sink.url("/hooks/alerts"))
+            .header("Idempotency-Key", key)
+            .body("{}");
+        for (name, value) in headers {
+            let value = reqwest::header::HeaderValue::from_bytes(&value).unwrap();
+            request = request.header(name, value);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{key}");
+        }
+    };
+    send(
+        "traced",
+        vec![
+            ("traceparent", parent.as_bytes().to_vec()),
+            ("tracestate", b"outbox=a1,other=x".to_vec()),
+        ],
+    )
+    .await;
+    send("untraced", vec![]).await;
+    // Bytes past ASCII and a tab are allowed by HTTP in a field value, but are not a
+    // trace context; a value over 512 bytes is not recorded either.
+    send(
+        "junk",
+        vec![
+            ("traceparent", b"00-\xff\xfe-01".to_vec()),
+            ("tracestate", b"a=1\tb=2".to_vec()),
+        ],
+    )
+    .await;
+    send("long", vec![("tracestate", vec![b'a'; 513])]).await;
+
+    let traced = &sink.records(Some("traced")).await[0];
+    assert_eq!(traced["trace_parent"], parent);
+    assert_eq!(traced["trace_state"], "outbox=a1,other=x");
+    let untraced = sink.records(Some("untraced")).await[0].clone();
+    assert!(untraced.get("trace_parent").is_none(), "{untraced}");
+    assert!(untraced.get("trace_state").is_none(), "{untraced}");
+    let junk = &sink.records(Some("junk")).await[0];
+    assert_eq!(junk["trace_parent"], outbox_sink::INVALID_TRACE_HEADER);
+    assert_eq!(junk["trace_state"], outbox_sink::INVALID_TRACE_HEADER);
+    let long = &sink.records(Some("long")).await[0];
+    assert_eq!(long["trace_state"], outbox_sink::INVALID_TRACE_HEADER);
+    assert!(long.get("trace_parent").is_none());
+    sink.stop().await;
+}
+
+#[tokio::test]
 async fn bad_fault_changes_are_refused_and_change_nothing() {
     let sink = TestSink::start(&[]).await;
     for bad in [

@@ -15,12 +15,14 @@
 //! a new revision), `read_model` (an alert with its revisions, attempts and evidence).
 
 mod approve;
+pub(crate) use approve::trace_note;
 mod read_model;
 mod revise;
 
 pub use crate::lifecycle::EvidenceLine;
 pub use approve::{
-    approve, approve_checked, approve_on, Approval, ApproveOutcome, Approved, CheckedApproval,
+    approve, approve_checked, approve_on, note_repeated_trace, Approval, ApproveOutcome, Approved,
+    CheckedApproval,
 };
 pub use read_model::{
     alert_tenant, current_state, detail, state_of, AlertDetail, AttemptRecord, RevisionSummary,

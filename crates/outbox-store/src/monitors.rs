@@ -1,6 +1,7 @@
 //! The monitors' sources: contracts, watchlist entries, articles, news cursors; and the
 //! bulk approval through which monitors decide many alerts in one statement.
 
+use outbox_core::trace_context::TraceContext;
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
@@ -217,12 +218,14 @@ pub struct MonitorAlert {
 /// are left exactly as they are (whatever today's payload would say). Rows are inserted
 /// in identity order (byte order, as the decider sorts them), so concurrent deciders
 /// approving overlapping batches wait for each other briefly instead of deadlocking.
-/// Returns the ids created.
+/// Every alert created keeps `trace`, the context of the approval (one per batch: the
+/// monitor run's approval span). Returns the ids created.
 pub async fn approve_batch(
     db: impl PgExecutor<'_>,
     tenant_id: Uuid,
     alerts: &[MonitorAlert],
     actor: &str,
+    trace: Option<&TraceContext>,
 ) -> Result<Vec<Uuid>, StoreError> {
     if alerts.is_empty() {
         return Ok(Vec::new());
@@ -239,16 +242,16 @@ pub async fn approve_batch(
                  AS i(id, destination_id, subject, occurrence, payload) \
          ), inserted AS ( \
              INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
-                                 payload, payload_sha256, created_by) \
+                                 payload, payload_sha256, created_by, traceparent, tracestate) \
              SELECT i.id, $2, i.subject, i.occurrence, i.destination_id, 0, i.payload, \
-                    sha256(convert_to(i.payload::text, 'UTF8')), $7 \
+                    sha256(convert_to(i.payload::text, 'UTF8')), $7, $8, $9 \
              FROM input i \
              ORDER BY i.subject COLLATE \"C\", i.occurrence COLLATE \"C\", i.destination_id \
              ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
              RETURNING id, destination_id \
          ), line AS MATERIALIZED ( \
              SELECT id, format('alert approved by %s for destination `%s`; queued for delivery', \
-                               $7::text, name) AS line \
+                               $7::text, name) || {trace_note} AS line \
              FROM destinations WHERE tenant_id = $2 \
          ), approved AS ( \
              SELECT n.id, n.destination_id, NULL::uuid AS after_alert, $7::text AS actor, l.line \
@@ -256,6 +259,7 @@ pub async fn approve_batch(
          ), {enqueue} \
          SELECT id FROM inserted",
         enqueue = *ENQUEUE,
+        trace_note = crate::alerts::trace_note("$8"),
     ))
     .bind(alerts.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
     .bind(tenant_id)
@@ -279,6 +283,8 @@ pub async fn approve_batch(
             .collect::<Vec<_>>(),
     )
     .bind(actor)
+    .bind(trace.map(|t| t.parent.to_string()))
+    .bind(trace.and_then(|t| t.state.as_ref()).map(|s| s.as_str()))
     .fetch_all(db)
     .await
     .map_err(StoreError::from_payload_error)?;

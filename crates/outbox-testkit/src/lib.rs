@@ -8,9 +8,12 @@
 //! printed when the test fails, killed when dropped); [`cluster`]: PostgreSQL servers of a
 //! test's own (a primary, streaming replicas, crashes and promotions) for failover tests;
 //! [`patroni`]: a Patroni cluster of a test's own (etcd, two nodes, HAProxy), made from the
-//! project's `deploy/patroni/` files.
+//! project's `deploy/patroni/` files; [`otlp`]: an OTLP/HTTP trace receiver on loopback
+//! that the product's OpenTelemetry exporter sends to, decoding what arrives with the
+//! official protobuf types and drawing each trace as a tree.
 
 pub mod cluster;
+pub mod otlp;
 pub mod patroni;
 pub mod process;
 pub mod tls;

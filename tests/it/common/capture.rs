@@ -9,6 +9,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::sync::{Arc, Mutex};
 
+#[derive(Clone)]
 pub struct Captured {
     pub headers: HeaderMap,
     pub body: Bytes,
@@ -44,6 +45,11 @@ impl Capture {
 
     pub fn url(&self) -> String {
         format!("http://{}/hook", self.addr)
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn all(&self) -> Vec<Captured> {
+        self.seen.lock().unwrap().clone()
     }
 
     pub async fn take_one(&self) -> Captured {

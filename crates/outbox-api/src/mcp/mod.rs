@@ -31,6 +31,7 @@ use serde_json::{json, Value};
 
 use crate::alerts::{self, Answer, ApproveRequest, ReviseRequest};
 use crate::auth::Caller;
+use crate::trace::IncomingTrace;
 use crate::listings::{self, AlertQuery};
 use crate::{body, AppState, Problem};
 
@@ -106,6 +107,7 @@ impl OutboxMcp {
     async fn run_tool(
         &self,
         caller: &Caller,
+        incoming: &IncomingTrace,
         name: &str,
         mut arguments: JsonObject,
     ) -> Result<Value, Problem> {
@@ -113,13 +115,13 @@ impl OutboxMcp {
         match name {
             tools::APPROVE_ALERT => {
                 let request: ApproveRequest = as_body(&arguments)?;
-                approval(alerts::approve_alert(state, caller, &request).await?)
+                approval(alerts::approve_alert(state, caller, incoming, &request).await?)
             }
             tools::REVISE_ALERT => {
                 // The id is the HTTP route's; the rest is the revision's body.
                 let id = take_text(&mut arguments, "alert_id")?;
                 let request: ReviseRequest = as_body(&arguments)?;
-                approval(alerts::revise_alert(state, caller, &id, &request).await?)
+                approval(alerts::revise_alert(state, caller, incoming, &id, &request).await?)
             }
             tools::GET_ALERT => {
                 let id = take_text(&mut arguments, "alert_id")?;
@@ -304,9 +306,16 @@ impl ServerHandler for OutboxMcp {
                 None,
             ));
         }
+        // Over HTTP, the trace context of the request that carried the call.
+        let incoming = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<IncomingTrace>())
+            .cloned()
+            .unwrap_or_default();
         let result = match self.caller(&context).await {
             Ok(caller) => self
-                .run_tool(&caller, name, request.arguments.unwrap_or_default())
+                .run_tool(&caller, &incoming, name, request.arguments.unwrap_or_default())
                 .await
                 .map_or_else(|problem| tool_error(&problem), CallToolResult::structured),
             Err(problem) => tool_error(&problem),

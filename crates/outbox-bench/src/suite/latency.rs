@@ -120,6 +120,7 @@ async fn offer_stream(
                 workload.tenant_id,
                 &alerts,
                 "benchmark",
+                Some(&workload.trace),
             )
             .await?,
         );

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::{draw, now_rfc3339, sha256_hex, Applied, Inner, Sink};
 use crate::json::json_response;
-use crate::records::{Outcome, Record};
+use crate::records::{trace_header, Outcome, Record};
 use crate::signature::{self, SignatureCheck};
 
 /// What to do with a delivery once decided.
@@ -28,23 +28,59 @@ pub(crate) enum Action {
     },
 }
 
+/// What a delivery's record shows of its headers besides the idempotency key and the
+/// signature check.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RecordedHeaders {
+    /// `Authorization`: its scheme and the SHA-256 of the rest.
+    pub authorization: Option<String>,
+    /// `traceparent`, as [`trace_header`] shows it.
+    pub trace_parent: Option<String>,
+    /// `tracestate`, as [`trace_header`] shows it.
+    pub trace_state: Option<String>,
+}
+
+impl RecordedHeaders {
+    /// What the record of a request with `headers` shows of them.
+    pub(crate) fn of(headers: &HeaderMap) -> Self {
+        RecordedHeaders {
+            authorization: authorization_of(headers),
+            trace_parent: trace_header_of(headers, "traceparent"),
+            trace_state: trace_header_of(headers, "tracestate"),
+        }
+    }
+}
+
+/// The `Authorization` header as recorded: its scheme and the SHA-256 of the rest.
+fn authorization_of(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(hyper::header::AUTHORIZATION)?.as_bytes();
+    let text = String::from_utf8_lossy(value);
+    let (scheme, credentials) = text.split_once(' ').unwrap_or(("", &text));
+    Some(format!(
+        "{scheme} sha256:{}",
+        sha256_hex(credentials.as_bytes())
+    ))
+}
+
+/// The trace header `name` as recorded. A repeated header is joined with `, ` first, as
+/// HTTP combines field lines, so that a second `traceparent` shows rather than hides.
+fn trace_header_of(headers: &HeaderMap, name: &str) -> Option<String> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?;
+    let mut joined = first.as_bytes().to_vec();
+    for value in values {
+        joined.extend_from_slice(b", ");
+        joined.extend_from_slice(value.as_bytes());
+    }
+    Some(trace_header(&joined))
+}
+
 impl Sink {
     /// The idempotency key of a request, if it has one.
     pub(crate) fn key_of(&self, headers: &HeaderMap) -> Option<String> {
         headers
             .get(&self.idempotency_header)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-    }
-
-    /// The `Authorization` header as recorded: its scheme and the SHA-256 of the rest.
-    pub(crate) fn authorization_of(headers: &HeaderMap) -> Option<String> {
-        let value = headers.get(hyper::header::AUTHORIZATION)?.as_bytes();
-        let text = String::from_utf8_lossy(value);
-        let (scheme, credentials) = text.split_once(' ').unwrap_or(("", &text));
-        Some(format!(
-            "{scheme} sha256:{}",
-            sha256_hex(credentials.as_bytes())
-        ))
     }
 
     /// Checks the Standard Webhooks signature of a request against the configured secrets,
@@ -59,12 +95,17 @@ impl Sink {
     }
 
     /// Records a delivery whose body exceeded the limit; it is answered 413.
-    pub(crate) fn record_too_large(&self, path: &str, key: Option<String>) {
+    pub(crate) fn record_too_large(
+        &self,
+        path: &str,
+        key: Option<String>,
+        headers: RecordedHeaders,
+    ) {
         let mut inner = self.lock();
         inner.stats.requests += 1;
         let record = Record {
             status: Some(StatusCode::PAYLOAD_TOO_LARGE.as_u16()),
-            ..arrival(&inner, path, key, Outcome::TooLarge)
+            ..arrival(&inner, path, key, headers, Outcome::TooLarge)
         };
         inner.records.push(record);
     }
@@ -77,7 +118,7 @@ impl Sink {
         key: Option<String>,
         body: &[u8],
         signature: SignatureCheck,
-        authorization: Option<String>,
+        headers: RecordedHeaders,
     ) -> Action {
         let mut guard = self.lock();
         let inner = &mut *guard;
@@ -88,11 +129,10 @@ impl Sink {
         let mut record = Record {
             payload_sha256: Some(sha256_hex(body)),
             signature,
-            authorization,
             body: self
                 .keep_bodies
                 .then(|| String::from_utf8_lossy(body).into_owned()),
-            ..arrival(inner, path, key.clone(), Outcome::Applied)
+            ..arrival(inner, path, key.clone(), headers, Outcome::Applied)
         };
         let action = match inner
             .refuse_bad_signature(&mut record)
@@ -111,7 +151,13 @@ impl Sink {
 }
 
 /// The record of a delivery arriving now, before anything is decided about it.
-fn arrival(inner: &Inner, path: &str, key: Option<String>, outcome: Outcome) -> Record {
+fn arrival(
+    inner: &Inner,
+    path: &str,
+    key: Option<String>,
+    headers: RecordedHeaders,
+    outcome: Outcome,
+) -> Record {
     Record {
         seq: inner.records.len() as u64 + 1,
         at: now_rfc3339(),
@@ -123,7 +169,9 @@ fn arrival(inner: &Inner, path: &str, key: Option<String>, outcome: Outcome) -> 
         receipt: None,
         status: None,
         dropped: false,
-        authorization: None,
+        authorization: headers.authorization,
+        trace_parent: headers.trace_parent,
+        trace_state: headers.trace_state,
         body: None,
     }
 }
@@ -255,7 +303,7 @@ mod tests {
             key.map(str::to_owned),
             b"{}",
             SignatureCheck::Unchecked,
-            None,
+            RecordedHeaders::default(),
         )
     }
 
@@ -307,7 +355,8 @@ mod tests {
             SignatureCheck::Invalid,
             SignatureCheck::Stale,
         ] {
-            match sink.decide("/hook", Some("k".to_owned()), b"{}", check, None) {
+            let headers = RecordedHeaders::default();
+            match sink.decide("/hook", Some("k".to_owned()), b"{}", check, headers) {
                 Action::Respond(response) => assert_eq!(response.status(), 401),
                 Action::Acknowledge { .. } => panic!("{check:?} was acknowledged"),
             }
@@ -354,6 +403,54 @@ mod tests {
         assert_eq!(check(now - 301, now), SignatureCheck::Stale);
         assert_eq!(check(now + 301, now), SignatureCheck::Stale);
         assert_eq!(check(0, now), SignatureCheck::Stale);
+    }
+
+    #[test]
+    fn trace_headers_are_recorded_as_received_or_marked() {
+        use crate::records::INVALID_TRACE_HEADER;
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let mut headers = HeaderMap::new();
+        headers.insert("traceparent", parent.parse().unwrap());
+        headers.insert("tracestate", "vendor=abc,other=1".parse().unwrap());
+        let recorded = RecordedHeaders::of(&headers);
+        assert_eq!(recorded.trace_parent.as_deref(), Some(parent));
+        assert_eq!(recorded.trace_state.as_deref(), Some("vendor=abc,other=1"));
+
+        // A repeated header shows both values; bytes past ASCII and a tab are junk.
+        headers.append("traceparent", parent.parse().unwrap());
+        headers.insert(
+            "tracestate",
+            hyper::header::HeaderValue::from_bytes(b"v=\xff\x80").unwrap(),
+        );
+        let recorded = RecordedHeaders::of(&headers);
+        assert_eq!(recorded.trace_parent, Some(format!("{parent}, {parent}")));
+        assert_eq!(recorded.trace_state.as_deref(), Some(INVALID_TRACE_HEADER));
+        headers.insert("traceparent", "00-a\tb".parse().unwrap());
+        assert_eq!(
+            RecordedHeaders::of(&headers).trace_parent.as_deref(),
+            Some(INVALID_TRACE_HEADER)
+        );
+        assert_eq!(
+            RecordedHeaders::of(&HeaderMap::new()),
+            RecordedHeaders::default()
+        );
+
+        let sink = sink(&[]);
+        let mut headers = HeaderMap::new();
+        headers.insert("traceparent", parent.parse().unwrap());
+        let recorded = RecordedHeaders::of(&headers);
+        receipt(sink.decide(
+            "/hook",
+            None,
+            b"{}",
+            SignatureCheck::Unchecked,
+            recorded.clone(),
+        ));
+        sink.record_too_large("/hook", None, recorded);
+        for record in sink.records(None) {
+            assert_eq!(record.trace_parent.as_deref(), Some(parent));
+            assert_eq!(record.trace_state, None);
+        }
     }
 
     #[test]

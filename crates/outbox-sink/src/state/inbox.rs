@@ -128,6 +128,7 @@ impl Sink {
             tls: envelope.tls.map(str::to_owned),
             dropped: drop,
             eml_file,
+            trace_parent: headers.trace_parent,
         };
         inner.messages.push(record.clone());
         MailAction::Accept {

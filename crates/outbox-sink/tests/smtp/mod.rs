@@ -242,6 +242,25 @@ async fn a_message_is_recorded_with_its_message_id_recipients_subject_and_hash()
 }
 
 #[tokio::test]
+async fn a_message_records_its_traceparent_field() {
+    let sink = TestSink::start(&[]).await;
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let mut traced = alert_message("alert-traced");
+    traced.headers_mut().insert_raw(HeaderValue::new(
+        HeaderName::new_from_ascii_str("Traceparent"),
+        parent.to_owned(),
+    ));
+    sink.send(&traced).await.unwrap();
+    sink.send(&alert_message("alert-plain")).await.unwrap();
+
+    let traced = &sink.messages(Some("alert-traced@alerts.example.com")).await[0];
+    assert_eq!(traced["trace_parent"], parent);
+    let plain = sink.messages(Some("alert-plain@alerts.example.com")).await[0].clone();
+    assert!(plain.get("trace_parent").is_none(), "{plain}");
+    sink.stop().await;
+}
+
+#[tokio::test]
 async fn the_same_message_twice_is_two_messages_in_the_inbox() {
     let sink = TestSink::start(&[]).await;
     let message = alert_message("alert-2");

@@ -2,6 +2,7 @@
 //! line written in one statement, and what the approval came to.
 
 use chrono::{DateTime, Utc};
+use outbox_core::trace_context::TraceContext;
 use outbox_core::{AlertState, CheckedPayload};
 use serde_json::value::RawValue;
 use sqlx::{PgConnection, PgPool};
@@ -9,7 +10,7 @@ use std::sync::LazyLock;
 use uuid::Uuid;
 
 use super::read_model::{AlertDetail, RevisionSummary};
-use crate::lifecycle::{EvidenceLine, ENQUEUE};
+use crate::lifecycle::{EvidenceLine, ENQUEUE, EVENT_INSERT, STATE, STATE_JOINS};
 use crate::StoreError;
 
 /// SQL for the fingerprint of a JSON text parameter; must match how payloads are sent.
@@ -72,6 +73,9 @@ pub struct CheckedApproval<'a> {
     /// of notifying transactions, so the others leave the wake-up to
     /// [`crate::wake_ups::WakeUpNotifier`].
     pub notify_dispatchers: bool,
+    /// The approval's trace context, stored with a new alert (and named in its first
+    /// evidence line); a repeated approval keeps the first one.
+    pub trace: Option<&'a TraceContext>,
 }
 
 impl<'a> Approval<'a> {
@@ -85,6 +89,7 @@ impl<'a> Approval<'a> {
             payload: StoreError::check_payload(self.payload_json)?,
             actor: self.actor,
             notify_dispatchers: false,
+            trace: None,
         })
     }
 }
@@ -134,6 +139,8 @@ struct ApprovalRow {
     /// When nothing was inserted: the identity's revisions in this statement's snapshot,
     /// oldest first, and whether each has exactly this payload.
     revisions: Option<Vec<Uuid>>,
+    /// The trace context as stored with the new alert.
+    traceparent: Option<String>,
     same_payload: Option<Vec<bool>>,
 }
 
@@ -156,14 +163,14 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
         SELECT id FROM destinations WHERE tenant_id = $3 AND name = $4 \
     ), inserted AS ( \
         INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
-                            payload, payload_sha256, created_by) \
-        SELECT $2, $3, $5, $6, d.id, 0, g.payload, g.sha256, $7 FROM dest d, given g \
+                            payload, payload_sha256, created_by, traceparent, tracestate) \
+        SELECT $2, $3, $5, $6, d.id, 0, g.payload, g.sha256, $7, $10, $11 FROM dest d, given g \
         ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
-        RETURNING id, destination_id, created_at \
+        RETURNING id, destination_id, created_at, traceparent \
     ), approved AS ( \
         SELECT id, destination_id, NULL::uuid AS after_alert, $7::text AS actor, \
                format('alert approved for destination `%s`; queued for delivery', $4::text) \
-                   AS line \
+                   || {trace_note} AS line \
         FROM inserted \
     ), {enqueue}, woken AS ( \
         SELECT pg_notify($9, '') FROM inserted WHERE $8 \
@@ -176,6 +183,7 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
     SELECT (SELECT id FROM dest) AS destination_id, \
            (SELECT name FROM tenants WHERE id = $3) AS tenant, \
            i.id, g.text AS payload, encode(g.sha256, 'hex') AS payload_sha256, i.created_at, \
+           i.traceparent, \
            q.next_attempt_at, e.at AS evidence_at, e.line AS evidence_line, \
            (SELECT array_agg(id ORDER BY revision) FROM earlier) AS revisions, \
            (SELECT array_agg(same_payload ORDER BY revision) FROM earlier) AS same_payload, \
@@ -185,8 +193,16 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
     LEFT JOIN queued q ON true \
     LEFT JOIN explained e ON true",
         enqueue = *ENQUEUE,
+        trace_note = trace_note("$10"),
     )
 });
+
+/// SQL for the end of an approval's evidence line naming its trace (`; trace <id>`), or
+/// nothing when the approval has no trace context; `traceparent` is the SQL expression of
+/// the stored `traceparent` (its trace id is characters 4 to 35).
+pub(crate) fn trace_note(traceparent: &str) -> String {
+    format!("coalesce('; trace ' || substr({traceparent}::text, 4, 32), '')")
+}
 
 /// Approves an alert whose payload has been checked, in one statement (one round trip):
 /// alert row, pending outbox row and evidence line, and the answer the API gives (the new
@@ -215,6 +231,8 @@ pub async fn approve_on(
         .bind(approval.actor)
         .bind(approval.notify_dispatchers)
         .bind(crate::wake_ups::WAKE_UP_CHANNEL)
+        .bind(approval.trace.map(|t| t.parent.to_string()))
+        .bind(approval.trace.and_then(|t| t.state.as_ref()).map(|s| s.as_str()))
         .fetch_one(&mut *conn)
         .await
         .map_err(StoreError::from_payload_error)?;
@@ -258,6 +276,11 @@ pub async fn approve_on(
         settled_at: None,
         pruned_at: None,
         next_attempt_at: row.next_attempt_at,
+        trace_id: row
+            .traceparent
+            .as_deref()
+            .and_then(|stored| TraceContext::from_stored(Some(stored), None))
+            .map(|trace| trace.trace_id_hex()),
         revisions: vec![RevisionSummary {
             id,
             revision: 0,
@@ -315,4 +338,30 @@ async fn existing_outcome(
     .map_err(StoreError::from_payload_error)?;
     // Empty only if the identity's rows were deleted in between.
     outcome_among(revisions.into_iter()).ok_or(StoreError::Database(sqlx::Error::RowNotFound))
+}
+
+/// Notes in an alert's evidence that it was approved again with another trace than the
+/// one it keeps (`stored`, its first approval's): the alert, its payload and its trace do
+/// not change, and the line says where the repeated approval came from. The state is
+/// read in the statement, so the line neither moves nor misstates it.
+pub async fn note_repeated_trace(
+    db: impl sqlx::PgExecutor<'_>,
+    alert_id: Uuid,
+    actor: &str,
+    given: &TraceContext,
+) -> Result<(), StoreError> {
+    sqlx::query(&format!(
+        "{EVENT_INSERT} \
+         SELECT a.id, {STATE}, {STATE}, NULL, $2, \
+                'approved again within trace ' || $3 || '; the alert keeps ' || \
+                coalesce('its first approval''s trace ' || substr(a.traceparent, 4, 32), \
+                         'no trace (it was approved before trace context was kept)') \
+         FROM alerts a {STATE_JOINS} WHERE a.id = $1"
+    ))
+    .bind(alert_id)
+    .bind(actor)
+    .bind(given.trace_id_hex())
+    .execute(db)
+    .await?;
+    Ok(())
 }

@@ -74,6 +74,10 @@ pub struct AlertDetail {
     pub pruned_at: Option<DateTime<Utc>>,
     /// When a dispatcher will next work on it (live alerts only).
     pub next_attempt_at: Option<DateTime<Utc>>,
+    /// The W3C trace id of its approval (32 hex digits): every delivery attempt sends a
+    /// `traceparent` in this trace. Absent for alerts approved before trace context was
+    /// kept.
+    pub trace_id: Option<String>,
     /// Every revision of the identity, this one included, oldest first.
     pub revisions: Vec<RevisionSummary>,
     /// Every finished delivery attempt and lookup, oldest first.
@@ -163,6 +167,7 @@ struct AlertRow {
     settled_at: Option<DateTime<Utc>>,
     pruned_at: Option<DateTime<Utc>>,
     next_attempt_at: Option<DateTime<Utc>>,
+    trace_id: Option<String>,
 }
 
 /// Reads one alert with its revisions, attempts and evidence, from one snapshot.
@@ -182,7 +187,7 @@ pub async fn detail(
                 a.possible_duplicate, a.payload::text AS payload, \
                 encode(a.payload_sha256, 'hex') AS payload_sha256, a.reason, \
                 ao.destination_reference, a.created_at, a.created_by, ao.settled_at, \
-                a.pruned_at, o.next_attempt_at \
+                a.pruned_at, o.next_attempt_at, substr(a.traceparent, 4, 32) AS trace_id \
          FROM alerts a \
          JOIN tenants t ON t.id = a.tenant_id \
          JOIN destinations d ON d.id = a.destination_id \
@@ -240,6 +245,7 @@ pub async fn detail(
         settled_at: row.settled_at,
         pruned_at: row.pruned_at,
         next_attempt_at: row.next_attempt_at,
+        trace_id: row.trace_id,
         revisions,
         attempts,
         evidence,

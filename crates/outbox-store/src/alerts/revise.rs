@@ -2,6 +2,7 @@
 //! outbox row, queued behind what it corrects, and the corrected alert superseded when it
 //! provably never left.
 
+use outbox_core::trace_context::TraceContext;
 use outbox_core::{AlertState, AttemptOutcome, LiveStatus, Outcome};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -24,6 +25,8 @@ pub struct Revision<'a> {
     pub reason: &'a str,
     /// Who revised.
     pub actor: &'a str,
+    /// The revision's trace context (its approval's), stored with the new revision.
+    pub trace: Option<&'a TraceContext>,
 }
 
 /// What a revision came to.
@@ -84,11 +87,15 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
     insert_revision(&mut tx, &rev, &target, id, revision).await?;
     // An evidence line holds at most 2000 bytes, as long as the longest reason: the line
     // quotes the start of it, and the whole reason is the revision's own (`reason`).
-    let line = format!(
+    let mut line = format!(
         "revision {revision} approved as a correction of {}: {}; queued for delivery",
         rev.alert_id,
         outbox_core::untrusted::clip(rev.reason, QUOTED_REASON_BYTES)
     );
+    if let Some(trace) = rev.trace {
+        line.push_str("; trace ");
+        line.push_str(&trace.trace_id_hex());
+    }
     enqueue_revision(&mut tx, id, &target, revision, rev.actor, &line).await?;
     if !superseded_previous {
         note_correction(&mut tx, &rev, id, revision).await?;
@@ -169,8 +176,9 @@ async fn insert_revision(
 ) -> Result<(), StoreError> {
     sqlx::query(&format!(
         "INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
-                             payload, payload_sha256, reason, created_by) \
-         VALUES ($2, $3, $4, $5, $6, $7, $1::jsonb, {FINGERPRINT_OF_PARAM}, $8, $9)"
+                             payload, payload_sha256, reason, created_by, traceparent, \
+                             tracestate) \
+         VALUES ($2, $3, $4, $5, $6, $7, $1::jsonb, {FINGERPRINT_OF_PARAM}, $8, $9, $10, $11)"
     ))
     .bind(rev.payload_json)
     .bind(id)
@@ -181,6 +189,8 @@ async fn insert_revision(
     .bind(revision)
     .bind(rev.reason)
     .bind(rev.actor)
+    .bind(rev.trace.map(|t| t.parent.to_string()))
+    .bind(rev.trace.and_then(|t| t.state.as_ref()).map(|s| s.as_str()))
     .execute(tx)
     .await
     .map_err(StoreError::from_payload_error)?;

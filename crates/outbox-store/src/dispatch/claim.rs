@@ -54,6 +54,13 @@ pub struct ClaimedAlert {
     pub failed_lookups: i64,
     /// When the first of those failed lookups started.
     pub first_failed_lookup_at: Option<DateTime<Utc>>,
+    /// The alert's tenant.
+    pub tenant_id: Uuid,
+    /// The approval's trace context (`traceparent`, `tracestate`), which every attempt
+    /// sends again with its own span; `None` for alerts approved before it was kept.
+    pub traceparent: Option<String>,
+    /// The caller's `tracestate`, if any.
+    pub tracestate: Option<String>,
     /// The destination.
     pub destination_id: Uuid,
     /// Its name.
@@ -185,6 +192,7 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
                          WHERE da.alert_id = c.alert_id AND da.kind = {lookup} AND da.attempt = c.attempts \
                            AND da.error_class = '{FAILED_LOOKUP}' AND da.started_at >= c.budget_since) \
                          END AS first_failed_lookup_at, \
+                    a.tenant_id, a.traceparent, a.tracestate, \
                     d.id AS destination_id, d.name AS destination, d.kind, d.url, \
                     d.signing_secrets || CASE WHEN d.retiring_until > now() \
                         THEN d.retiring_signing_secrets ELSE '{{}}'::text[] END AS signing_secrets, \

@@ -223,6 +223,7 @@ async fn a_revision_waits_until_the_alert_it_corrects_has_settled() {
             payload_json: r#"{"alert": 0, "corrected": true}"#,
             reason: "wrong amount",
             actor: "test",
+            trace: None,
         },
     )
     .await
