@@ -6,9 +6,14 @@
 use crate::common::capture::Capture;
 use crate::common::decider::DeciderServe;
 use crate::common::destinations::add_destination;
-use crate::common::procs::{dispatcher_args, metrics_text, spawn_dispatcher_with_metrics, wait_for_db, Sink};
+use crate::common::destinations::DestinationAdd;
+use crate::common::procs::{
+    dispatcher_args, metrics_text, spawn_dispatcher_with_metrics, wait_for_db, Sink, SmtpSink,
+};
 use crate::common::{add_tenant, renewal, Api};
+use outbox_core::trace_context::{TraceContext, TraceParent, TraceState};
 use outbox_testkit::otlp::{OtlpReceiver, ReceivedSpan};
+use sha2::Digest;
 use outbox_testkit::TestDb;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -410,4 +415,122 @@ async fn bad_trace_headers_start_a_new_trace_and_never_reach_a_destination() {
             assert!(!state.contains('\u{e9}'));
         }
     }
+}
+
+/// An email carries the attempt's `Traceparent` (and `Tracestate`) at the top of the
+/// message: each attempt its own span id in the alert's trace, while the rest of a resend
+/// is the stored message byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_email_attempt_carries_its_own_traceparent_and_the_same_stored_message() {
+    let db = TestDb::new().await;
+    let inbox = SmtpSink::start(&[]).await;
+    let port = inbox.smtp_addr.rsplit(':').next().unwrap().to_owned();
+    let _ = crate::common::outboxctl(&db, &["tenant", "create", "acme"]).await;
+    DestinationAdd::email_relay("cfo", &port, "none")
+        .args(&["--to", "cfo@acme.example", "--on-uncertain", "retry"])
+        .add(&db)
+        .await;
+    let tenant = outbox_store::tenants::find(&db.pool, "acme").await.unwrap();
+    let given = TraceContext {
+        parent: TraceParent::parse(&format!("00-{TRACE}-{CALLER_SPAN}-01")).unwrap(),
+        state: TraceState::parse(["congo=t61rcWkgMzE"]),
+    };
+    let approved = outbox_store::alerts::approve_checked(
+        &db.pool,
+        outbox_store::alerts::CheckedApproval {
+            tenant_id: tenant.id,
+            destination: "cfo",
+            subject: "contract:A-17",
+            occurrence: "2027-01-15/30d",
+            payload: outbox_core::CheckedPayload::check(crate::common::alerts::RENEWAL).unwrap(),
+            actor: "test",
+            notify_dispatchers: false,
+            trace: Some(&given),
+        },
+    )
+    .await
+    .unwrap();
+    let outbox_store::alerts::Approved::Created(alert) = approved else {
+        panic!("{approved:?}");
+    };
+    let id = alert.id;
+    // The first attempt's final reply is lost: the message is resent.
+    inbox
+        .sink
+        .faults(json!({"smtp_drop_for_message_ids": [format!("{id}@acme.example")]}))
+        .await;
+    crate::common::procs::drain(&db, "w1", &[]).await;
+    assert_eq!(crate::common::alerts::state_of(&db, id).await, "accepted");
+
+    let stored = outbox_store::rendered::find(&db.pool, id).await.unwrap().unwrap();
+    let mut on_the_wire = stored.bytes.clone();
+    on_the_wire.extend_from_slice(b"\r\n");
+    let stored_sha: String = sha2::Sha256::digest(&on_the_wire)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let messages: Vec<Value> = inbox
+        .messages()
+        .await
+        .into_iter()
+        .filter(|m| m["alert_id"] == id.to_string())
+        .collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    let mut parents = Vec::new();
+    for message in &messages {
+        let (trace, parent, _) = parts(message["trace_parent"].as_str().unwrap());
+        assert_eq!(trace, TRACE);
+        assert_ne!(parent, CALLER_SPAN);
+        assert_eq!(message["sha256"], stored_sha.as_str(), "{message}");
+        parents.push(parent);
+    }
+    assert_ne!(parents[0], parents[1]);
+    assert!(!String::from_utf8_lossy(&stored.bytes).contains("Traceparent"));
+}
+
+/// A repeated approval keeps the first approval's trace; when it came with another
+/// trace, the evidence says so, and when it came with the same one (or none), nothing is
+/// written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_approval_keeps_the_first_trace_and_says_so_when_it_differs() {
+    let api = Api::start().await;
+    let mut approval = renewal(1);
+    approval["destination"] = json!("ops");
+    let approve = |traceparent: Option<String>| {
+        let mut request = api
+            .http
+            .post(format!("{}/v1/alerts", api.base))
+            .bearer_auth(&api.acme.token)
+            .json(&approval);
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent);
+        }
+        request.send()
+    };
+    let first = approve(Some(format!("00-{TRACE}-{CALLER_SPAN}-01"))).await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first: Value = first.json().await.unwrap();
+    let id: uuid::Uuid = first["id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(first["trace_id"], TRACE);
+
+    // The same trace (another span of the caller's), or none: nothing is written.
+    for again in [Some(format!("00-{TRACE}-0123456789abcdef-01")), None] {
+        let response = approve(again).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    assert_eq!(crate::common::alerts::evidence(&api.db, id).await.len(), 1);
+
+    let other = "0af7651916cd43dd8448eb211c80319c";
+    let response = approve(Some(format!("00-{other}-b7ad6b7169203331-01"))).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["trace_id"], TRACE, "the alert keeps its first trace");
+    let trail = crate::common::alerts::evidence(&api.db, id).await;
+    assert_eq!(trail.len(), 2, "{trail:?}");
+    assert!(
+        trail[1].contains(&format!("approved again within trace {other}"))
+            && trail[1].contains(&format!("keeps its first approval's trace {TRACE}")),
+        "{trail:?}"
+    );
+    assert_eq!(crate::common::alerts::state_of(&api.db, id).await, "pending");
 }

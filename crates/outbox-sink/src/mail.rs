@@ -260,3 +260,36 @@ mod tests {
         );
     }
 }
+
+/// `data` without the trace context fields at its very top (`Traceparent:` and
+/// `Tracestate:`, one line each): a sender that carries trace context in mail puts them
+/// there with a new span id on every attempt, so they are left out of the fingerprint that
+/// tells a resend of the same stored message from a changed one.
+pub(crate) fn without_leading_trace_fields(data: &[u8]) -> &[u8] {
+    let mut rest = data;
+    while let Some(end) = rest.windows(2).position(|pair| pair == b"\r\n") {
+        let line = rest[..end].to_ascii_lowercase();
+        if !(line.starts_with(b"traceparent:") || line.starts_with(b"tracestate:")) {
+            break;
+        }
+        rest = &rest[end + 2..];
+    }
+    rest
+}
+
+#[cfg(test)]
+mod trace_field_tests {
+    use super::without_leading_trace_fields;
+
+    #[test]
+    fn only_the_leading_trace_fields_are_left_out() {
+        let message = b"Traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\
+TRACESTATE: a=1\r\nSubject: x\r\nTraceparent: kept\r\n\r\nbody\r\n";
+        assert_eq!(
+            without_leading_trace_fields(message),
+            b"Subject: x\r\nTraceparent: kept\r\n\r\nbody\r\n"
+        );
+        assert_eq!(without_leading_trace_fields(b"Subject: x\r\n"), b"Subject: x\r\n");
+        assert_eq!(without_leading_trace_fields(b"Traceparent: x"), b"Traceparent: x");
+    }
+}

@@ -143,7 +143,9 @@ pub struct MailRecord {
     pub alert_id: Option<String>,
     /// Size of the message data in bytes (after dot-unstuffing, with its final CRLF).
     pub size: u64,
-    /// Hex SHA-256 of the message data: header section and body, exactly as received.
+    /// Hex SHA-256 of the message data: header section and body, exactly as received,
+    /// less the `Traceparent` and `Tracestate` fields at its top (a sender sets them anew
+    /// on every attempt; the rest of a resend is the same bytes).
     pub sha256: String,
     /// Hex SHA-256 of the body alone (after the blank line that ends the headers).
     pub body_sha256: String,

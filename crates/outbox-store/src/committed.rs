@@ -110,8 +110,9 @@ pub struct StoredMessage {
     pub alert_id: Uuid,
     /// Its `Message-ID`, without the angle brackets (as an inbox records it).
     pub message_id: String,
-    /// Hex SHA-256 of the message data as a relay receives it: the stored bytes and the
-    /// CRLF that ends the data before the final dot.
+    /// Hex SHA-256 of the message data as a relay receives it, less the trace context
+    /// fields each attempt puts at its top: the stored bytes and the CRLF that ends the
+    /// data before the final dot.
     pub wire_sha256: String,
 }
 

@@ -122,7 +122,7 @@ impl Sink {
             to: headers.to,
             alert_id: headers.alert_id,
             size: data.len() as u64,
-            sha256: sha256_hex(data),
+            sha256: sha256_hex(mail::without_leading_trace_fields(data)),
             body_sha256: sha256_hex(&data[headers.body_offset..]),
             authenticated_as: envelope.authenticated_as,
             tls: envelope.tls.map(str::to_owned),
