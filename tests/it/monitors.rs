@@ -85,6 +85,47 @@ async fn daily_runs_from_day_70_to_day_0_alert_on_days_60_30_and_15() {
     assert_eq!(db.count("outbox").await, 3);
 }
 
+/// A monitor's run is one trace: every alert it approves keeps that trace (and names it in
+/// its first evidence line), and the next run's alerts are in another.
+#[tokio::test]
+async fn each_monitor_run_is_a_trace_its_alerts_keep() {
+    let db = TestDb::new().await;
+    let t = tenant(&db, "acme", "UTC").await;
+    let mut csv =
+        String::from("external_id,vendor,amount,currency,renewal_date,notice_days,destinations\n");
+    for n in 0..3 {
+        csv.push_str(&format!(
+            "C-{n},Vendor {n},100.00,EUR,2027-03-31,0,ops;finance\n"
+        ));
+    }
+    import(&db, t, &csv).await;
+    assert_eq!(run(&db, noon_before("2027-03-31", 60)).await, 6);
+    assert_eq!(run(&db, noon_before("2027-03-31", 30)).await, 6);
+    let traces: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT substr(traceparent, 4, 32), count(*) FROM alerts \
+         GROUP BY 1 ORDER BY min(created_at)",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(traces.len(), 2, "{traces:?}");
+    assert!(
+        traces.iter().all(|(trace, n)| trace.len() == 32 && *n == 6),
+        "{traces:?}"
+    );
+    let lines: Vec<String> =
+        sqlx::query_scalar("SELECT e.line FROM alert_events e JOIN alerts a ON a.id = e.alert_id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        lines.iter().all(|line| traces
+            .iter()
+            .any(|(trace, _)| line.ends_with(&format!("; trace {trace}")))),
+        "{lines:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_contract_imported_ten_days_before_gets_one_15_day_alert() {
     let db = TestDb::new().await;

@@ -13,10 +13,10 @@ use crate::common::procs::{
 use crate::common::{add_tenant, renewal, Api};
 use outbox_core::trace_context::{TraceContext, TraceParent, TraceState};
 use outbox_testkit::otlp::{OtlpReceiver, ReceivedSpan};
-use sha2::Digest;
 use outbox_testkit::TestDb;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use sha2::Digest;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -111,7 +111,10 @@ async fn one_trace_from_the_agents_request_to_the_destinations_receipt() {
         assert_eq!(record["trace_state"], "congo=t61rcWkgMzE", "{record}");
         sent_spans.push(parent);
     }
-    assert_ne!(sent_spans[0], sent_spans[1], "each attempt sends its own span id");
+    assert_ne!(
+        sent_spans[0], sent_spans[1],
+        "each attempt sends its own span id"
+    );
     assert!(!sent_spans.contains(&CALLER_SPAN.to_owned()));
 
     let spans = receiver
@@ -177,19 +180,24 @@ async fn one_trace_from_the_agents_request_to_the_destinations_receipt() {
                 .any(|l| l.trace_id == TRACE && l.span_id == approval.span_id),
             "{attempt:?}"
         );
-        assert_eq!(attempt.span_id, sent_spans[n], "the sink got this attempt's span");
+        assert_eq!(
+            attempt.span_id, sent_spans[n],
+            "the sink got this attempt's span"
+        );
         assert_eq!(
             attempt.attr_str("outbox.attempt"),
             Some((n + 1).to_string())
         );
-        assert_eq!(attempt.attr_str("outbox.destination").as_deref(), Some("hooks"));
+        assert_eq!(
+            attempt.attr_str("outbox.destination").as_deref(),
+            Some("hooks")
+        );
         assert_eq!(attempt.attr_str("messaging.message.id"), Some(id.clone()));
         // The claim batch, the request and the settle are the attempt's children.
         for child in ["claim outbox", "POST", "settle"] {
             assert!(
-                spans
-                    .iter()
-                    .any(|s| s.name == child && s.parent_span_id.as_deref() == Some(attempt.span_id.as_str())),
+                spans.iter().any(|s| s.name == child
+                    && s.parent_span_id.as_deref() == Some(attempt.span_id.as_str())),
                 "no `{child}` under attempt {}: {}",
                 n + 1,
                 receiver.render_tree(TRACE)
@@ -205,7 +213,10 @@ async fn one_trace_from_the_agents_request_to_the_destinations_receipt() {
         attempts[0].attr_str("http.response.status_code").as_deref(),
         Some("503")
     );
-    assert_eq!(attempts[1].attr_str("outbox.outcome").as_deref(), Some("accepted"));
+    assert_eq!(
+        attempts[1].attr_str("outbox.outcome").as_deref(),
+        Some("accepted")
+    );
     assert_eq!(
         attempts[1].attr_str("http.response.status_code").as_deref(),
         Some("200")
@@ -227,7 +238,11 @@ async fn one_trace_from_the_agents_request_to_the_destinations_receipt() {
 
     // The trail names the trace.
     let show = crate::common::outboxctl(&db, &["alert", "show", &id]).await;
-    assert!(show.stdout.contains(&format!("trace        {TRACE}")), "{}", show.stdout);
+    assert!(
+        show.stdout.contains(&format!("trace        {TRACE}")),
+        "{}",
+        show.stdout
+    );
     assert!(
         show.stdout
             .contains(&format!("queued for delivery; trace {TRACE}")),
@@ -379,15 +394,16 @@ async fn bad_trace_headers_start_a_new_trace_and_never_reach_a_destination() {
         assert_eq!(status, 201, "{case}");
     }
     // Every alert has a well-formed trace; only the well-formed parent was kept.
-    let stored: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
-        "SELECT subject, traceparent, tracestate FROM alerts ORDER BY subject",
-    )
-    .fetch_all(&api.db.pool)
-    .await
-    .unwrap();
+    let stored: Vec<(String, Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT subject, traceparent, tracestate FROM alerts ORDER BY subject")
+            .fetch_all(&api.db.pool)
+            .await
+            .unwrap();
     assert_eq!(stored.len(), cases.len());
     for (subject, parent, state) in &stored {
-        let parent = parent.as_deref().unwrap_or_else(|| panic!("{subject} has no trace"));
+        let parent = parent
+            .as_deref()
+            .unwrap_or_else(|| panic!("{subject} has no trace"));
         let (trace, _, _) = parts(parent);
         assert_eq!(trace.len(), 32);
         if let Some(state) = state {
@@ -462,7 +478,10 @@ async fn each_email_attempt_carries_its_own_traceparent_and_the_same_stored_mess
     crate::common::procs::drain(&db, "w1", &[]).await;
     assert_eq!(crate::common::alerts::state_of(&db, id).await, "accepted");
 
-    let stored = outbox_store::rendered::find(&db.pool, id).await.unwrap().unwrap();
+    let stored = outbox_store::rendered::find(&db.pool, id)
+        .await
+        .unwrap()
+        .unwrap();
     let mut on_the_wire = stored.bytes.clone();
     on_the_wire.extend_from_slice(b"\r\n");
     let stored_sha: String = sha2::Sha256::digest(&on_the_wire)
@@ -507,7 +526,9 @@ async fn a_repeated_approval_keeps_the_first_trace_and_says_so_when_it_differs()
         }
         request.send()
     };
-    let first = approve(Some(format!("00-{TRACE}-{CALLER_SPAN}-01"))).await.unwrap();
+    let first = approve(Some(format!("00-{TRACE}-{CALLER_SPAN}-01")))
+        .await
+        .unwrap();
     assert_eq!(first.status(), StatusCode::CREATED);
     let first: Value = first.json().await.unwrap();
     let id: uuid::Uuid = first["id"].as_str().unwrap().parse().unwrap();
@@ -521,7 +542,9 @@ async fn a_repeated_approval_keeps_the_first_trace_and_says_so_when_it_differs()
     assert_eq!(crate::common::alerts::evidence(&api.db, id).await.len(), 1);
 
     let other = "0af7651916cd43dd8448eb211c80319c";
-    let response = approve(Some(format!("00-{other}-b7ad6b7169203331-01"))).await.unwrap();
+    let response = approve(Some(format!("00-{other}-b7ad6b7169203331-01")))
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let answer: Value = response.json().await.unwrap();
     assert_eq!(answer["trace_id"], TRACE, "the alert keeps its first trace");
@@ -532,5 +555,8 @@ async fn a_repeated_approval_keeps_the_first_trace_and_says_so_when_it_differs()
             && trail[1].contains(&format!("keeps its first approval's trace {TRACE}")),
         "{trail:?}"
     );
-    assert_eq!(crate::common::alerts::state_of(&api.db, id).await, "pending");
+    assert_eq!(
+        crate::common::alerts::state_of(&api.db, id).await,
+        "pending"
+    );
 }

@@ -214,13 +214,17 @@ mod tests {
     fn without_exported_spans_the_callers_context_is_stored() {
         let incoming = IncomingTrace::from_headers(&headers(&[("traceparent", PARENT)]));
         assert_eq!(
-            context_to_store(&Span::none(), &incoming).parent.to_string(),
+            context_to_store(&Span::none(), &incoming)
+                .parent
+                .to_string(),
             PARENT
         );
         assert!(incoming
             .differs_from(Some("4bf92f3577b34da6a3ce929d0e0e4736"))
             .is_none());
-        assert!(incoming.differs_from(Some("0af7651916cd43dd8448eb211c80319c")).is_some());
+        assert!(incoming
+            .differs_from(Some("0af7651916cd43dd8448eb211c80319c"))
+            .is_some());
         assert!(IncomingTrace(None).differs_from(None).is_none());
     }
 }

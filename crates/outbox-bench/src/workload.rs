@@ -104,8 +104,7 @@ impl Workload {
         while i < from + count {
             let end = (i + APPROVAL_CHUNK as u64).min(from + count);
             let chunk: Vec<MonitorAlert> = (i..end).map(|i| self.alert(i)).collect();
-            let created =
-                monitors::approve_batch(
+            let created = monitors::approve_batch(
                 &self.pool,
                 self.tenant_id,
                 &chunk,

@@ -89,8 +89,13 @@ pub fn parse_trace_url_template(text: &str) -> Result<String, String> {
     if !text.contains("{trace_id}") {
         return Err("must hold `{trace_id}` where the trace id goes".to_owned());
     }
-    if text.chars().any(|c| c.is_control() || c.is_whitespace() || c == '"' || c == '<' || c == '>') {
-        return Err("must not hold spaces, quotes, angle brackets or control characters".to_owned());
+    if text
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || c == '"' || c == '<' || c == '>')
+    {
+        return Err(
+            "must not hold spaces, quotes, angle brackets or control characters".to_owned(),
+        );
     }
     Ok(text.to_owned())
 }

@@ -389,4 +389,35 @@ mod tests {
         assert_eq!(state.as_str().split(',').count(), 20);
         assert!(state.as_str().ends_with(&short[19]));
     }
+
+    #[test]
+    fn a_new_trace_and_a_new_span_are_random_valid_and_print_back() {
+        let first = TraceParent::new_trace(false);
+        let second = TraceParent::new_trace(true);
+        assert_ne!(first.trace_id, second.trace_id);
+        assert!(!first.sampled() && second.sampled());
+        for parent in [first, second] {
+            assert_eq!(TraceParent::parse(&parent.to_string()), Some(parent));
+        }
+        let attempt = second.with_new_span();
+        assert_eq!(attempt.trace_id, second.trace_id);
+        assert_eq!(attempt.flags, second.flags);
+        assert_ne!(attempt.parent_id, second.parent_id);
+        assert_eq!(attempt.parent_id_hex().len(), 16);
+    }
+
+    #[test]
+    fn a_stored_context_reads_back_and_a_broken_one_is_none() {
+        let context = TraceContext::from_stored(Some(EXAMPLE), Some("congo=t61rcWkgMzE")).unwrap();
+        assert_eq!(context.parent.to_string(), EXAMPLE);
+        assert_eq!(context.state.unwrap().as_str(), "congo=t61rcWkgMzE");
+        assert_eq!(
+            context.parent.trace_id_hex(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert!(TraceContext::from_stored(None, Some("congo=t61rcWkgMzE")).is_none());
+        assert!(TraceContext::from_stored(Some("00-zz"), None).is_none());
+        let without_state = TraceContext::from_stored(Some(EXAMPLE), Some("Bad=1")).unwrap();
+        assert!(without_state.state.is_none());
+    }
 }

@@ -105,10 +105,15 @@ pub(crate) async fn approve_sorted(
     let mut created = 0;
     for chunk in alerts.chunks(BATCH) {
         let (span, trace) = run.approval(tenant_id, chunk.len());
-        let ids =
-            outbox_store::monitors::approve_batch(&mut *conn, tenant_id, chunk, actor, Some(&trace))
-                .instrument(span)
-                .await?;
+        let ids = outbox_store::monitors::approve_batch(
+            &mut *conn,
+            tenant_id,
+            chunk,
+            actor,
+            Some(&trace),
+        )
+        .instrument(span)
+        .await?;
         created += ids.len() as u64;
     }
     Ok(created)
@@ -168,7 +173,13 @@ impl MonitorRun {
             outbox.tenant_id = %tenant,
         );
         let parent = telemetry::current_context(&span).unwrap_or(self.unexported);
-        (span, TraceContext { parent, state: None })
+        (
+            span,
+            TraceContext {
+                parent,
+                state: None,
+            },
+        )
     }
 }
 

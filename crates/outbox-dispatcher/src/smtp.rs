@@ -25,11 +25,11 @@ use std::time::Duration;
 
 use crate::attempt_trace::{self, step_span};
 use crate::classify::{Exchange, SmtpPhase};
-use outbox_core::trace_context::TraceContext;
-use tracing::Instrument;
 use crate::relay::{or_not_sent, within, Security};
 use crate::templates::TenantTemplates;
 use crate::Shared;
+use outbox_core::trace_context::TraceContext;
+use tracing::Instrument;
 
 /// One attempt's exchange, and the evidence naming the message it sent (when one was
 /// rendered).

@@ -1,7 +1,8 @@
 //! What every binary of the alert outbox shares.
 //!
 //! Layout: [`init_tracing`] / [`init_tracing_quiet`] (human or JSON logs, and span export
-//! when the `OTEL_*` variables ask for it), [`telemetry`] (that export, its figures for
+//! when the `OTEL_*` variables ask for it; `log_fields`: human lines leave out spans'
+//! OpenTelemetry attributes), [`telemetry`] (that export, its figures for
 //! `/metrics`, and the W3C trace context of spans), [`shutdown_signal`] (SIGTERM/SIGINT),
 //! [`shutdown`] (the one stop signal every listener and loop of a process is given),
 //! [`failpoints`] (crash points for tests, compiled in only with the `failpoints` feature),
@@ -15,6 +16,7 @@
 //! address).
 
 pub mod http_server;
+mod log_fields;
 pub mod private_postgres;
 pub mod process;
 pub mod prometheus;
@@ -92,7 +94,9 @@ fn init_tracing_with_default(default_filter: &str, service: &str) {
             .with_writer(std::io::stderr);
         (None, Some(layer.with_filter(filter)))
     } else {
-        let layer = fmt::layer().with_writer(std::io::stderr);
+        let layer = fmt::layer()
+            .fmt_fields(log_fields::HumanFields)
+            .with_writer(std::io::stderr);
         (Some(layer.with_filter(filter)), None)
     };
     let (export, warnings) = telemetry::from_env(service);

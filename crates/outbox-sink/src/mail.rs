@@ -289,7 +289,13 @@ TRACESTATE: a=1\r\nSubject: x\r\nTraceparent: kept\r\n\r\nbody\r\n";
             without_leading_trace_fields(message),
             b"Subject: x\r\nTraceparent: kept\r\n\r\nbody\r\n"
         );
-        assert_eq!(without_leading_trace_fields(b"Subject: x\r\n"), b"Subject: x\r\n");
-        assert_eq!(without_leading_trace_fields(b"Traceparent: x"), b"Traceparent: x");
+        assert_eq!(
+            without_leading_trace_fields(b"Subject: x\r\n"),
+            b"Subject: x\r\n"
+        );
+        assert_eq!(
+            without_leading_trace_fields(b"Traceparent: x"),
+            b"Traceparent: x"
+        );
     }
 }

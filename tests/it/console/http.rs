@@ -1534,3 +1534,64 @@ async fn an_account_limited_to_a_tenant_sees_its_own_bulk_replays_in_the_audit_l
         assert!(roots.contains(note), "{note}: {roots}");
     }
 }
+
+/// An alert's page shows its trace id, linked to the trace viewer the operator set
+/// (`--trace-url-template`); an alert approved before trace context was kept shows none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alerts_trace_is_linked_to_the_trace_viewer() {
+    let db = TestDb::new().await;
+    let (_sink, _, ids) = held_alerts(&db, "acme", 1).await;
+    // An operator's correction starts a trace of its own.
+    revise(
+        &db,
+        &ids[0].to_string(),
+        r#"{"alert": 0, "text": "corrected"}"#,
+    )
+    .await;
+    let (revision, trace_id): (Uuid, String) =
+        sqlx::query_as("SELECT id, substr(traceparent, 4, 32) FROM alerts WHERE revision = 1")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let template = outbox_console::parse_trace_url_template(
+        "https://tempo.example/explore/trace/{trace_id}?orgId=1",
+    )
+    .unwrap();
+    let console = Console::start_with(
+        db,
+        outbox_console::ConsoleConfig {
+            trace_url_template: Some(template),
+            ..outbox_console::ConsoleConfig::default()
+        },
+    )
+    .await;
+    let viewer = console.signed_in("vera", "viewer", None).await;
+
+    let page = console
+        .get(Some(&viewer), &format!("/console/alerts/{revision}"))
+        .await;
+    assert_eq!(page.status, StatusCode::OK);
+    // The page escapes `/` in attributes as `&#x2f;`, which a browser reads back.
+    let body = page.body.replace("&#x2f;", "/");
+    assert!(
+        body.contains(&format!(
+            "href=\"https://tempo.example/explore/trace/{trace_id}?orgId=1\""
+        )),
+        "{body}"
+    );
+    let untraced = console
+        .get(Some(&viewer), &format!("/console/alerts/{}", ids[0]))
+        .await;
+    assert!(!untraced.body.contains("id=\"trace\""), "{}", untraced.body);
+
+    for bad in [
+        "ftp://x/{trace_id}",
+        "https://tempo.example/trace",
+        "https://x/{trace_id}\" onclick=\"x",
+    ] {
+        assert!(
+            outbox_console::parse_trace_url_template(bad).is_err(),
+            "{bad}"
+        );
+    }
+}

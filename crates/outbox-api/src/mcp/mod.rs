@@ -31,8 +31,8 @@ use serde_json::{json, Value};
 
 use crate::alerts::{self, Answer, ApproveRequest, ReviseRequest};
 use crate::auth::Caller;
-use crate::trace::IncomingTrace;
 use crate::listings::{self, AlertQuery};
+use crate::trace::IncomingTrace;
 use crate::{body, AppState, Problem};
 
 pub use stdio::serve_stdio;
@@ -315,7 +315,12 @@ impl ServerHandler for OutboxMcp {
             .unwrap_or_default();
         let result = match self.caller(&context).await {
             Ok(caller) => self
-                .run_tool(&caller, &incoming, name, request.arguments.unwrap_or_default())
+                .run_tool(
+                    &caller,
+                    &incoming,
+                    name,
+                    request.arguments.unwrap_or_default(),
+                )
                 .await
                 .map_or_else(|problem| tool_error(&problem), CallToolResult::structured),
             Err(problem) => tool_error(&problem),

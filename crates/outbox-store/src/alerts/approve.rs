@@ -232,7 +232,12 @@ pub async fn approve_on(
         .bind(approval.notify_dispatchers)
         .bind(crate::wake_ups::WAKE_UP_CHANNEL)
         .bind(approval.trace.map(|t| t.parent.to_string()))
-        .bind(approval.trace.and_then(|t| t.state.as_ref()).map(|s| s.as_str()))
+        .bind(
+            approval
+                .trace
+                .and_then(|t| t.state.as_ref())
+                .map(|s| s.as_str()),
+        )
         .fetch_one(&mut *conn)
         .await
         .map_err(StoreError::from_payload_error)?;
