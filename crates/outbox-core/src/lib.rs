@@ -27,7 +27,8 @@
 //!   parts, no IP address domains, at most [`recipients::MAX_RECIPIENTS`]).
 //! - [`headers`]: which header may carry the notification id (no framing or hop-by-hop).
 //! - [`trace_context`]: W3C `traceparent` and `tracestate` read strictly (a broken one is
-//!   ignored, as the recommendation says).
+//!   ignored, as the recommendation says), and the context an alert keeps and its attempts
+//!   send on (`TraceContext`).
 //! - [`client`]: who a client is for per-client limits (an IPv4 address, an IPv6 /64).
 
 pub mod client;

@@ -7,7 +7,9 @@
 //! - `news`: Webz.io-format articles, the watchlist monitor, the news poller (behind the
 //!   egress guard, `outbox_egress`: no redirects, no `Referer`, the token only to the
 //!   feed's own origin, pages read up to a size cap).
-//! - [`run_once`], [`run_every`]: evaluate every monitor once, or on an interval.
+//! - [`run_once`], [`run_every`]: evaluate every monitor once, or on an interval; each
+//!   monitor's run is a trace of its own (`MonitorRun`: its root span, and the trace
+//!   context its alerts keep).
 //! - `serve`: `decider serve`, the approval API (`outbox_api`), the monitors on an interval
 //!   and the console (`outbox_console`), stopped by one shutdown.
 //! - `cli`: the `decider` program's command line, and what each command runs.

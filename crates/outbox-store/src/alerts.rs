@@ -7,6 +7,10 @@
 //! produce one alert: `INSERT ... ON CONFLICT DO NOTHING` waits for a concurrent inserter
 //! of the same identity to commit or roll back, then either inserts or yields to it.
 //!
+//! An alert keeps the W3C trace context of its approval (`traceparent`, `tracestate`),
+//! never part of its identity or fingerprint; a repeated approval keeps the first one
+//! ([`note_repeated_trace`] says so in the evidence when another came).
+//!
 //! Payloads are stored as JSONB and always sent as `payload::text`; their fingerprint is
 //! the SHA-256 of exactly those bytes, computed by PostgreSQL in the same statement, so
 //! "same payload" means "same bytes on the wire".
