@@ -559,4 +559,15 @@ async fn a_repeated_approval_keeps_the_first_trace_and_says_so_when_it_differs()
         crate::common::alerts::state_of(&api.db, id).await,
         "pending"
     );
+
+    // A rerun in a new trace every time adds a line for the first ten only.
+    for n in 1..=12u64 {
+        let trace = format!("{n:032x}");
+        let response = approve(Some(format!("00-{trace}-b7ad6b7169203331-01")))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let trail = crate::common::alerts::evidence(&api.db, id).await;
+    assert_eq!(trail.len(), 1 + 10, "{trail:?}");
 }

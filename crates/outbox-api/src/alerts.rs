@@ -134,7 +134,7 @@ pub(crate) enum Answer {
 /// Approve an alert.
 ///
 /// `201` when this request made the alert, `200` when this identity already had exactly
-/// this payload (a rerun, or a retry after a lost answer: nothing is written), `409
+/// this payload (a rerun, or a retry after a lost answer: nothing changes), `409
 /// identity-conflict` when it has a different one (correct it with a revision).
 ///
 /// A W3C `traceparent` (with `tracestate`) on the request is kept with the alert, and
@@ -150,7 +150,7 @@ pub(crate) enum Answer {
     responses(
         (status = 201, description = "Created by this request", body = AlertDetail,
             headers(("Location" = String, description = "`/v1/alerts/{id}`"))),
-        (status = 200, description = "This identity already had exactly this payload; nothing was written", body = AlertDetail),
+        (status = 200, description = "This identity already had exactly this payload; nothing changed (a repeat within another trace adds one evidence line saying so)", body = AlertDetail),
         (status = 400, description = "`malformed-json`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 409, description = "`identity-conflict`: members `existing_alert_id`, `latest_alert_id`", body = ProblemDocument, content_type = "application/problem+json"),
@@ -218,12 +218,17 @@ pub(crate) async fn approve_alert(
             span.record("messaging.message.id", id.to_string());
             span.record("outbox.approval", "existing");
             let alert = load(state, caller, id).await?;
-            match incoming.differs_from(alert.trace_id.as_deref()) {
-                Some(given) => {
-                    alerts::note_repeated_trace(&state.pool, id, &caller.actor, given).await?;
-                    Ok(Answer::Existing(load(state, caller, id).await?))
+            let Some(given) = incoming.differs_from(alert.trace_id.as_deref()) else {
+                return Ok(Answer::Existing(alert));
+            };
+            // The note is evidence about the request, not part of its answer: a note that
+            // cannot be written leaves the idempotent answer as it is.
+            match alerts::note_repeated_trace(&state.pool, id, &caller.actor, given).await {
+                Ok(()) => Ok(Answer::Existing(load(state, caller, id).await?)),
+                Err(err) => {
+                    tracing::warn!(alert_id = %id, error = %err, "the repeated approval's trace could not be noted");
+                    Ok(Answer::Existing(alert))
                 }
-                None => Ok(Answer::Existing(alert)),
             }
         }
         Approved::Conflict { original, latest } => {

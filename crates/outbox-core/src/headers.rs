@@ -55,7 +55,11 @@ pub fn check_idempotency_header(name: &str) -> Result<(), HeaderNameError> {
     if lower.starts_with("proxy-") {
         return reserved("proxy headers are for the connection to a proxy");
     }
-    if lower == "content-type" || lower.starts_with("webhook-") {
+    if lower == "content-type"
+        || lower.starts_with("webhook-")
+        || lower == "traceparent"
+        || lower == "tracestate"
+    {
         return reserved("the dispatcher sets it on every request");
     }
     Ok(())
@@ -98,6 +102,8 @@ mod tests {
             "webhook-id",
             "Webhook-Signature",
             "webhook-timestamp",
+            "traceparent",
+            "TraceState",
         ] {
             assert!(
                 matches!(

@@ -77,8 +77,14 @@ impl TraceParent {
     }
 
     /// The same trace with another span as the parent: what an attempt sends downstream.
+    /// Only the flags this version defines travel on (`sampled`; bits a caller set that
+    /// the recommendation reserves are cleared).
     pub fn with_parent(&self, parent_id: [u8; 8]) -> TraceParent {
-        TraceParent { parent_id, ..*self }
+        TraceParent {
+            parent_id,
+            flags: self.flags & 0x01,
+            ..*self
+        }
     }
 
     /// The parent span's id as 16 lowercase hex digits.
@@ -185,6 +191,12 @@ impl TraceState {
                 if !valid_key(key) || !valid_value(entry) {
                     return None;
                 }
+                // A 33rd member breaks the rule: stop at once, so a header of thousands
+                // of members (before any token is checked) costs one pass, never a
+                // comparison of each with all the others.
+                if members.len() == MAX_TRACESTATE_MEMBERS {
+                    return None;
+                }
                 if members
                     .iter()
                     .any(|m| m.split_once('=').map(|(k, _)| k) == Some(key))
@@ -194,7 +206,7 @@ impl TraceState {
                 members.push(member);
             }
         }
-        if members.is_empty() || members.len() > MAX_TRACESTATE_MEMBERS {
+        if members.is_empty() {
             return None;
         }
         Some(TraceState(cut_to_limit(members)))
@@ -419,5 +431,21 @@ mod tests {
         assert!(TraceContext::from_stored(Some("00-zz"), None).is_none());
         let without_state = TraceContext::from_stored(Some(EXAMPLE), Some("Bad=1")).unwrap();
         assert!(without_state.state.is_none());
+    }
+
+    #[test]
+    fn a_tracestate_of_thousands_of_members_is_refused_at_the_33rd() {
+        let members: Vec<String> = (0..50_000).map(|n| format!("k{n}=v")).collect();
+        let header = members.join(",");
+        assert!(TraceState::parse([header.as_str()]).is_none());
+        let exactly: Vec<String> = (0..32).map(|n| format!("k{n}=v")).collect();
+        assert!(TraceState::parse([exactly.join(",").as_str()]).is_some());
+    }
+
+    #[test]
+    fn reserved_flags_are_not_passed_on() {
+        let parent =
+            TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-ff").unwrap();
+        assert_eq!(parent.with_new_span().flags, 0x01);
     }
 }

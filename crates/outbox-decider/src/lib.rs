@@ -129,7 +129,7 @@ pub(crate) struct MonitorRun {
     span: Span,
     /// The context stored when spans are not exported: one new trace per run, so the
     /// attempts of one run's alerts still share a trace id downstream.
-    unexported: TraceParent,
+    fallback_trace: TraceParent,
 }
 
 impl MonitorRun {
@@ -142,7 +142,7 @@ impl MonitorRun {
         };
         MonitorRun {
             span,
-            unexported: TraceParent::new_trace(false),
+            fallback_trace: TraceParent::new_trace(false),
         }
     }
 
@@ -157,7 +157,7 @@ impl MonitorRun {
     fn approval(&self, tenant: Uuid, count: usize) -> (Span, TraceContext) {
         if !telemetry::enabled() {
             let trace = TraceContext {
-                parent: self.unexported,
+                parent: self.fallback_trace,
                 state: None,
             };
             return (Span::none(), trace);
@@ -174,7 +174,7 @@ impl MonitorRun {
             messaging.batch.message_count = count as i64,
             outbox.tenant_id = %tenant,
         );
-        let parent = telemetry::current_context(&span).unwrap_or(self.unexported);
+        let parent = telemetry::current_context(&span).unwrap_or(self.fallback_trace);
         (
             span,
             TraceContext {
@@ -211,28 +211,36 @@ pub async fn run_once(
         first_error.get_or_insert(err);
     };
     if let Some(source) = news_source {
-        let run = MonitorRun::start("news poll");
+        let poll = MonitorRun::start("news poll");
         let polled = match source.client() {
-            Ok(http) => news::poll(pool, &http, source).instrument(run.span()).await,
+            Ok(http) => {
+                news::poll(pool, &http, source)
+                    .instrument(poll.span())
+                    .await
+            }
             Err(err) => Err(err),
         };
+        // Each run's span ends with it, not with the whole evaluation.
+        drop(poll);
         match polled {
             Ok(n) => summary.articles_ingested = n,
             Err(err) => note("news poller", err),
         }
     }
-    let run = MonitorRun::start("contracts monitor");
-    let evaluated = contracts::evaluate(pool, now, "monitor:contracts", &run)
-        .instrument(run.span())
+    let renewals = MonitorRun::start("contracts monitor");
+    let evaluated = contracts::evaluate(pool, now, "monitor:contracts", &renewals)
+        .instrument(renewals.span())
         .await;
+    drop(renewals);
     match evaluated {
         Ok(n) => summary.renewal_alerts = n,
         Err(err) => note("contracts", err),
     }
-    let run = MonitorRun::start("watchlists monitor");
-    let evaluated = news::evaluate(pool, "monitor:news", &run)
-        .instrument(run.span())
+    let watchlists = MonitorRun::start("watchlists monitor");
+    let evaluated = news::evaluate(pool, "monitor:news", &watchlists)
+        .instrument(watchlists.span())
         .await;
+    drop(watchlists);
     match evaluated {
         Ok(n) => summary.news_alerts = n,
         Err(err) => note("watchlists", err),

@@ -38,7 +38,7 @@ pub(crate) async fn work_one(
         local_claimed_at: claimed_at,
         local_lease_deadline: claimed_at + lease,
         row,
-        trace,
+        outgoing_trace: trace,
     };
     match work_in_turn(&shared, &claim, &limit).await {
         work::Finished::Release(why) => give_back(&shared, &claim, &why).await,

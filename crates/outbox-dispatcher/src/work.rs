@@ -40,7 +40,7 @@ pub(crate) struct Claim {
     pub local_lease_deadline: Instant,
     /// The trace context this claim's requests send: the approval's trace, this
     /// attempt's span (`attempt_trace`).
-    pub trace: Option<TraceContext>,
+    pub outgoing_trace: Option<TraceContext>,
 }
 
 impl Claim {
@@ -105,7 +105,7 @@ async fn send(
     let row = &claim.row;
     let started_at = Utc::now();
     let started = Instant::now();
-    let (exchange, note) = exchange(shared, row, claim.trace.as_ref()).await;
+    let (exchange, note) = exchange(shared, row, claim.outgoing_trace.as_ref()).await;
     shared
         .metrics
         .send_latency(&row.destination, started.elapsed());
@@ -202,7 +202,7 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
             &shared.config.egress,
             row,
             template,
-            claim.trace.as_ref(),
+            claim.outgoing_trace.as_ref(),
         )
         .instrument(attempt_trace::step_span("lookup"))
         .await;

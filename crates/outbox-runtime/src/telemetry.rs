@@ -269,45 +269,33 @@ fn otlp_exporter(
         .map_err(|err| err.to_string())
 }
 
-/// The OpenTelemetry layer's filter: spans and events at info and above (whatever
-/// `RUST_LOG` says: it sets what is logged), and nothing from the export thread,
-/// OpenTelemetry itself or the HTTP stack under the exporter, so that exporting never
-/// makes spans to export.
+/// The OpenTelemetry layer's filter: our own spans at info and above (whatever
+/// `RUST_LOG` says: it sets what is logged), and nothing else.
+/// - No events: inside a span, an event would be exported as a span event with all its
+///   fields, and log lines may quote what a destination answered or an error's text;
+///   spans carry only the attributes chosen for them.
+/// - Only our crates' spans: a library's long-lived span (an MCP session's, say) would
+///   otherwise become the parent of every approval made under it, and the export
+///   thread's own work (the HTTP stack under the exporter) would make spans to export.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ExportFilter;
 
-/// Crates whose spans and events are about moving bytes, the exporter's among them.
-const TRANSPORT_CRATES: &[&str] = &[
-    "h2",
-    "hyper",
-    "hyper_util",
-    "reqwest",
-    "rustls",
-    "tokio_rustls",
-    "tower",
-];
-
-fn about_export(target: &str) -> bool {
-    let krate = target.split("::").next().unwrap_or(target);
-    target.starts_with(EXPORT_TARGET)
-        || krate.starts_with("opentelemetry")
-        || TRANSPORT_CRATES.contains(&krate)
+/// Whether spans at `target` are exported: the product's crates, never the export's own.
+fn exported_target(target: &str) -> bool {
+    (target.starts_with("outbox_") || target.starts_with("alert_outbox"))
+        && !target.starts_with(EXPORT_TARGET)
 }
 
 impl<S> Filter<S> for ExportFilter {
     fn enabled(&self, meta: &Metadata<'_>, _: &Context<'_, S>) -> bool {
-        *meta.level() <= Level::INFO && !about_export(meta.target())
+        meta.is_span() && *meta.level() <= Level::INFO && exported_target(meta.target())
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        if *meta.level() > Level::INFO || about_export(meta.target()) {
-            Interest::never()
-        } else if meta.target() == "log" {
-            // Records from the `log` crate share one callsite; their own target is only
-            // known record by record.
-            Interest::sometimes()
-        } else {
+        if meta.is_span() && *meta.level() <= Level::INFO && exported_target(meta.target()) {
             Interest::always()
+        } else {
+            Interest::never()
         }
     }
 

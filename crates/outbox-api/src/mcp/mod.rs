@@ -44,7 +44,7 @@ This server approves alerts for delivery, once each. An alert's identity is (des
 subject, occurrence) within your tenant: the identity decides the alert. A rerun must give \
 the same identity; take occurrence from the facts (e.g. the renewal date and tier, \
 `2027-01-31/30d`), never from the run's clock or a random id. Approving the same identity \
-with the same payload again returns the existing alert (created=false) and writes nothing, \
+with the same payload again returns the existing alert (created=false) and changes nothing, \
 so approving again after a lost answer is safe. A changed payload is refused \
 (identity-conflict): correct it with revise_alert and a reason, never with a new \
 occurrence. States uncertain and held mean do not send again: an operator decides. Start \

@@ -124,7 +124,7 @@ Approve an alert for delivery. Its identity is (destination, subject, occurrence
 identity decides the alert, so a rerun must reuse the same identity. Take occurrence from \
 the facts (for a renewal: the renewal date and the tier, `2027-01-31/30d`), never from the \
 run's clock or a random id. Approving the same identity with the same payload again \
-returns the same alert with created=false and writes nothing, so approving again after a \
+returns the same alert with created=false and changes nothing, so approving again after a \
 lost answer is safe. A different payload for an existing identity is refused \
 (identity-conflict): correct it with revise_alert and a reason, never with a new \
 occurrence. An alert in state uncertain or held must not be sent again: an operator \

@@ -38,7 +38,7 @@ const BSP_EXPORT_TIMEOUT: &str = "OTEL_BSP_EXPORT_TIMEOUT";
 /// The OTLP request timeout when none is given (the exporter specification's default).
 const DEFAULT_OTLP_TIMEOUT: Duration = Duration::from_secs(10);
 /// A queue larger than this is refused as a typo: spans are held in memory.
-const MAX_QUEUE_SIZE: usize = 1 << 24;
+const MAX_QUEUE_SIZE: usize = 1 << 17;
 
 /// How spans are exported, when they are.
 #[derive(Debug, Clone, PartialEq)]

@@ -345,10 +345,16 @@ async fn existing_outcome(
     outcome_among(revisions.into_iter()).ok_or(StoreError::Database(sqlx::Error::RowNotFound))
 }
 
+/// Most "approved again within another trace" lines one alert's trail holds: a scheduler
+/// that reruns an agent every few minutes, each run in a new trace, must not grow the
+/// trail without end (the spans of the later ones still say it).
+pub const MAX_REPEATED_TRACE_NOTES: i64 = 10;
+
 /// Notes in an alert's evidence that it was approved again with another trace than the
-/// one it keeps (`stored`, its first approval's): the alert, its payload and its trace do
-/// not change, and the line says where the repeated approval came from. The state is
-/// read in the statement, so the line neither moves nor misstates it.
+/// one it keeps (its first approval's): the alert, its payload and its trace do not
+/// change, and the line says where the repeated approval came from. The state is read in
+/// the statement, so the line never moves it. Written for the first
+/// [`MAX_REPEATED_TRACE_NOTES`] such approvals only.
 pub async fn note_repeated_trace(
     db: impl sqlx::PgExecutor<'_>,
     alert_id: Uuid,
@@ -361,11 +367,14 @@ pub async fn note_repeated_trace(
                 'approved again within trace ' || $3 || '; the alert keeps ' || \
                 coalesce('its first approval''s trace ' || substr(a.traceparent, 4, 32), \
                          'no trace (it was approved before trace context was kept)') \
-         FROM alerts a {STATE_JOINS} WHERE a.id = $1"
+         FROM alerts a {STATE_JOINS} WHERE a.id = $1 \
+           AND (SELECT count(*) FROM alert_events e \
+                WHERE e.alert_id = $1 AND e.line LIKE 'approved again within trace %') < $4"
     ))
     .bind(alert_id)
     .bind(actor)
     .bind(given.trace_id_hex())
+    .bind(MAX_REPEATED_TRACE_NOTES)
     .execute(db)
     .await?;
     Ok(())

@@ -56,8 +56,8 @@ pub struct ClaimedAlert {
     pub first_failed_lookup_at: Option<DateTime<Utc>>,
     /// The alert's tenant.
     pub tenant_id: Uuid,
-    /// The approval's trace context (`traceparent`, `tracestate`), which every attempt
-    /// sends again with its own span; `None` for alerts approved before it was kept.
+    /// The approval's `traceparent`, which every attempt sends again with its own span;
+    /// `None` for alerts approved before trace context was kept.
     pub traceparent: Option<String>,
     /// The caller's `tracestate`, if any.
     pub tracestate: Option<String>,
