@@ -39,6 +39,7 @@ pub(crate) fn attempt_span(
     worker: &str,
     batch: ClaimBatch,
 ) -> (Span, Option<TraceContext>) {
+    let approval = TraceContext::from_stored(row.traceparent.as_deref(), row.tracestate.as_deref());
     if !telemetry::enabled() {
         // The log lines' span, as it always was; the context still travels.
         let span = tracing::info_span!(
@@ -47,11 +48,10 @@ pub(crate) fn attempt_span(
             attempt = row.attempts,
             worker = %worker
         );
-        let sent = TraceContext::from_stored(row.traceparent.as_deref(), row.tracestate.as_deref())
-            .map(|approval| TraceContext {
-                parent: approval.parent.with_new_span(),
-                state: approval.state,
-            });
+        let sent = approval.map(|approval| TraceContext {
+            parent: approval.parent.with_new_span(),
+            state: approval.state,
+        });
         return (span, sent);
     }
     let span = tracing::info_span!(
@@ -75,7 +75,6 @@ pub(crate) fn attempt_span(
         error.type = tracing::field::Empty,
         http.response.status_code = tracing::field::Empty,
     );
-    let approval = TraceContext::from_stored(row.traceparent.as_deref(), row.tracestate.as_deref());
     let Some(approval) = approval else {
         return (span, None);
     };

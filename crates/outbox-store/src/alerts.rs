@@ -19,7 +19,7 @@
 //! a new revision), `read_model` (an alert with its revisions, attempts and evidence).
 
 mod approve;
-pub(crate) use approve::trace_note;
+pub(crate) use approve::{trace_id_of, trace_note};
 mod read_model;
 mod revise;
 

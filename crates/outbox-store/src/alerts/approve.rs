@@ -139,8 +139,8 @@ struct ApprovalRow {
     /// When nothing was inserted: the identity's revisions in this statement's snapshot,
     /// oldest first, and whether each has exactly this payload.
     revisions: Option<Vec<Uuid>>,
-    /// The trace context as stored with the new alert.
-    traceparent: Option<String>,
+    /// The trace id of the context stored with the new alert.
+    trace_id: Option<String>,
     same_payload: Option<Vec<bool>>,
 }
 
@@ -166,7 +166,7 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
                             payload, payload_sha256, created_by, traceparent, tracestate) \
         SELECT $2, $3, $5, $6, d.id, 0, g.payload, g.sha256, $7, $10, $11 FROM dest d, given g \
         ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
-        RETURNING id, destination_id, created_at, traceparent \
+        RETURNING id, destination_id, created_at, {trace_id} AS trace_id \
     ), approved AS ( \
         SELECT id, destination_id, NULL::uuid AS after_alert, $7::text AS actor, \
                format('alert approved for destination `%s`; queued for delivery', $4::text) \
@@ -183,7 +183,7 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
     SELECT (SELECT id FROM dest) AS destination_id, \
            (SELECT name FROM tenants WHERE id = $3) AS tenant, \
            i.id, g.text AS payload, encode(g.sha256, 'hex') AS payload_sha256, i.created_at, \
-           i.traceparent, \
+           i.trace_id, \
            q.next_attempt_at, e.at AS evidence_at, e.line AS evidence_line, \
            (SELECT array_agg(id ORDER BY revision) FROM earlier) AS revisions, \
            (SELECT array_agg(same_payload ORDER BY revision) FROM earlier) AS same_payload, \
@@ -194,14 +194,21 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
     LEFT JOIN explained e ON true",
         enqueue = *ENQUEUE,
         trace_note = trace_note("$10"),
+        trace_id = trace_id_of("traceparent"),
     )
 });
 
+/// SQL for the trace id of a stored `traceparent` (the SQL expression `traceparent`):
+/// characters 4 to 35 of its version-00 form, which the column's CHECK holds it to.
+pub(crate) fn trace_id_of(traceparent: &str) -> String {
+    format!("substr({traceparent}::text, 4, 32)")
+}
+
 /// SQL for the end of an approval's evidence line naming its trace (`; trace <id>`), or
-/// nothing when the approval has no trace context; `traceparent` is the SQL expression of
-/// the stored `traceparent` (its trace id is characters 4 to 35).
+/// nothing when the approval has no trace context (`traceparent`: the SQL expression of
+/// the `traceparent` stored).
 pub(crate) fn trace_note(traceparent: &str) -> String {
-    format!("coalesce('; trace ' || substr({traceparent}::text, 4, 32), '')")
+    format!("coalesce('; trace ' || {}, '')", trace_id_of(traceparent))
 }
 
 /// Approves an alert whose payload has been checked, in one statement (one round trip):
@@ -281,11 +288,7 @@ pub async fn approve_on(
         settled_at: None,
         pruned_at: None,
         next_attempt_at: row.next_attempt_at,
-        trace_id: row
-            .traceparent
-            .as_deref()
-            .and_then(|stored| TraceContext::from_stored(Some(stored), None))
-            .map(|trace| trace.trace_id_hex()),
+        trace_id: row.trace_id,
         revisions: vec![RevisionSummary {
             id,
             revision: 0,
@@ -365,11 +368,12 @@ pub async fn note_repeated_trace(
         "{EVENT_INSERT} \
          SELECT a.id, {STATE}, {STATE}, NULL, $2, \
                 'approved again within trace ' || $3 || '; the alert keeps ' || \
-                coalesce('its first approval''s trace ' || substr(a.traceparent, 4, 32), \
+                coalesce('its first approval''s trace ' || {trace_id}, \
                          'no trace (it was approved before trace context was kept)') \
          FROM alerts a {STATE_JOINS} WHERE a.id = $1 \
            AND (SELECT count(*) FROM alert_events e \
-                WHERE e.alert_id = $1 AND e.line LIKE 'approved again within trace %') < $4"
+                WHERE e.alert_id = $1 AND e.line LIKE 'approved again within trace %') < $4",
+        trace_id = trace_id_of("a.traceparent"),
     ))
     .bind(alert_id)
     .bind(actor)

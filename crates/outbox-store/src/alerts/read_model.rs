@@ -187,12 +187,13 @@ pub async fn detail(
                 a.possible_duplicate, a.payload::text AS payload, \
                 encode(a.payload_sha256, 'hex') AS payload_sha256, a.reason, \
                 ao.destination_reference, a.created_at, a.created_by, ao.settled_at, \
-                a.pruned_at, o.next_attempt_at, substr(a.traceparent, 4, 32) AS trace_id \
+                a.pruned_at, o.next_attempt_at, {trace_id} AS trace_id \
          FROM alerts a \
          JOIN tenants t ON t.id = a.tenant_id \
          JOIN destinations d ON d.id = a.destination_id \
          {STATE_JOINS} \
-         WHERE a.id = $1 AND ($2::uuid IS NULL OR a.tenant_id = $2)"
+         WHERE a.id = $1 AND ($2::uuid IS NULL OR a.tenant_id = $2)",
+        trace_id = super::trace_id_of("a.traceparent"),
     ))
     .bind(alert_id)
     .bind(tenant_id)
