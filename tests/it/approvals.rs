@@ -418,6 +418,7 @@ async fn an_approval_wakes_dispatchers_on_its_commit_and_a_rolled_back_one_wakes
         occurrence: ["first", "second", "third"][i],
         payload: outbox_core::CheckedPayload::check(&payloads[i]).unwrap(),
         actor: "test",
+        ordering_key: None,
         notify_dispatchers: true,
         trace: None,
     };

@@ -217,6 +217,7 @@ async fn hostile_payloads_get_invalid_payload_and_write_nothing() {
             occurrence: "o",
             payload_json: r#"{"a": 1e999999}"#,
             actor: "test",
+            ordering_key: None,
         },
     )
     .await;

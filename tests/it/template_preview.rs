@@ -30,6 +30,7 @@ async fn approved(
             occurrence,
             payload_json: payload,
             actor: "tests",
+            ordering_key: None,
         },
     )
     .await

@@ -460,6 +460,7 @@ async fn each_email_attempt_carries_its_own_traceparent_and_the_same_stored_mess
             occurrence: "2027-01-15/30d",
             payload: outbox_core::CheckedPayload::check(crate::common::alerts::RENEWAL).unwrap(),
             actor: "test",
+            ordering_key: None,
             notify_dispatchers: false,
             trace: Some(&given),
         },

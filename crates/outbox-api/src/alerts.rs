@@ -66,6 +66,18 @@ fn reason_text() -> utoipa::openapi::Object {
     )
 }
 
+fn ordering_key_text() -> utoipa::openapi::Object {
+    text_schema(
+        outbox_core::MAX_ORDERING_KEY_BYTES,
+        "Optional. The lane the alert joins where its destination orders alerts per key: \
+         alerts with one key are delivered in approval order, each once the one before it \
+         was accepted, superseded, resolved or (where the destination skips them) failed. \
+         Defaults to `subject`. Stored whatever the destination's ordering; a repeated \
+         approval keeps the first approval's key. At most 200 bytes, the identity fields' \
+         rules otherwise.",
+    )
+}
+
 /// A payload: a JSON object with at least one member.
 fn payload_object() -> utoipa::openapi::Object {
     utoipa::openapi::ObjectBuilder::new()
@@ -105,6 +117,9 @@ pub(crate) struct ApproveRequest {
     pub(crate) occurrence: Option<String>,
     #[schema(required = true, schema_with = payload_object)]
     pub(crate) payload: Option<Box<RawValue>>,
+    #[schema(required = false, schema_with = ordering_key_text)]
+    #[serde(default)]
+    pub(crate) ordering_key: Option<String>,
 }
 
 /// A correction of an alert's payload, with the reason for it. The revision is a new
@@ -182,6 +197,7 @@ pub(crate) async fn approve_alert(
     let subject = body::identity_field("subject", &request.subject)?;
     let occurrence = body::identity_field("occurrence", &request.occurrence)?;
     let payload = body::payload(&request.payload)?;
+    let ordering_key = body::ordering_key(&request.ordering_key)?;
     let span = trace::approval_span("approve", caller.tenant_id, Some(destination), incoming);
     let stored_trace = trace::context_to_store(&span, incoming);
 
@@ -197,6 +213,7 @@ pub(crate) async fn approve_alert(
             occurrence,
             payload,
             actor: &caller.actor,
+            ordering_key,
             notify_dispatchers,
             trace: Some(&stored_trace),
         },

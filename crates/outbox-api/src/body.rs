@@ -95,6 +95,16 @@ pub(crate) fn identity_field<'a>(
     Ok(value)
 }
 
+/// An approval's optional ordering key: absent, or within the identity fields' rules and
+/// 200 bytes (an empty or oversized key is refused, never trimmed or cut).
+pub(crate) fn ordering_key(value: &Option<String>) -> Result<Option<&str>, Problem> {
+    let Some(value) = value.as_deref() else {
+        return Ok(None);
+    };
+    outbox_core::check_ordering_key(value).map_err(invalid_field)?;
+    Ok(Some(value))
+}
+
 /// A revision's reason: present, not blank, within limits.
 pub(crate) fn reason(value: &Option<String>) -> Result<&str, Problem> {
     let value = value.as_deref().unwrap_or("");

@@ -39,6 +39,7 @@ async fn approve(db: &TestDb, tenant: Uuid, destination: &str, subject: &str, pa
             occurrence: "o",
             payload_json: payload,
             actor: "test",
+            ordering_key: None,
         },
     )
     .await
@@ -65,6 +66,7 @@ async fn settle_accepted(db: &TestDb, row: &ClaimedAlert, reference: &str) {
         },
         line: "accepted".into(),
         disable_destination: None,
+        lane: None,
     };
     assert!(dispatch::complete(&db.pool, &done).await.unwrap());
 }

@@ -149,6 +149,16 @@ pub fn check_identity_field(field: &'static str, value: &str) -> Result<(), Iden
     check_text(field, value, MAX_IDENTITY_FIELD_BYTES)
 }
 
+/// Longest ordering key, in bytes (`alerts.ordering_key`'s CHECK says the same).
+pub const MAX_ORDERING_KEY_BYTES: usize = 200;
+
+/// Checks an approval's ordering key by the identity fields' rules (present, not blank,
+/// no control or bidirectional characters), within [`MAX_ORDERING_KEY_BYTES`]. Keys are
+/// compared byte for byte, like identities.
+pub fn check_ordering_key(value: &str) -> Result<(), IdentityError> {
+    check_text("ordering_key", value, MAX_ORDERING_KEY_BYTES)
+}
+
 /// Checks a revision's reason: present, not blank, within [`MAX_REASON_BYTES`].
 pub fn check_reason(value: &str) -> Result<(), IdentityError> {
     check_text("reason", value, MAX_REASON_BYTES)
@@ -193,6 +203,27 @@ mod tests {
     fn accepts_ordinary_fields() {
         assert_eq!(check_identity_field("subject", "contract:ACME-7"), Ok(()));
         assert_eq!(check_identity_field("occurrence", "2027-01-31/30d"), Ok(()));
+    }
+
+    #[test]
+    fn ordering_keys_follow_the_identity_rules_within_200_bytes() {
+        assert_eq!(check_ordering_key("contract:ACME-7"), Ok(()));
+        assert_eq!(check_ordering_key(&"k".repeat(200)), Ok(()));
+        assert_eq!(
+            check_ordering_key(&"k".repeat(201)),
+            Err(IdentityError::TooLong {
+                field: "ordering_key",
+                len: 201,
+                max: 200
+            })
+        );
+        assert_eq!(
+            check_ordering_key(" "),
+            Err(IdentityError::Empty {
+                field: "ordering_key"
+            })
+        );
+        assert!(check_ordering_key("a\u{202e}b").is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! - [`state`]: the lifecycle's vocabulary, typed: an alert's state ([`AlertState`]), the
 //!   live queue's status ([`LiveStatus`]), where it comes to rest ([`Outcome`]), attempts
 //!   ([`AttemptKind`], [`AttemptOutcome`]), destinations ([`DestinationKind`],
-//!   [`OnUncertain`]) and operators' bulk replays ([`BulkReplayState`]).
+//!   [`OnUncertain`], [`Ordering`], [`OnHeadFailed`]) and operators' bulk replays ([`BulkReplayState`]).
 //! - [`in_flight`]: a destination's in-flight bound (its crash blast radius): defaults and
 //!   what it means for an operator.
 //! - [`identity`]: what makes two approvals the same alert, and the input limits
@@ -50,14 +50,14 @@ pub mod trace_context;
 pub mod untrusted;
 
 pub use identity::{
-    CheckedPayload, IdentityError, PayloadError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_BYTES,
-    MAX_REASON_BYTES,
+    check_ordering_key, CheckedPayload, IdentityError, PayloadError, MAX_IDENTITY_FIELD_BYTES,
+    MAX_ORDERING_KEY_BYTES, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES,
 };
 pub use json_limits::{JsonLimitError, MAX_PAYLOAD_DEPTH};
 pub use recipients::RecipientError;
 pub use state::{
     AlertState, AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, LiveStatus,
-    OnUncertain, Outcome, UnknownValue,
+    OnHeadFailed, OnUncertain, Ordering, Outcome, UnknownValue,
 };
 pub use token::{ApiToken, TokenHash};
 pub mod signing;

@@ -282,6 +282,33 @@ named_values! {
 }
 
 named_values! {
+    /// Whether a destination receives the alerts of one ordering key in approval order
+    /// (`destinations.ordering`).
+    #[derive(Default)]
+    Ordering, "ordering", "none, per-key" {
+        /// No order between alerts (a revision still waits for what it corrects).
+        #[default]
+        None => "none",
+        /// The alerts of one ordering key form a lane: each is sent once the one before it
+        /// has been released.
+        PerKey => "per-key",
+    }
+}
+
+named_values! {
+    /// What an ordered destination's lane does when its head failed for good
+    /// (`destinations.on_head_failed`).
+    #[derive(Default)]
+    OnHeadFailed, "on-head-failed policy", "block, skip" {
+        /// The lane waits until an operator replays or resolves the head.
+        #[default]
+        Block => "block",
+        /// The next alert of the lane goes; both alerts' evidence says so.
+        Skip => "skip",
+    }
+}
+
+named_values! {
     /// Where an operator's bulk replay stands (`console_bulk_replays.state`).
     BulkReplayState, "bulk replay state", "running, stopped, done" {
         /// Its worker replays the next batch after its cursor.
@@ -319,6 +346,8 @@ mod tests {
         round_trips(AttemptOutcome::ALL);
         round_trips(DestinationKind::ALL);
         round_trips(OnUncertain::ALL);
+        round_trips(Ordering::ALL);
+        round_trips(OnHeadFailed::ALL);
         round_trips(BulkReplayState::ALL);
     }
 
@@ -365,7 +394,8 @@ mod tests {
         assert!(err.to_string().contains("not_processed"), "{err}");
     }
 
-    /// Each error lists every name; and every name is lowercase words and underscores, so
+    /// Each error lists every name; and every name is lowercase words joined by underscores
+    /// or hyphens, so
     /// the store may write one into SQL as a literal (for a partial index's predicate)
     /// without quoting.
     #[test]
@@ -376,7 +406,10 @@ mod tests {
             assert_eq!(expected, names.join(", "));
             for name in &names {
                 assert!(
-                    !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                    !name.is_empty()
+                        && name
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b == b'_' || b == b'-'),
                     "{name}"
                 );
             }
@@ -388,6 +421,8 @@ mod tests {
         check(AttemptOutcome::ALL);
         check(DestinationKind::ALL);
         check(OnUncertain::ALL);
+        check(Ordering::ALL);
+        check(OnHeadFailed::ALL);
         check(BulkReplayState::ALL);
     }
 

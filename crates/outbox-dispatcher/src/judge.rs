@@ -18,7 +18,7 @@
 use chrono::{DateTime, Utc};
 use outbox_core::retry::RetrySchedule;
 use outbox_core::{AttemptKind, AttemptOutcome, DestinationKind, LiveStatus, OnUncertain, Outcome};
-use outbox_store::dispatch::{AttemptRecord, ClaimedAlert, Completion, Next};
+use outbox_store::dispatch::{AttemptRecord, ClaimedAlert, Completion, LaneHead, Next};
 use std::time::Duration;
 
 use crate::classify::{classify, Exchange, Verdict};
@@ -50,6 +50,16 @@ impl Judging<'_> {
         line: String,
         disable_destination: Option<String>,
     ) -> Completion {
+        let lane = self.row.lane_key.clone().map(|key| LaneHead {
+            key,
+            skips_failed: self.row.lane_skips_failed,
+        });
+        let line = match (&lane, &next) {
+            (Some(lane), Next::Settle { outcome, .. }) => {
+                format!("{line}{}", lane_note(lane, *outcome))
+            }
+            _ => line,
+        };
         Completion {
             alert_id: self.row.alert_id,
             fencing_token: self.row.fencing_token,
@@ -58,6 +68,7 @@ impl Judging<'_> {
             next,
             line,
             disable_destination,
+            lane,
         }
     }
 
@@ -65,6 +76,18 @@ impl Judging<'_> {
     fn window_end(&self) -> DateTime<Utc> {
         self.row.budget_since
             + chrono_duration(Duration::from_secs_f64(self.row.max_retry_window_secs))
+    }
+}
+
+/// What settling an ordered lane's head as `outcome` does to its lane, for the end of the
+/// head's evidence line (the key is not quoted: it may be long, and the alert names it).
+fn lane_note(lane: &LaneHead, outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Accepted | Outcome::Superseded => "",
+        _ if lane.released_by(outcome) => {
+            "; its ordered lane moves on without it (the destination skips failed lane heads)"
+        }
+        _ => "; its ordered lane waits behind it until an operator replays or resolves it",
     }
 }
 

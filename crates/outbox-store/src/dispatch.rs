@@ -21,7 +21,9 @@ mod queue_figures;
 
 pub(crate) use claim::due_status;
 pub use claim::{claim, ClaimedAlert, FAILED_LOOKUP};
-pub use completion::{complete, complete_batch, record_attempt, AttemptRecord, Completion, Next};
+pub use completion::{
+    complete, complete_batch, record_attempt, AttemptRecord, Completion, LaneHead, Next,
+};
 pub use leases::{begin_resend, release, sweep_expired_leases};
 pub(crate) use queue_figures::OLDEST_DUE_AGE_SECS;
 pub use queue_figures::{queue_figures, work_due_within, QueueFigures};

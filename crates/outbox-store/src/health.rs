@@ -316,7 +316,7 @@ pub async fn destination_health(
          LEFT JOIN destination_health h ON h.destination_id = d.id \
          WHERE $1::uuid[] IS NULL OR d.tenant_id = ANY($1) \
          ORDER BY t.name, d.name",
-        due = due_status("o.status"),
+        due = due_status("o"),
     ))
     .bind(scope)
     .bind(AttemptKind::Send)

@@ -18,10 +18,11 @@
 //!   ([`Standing::replay_refusal`], [`Standing::resolve_refusal`]): every caller (the CLI,
 //!   its dry runs, bulk replays) asks these, so no copy of a rule can disagree with it.
 //!
-//! Lock order everywhere: the outbox row first, then the alert row (a dispatcher's
-//! completion holds the outbox row and then settles the alert; operators lock both before
-//! they touch its outcome row), so operators and dispatchers wait for each other instead
-//! of deadlocking.
+//! Lock order everywhere: an ordered lane's row first ([`lock_lane_of`]; a completion
+//! locks the lanes it releases before its statement), then the outbox row, then the alert
+//! row (a dispatcher's completion holds the outbox row and then settles the alert;
+//! operators lock both before they touch its outcome row), so operators and dispatchers
+//! wait for each other instead of deadlocking.
 //!
 //! One file per subject: `evidence` (the trail's one insert, and the trail read back),
 //! `queue_moves` (queueing, settling and requeueing, and the batch completion built from
@@ -36,8 +37,8 @@ mod standing;
 
 pub use evidence::{append_event, evidence_trail, Event, EvidenceLine};
 pub(crate) use evidence::{ATTEMPT_INSERT, EVENT_INSERT, LAST_EVIDENCE_LINE};
+pub use queue_moves::{lock_lane_of, requeue_with_fresh_budget, settle};
 pub(crate) use queue_moves::{requeue_assignments, COMPLETE_BATCH, ENQUEUE};
-pub use queue_moves::{requeue_with_fresh_budget, settle};
 pub use replay::{pruned_refusal, replay, replayable};
 pub use resolve::{resolve, Resolution};
 pub(crate) use standing::{parse_optional, STATE, STATE_JOINS};

@@ -2,10 +2,12 @@
 //! bulk approval through which monitors decide many alerts in one statement.
 
 use outbox_core::trace_context::TraceContext;
+use outbox_core::Ordering;
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::lifecycle::ENQUEUE;
+use crate::sql_names::SqlName;
 use crate::StoreError;
 
 /// A contract as imported. Dates are `YYYY-MM-DD`; the amount is decimal text.
@@ -218,6 +220,12 @@ pub struct MonitorAlert {
 /// are left exactly as they are (whatever today's payload would say). Rows are inserted
 /// in identity order (byte order, as the decider sorts them), so concurrent deciders
 /// approving overlapping batches wait for each other briefly instead of deadlocking.
+///
+/// Alerts for destinations that order per key join their lanes (key: the subject) before
+/// any row is inserted, all of them, in the order every locker of several lanes uses
+/// (key, then destination): `places` gathers the joins into arrays, which PostgreSQL
+/// computes whole before the insert reads its first row, so the lane and identity locks
+/// are all taken before this statement waits on any other approval's insert.
 /// Every alert created keeps `trace`, the context of the approval (one per batch: the
 /// monitor run's approval span). Returns the ids created.
 pub async fn approve_batch(
@@ -240,12 +248,28 @@ pub async fn approve_batch(
         "WITH input AS ( \
              SELECT * FROM unnest($1::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[]) \
                  AS i(id, destination_id, subject, occurrence, payload) \
+         ), joined AS ( \
+             SELECT i.id, j.seq, j.waits_behind \
+             FROM (SELECT i.id, i.destination_id, i.subject, i.occurrence FROM input i \
+                   JOIN destinations d ON d.id = i.destination_id \
+                   WHERE d.ordering = {per_key} \
+                   ORDER BY i.subject COLLATE \"C\", i.destination_id, i.occurrence COLLATE \"C\" \
+                   OFFSET 0) i, \
+                 LATERAL outbox_lane_join_new($2, i.subject, i.occurrence, i.destination_id, \
+                                              i.subject, i.id) j \
+         ), places AS ( \
+             SELECT array_agg(id) AS ids, array_agg(seq) AS seqs, \
+                    array_agg(waits_behind) AS waits_behind FROM joined \
+         ), place AS ( \
+             SELECT * FROM unnest((SELECT ids FROM places), (SELECT seqs FROM places), \
+                                  (SELECT waits_behind FROM places)) AS p(id, seq, waits_behind) \
          ), inserted AS ( \
              INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
-                                 payload, payload_sha256, created_by, traceparent, tracestate) \
+                                 payload, payload_sha256, created_by, traceparent, tracestate, \
+                                 lane_seq) \
              SELECT i.id, $2, i.subject, i.occurrence, i.destination_id, 0, i.payload, \
-                    sha256(convert_to(i.payload::text, 'UTF8')), $7, $8, $9 \
-             FROM input i \
+                    sha256(convert_to(i.payload::text, 'UTF8')), $7, $8, $9, p.seq \
+             FROM input i LEFT JOIN place p ON p.id = i.id \
              ORDER BY i.subject COLLATE \"C\", i.occurrence COLLATE \"C\", i.destination_id \
              ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
              RETURNING id, destination_id \
@@ -254,12 +278,15 @@ pub async fn approve_batch(
                                $7::text, name) || {trace_note} AS line \
              FROM destinations WHERE tenant_id = $2 \
          ), approved AS ( \
-             SELECT n.id, n.destination_id, NULL::uuid AS after_alert, $7::text AS actor, l.line \
+             SELECT n.id, n.destination_id, NULL::uuid AS after_alert, p.waits_behind AS lane_after, \
+                    $7::text AS actor, l.line \
              FROM inserted n JOIN line l ON l.id = n.destination_id \
+             LEFT JOIN place p ON p.id = n.id \
          ), {enqueue} \
          SELECT id FROM inserted",
         enqueue = *ENQUEUE,
         trace_note = crate::alerts::trace_note("$8"),
+        per_key = Ordering::PerKey.sql(),
     ))
     .bind(alerts.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
     .bind(tenant_id)

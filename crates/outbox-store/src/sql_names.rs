@@ -7,15 +7,18 @@
 //! cannot prove a parameter matches the index's predicate. There the name is written as a
 //! literal, from the enum, here, so a renamed state still changes every statement at once.
 
-use outbox_core::{AlertState, AttemptKind, AttemptOutcome, DestinationKind, LiveStatus, Outcome};
+use outbox_core::{
+    AlertState, AttemptKind, AttemptOutcome, DestinationKind, LiveStatus, OnHeadFailed, Ordering,
+    Outcome,
+};
 
 /// A typed name that can be written into SQL as a quoted literal.
 pub(crate) trait SqlName: Copy {
     /// The stored name.
     fn name(self) -> &'static str;
 
-    /// The name as a SQL string literal (`'pending'`). The names are lowercase words and
-    /// underscores (the core's tests hold them to that), so nothing needs escaping.
+    /// The name as a SQL string literal (`'pending'`). The names are lowercase words joined
+    /// by underscores or hyphens (the core's tests hold them to that), so nothing needs escaping.
     fn sql(self) -> String {
         format!("'{}'", self.name())
     }
@@ -37,7 +40,9 @@ sql_names!(
     Outcome,
     AttemptKind,
     AttemptOutcome,
-    DestinationKind
+    DestinationKind,
+    Ordering,
+    OnHeadFailed
 );
 
 /// Several names as the inside of a SQL `IN (...)` list: `'pending', 'uncertain'`.

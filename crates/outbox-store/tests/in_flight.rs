@@ -50,6 +50,7 @@ async fn backlog(db: &TestDb, n: usize) -> (Uuid, Uuid) {
                     occurrence: "2027-01-31/30d",
                     payload_json: &format!(r#"{{"alert": {i}}}"#),
                     actor: "test",
+                    ordering_key: None,
                 },
             )
             .await
@@ -165,6 +166,7 @@ async fn a_claim_under_way_keeps_a_second_one_off_the_destination_until_it_commi
             subject: "contract:late",
             occurrence: "2027-01-31/30d",
             payload_json: r#"{"alert": "late"}"#,
+            ordering_key: None,
             actor: "test",
         },
     )

@@ -23,6 +23,7 @@ pub async fn approve_one(
         occurrence,
         payload_json,
         actor: "test",
+        ordering_key: None,
     };
     match outbox_store::alerts::approve(&db.pool, approval)
         .await

@@ -55,6 +55,8 @@ fn claim() -> ClaimedAlert {
         max_retry_window_secs: 3.0 * 86_400.0,
         body_template: None,
         bearer_token: None,
+        lane_key: None,
+        lane_skips_failed: false,
     }
 }
 

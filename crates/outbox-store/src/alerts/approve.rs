@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use outbox_core::trace_context::TraceContext;
-use outbox_core::{AlertState, CheckedPayload};
+use outbox_core::{AlertState, CheckedPayload, Ordering};
 use serde_json::value::RawValue;
 use sqlx::{PgConnection, PgPool};
 use std::sync::LazyLock;
@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::read_model::{AlertDetail, RevisionSummary};
 use crate::lifecycle::{EvidenceLine, ENQUEUE, EVENT_INSERT, STATE, STATE_JOINS};
+use crate::sql_names::SqlName;
 use crate::StoreError;
 
 /// SQL for the fingerprint of a JSON text parameter; must match how payloads are sent.
@@ -31,6 +32,8 @@ pub struct Approval<'a> {
     pub payload_json: &'a str,
     /// Who approved, for the evidence trail (e.g. `api-token:<id>`).
     pub actor: &'a str,
+    /// The ordering key (checked by the caller), or `None` for the subject.
+    pub ordering_key: Option<&'a str>,
 }
 
 /// What an approval came to.
@@ -67,6 +70,10 @@ pub struct CheckedApproval<'a> {
     pub payload: CheckedPayload<'a>,
     /// Who approved, for the evidence trail.
     pub actor: &'a str,
+    /// The ordering key, or `None` for the subject. Stored whatever the destination's
+    /// ordering; it places the alert in a lane only where the destination orders per key.
+    /// A repeated approval keeps the first approval's key.
+    pub ordering_key: Option<&'a str>,
     /// Whether the approval's own transaction notifies the dispatchers when it creates an
     /// alert (delivered on its commit, never before, and never if it rolls back). The API
     /// sets it for the first approval of a burst only: PostgreSQL serialises the commits
@@ -88,6 +95,7 @@ impl<'a> Approval<'a> {
             occurrence: self.occurrence,
             payload: StoreError::check_payload(self.payload_json)?,
             actor: self.actor,
+            ordering_key: self.ordering_key,
             notify_dispatchers: false,
             trace: None,
         })
@@ -160,15 +168,23 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
         FROM (SELECT p, p::text AS t FROM (SELECT $1::jsonb AS p OFFSET 0) parsed OFFSET 0) \
              AS rendered \
     ), dest AS ( \
-        SELECT id FROM destinations WHERE tenant_id = $3 AND name = $4 \
+        SELECT id, ordering FROM destinations WHERE tenant_id = $3 AND name = $4 \
+    ), lane AS ( \
+        SELECT j.seq, j.waits_behind FROM dest d, \
+            LATERAL outbox_lane_join_new($3, $5, $6, d.id, COALESCE($12, $5), $2) j \
+        WHERE d.ordering = {per_key} \
     ), inserted AS ( \
         INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
-                            payload, payload_sha256, created_by, traceparent, tracestate) \
-        SELECT $2, $3, $5, $6, d.id, 0, g.payload, g.sha256, $7, $10, $11 FROM dest d, given g \
+                            payload, payload_sha256, created_by, traceparent, tracestate, \
+                            ordering_key, lane_seq) \
+        SELECT $2, $3, $5, $6, d.id, 0, g.payload, g.sha256, $7, $10, $11, $12, \
+               (SELECT seq FROM lane) \
+        FROM dest d, given g \
         ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
         RETURNING id, destination_id, created_at, {trace_id} AS trace_id \
     ), approved AS ( \
-        SELECT id, destination_id, NULL::uuid AS after_alert, $7::text AS actor, \
+        SELECT id, destination_id, NULL::uuid AS after_alert, \
+               (SELECT waits_behind FROM lane) AS lane_after, $7::text AS actor, \
                format('alert approved for destination `%s`; queued for delivery', $4::text) \
                    || {trace_note} AS line \
         FROM inserted \
@@ -195,6 +211,7 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
         enqueue = *ENQUEUE,
         trace_note = trace_note("$10"),
         trace_id = trace_id_of("traceparent"),
+        per_key = Ordering::PerKey.sql(),
     )
 });
 
@@ -245,6 +262,7 @@ pub async fn approve_on(
                 .and_then(|t| t.state.as_ref())
                 .map(|s| s.as_str()),
         )
+        .bind(approval.ordering_key)
         .fetch_one(&mut *conn)
         .await
         .map_err(StoreError::from_payload_error)?;

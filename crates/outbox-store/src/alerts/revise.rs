@@ -3,13 +3,14 @@
 //! provably never left.
 
 use outbox_core::trace_context::TraceContext;
-use outbox_core::{AlertState, AttemptOutcome, LiveStatus, Outcome};
+use outbox_core::{AlertState, AttemptOutcome, LiveStatus, Ordering, Outcome};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::approve::FINGERPRINT_OF_PARAM;
 use super::read_model::current_state;
 use crate::lifecycle::{append_event, Event, ENQUEUE};
+use crate::sql_names::SqlName;
 use crate::StoreError;
 
 /// A correction of an alert's payload.
@@ -62,6 +63,11 @@ struct RevisedAlert {
     destination_id: Uuid,
     revision: i32,
     same_payload: bool,
+    /// The ordering key the revised alert was approved with (a revision keeps it).
+    ordering_key: Option<String>,
+    /// The lane a revision joins, when the destination orders per key: the key, or the
+    /// subject.
+    lane_key: Option<String>,
 }
 
 /// Issues a revision: a new alert in the same identity with `revision + 1`, its own
@@ -71,6 +77,9 @@ struct RevisedAlert {
 pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, StoreError> {
     StoreError::check_payload(rev.payload_json)?;
     let mut tx = pool.begin().await?;
+    // The lane's row before any other (the lifecycle's lock order): superseding the
+    // revised alert hands its place in the lane on.
+    crate::lifecycle::lock_lane_of(&mut tx, rev.alert_id).await?;
     let Some(target) = lock_revised(&mut tx, &rev).await? else {
         return Ok(ReviseOutcome::NotFound);
     };
@@ -84,7 +93,8 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
     let superseded_previous = supersede_if_unsent(&mut tx, rev.alert_id, rev.actor).await?;
     let id = Uuid::now_v7();
     let revision = target.revision + 1;
-    insert_revision(&mut tx, &rev, &target, id, revision).await?;
+    let place = join_lane(&mut tx, &target, id).await?;
+    insert_revision(&mut tx, &rev, &target, id, revision, place.seq).await?;
     // An evidence line holds at most 2000 bytes, as long as the longest reason: the line
     // quotes the start of it, and the whole reason is the revision's own (`reason`).
     let mut line = format!(
@@ -96,7 +106,16 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
         line.push_str("; trace ");
         line.push_str(&trace.trace_id_hex());
     }
-    enqueue_revision(&mut tx, id, &target, revision, rev.actor, &line).await?;
+    enqueue_revision(
+        &mut tx,
+        id,
+        &target,
+        revision,
+        place.waits_behind,
+        rev.actor,
+        &line,
+    )
+    .await?;
     if !superseded_previous {
         note_correction(&mut tx, &rev, id, revision).await?;
     }
@@ -119,10 +138,14 @@ async fn lock_revised(
     rev: &Revision<'_>,
 ) -> Result<Option<RevisedAlert>, StoreError> {
     sqlx::query_as::<_, RevisedAlert>(&format!(
-        "SELECT tenant_id, subject, occurrence, destination_id, revision, \
-                payload_sha256 = {FINGERPRINT_OF_PARAM} AS same_payload \
-         FROM alerts WHERE id = $2 AND ($3::uuid IS NULL OR tenant_id = $3) \
-         FOR NO KEY UPDATE"
+        "SELECT a.tenant_id, a.subject, a.occurrence, a.destination_id, a.revision, \
+                a.payload_sha256 = {FINGERPRINT_OF_PARAM} AS same_payload, a.ordering_key, \
+                CASE WHEN d.ordering = {per_key} THEN COALESCE(a.ordering_key, a.subject) END \
+                    AS lane_key \
+         FROM alerts a JOIN destinations d ON d.id = a.destination_id \
+         WHERE a.id = $2 AND ($3::uuid IS NULL OR a.tenant_id = $3) \
+         FOR NO KEY UPDATE OF a",
+        per_key = Ordering::PerKey.sql(),
     ))
     .bind(rev.payload_json)
     .bind(rev.alert_id)
@@ -166,19 +189,52 @@ async fn revised_already(
     Ok(Some(ReviseOutcome::NotLatest { latest }))
 }
 
-/// Inserts the new revision's alert row, `id`, in the target's identity.
+/// A revision's place in its ordered lane.
+#[derive(Debug, Default, sqlx::FromRow)]
+struct LanePlace {
+    seq: Option<i64>,
+    waits_behind: Option<Uuid>,
+}
+
+/// Joins revision `id` to the revised alert's lane, when the destination orders per key:
+/// a correction goes behind everything approved in its lane before it, which includes
+/// what it corrects (the revision rule and the lane rule agree). Nothing otherwise.
+async fn join_lane(
+    tx: &mut PgConnection,
+    target: &RevisedAlert,
+    id: Uuid,
+) -> Result<LanePlace, StoreError> {
+    let Some(key) = &target.lane_key else {
+        return Ok(LanePlace::default());
+    };
+    Ok(
+        sqlx::query_as::<_, LanePlace>(
+            "SELECT seq, waits_behind FROM outbox_lane_join($1, $2, $3)",
+        )
+        .bind(target.destination_id)
+        .bind(key)
+        .bind(id)
+        .fetch_one(tx)
+        .await?,
+    )
+}
+
+/// Inserts the new revision's alert row, `id`, in the target's identity, with its
+/// ordering key and lane position.
 async fn insert_revision(
     tx: &mut PgConnection,
     rev: &Revision<'_>,
     target: &RevisedAlert,
     id: Uuid,
     revision: i32,
+    lane_seq: Option<i64>,
 ) -> Result<(), StoreError> {
     sqlx::query(&format!(
         "INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
                              payload, payload_sha256, reason, created_by, traceparent, \
-                             tracestate) \
-         VALUES ($2, $3, $4, $5, $6, $7, $1::jsonb, {FINGERPRINT_OF_PARAM}, $8, $9, $10, $11)"
+                             tracestate, ordering_key, lane_seq) \
+         VALUES ($2, $3, $4, $5, $6, $7, $1::jsonb, {FINGERPRINT_OF_PARAM}, $8, $9, $10, $11, \
+                 $12, $13)"
     ))
     .bind(rev.payload_json)
     .bind(id)
@@ -191,6 +247,8 @@ async fn insert_revision(
     .bind(rev.actor)
     .bind(rev.trace.map(|t| t.parent.to_string()))
     .bind(rev.trace.and_then(|t| t.state.as_ref()).map(|s| s.as_str()))
+    .bind(&target.ordering_key)
+    .bind(lane_seq)
     .execute(tx)
     .await
     .map_err(StoreError::from_payload_error)?;
@@ -231,12 +289,14 @@ async fn note_correction(
 /// Queues a new revision behind the latest earlier revision of its identity that is
 /// still live (it may yet reach the destination): dispatchers do not claim the revision
 /// until that one has settled, so a correction never arrives before what it corrects.
+/// In an ordered lane it also waits behind the lane's tail (`lane_after`).
 /// Queued through [`ENQUEUE`], as every approval is.
 async fn enqueue_revision(
     tx: &mut PgConnection,
     alert_id: Uuid,
     target: &RevisedAlert,
     revision: i32,
+    lane_after: Option<Uuid>,
     actor: &str,
     line: &str,
 ) -> Result<(), StoreError> {
@@ -247,7 +307,7 @@ async fn enqueue_revision(
                  WHERE p.tenant_id = $3 AND p.subject = $4 AND p.occurrence = $5 \
                    AND p.destination_id = $2 AND p.revision < $6 \
                  ORDER BY p.revision DESC LIMIT 1) AS after_alert, \
-                 $7::text AS actor, $8::text AS line \
+                 $9::uuid AS lane_after, $7::text AS actor, $8::text AS line \
          ), {enqueue} \
          SELECT count(*) FROM queued",
         enqueue = *ENQUEUE,
@@ -260,6 +320,7 @@ async fn enqueue_revision(
     .bind(revision)
     .bind(actor)
     .bind(line)
+    .bind(lane_after)
     .execute(tx)
     .await?;
     Ok(())

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 use uuid::Uuid;
 
-use outbox_core::{AttemptKind, DestinationKind, LiveStatus, OnUncertain};
+use outbox_core::{AttemptKind, DestinationKind, LiveStatus, OnHeadFailed, OnUncertain, Ordering};
 
 use crate::lifecycle::EVENT_INSERT;
 use crate::sql_names::{sql_list, SqlName};
@@ -97,6 +97,13 @@ pub struct ClaimedAlert {
     pub body_template: Option<String>,
     /// The API key sent as `Authorization: Bearer`, as stored (sealed or plain).
     pub bearer_token: Option<String>,
+    /// The lane this alert heads, when its destination orders alerts per key: the
+    /// ordering key (the approval's, else the subject). Settling the alert releases the
+    /// lane or keeps it waiting ([`super::completion::LaneHead`]).
+    pub lane_key: Option<String>,
+    /// Whether the destination lets a lane go on past a head that failed for good
+    /// (`on_head_failed = skip`) instead of keeping it for an operator.
+    pub lane_skips_failed: bool,
 }
 
 impl std::fmt::Debug for ClaimedAlert {
@@ -110,6 +117,7 @@ impl std::fmt::Debug for ClaimedAlert {
             .field("url", &outbox_core::redact::url(&self.url))
             .field("signing_secrets", &self.signing_secrets.len())
             .field("body_template", &self.body_template)
+            .field("lane_key", &self.lane_key)
             .finish_non_exhaustive()
     }
 }
@@ -201,16 +209,21 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
                     d.lookup_url_template, d.reference_header, d.on_uncertain, d.timeout_ms, \
                     d.max_in_flight, d.max_attempts, \
                     extract(epoch FROM d.max_retry_window)::float8 AS max_retry_window_secs, \
-                    d.body_template, d.bearer_token \
+                    d.body_template, d.bearer_token, \
+                    CASE WHEN a.lane_seq IS NOT NULL AND d.ordering = {per_key} \
+                        THEN COALESCE(a.ordering_key, a.subject) END AS lane_key, \
+                    d.on_head_failed = {skip} AS lane_skips_failed \
              FROM claimed c \
              JOIN alerts a ON a.id = c.alert_id \
              JOIN destinations d ON d.id = a.destination_id",
         pending = LiveStatus::Pending.sql(),
         sending = LiveStatus::Sending.sql(),
         uncertain = LiveStatus::Uncertain.sql(),
-        due = due_status("o.status"),
+        due = due_status("o"),
         send = AttemptKind::Send.sql(),
         lookup = AttemptKind::Lookup.sql(),
+        per_key = Ordering::PerKey.sql(),
+        skip = OnHeadFailed::Skip.sql(),
     )
 });
 
@@ -271,11 +284,16 @@ pub async fn claim(
 /// The statuses a row is due in (at its `next_attempt_at`).
 const DUE: &[LiveStatus] = &[LiveStatus::Pending, LiveStatus::Uncertain];
 
-/// `status IN ('pending', 'uncertain')` on the outbox's `column`: the predicate of the
-/// partial index `outbox_due_idx`, which the claim and every due figure write, so that the
-/// planner can use the index (the tests below hold the two together).
-pub(crate) fn due_status(column: &str) -> String {
-    format!("{column} IN ({})", sql_list(DUE))
+/// `status IN ('pending', 'uncertain') AND lane_after IS NULL` on the outbox row named
+/// `row` (an alias, or the table's name): the predicate of the partial index
+/// `outbox_due_idx`, which the claim and every due figure write, so that the planner can
+/// use the index (the tests below hold the two together). A row waiting behind another in
+/// its lane (`lane_after`, migration 20261207000001) is not due, and not in the index.
+pub(crate) fn due_status(row: &str) -> String {
+    format!(
+        "{row}.status IN ({}) AND {row}.lane_after IS NULL",
+        sql_list(DUE)
+    )
 }
 
 #[cfg(test)]
@@ -305,7 +323,7 @@ mod tests {
         // made with it, inside a transaction that is rolled back, prints the same text.
         sqlx::query(&format!(
             "CREATE INDEX due_predicate_probe ON outbox (next_attempt_at) WHERE {}",
-            due_status("status")
+            due_status("outbox")
         ))
         .execute(&mut *tx)
         .await

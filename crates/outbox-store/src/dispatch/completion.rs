@@ -78,6 +78,43 @@ pub struct Completion {
     pub line: String,
     /// Disable the destination, with this reason (410 Gone).
     pub disable_destination: Option<String>,
+    /// The lane the alert heads, when its destination orders alerts per key.
+    pub lane: Option<LaneHead>,
+}
+
+/// The lane a claimed alert heads ([`ClaimedAlert::lane_key`](super::ClaimedAlert)), and
+/// whether settling it releases the lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneHead {
+    /// The lane's ordering key (the destination is the alert's).
+    pub key: String,
+    /// The destination lets the lane go on past a head that failed for good.
+    pub skips_failed: bool,
+}
+
+impl LaneHead {
+    /// Whether settling the head as `outcome` releases its lane, so that the next alert
+    /// may go: accepted and superseded always; failed only where the destination skips
+    /// failed heads; held never (the lane waits for an operator).
+    pub fn released_by(&self, outcome: Outcome) -> bool {
+        match outcome {
+            Outcome::Accepted | Outcome::Superseded => true,
+            Outcome::Failed => self.skips_failed,
+            Outcome::Held => false,
+        }
+    }
+}
+
+impl Completion {
+    /// The lane this completion releases, if it does: the head settles as an outcome that
+    /// lets the next alert of its lane go.
+    fn released_lane(&self) -> Option<&str> {
+        let lane = self.lane.as_ref()?;
+        match &self.next {
+            Next::Settle { outcome, .. } if lane.released_by(*outcome) => Some(&lane.key),
+            _ => None,
+        }
+    }
 }
 
 /// Records a completion, fenced: returns `false` (and writes nothing) when the claim is no
@@ -110,6 +147,9 @@ pub async fn complete_batch(pool: &PgPool, batch: &[Completion]) -> Result<Vec<b
     sorted.sort_by_key(|done| done.alert_id);
     let columns = CompletionColumns::of(&sorted);
     let mut tx = pool.begin().await?;
+    if columns.release_lane.iter().any(Option::is_some) {
+        lock_released_lanes(&mut tx, &sorted).await?;
+    }
     let applied: Vec<(Uuid, i64)> = sqlx::query_as(COMPLETE_BATCH.as_str())
         .bind(&columns.alert_id)
         .bind(&columns.fencing_token)
@@ -128,6 +168,7 @@ pub async fn complete_batch(pool: &PgPool, batch: &[Completion]) -> Result<Vec<b
         .bind(&columns.settle_reference)
         .bind(&columns.to_state)
         .bind(&columns.line)
+        .bind(&columns.release_lane)
         .fetch_all(&mut *tx)
         .await?;
     if applied.is_empty() {
@@ -172,6 +213,40 @@ pub async fn complete_batch(pool: &PgPool, batch: &[Completion]) -> Result<Vec<b
         .collect())
 }
 
+/// Locks the lane rows that this batch's completions release, before anything else, in
+/// the one order every locker of several lanes uses (key in byte order, then destination).
+///
+/// Why first: an approval joining a lane holds its lane row until it commits, and its
+/// outbox row names the tail it found there. Holding the lane row before the batch's
+/// statement begins means every member that names a released alert has committed before
+/// that statement's snapshot, so the release hands its place to all of them; a member
+/// approved later waits for this commit and finds the tail already cleared. Revisions and
+/// operators also take the lane row before any outbox row of the lane, so no cycle of
+/// waits can form.
+async fn lock_released_lanes(
+    tx: &mut sqlx::PgConnection,
+    batch: &[&Completion],
+) -> Result<(), StoreError> {
+    let (alerts, keys): (Vec<Uuid>, Vec<&str>) = batch
+        .iter()
+        .filter_map(|done| Some((done.alert_id, done.released_lane()?)))
+        .unzip();
+    sqlx::query(
+        "SELECT 1 FROM alert_lanes l \
+         JOIN (SELECT DISTINCT a.destination_id, i.key \
+               FROM unnest($1::uuid[], $2::text[]) AS i(alert_id, key) \
+               JOIN alerts a ON a.id = i.alert_id) r \
+           ON r.destination_id = l.destination_id AND r.key = l.ordering_key \
+         ORDER BY l.ordering_key COLLATE \"C\", l.destination_id \
+         FOR UPDATE OF l",
+    )
+    .bind(&alerts)
+    .bind(&keys)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
 /// [`Completion`]s turned into one array per column, for `unnest`.
 #[derive(Default)]
 struct CompletionColumns {
@@ -192,6 +267,7 @@ struct CompletionColumns {
     settle_reference: Vec<Option<String>>,
     to_state: Vec<&'static str>,
     line: Vec<String>,
+    release_lane: Vec<Option<String>>,
 }
 
 impl CompletionColumns {
@@ -230,6 +306,7 @@ impl CompletionColumns {
             }
             c.to_state.push(done.next.state().as_str());
             c.line.push(done.line.clone());
+            c.release_lane.push(done.released_lane().map(str::to_owned));
         }
         c
     }

@@ -39,7 +39,7 @@ pub(crate) static OLDEST_DUE_AGE_SECS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT extract(epoch FROM now() - min(next_attempt_at))::float8 FROM outbox \
          WHERE {due} AND next_attempt_at <= now()",
-        due = due_status("status"),
+        due = due_status("outbox"),
     )
 });
 

@@ -14,6 +14,7 @@ use crate::StoreError;
 
 /// Queues newly approved alerts. It follows a CTE named `approved` that yields each new
 /// alert's `id`, `destination_id`, `after_alert` (an earlier revision it must wait for, or
+/// `NULL`), `lane_after` (the unreleased alert it waits behind in its ordered lane, or
 /// `NULL`), `actor` and evidence `line`, and adds two: `queued`, its outbox row (returning
 /// `alert_id`, `next_attempt_at`), and `explained`, the first line of its evidence
 /// (returning `alert_id`, `at`, `line`). An approval through the API, a monitor's batch
@@ -22,8 +23,8 @@ use crate::StoreError;
 pub(crate) static ENQUEUE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "queued AS ( \
-             INSERT INTO outbox (alert_id, destination_id, after_alert) \
-             SELECT id, destination_id, after_alert FROM approved \
+             INSERT INTO outbox (alert_id, destination_id, after_alert, lane_after) \
+             SELECT id, destination_id, after_alert, lane_after FROM approved \
              RETURNING alert_id, next_attempt_at \
          ), explained AS ( \
              {EVENT_INSERT} \
@@ -54,18 +55,24 @@ pub(crate) fn requeue_assignments(status: &str, due: &str) -> String {
 
 /// Settles one alert: its outbox row goes, its outcome (and reference) is recorded in
 /// `alert_outcomes`; the wide alert row is not written. The single-row form of the
-/// settling step of [`COMPLETE_BATCH`]; the caller holds the alert's locks and writes the
-/// evidence line in the same transaction.
+/// settling step of [`COMPLETE_BATCH`]; the caller holds the alert's locks (its lane's
+/// first, [`lock_lane_of`]) and writes the evidence line in the same transaction.
+///
+/// Callers are an operator's resolution and a revision's supersede, each of which
+/// releases the alert's place in its lane, if it has one ([`LANE_RELEASE`]).
 pub async fn settle(
     tx: &mut PgConnection,
     alert_id: Uuid,
     outcome: Outcome,
     reference: Option<&str>,
 ) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM outbox WHERE alert_id = $1")
-        .bind(alert_id)
-        .execute(&mut *tx)
-        .await?;
+    // A held alert being resolved has no outbox row: it waited behind nothing.
+    let waited_behind: Option<Uuid> =
+        sqlx::query_scalar("DELETE FROM outbox WHERE alert_id = $1 RETURNING lane_after")
+            .bind(alert_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .flatten();
     sqlx::query(&format!(
         "INSERT INTO alert_outcomes (alert_id, outcome, destination_reference) \
          VALUES ($1, $2, $3) {SETTLE_CONFLICT}"
@@ -73,6 +80,54 @@ pub async fn settle(
     .bind(alert_id)
     .bind(outcome)
     .bind(reference)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(&LANE_RELEASE)
+        .bind(alert_id)
+        .bind(waited_behind)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// An alert (`$1`) leaves its lane: the rows waiting behind it wait behind what it
+/// waited behind (`$2`; NULL for a head, so they become due), and the lane's tail is
+/// cleared when it was the tail. Nothing happens for an alert in no lane, or in the lane
+/// of a destination that no longer orders. The caller holds the lane's row
+/// ([`lock_lane_of`]) before any outbox row of the lane. [`COMPLETE_BATCH`] does the same
+/// for a batch.
+static LANE_RELEASE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH lane AS ( \
+             {LANE_OF} \
+         ), handed_on AS ( \
+             UPDATE outbox o SET lane_after = $2 \
+             WHERE o.lane_after = $1 AND EXISTS (SELECT 1 FROM lane) \
+         ) \
+         UPDATE alert_lanes l SET tail_alert = NULL FROM lane \
+         WHERE l.destination_id = lane.destination_id AND l.ordering_key = lane.key \
+           AND l.tail_alert = $1"
+    )
+});
+
+/// The lane of alert `$1` (`destination_id`, `key`), when it is in one at a destination
+/// that orders per key: no row otherwise.
+pub(crate) const LANE_OF: &str =
+    "SELECT a.destination_id, COALESCE(a.ordering_key, a.subject) AS key \
+     FROM alerts a JOIN destinations d ON d.id = a.destination_id \
+     WHERE a.id = $1 AND a.lane_seq IS NOT NULL AND d.ordering = 'per-key'";
+
+/// Locks the row of the lane alert `$1` is in, if any: what a revision or an operator's
+/// transition takes before any outbox or alert row, so that they and the dispatchers'
+/// completions (which lock lanes before outbox rows too) wait for each other in one order.
+pub async fn lock_lane_of(tx: &mut PgConnection, alert_id: Uuid) -> Result<(), StoreError> {
+    sqlx::query(&format!(
+        "WITH lane AS ({LANE_OF}) \
+         SELECT 1 FROM alert_lanes l JOIN lane ON l.destination_id = lane.destination_id \
+             AND l.ordering_key = lane.key \
+         FOR UPDATE OF l"
+    ))
+    .bind(alert_id)
     .execute(&mut *tx)
     .await?;
     Ok(())
@@ -123,7 +178,8 @@ pub async fn requeue_with_fresh_budget(
 ///
 /// Parameters, one array each, in this order: alert_id, fencing_token, worker, attempt,
 /// kind, started_at, outcome, http_status, destination_reference, error_class,
-/// response_excerpt, requeue_status, requeue_at, settle, settle_reference, to_state, line.
+/// response_excerpt, requeue_status, requeue_at, settle, settle_reference, to_state, line,
+/// release_lane (the lane key when settling releases the alert's lane, else NULL).
 /// Returns `(alert_id, fencing_token)` of every completion whose claim was still current.
 ///
 /// Fencing and locking: the outbox row's own `DELETE` (to settle) or `UPDATE` (to
@@ -137,20 +193,44 @@ pub async fn requeue_with_fresh_budget(
 /// writes about 55 bytes less WAL (1,290 to 1,235 B in `bench run --only approvals`).
 /// The `a_completion_that_waits_on_a_takeover_writes_nothing` test holds the fence to
 /// that.
+///
+/// Lanes: a settled alert that releases its lane hands its place on in the same
+/// statement ([`LANE_RELEASE`]'s set-based form): the rows waiting behind it take its own
+/// `lane_after` (NULL for a head, so they are due), and the lane's tail is cleared when it
+/// was the tail. The caller holds those lanes' rows already (`lock_released_lanes`), so no
+/// member can commit behind the alert after this statement's snapshot. A lane moving on
+/// past a failed head (`on_head_failed = skip`) says so in the next alert's trail too.
 pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH input AS ( \
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::int4[], $5::text[], \
                  $6::timestamptz[], $7::text[], $8::int2[], $9::text[], $10::text[], $11::text[], \
-                 $12::text[], $13::timestamptz[], $14::text[], $15::text[], $16::text[], $17::text[]) \
+                 $12::text[], $13::timestamptz[], $14::text[], $15::text[], $16::text[], $17::text[], \
+                 $18::text[]) \
              AS i(alert_id, fencing_token, worker, attempt, kind, started_at, outcome, http_status, \
                   destination_reference, error_class, response_excerpt, requeue_status, requeue_at, \
-                  settle, settle_reference, to_state, line) \
+                  settle, settle_reference, to_state, line, release_lane) \
          ), removed AS ( \
              DELETE FROM outbox o USING input i \
              WHERE o.alert_id = i.alert_id AND o.fencing_token = i.fencing_token \
                AND i.settle IS NOT NULL \
-             RETURNING i.alert_id, i.fencing_token \
+             RETURNING i.alert_id, i.fencing_token, o.destination_id, o.lane_after, \
+                       i.release_lane, i.settle, i.worker \
+         ), handed_on AS ( \
+             UPDATE outbox o SET lane_after = r.lane_after \
+             FROM removed r \
+             WHERE r.release_lane IS NOT NULL AND o.lane_after = r.alert_id \
+             RETURNING o.alert_id, o.status, o.lane_after, r.alert_id AS released, r.settle, r.worker \
+         ), untailed AS ( \
+             UPDATE alert_lanes l SET tail_alert = NULL \
+             FROM removed r \
+             WHERE r.release_lane IS NOT NULL AND l.destination_id = r.destination_id \
+               AND l.ordering_key = r.release_lane AND l.tail_alert = r.alert_id \
+         ), skipped AS ( \
+             {EVENT_INSERT} \
+             SELECT h.alert_id, h.status, h.status, NULL, 'dispatcher:' || h.worker, \
+                    format('alert %s before this one in its lane failed for good; the destination skips failed lane heads, so this one no longer waits for it', h.released) \
+             FROM handed_on h WHERE h.settle = {failed} \
          ), requeued AS ( \
              UPDATE outbox o SET {requeue} \
              FROM input i \
@@ -184,5 +264,6 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
          SELECT alert_id, fencing_token FROM fenced",
         requeue = requeue_assignments("i.requeue_status", "i.requeue_at"),
         sending = AlertState::Sending.sql(),
+        failed = Outcome::Failed.sql(),
     )
 });

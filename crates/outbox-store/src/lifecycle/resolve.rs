@@ -6,7 +6,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::evidence::{append_event, Event};
-use super::queue_moves::{requeue_with_fresh_budget, settle};
+use super::queue_moves::{lock_lane_of, requeue_with_fresh_budget, settle};
 use super::standing::{standing, Standing};
 use crate::StoreError;
 
@@ -26,7 +26,8 @@ pub enum Resolution {
 
 impl Standing {
     /// Why an operator may not resolve this alert so, or `None` when they may: only an
-    /// uncertain or held alert, not while a dispatcher holds it, and never "not delivered"
+    /// uncertain or held alert, or a failed one that holds up its ordered lane (resolving
+    /// it releases the lane), not while a dispatcher holds it, and never "not delivered"
     /// once a later revision corrected it (that would send the outdated payload again,
     /// after the correction; recording what happened, accepted or abandoned, stays open).
     pub fn resolve_refusal(&self, resolution: &Resolution) -> Result<Option<String>, StoreError> {
@@ -42,11 +43,12 @@ impl Standing {
             AlertState::Sending => Some(format!(
                 "a dispatcher is working on alert {alert_id} right now; resolve it once it is no longer sending"
             )),
+            AlertState::Failed if self.blocks_lane => None,
             AlertState::Pending
             | AlertState::Accepted
             | AlertState::Failed
             | AlertState::Superseded => Some(format!(
-                "alert {alert_id} is {state}; only uncertain or held alerts can be resolved"
+                "alert {alert_id} is {state}; only uncertain or held alerts (and failed ones holding up their ordered lane) can be resolved"
             )),
         };
         Ok(refusal)
@@ -62,6 +64,7 @@ pub async fn resolve(
     actor: &str,
     note: &str,
 ) -> Result<(), StoreError> {
+    lock_lane_of(tx, alert_id).await?;
     let alert = standing(tx, alert_id, true).await?;
     if let Some(why) = alert.resolve_refusal(resolution)? {
         return Err(StoreError::Refused(why));

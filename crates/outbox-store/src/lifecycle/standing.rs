@@ -36,6 +36,9 @@ pub struct Standing {
     pub latest_revision: Option<Uuid>,
     /// Retention removed its payload (`outboxctl prune`).
     pub pruned: bool,
+    /// It holds up its ordered lane: it has not been released, and later alerts of the
+    /// lane wait behind it (or the next one will).
+    pub blocks_lane: bool,
 }
 
 #[derive(Debug, sqlx::FromRow)]
@@ -46,6 +49,7 @@ struct StandingRow {
     last_attempt: i32,
     latest_revision: Option<Uuid>,
     pruned: bool,
+    blocks_lane: bool,
 }
 
 /// Reads where an alert stands. With `lock`, takes its outbox row (`FOR UPDATE`) and then
@@ -77,7 +81,8 @@ pub async fn standing(
                    AND later.occurrence = a.occurrence \
                    AND later.destination_id = a.destination_id AND later.revision > a.revision \
                  ORDER BY later.revision DESC LIMIT 1) AS latest_revision, \
-                a.pruned_at IS NOT NULL AS pruned \
+                a.pruned_at IS NOT NULL AS pruned, \
+                {BLOCKS_LANE} AS blocks_lane \
          FROM alerts a LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id \
          WHERE a.id = $1{lock_alert}"
     ))
@@ -97,8 +102,18 @@ pub async fn standing(
         last_attempt: row.last_attempt,
         latest_revision: row.latest_revision,
         pruned: row.pruned,
+        blocks_lane: row.blocks_lane,
     })
 }
+
+/// Whether alert `a` holds up its ordered lane: it is in a lane and not released, which
+/// shows as a row waiting behind it or as the lane's tail naming it.
+pub(crate) const BLOCKS_LANE: &str = "(a.lane_seq IS NOT NULL AND ( \
+         EXISTS (SELECT 1 FROM outbox w WHERE w.lane_after = a.id) \
+         OR EXISTS (SELECT 1 FROM alert_lanes l \
+                    WHERE l.destination_id = a.destination_id \
+                      AND l.ordering_key = COALESCE(a.ordering_key, a.subject) \
+                      AND l.tail_alert = a.id)))";
 
 /// Parses a nullable column's text into its type.
 pub(crate) fn parse_optional<T>(text: Option<String>) -> Result<Option<T>, StoreError>

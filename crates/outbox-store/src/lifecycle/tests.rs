@@ -60,6 +60,16 @@ async fn every_typed_name_is_exactly_what_the_schema_allows() {
         ("delivery_attempts", "outcome", names(AttemptOutcome::ALL)),
         ("destinations", "kind", names(DestinationKind::ALL)),
         ("destinations", "on_uncertain", names(OnUncertain::ALL)),
+        (
+            "destinations",
+            "ordering",
+            names(outbox_core::Ordering::ALL),
+        ),
+        (
+            "destinations",
+            "on_head_failed",
+            names(outbox_core::OnHeadFailed::ALL),
+        ),
         ("console_bulk_replays", "state", names(BulkReplayState::ALL)),
     ];
     for (table, column, typed) in pairs {
@@ -107,6 +117,7 @@ async fn claimed_alerts(db: &TestDb, n: usize) -> Vec<dispatch::ClaimedAlert> {
                 occurrence: "2027-01-31/30d",
                 payload_json: &payload,
                 actor: "test",
+                ordering_key: None,
             },
         )
         .await
@@ -163,6 +174,7 @@ async fn lifecycle_batch_and_single_row_settle_alike() {
             },
             line: "settled".to_owned(),
             disable_destination: None,
+            lane: None,
         };
         let applied = dispatch::complete_batch(&db.pool, &[completion])
             .await
@@ -202,6 +214,7 @@ fn accepted(claim: &dispatch::ClaimedAlert) -> Completion {
         },
         line: "accepted".to_owned(),
         disable_destination: None,
+        lane: None,
     }
 }
 
@@ -326,6 +339,7 @@ fn sent(claim: &dispatch::ClaimedAlert, settle: Option<(Outcome, Option<&str>)>)
         next,
         line: format!("attempt {} ended {outcome}", claim.attempts),
         disable_destination: None,
+        lane: None,
     }
 }
 
