@@ -2,7 +2,7 @@
 //! settle an uncertain send (de-duplicate by key, answer a lookup by key).
 
 use chrono::{DateTime, Utc};
-use outbox_core::{DestinationKind, OnUncertain};
+use outbox_core::{DestinationKind, OnHeadFailed, OnUncertain, Ordering};
 use sqlx::PgExecutor;
 use std::time::Duration;
 use uuid::Uuid;
@@ -166,6 +166,12 @@ pub struct DestinationSummary {
     pub disable_after_failing_secs: Option<i64>,
     /// Why it is disabled, when it is.
     pub disabled_reason: Option<String>,
+    /// Whether it receives the alerts of one ordering key in approval order.
+    #[sqlx(try_from = "String")]
+    pub ordering: Ordering,
+    /// What an ordered lane does past a head that failed for good.
+    #[sqlx(try_from = "String")]
+    pub on_head_failed: OnHeadFailed,
 }
 
 /// Creates a destination and returns its id.
@@ -344,7 +350,7 @@ pub async fn list(
                  WHERE s LIKE 'enc:%') AS sealed_secret_count, \
                 d.enabled, \
                 ceil(extract(epoch FROM d.disable_after_failing))::int8 AS disable_after_failing_secs, \
-                d.disabled_reason \
+                d.disabled_reason, d.ordering, d.on_head_failed \
          FROM destinations d JOIN tenants t ON t.id = d.tenant_id \
          WHERE $1::uuid IS NULL OR d.tenant_id = $1 \
          ORDER BY t.name, d.name",

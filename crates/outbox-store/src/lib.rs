@@ -17,6 +17,9 @@
 //!   evidence line, and the operator transitions (replay, resolve) with their refusals;
 //!   the dispatcher's batch completion is built from the same pieces.
 //! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and queue figures.
+//! - [`lanes`]: ordered lanes as operators see them: a destination's ordering settings
+//!   (turning ordering off releases its lanes), lanes held up by their head, and blocked
+//!   lanes counted per destination.
 //! - [`wake_ups`]: approvals waking idle dispatchers (`NOTIFY`, folded under load), and
 //!   dispatchers listening for them.
 //! - [`upkeep`]: the live queue's own vacuum, which dispatchers run once its dead tuples
@@ -57,6 +60,7 @@ pub mod destinations;
 pub mod dispatch;
 pub mod error;
 pub mod health;
+pub mod lanes;
 pub mod lifecycle;
 pub mod monitors;
 pub mod operator;

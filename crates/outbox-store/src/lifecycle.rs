@@ -41,7 +41,7 @@ pub use queue_moves::{lock_lane_of, requeue_with_fresh_budget, settle};
 pub(crate) use queue_moves::{requeue_assignments, COMPLETE_BATCH, ENQUEUE};
 pub use replay::{pruned_refusal, replay, replayable};
 pub use resolve::{resolve, Resolution};
-pub(crate) use standing::{parse_optional, STATE, STATE_JOINS};
+pub(crate) use standing::{parse_optional, BLOCKS_LANE, STATE, STATE_JOINS};
 pub use standing::{standing, Standing};
 
 #[cfg(test)]
