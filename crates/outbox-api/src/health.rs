@@ -91,6 +91,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> axum::response::Re
                 queue.held,
                 queue.oldest_due_age_secs,
             );
+            outbox_runtime::prometheus::render_lanes(&mut out, &queue.lane_rows());
             (
                 [(
                     axum::http::header::CONTENT_TYPE,

@@ -16,6 +16,7 @@
 //! - `demo`: the whole system on the sample data, in a database of its own, on a private
 //!   server when none answers; its printout shows stored emails as people read them.
 //! - `inspect`: `alert show`, `outbox list`.
+//! - `lanes`: `lanes list`, an ordered destination's lanes held up by their head.
 //! - `operate`: `replay`, `resolve`, `revise`, `stats`, `prune`, `destination enable|disable`.
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
 //!   `article ingest`.
@@ -41,6 +42,7 @@ mod credentials;
 mod demo;
 mod destinations;
 mod inspect;
+mod lanes;
 mod mcp;
 mod names;
 mod operate;
@@ -124,6 +126,9 @@ pub enum Command {
     /// Inspect the outbox.
     #[command(subcommand)]
     Outbox(OutboxCommand),
+    /// Ordered lanes (destinations with `--ordering per-key`).
+    #[command(subcommand)]
+    Lanes(LanesCommand),
     /// Put held or failed alerts back in the queue (same id, key and payload).
     Replay(operate::ReplayArgs),
     /// Settle an uncertain or held alert by what you established at the destination.
@@ -378,6 +383,14 @@ pub enum OutboxCommand {
     List(inspect::ListArgs),
 }
 
+/// `lanes ...`
+#[derive(Debug, Subcommand)]
+pub enum LanesCommand {
+    /// Lanes held up by their head (held, failed or retrying), longest first: the head,
+    /// its reason, how long the lane has waited and how many alerts are behind it.
+    List(lanes::ListArgs),
+}
+
 /// Runs one command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let Cli {
@@ -433,6 +446,7 @@ async fn dispatch(pool: &PgPool, keys: &SealingKeys, command: Command) -> anyhow
             inspect::show_alert(pool, &id, json).await
         }
         Command::Outbox(OutboxCommand::List(args)) => inspect::list_outbox(pool, args).await,
+        Command::Lanes(LanesCommand::List(args)) => lanes::list(pool, args).await,
         Command::Replay(args) => operate::replay(pool, args).await,
         Command::Resolve(args) => operate::resolve(pool, args).await,
         Command::Revise(args) => operate::revise(pool, args).await,

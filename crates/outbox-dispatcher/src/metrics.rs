@@ -63,6 +63,7 @@ impl Metrics {
     pub fn render(&self, queue: &outbox_store::dispatch::QueueFigures) -> String {
         let mut out = String::new();
         prometheus::render_queue(&mut out, &queue.live, queue.held, queue.oldest_due_age_secs);
+        prometheus::render_lanes(&mut out, &queue.lane_rows());
         let _ = writeln!(
             out,
             "# HELP outbox_attempts_total Finished attempts and lookups by outcome."
@@ -159,9 +160,17 @@ mod tests {
             live: vec![(outbox_core::LiveStatus::Pending, 4)],
             oldest_due_age_secs: 1.5,
             held: 2,
+            lanes: vec![outbox_store::lanes::LaneCounts {
+                tenant: "acme".to_owned(),
+                destination: "tickets".to_owned(),
+                open: 7,
+                blocked: 1,
+            }],
         });
         assert!(text.contains("outbox_depth{state=\"pending\"} 4"));
         assert!(text.contains("outbox_depth{state=\"held\"} 2"));
+        assert!(text.contains("outbox_lanes_blocked{tenant=\"acme\",destination=\"tickets\"} 1"));
+        assert!(text.contains("outbox_lanes_open{tenant=\"acme\",destination=\"tickets\"} 7"));
         assert!(text.contains("outbox_attempts_total{destination=\"ops\",outcome=\"accepted\"} 2"));
         assert!(text.contains("outbox_send_seconds_bucket{destination=\"ops\",le=\"0.005\"} 1"));
         assert!(text.contains("outbox_send_seconds_count{destination=\"ops\"} 2"));

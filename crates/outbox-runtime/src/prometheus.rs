@@ -224,6 +224,39 @@ pub fn render_queue(
     );
 }
 
+/// Ordered lanes per destination (`tenant`, `destination`, open lanes, blocked lanes):
+/// `outbox_lanes_open` (lanes with an alert not yet released) and `outbox_lanes_blocked`
+/// (lanes whose head is held or failed, which wait for an operator). Every ordered
+/// destination has both series, zero included, so an alert on them has data.
+pub fn render_lanes(out: &mut String, lanes: &[(&str, &str, i64, i64)]) {
+    let _ = writeln!(
+        out,
+        "# HELP outbox_lanes_open Ordered lanes with an alert not yet released, per destination."
+    );
+    let _ = writeln!(out, "# TYPE outbox_lanes_open gauge");
+    for (tenant, destination, open, _) in lanes {
+        let _ = writeln!(
+            out,
+            "outbox_lanes_open{{tenant=\"{}\",destination=\"{}\"}} {open}",
+            escape(tenant),
+            escape(destination)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP outbox_lanes_blocked Ordered lanes whose head is held or failed: they wait for an operator."
+    );
+    let _ = writeln!(out, "# TYPE outbox_lanes_blocked gauge");
+    for (tenant, destination, _, blocked) in lanes {
+        let _ = writeln!(
+            out,
+            "outbox_lanes_blocked{{tenant=\"{}\",destination=\"{}\"}} {blocked}",
+            escape(tenant),
+            escape(destination)
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -108,6 +108,38 @@ pub async fn set_ordering(
     Ok(change)
 }
 
+/// A destination's ordering settings now.
+pub async fn ordering_of(
+    db: impl PgExecutor<'_>,
+    destination_id: Uuid,
+) -> Result<OrderingSettings, StoreError> {
+    let (ordering, on_head_failed): (String, String) =
+        sqlx::query_as("SELECT ordering, on_head_failed FROM destinations WHERE id = $1")
+            .bind(destination_id)
+            .fetch_one(db)
+            .await?;
+    Ok(OrderingSettings {
+        ordering: ordering.parse()?,
+        on_head_failed: on_head_failed.parse()?,
+    })
+}
+
+/// Sets a destination's ordering as it is added (in its creating transaction), when it
+/// is not the default.
+pub async fn set_new_destination_ordering(
+    conn: &mut PgConnection,
+    destination_id: Uuid,
+    settings: OrderingSettings,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE destinations SET ordering = $2, on_head_failed = $3 WHERE id = $1")
+        .bind(destination_id)
+        .bind(settings.ordering)
+        .bind(settings.on_head_failed)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// Releases every alert waiting in a lane of the destination and clears its lanes'
 /// tails; returns (alerts released, lanes that were blocked). The caller commits or rolls
 /// back.

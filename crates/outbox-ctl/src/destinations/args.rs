@@ -3,7 +3,7 @@
 //! key and body template).
 
 use anyhow::{bail, Context};
-use outbox_core::{duration, DestinationKind, OnUncertain};
+use outbox_core::{duration, DestinationKind, OnHeadFailed, OnUncertain, Ordering};
 use std::time::Duration;
 
 use super::failing_window::{parse_failing_window, FailingWindow};
@@ -60,6 +60,15 @@ pub struct DestinationArgs {
     /// long (e.g. 24h, 2d), with the reason and an audit line; `never` to keep it on.
     #[arg(long, default_value = "24h", value_name = "DURATION|never", value_parser = parse_failing_window)]
     pub(super) disable_after_failing: FailingWindow,
+    /// `per-key`: deliver the alerts of one ordering key (the approval's `ordering_key`,
+    /// else its subject) one at a time, in approval order; `none`: no order.
+    #[arg(long, default_value = "none", value_name = "none|per-key")]
+    pub(super) ordering: Ordering,
+    /// With `--ordering per-key`, when a lane's head has failed for good: `block` keeps
+    /// the lane waiting for an operator; `skip` lets the next alert go (both alerts'
+    /// evidence says so).
+    #[arg(long, default_value = "block", value_name = "block|skip")]
+    pub(super) on_head_failed: OnHeadFailed,
     /// Address ranges (CIDR, comma-separated) the URLs may point into although they are
     /// loopback, private, link-local, ...: for development, tests and demos only. The
     /// dispatcher needs the same ranges opened to deliver there.
@@ -71,6 +80,14 @@ impl DestinationArgs {
     /// The tenant and the destination's name, as given, for the audit log.
     pub(crate) fn audited(&self) -> (&str, &str) {
         (&self.tenant, &self.name)
+    }
+
+    /// The ordering settings given.
+    pub(super) fn ordering(&self) -> outbox_store::lanes::OrderingSettings {
+        outbox_store::lanes::OrderingSettings {
+            ordering: self.ordering,
+            on_head_failed: self.on_head_failed,
+        }
     }
 }
 

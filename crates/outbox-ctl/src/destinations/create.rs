@@ -1,10 +1,11 @@
 //! The steps every kind of destination is added by: its URLs vetted by the egress guard,
-//! its settings written in one transaction with its failing window, the report of what
-//! was added.
+//! its settings written in one transaction with its failing window and ordering, the
+//! report of what was added.
 
 use anyhow::{bail, Context};
 use outbox_core::in_flight;
 use outbox_store::destinations::{EmailApiSettings, EmailSettings, NewDestination};
+use outbox_store::lanes::OrderingSettings;
 use outbox_store::PgPool;
 use std::time::Duration;
 use uuid::Uuid;
@@ -86,13 +87,15 @@ pub(super) enum KindSettings {
     EmailApi(EmailApiSettings),
 }
 
-/// Writes the destination `id` with its kind's settings and its failing window, together.
+/// Writes the destination `id` with its kind's settings, its failing window and its
+/// ordering, together.
 pub(super) async fn create(
     pool: &PgPool,
     id: Uuid,
     new: &NewDestination,
     kind: &KindSettings,
     window: FailingWindow,
+    ordering: OrderingSettings,
 ) -> anyhow::Result<()> {
     use outbox_store::destinations as store;
     let mut tx = pool.begin().await?;
@@ -104,6 +107,7 @@ pub(super) async fn create(
         }
     };
     set_failing_window(&mut tx, new.tenant_id, &new.name, window).await?;
+    outbox_store::lanes::set_new_destination_ordering(&mut tx, id, ordering).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -38,6 +38,7 @@ pub(super) async fn list_destinations(
         "SECRETS",
         "ENABLED",
         "AUTO-DISABLE",
+        "ORDERING",
         "RECIPIENTS",
     ]);
     for d in &destinations {
@@ -57,7 +58,7 @@ pub(super) async fn list_destinations(
 }
 
 /// A destination's row in `destination list`.
-fn row(d: &DestinationSummary) -> [String; 14] {
+fn row(d: &DestinationSummary) -> [String; 15] {
     let kind = match &d.body_template {
         Some(template) => format!("{} ({template})", d.kind),
         None => d.kind.to_string(),
@@ -97,6 +98,7 @@ fn row(d: &DestinationSummary) -> [String; 14] {
         credentials_cell(d),
         yes_no(d.enabled),
         auto_disable,
+        ordering_cell(d),
         recipients,
     ]
 }
@@ -160,6 +162,13 @@ pub(super) async fn show_destination(
             format!("{} ({})", d.max_in_flight, d.crash_bound),
         ),
         ("enabled", yes_no(d.enabled)),
+        (
+            "ordering",
+            super::update::ordering_text(outbox_store::lanes::OrderingSettings {
+                ordering: d.ordering,
+                on_head_failed: d.on_head_failed,
+            }),
+        ),
     ];
     if !d.mail_to.is_empty() {
         lines.push(("recipients", d.mail_to.join(",")));
@@ -190,6 +199,14 @@ fn dedup_text(d: &DestinationSummary) -> String {
 /// The request timeout, e.g. `10s`.
 fn timeout_text(d: &DestinationSummary) -> String {
     duration::format(Duration::from_millis(d.timeout_ms.unsigned_abs().into()))
+}
+
+/// `none`, or `per-key` with what a failed head does (`per-key, skip`).
+fn ordering_cell(d: &DestinationSummary) -> String {
+    match d.ordering {
+        outbox_core::Ordering::None => d.ordering.to_string(),
+        outbox_core::Ordering::PerKey => format!("{}, {}", d.ordering, d.on_head_failed),
+    }
 }
 
 fn yes_no(yes: bool) -> String {

@@ -5,7 +5,8 @@
 //!   body template they name.
 //! - `webhook`, `email`, `email_api`: adding each kind, with the checks its flags get.
 //! - `create`: the steps every kind is added by (URLs vetted, one transaction, the report).
-//! - `failing_window`: `--disable-after-failing`, and `destination update`.
+//! - `failing_window`: `--disable-after-failing`.
+//! - `update`: `destination update` (the failing window, the ordering).
 //! - `listing`: `destination list|show`.
 
 mod args;
@@ -14,10 +15,11 @@ mod email;
 mod email_api;
 mod failing_window;
 mod listing;
+mod update;
 mod webhook;
 
 pub use args::DestinationArgs;
-pub use failing_window::UpdateArgs;
+pub use update::UpdateArgs;
 
 use outbox_core::sealing::SealingKeys;
 use outbox_core::DestinationKind;
@@ -37,7 +39,7 @@ pub(crate) async fn run(
         DestinationCommand::RotateSecret(args) => {
             credentials::rotate_secret(pool, keys, args).await
         }
-        DestinationCommand::Update(args) => failing_window::update_destination(pool, args).await,
+        DestinationCommand::Update(args) => update::update_destination(pool, args).await,
         DestinationCommand::Disable {
             name,
             tenant,

@@ -47,7 +47,15 @@ pub(super) async fn add(
         }
         None => KindSettings::Webhook,
     };
-    create::create(pool, id, &new, &kind, args.disable_after_failing).await?;
+    create::create(
+        pool,
+        id,
+        &new,
+        &kind,
+        args.disable_after_failing,
+        args.ordering(),
+    )
+    .await?;
     create::report(id, "destination", &new, &tenant.name, &notes);
     Ok(())
 }

@@ -52,6 +52,19 @@ pub struct QueueFigures {
     pub oldest_due_age_secs: f64,
     /// Alerts held for an operator.
     pub held: i64,
+    /// Every ordered destination's open and blocked lanes.
+    pub lanes: Vec<crate::lanes::LaneCounts>,
+}
+
+impl QueueFigures {
+    /// The lane counts as `(tenant, destination, open, blocked)` rows, as the metrics
+    /// renderer takes them.
+    pub fn lane_rows(&self) -> Vec<(&str, &str, i64, i64)> {
+        self.lanes
+            .iter()
+            .map(|l| (l.tenant.as_str(), l.destination.as_str(), l.open, l.blocked))
+            .collect()
+    }
 }
 
 /// Reads the queue figures.
@@ -71,9 +84,11 @@ pub async fn queue_figures(pool: &PgPool) -> Result<QueueFigures, StoreError> {
         .bind(Outcome::Held)
         .fetch_one(pool)
         .await?;
+    let lanes = crate::lanes::counts(pool).await?;
     Ok(QueueFigures {
         live,
         oldest_due_age_secs: oldest.unwrap_or(0.0),
         held,
+        lanes,
     })
 }
