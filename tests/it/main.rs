@@ -23,6 +23,7 @@ mod email_api;
 mod failover;
 mod hostile_input;
 mod in_flight;
+mod lanes;
 mod logs;
 mod lookup_backoff;
 mod mcp;

@@ -13,6 +13,9 @@ use crate::StoreError;
 
 /// Whether any live row of an enabled destination is due now or within `horizon`
 /// (counting a `sending` row as due when its lease runs out): what `--drain` waits for.
+/// A row waiting in an ordered lane is not due: it becomes due only when the alert
+/// before it is released, by a completion (of a row that is due or sending itself) or by
+/// an operator.
 pub async fn work_due_within(
     db: impl PgExecutor<'_>,
     horizon: Duration,
@@ -20,7 +23,7 @@ pub async fn work_due_within(
     let due: bool = sqlx::query_scalar(&format!(
         "SELECT EXISTS ( \
              SELECT 1 FROM outbox o JOIN destinations d ON d.id = o.destination_id \
-             WHERE d.enabled \
+             WHERE d.enabled AND o.lane_after IS NULL \
                AND CASE WHEN o.status = {sending} THEN o.lease_expires_at ELSE o.next_attempt_at END \
                    <= now() + $1 * interval '1 millisecond' \
                AND (o.after_alert IS NULL \
