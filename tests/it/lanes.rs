@@ -334,3 +334,73 @@ async fn a_failed_head_blocks_its_lane_or_is_skipped_as_the_destination_says() {
         "the second now heads the lane; the third waits behind it"
     );
 }
+
+#[tokio::test]
+async fn the_api_takes_an_ordering_key_and_refuses_an_empty_or_oversized_one() {
+    let api = common::Api::start().await;
+    let body = |subject: &str, key: serde_json::Value| {
+        serde_json::json!({"destination": "ops", "subject": subject, "occurrence": "2027-01-15/30d",
+                           "payload": {"text": "renewal due"}, "ordering_key": key})
+    };
+    // Refused, and nothing written.
+    for (key, problem) in [
+        (serde_json::json!(""), "missing-field"),
+        (serde_json::json!("k".repeat(201)), "field-too-long"),
+        (serde_json::json!("a\u{202e}b"), "invalid-field"),
+    ] {
+        let (status, answer) = api.approve(&api.acme.token, &body("contract:1", key)).await;
+        assert_eq!(status, 422, "{answer}");
+        assert!(
+            answer["type"].as_str().unwrap().ends_with(problem),
+            "{answer}"
+        );
+    }
+    let alerts: i64 = sqlx::query_scalar("SELECT count(*) FROM alerts")
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(alerts, 0);
+
+    // Without ordering at the destination the key is kept, and places nothing in a lane.
+    let (status, answer) = api
+        .approve(
+            &api.acme.token,
+            &body("contract:1", serde_json::json!("customer:7")),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let (key, seq): (Option<String>, Option<i64>) =
+        sqlx::query_as("SELECT ordering_key, lane_seq FROM alerts")
+            .fetch_one(&api.db.pool)
+            .await
+            .unwrap();
+    assert_eq!((key.as_deref(), seq), (Some("customer:7"), None));
+
+    // Once the destination orders, a second alert of the key waits behind the first; a
+    // repeated approval takes no place in the lane.
+    order_per_key(&api.db, api.acme.id, "ops", OnHeadFailed::Block).await;
+    for _ in 0..2 {
+        let (status, answer) = api
+            .approve(
+                &api.acme.token,
+                &body("contract:2", serde_json::json!("customer:7")),
+            )
+            .await;
+        assert!(status == 201 || status == 200, "{answer}");
+    }
+    let (status, _) = api
+        .approve(
+            &api.acme.token,
+            &body("contract:3", serde_json::json!("customer:7")),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let lane: Vec<(i64, bool)> = sqlx::query_as(
+        "SELECT a.lane_seq, o.lane_after IS NOT NULL FROM alerts a JOIN outbox o ON o.alert_id = a.id \
+         WHERE a.lane_seq IS NOT NULL ORDER BY a.lane_seq",
+    )
+    .fetch_all(&api.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(lane, vec![(1, false), (2, true)]);
+}
