@@ -364,7 +364,12 @@ fn visible_lines(text: &str) -> String {
         .join("\n")
 }
 
-/// `GET /console/destinations`: each destination, its capability, health and last errors.
+/// Blocked lanes shown per ordered destination on the destinations page (the rest are a
+/// `outboxctl lanes list` away).
+const BLOCKED_LANES_SHOWN: i64 = 20;
+
+/// `GET /console/destinations`: each destination, its capability, health and last errors,
+/// and an ordered destination's lanes blocked by a held or failed head.
 pub(crate) async fn destinations(
     State(console): State<Console>,
     signed: Signed,
@@ -372,19 +377,22 @@ pub(crate) async fn destinations(
     let all = destinations::list(&console.pool, None).await?;
     let health = outbox_store::health::destination_health(&console.pool, signed.scope()).await?;
     let errors = outbox_store::health::recent_errors(&console.pool, signed.scope(), 5).await?;
-    let rows: Vec<_> = all
-        .iter()
-        .filter(|d| signed.sees_tenant_named(&d.tenant))
-        .map(|d| {
-            let h = health.iter().find(|h| h.id == d.id);
-            minijinja::context! {
-                d => d,
-                h => h,
-                chart => h.map(|h| sparkline(&h.attempts_by_bucket, &h.accepted_by_bucket)),
-                errors => errors.iter().filter(|e| e.destination_id == d.id).collect::<Vec<_>>(),
-            }
-        })
-        .collect();
+    let mut rows = Vec::new();
+    for d in all.iter().filter(|d| signed.sees_tenant_named(&d.tenant)) {
+        let h = health.iter().find(|h| h.id == d.id);
+        let blocked = if d.ordering == outbox_core::Ordering::PerKey {
+            outbox_store::lanes::stalled(&console.pool, d.id, false, BLOCKED_LANES_SHOWN).await?
+        } else {
+            Vec::new()
+        };
+        rows.push(minijinja::context! {
+            d => d,
+            h => h,
+            chart => h.map(|h| sparkline(&h.attempts_by_bucket, &h.accepted_by_bucket)),
+            errors => errors.iter().filter(|e| e.destination_id == d.id).collect::<Vec<_>>(),
+            blocked => blocked,
+        });
+    }
     console.views.render(
         &signed,
         "destinations.html",

@@ -291,6 +291,7 @@ named_values! {
         None => "none",
         /// The alerts of one ordering key form a lane: each is sent once the one before it
         /// has been released.
+        #[serde(rename = "per-key")]
         PerKey => "per-key",
     }
 }
@@ -424,6 +425,16 @@ mod tests {
         check(Ordering::ALL);
         check(OnHeadFailed::ALL);
         check(BulkReplayState::ALL);
+    }
+
+    #[test]
+    fn serde_names_are_the_stored_names() {
+        for ordering in Ordering::ALL {
+            assert_eq!(
+                serde_json::to_value(ordering).unwrap(),
+                serde_json::json!(ordering.as_str())
+            );
+        }
     }
 
     #[test]

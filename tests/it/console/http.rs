@@ -1595,3 +1595,57 @@ async fn an_alerts_trace_is_linked_to_the_trace_viewer() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_destinations_blocked_lanes_show_their_head_reason_and_wait() {
+    let sink = Sink::start(&[]).await;
+    let console = Console::start(TestDb::new().await).await;
+    let tenant = add_tenant(&console.db, "acme", &[]).await.id;
+    add_destination(&console.db, tenant, "tickets", &sink.hook_url(), |_| {}).await;
+    let id = outbox_store::destinations::id_by_name(&console.db.pool, tenant, "tickets")
+        .await
+        .unwrap();
+    let ordered = outbox_store::lanes::OrderingSettings {
+        ordering: outbox_core::Ordering::PerKey,
+        on_head_failed: outbox_core::OnHeadFailed::Block,
+    };
+    outbox_store::lanes::set_ordering(&console.db.pool, id, ordered, false)
+        .await
+        .unwrap();
+    let head = approve_one(
+        &console.db,
+        tenant,
+        "tickets",
+        "contract:A-17",
+        "60d",
+        RENEWAL,
+    )
+    .await;
+    approve_one(
+        &console.db,
+        tenant,
+        "tickets",
+        "contract:A-17",
+        "30d",
+        RENEWAL,
+    )
+    .await;
+    // The head's answer is lost and nothing can settle it: it is held, and the alert
+    // behind it waits.
+    sink.faults(serde_json::json!({"drop_response_for_keys": [head.to_string()]}))
+        .await;
+    drain(&console.db, "w1", &[]).await;
+
+    let alice = console.signed_in("alice", "operator", None).await;
+    let page = console.get(Some(&alice), "/console/destinations").await;
+    assert_contains(&page.body, "per key, block failed heads");
+    assert_contains(&page.body, "1 blocked lane<");
+    assert_contains(&page.body, "Blocked lanes of acme/tickets");
+    assert_contains(
+        &page.body,
+        &format!("<a href=\"/console/alerts/{head}\">{head}</a>"),
+    );
+    assert_contains(&page.body, "<td>held</td>");
+    assert_contains(&page.body, "<td>contract:A-17</td>");
+    assert_contains(&page.body, "<td>1</td>");
+}

@@ -58,8 +58,9 @@ pub(crate) fn requeue_assignments(status: &str, due: &str) -> String {
 /// settling step of [`COMPLETE_BATCH`]; the caller holds the alert's locks (its lane's
 /// first, [`lock_lane_of`]) and writes the evidence line in the same transaction.
 ///
-/// Callers are an operator's resolution and a revision's supersede, each of which
-/// releases the alert's place in its lane, if it has one ([`LANE_RELEASE`]).
+/// Settling as anything but held releases the alert's place in its lane, if it has one
+/// ([`LANE_RELEASE`]): the callers are an operator's resolution and a revision's
+/// supersede, each a decision that lets the lane go on.
 pub async fn settle(
     tx: &mut PgConnection,
     alert_id: Uuid,
@@ -82,11 +83,14 @@ pub async fn settle(
     .bind(reference)
     .execute(&mut *tx)
     .await?;
-    sqlx::query(&LANE_RELEASE)
-        .bind(alert_id)
-        .bind(waited_behind)
-        .execute(&mut *tx)
-        .await?;
+    // A held alert holds its lane until an operator resolves or replays it.
+    if outcome != Outcome::Held {
+        sqlx::query(&LANE_RELEASE)
+            .bind(alert_id)
+            .bind(waited_behind)
+            .execute(&mut *tx)
+            .await?;
+    }
     Ok(())
 }
 
