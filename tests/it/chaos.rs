@@ -5,7 +5,12 @@
 //! renewal monitor every second over the same contracts, three dispatchers,
 //! one sink per destination capability: idempotent with a short retention window,
 //! lookup, plain with `hold`, plain with `retry`, and an email destination (policy
-//! `hold`) on a sink's SMTP inbox. A seeded schedule attacks them: SIGKILL and restart of
+//! `hold`) on a sink's SMTP inbox; and two destinations that order per key, each on a
+//! sink of its own: plain with `hold`, where a head whose answer is lost blocks its lane
+//! until an operator resolves it, and lookup, where an uncertain head is settled by asking
+//! and its lane goes on. Their approvals use a few keys, several alerts each (some keyed by
+//! `ordering_key`, some by a shared subject), so the lanes have depth; corrections land in
+//! them too. A seeded schedule attacks them: SIGKILL and restart of
 //! dispatchers and deciders, SIGSTOP past a lease, PostgreSQL backends terminated, a
 //! statement timeout too low to work with for a while, answers lost after acceptance,
 //! 500s, 503s and 429s, answers slower than the timeout; over SMTP, the connection closed
@@ -13,7 +18,10 @@
 //! replies slower than the timeout; one dispatcher also crashes at the named crash points.
 //! Then the faults stop, a dispatcher drains, and the checker counts from the database,
 //! the sinks' own records and the inbox (every Message-ID at most once, every accepted
-//! email's Message-ID there).
+//! email's Message-ID there): for the ordered destinations also that each lane's alerts
+//! were first accepted in the sink's log in approval order, and that what is still
+//! pending waits behind a held or failed head (such lanes stay blocked after the drain,
+//! which is correct).
 //!
 //! `CHAOS_SEEDS` (default `1,2`) and `CHAOS_DURATION` (per seed, default `15s`) make it
 //! a soak test: `CHAOS_SEEDS=11 CHAOS_DURATION=10m cargo test --features failpoints
@@ -56,18 +64,56 @@ fn duration() -> Duration {
         .unwrap_or(Duration::from_secs(15))
 }
 
-const DESTINATIONS: [(&str, Capability); 4] = [
-    ("idempotent", Capability::Idempotent),
-    ("lookup", Capability::Lookup),
-    ("hold", Capability::PlainHold),
-    ("retry", Capability::PlainRetry),
+/// The webhook destinations, each on a sink of its own: its name, what it can do, and
+/// whether it orders per key.
+const DESTINATIONS: [(&str, Capability, bool); 6] = [
+    ("idempotent", Capability::Idempotent, false),
+    ("lookup", Capability::Lookup, false),
+    ("hold", Capability::PlainHold, false),
+    ("retry", Capability::PlainRetry, false),
+    ("lanes-hold", Capability::PlainHold, true),
+    ("lanes-lookup", Capability::Lookup, true),
 ];
 
 /// The email destination, on the SMTP inbox; its uncertain sends are held.
 const MAIL: &str = "mail";
 
 /// Where the load's approvals go, in turn.
-const APPROVED_TO: [&str; 5] = ["idempotent", "lookup", "hold", "retry", MAIL];
+const APPROVED_TO: [&str; 7] = [
+    "idempotent",
+    "lookup",
+    "hold",
+    "retry",
+    MAIL,
+    "lanes-hold",
+    "lanes-lookup",
+];
+
+/// How many lanes the load's approvals to an ordered destination go to, in turn.
+const LANE_KEYS: usize = 6;
+/// How many of them are named by `ordering_key`; the rest by a subject their alerts share
+/// (each alert a new occurrence of it).
+const KEYED_LANES: usize = 4;
+
+/// The load's `n`th approval: to `destination`, in one of a few lanes where it orders.
+fn approval(n: u64, destination: &str) -> serde_json::Value {
+    let payload = json!({"n": n, "text": "renewal due"});
+    if !DESTINATIONS
+        .iter()
+        .any(|(name, _, ordered)| *ordered && *name == destination)
+    {
+        return json!({"destination": destination, "subject": format!("chaos:{n}"),
+                      "occurrence": "o", "payload": payload});
+    }
+    let lane = (n / APPROVED_TO.len() as u64) as usize % LANE_KEYS;
+    if lane < KEYED_LANES {
+        json!({"destination": destination, "subject": format!("chaos:{n}"), "occurrence": "o",
+               "ordering_key": format!("customer:{lane}"), "payload": payload})
+    } else {
+        json!({"destination": destination, "subject": format!("account:{lane}"),
+               "occurrence": format!("o{n}"), "payload": payload})
+    }
+}
 
 /// Dispatcher `n`. The third one also crashes at the named crash points now and then: the
 /// process aborts after a claim, after a send before its outcome is recorded, or inside
@@ -114,7 +160,7 @@ async fn chaos(seed: u64, run_for: Duration) {
     let tenant = add_tenant(&db, "acme", &[]).await;
     let seed_text = seed.to_string();
     let mut sinks = Vec::new();
-    for (name, capability) in DESTINATIONS {
+    for (name, capability, ordered) in DESTINATIONS {
         let mut args = vec![
             "--seed",
             &seed_text,
@@ -140,6 +186,9 @@ async fn chaos(seed: u64, run_for: Duration) {
             }
         })
         .await;
+        if ordered {
+            order_per_key(&db, tenant.id, name).await;
+        }
         sinks.push((name, capability, sink));
     }
     // The inbox loses the reply to 10% of final dots and refuses 5% after the data
@@ -185,7 +234,8 @@ async fn chaos(seed: u64, run_for: Duration) {
     let bases: Arc<Mutex<Vec<String>>> =
         Arc::new(Mutex::new(deciders.iter().map(|d| d.api.clone()).collect()));
 
-    // Load: approvals through both deciders, identical ones racing, and corrections.
+    // Load: approvals through both deciders, identical ones racing, and corrections (of
+    // every eighth, so that they come to every destination in turn).
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = {
         let (bases, stop, token) = (bases.clone(), stop.clone(), tenant.token.clone());
@@ -196,9 +246,8 @@ async fn chaos(seed: u64, run_for: Duration) {
                 .unwrap();
             let mut n = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let destination = APPROVED_TO[(n % 5) as usize];
-                let body = json!({"destination": destination, "subject": format!("chaos:{n}"),
-                                  "occurrence": "o", "payload": {"n": n, "text": "renewal due"}});
+                let destination = APPROVED_TO[(n % APPROVED_TO.len() as u64) as usize];
+                let body = approval(n, destination);
                 let targets: Vec<String> = bases.lock().unwrap().clone();
                 // The same approval sent to every decider at once.
                 let sends: Vec<_> = targets
@@ -215,7 +264,7 @@ async fn chaos(seed: u64, run_for: Duration) {
                 for send in sends {
                     answers.push(send.await.unwrap());
                 }
-                if n.is_multiple_of(7) {
+                if n.is_multiple_of(8) {
                     if let Some(id) = answers.into_iter().flatten().next() {
                         let base = &targets[0];
                         let _ = http
@@ -431,6 +480,34 @@ async fn chaos(seed: u64, run_for: Duration) {
         report.alerts > 50,
         "the run approved too little to mean anything: {report}"
     );
+    // The ordered destinations' lanes had depth, and their order was judged: at the
+    // `hold` one some lanes are blocked by a held head, with alerts waiting behind it.
+    for (name, ..) in DESTINATIONS.iter().filter(|(_, _, ordered)| *ordered) {
+        let lanes = report
+            .ordered
+            .iter()
+            .find(|l| l.destination == *name)
+            .unwrap_or_else(|| panic!("no lanes at {name}: {report}"));
+        assert!(
+            lanes.deepest >= 5 && lanes.judged >= 2 * LANE_KEYS,
+            "too little went through the lanes at {name} to judge their order: {report}"
+        );
+    }
+}
+
+/// Makes destination `name` of `tenant` order its alerts per key; a failed head blocks
+/// its lane.
+async fn order_per_key(db: &TestDb, tenant: uuid::Uuid, name: &str) {
+    let id = outbox_store::destinations::id_by_name(&db.pool, tenant, name)
+        .await
+        .unwrap();
+    let settings = outbox_store::lanes::OrderingSettings {
+        ordering: outbox_core::Ordering::PerKey,
+        on_head_failed: outbox_core::OnHeadFailed::Block,
+    };
+    outbox_store::lanes::set_ordering(&db.pool, id, settings, false)
+        .await
+        .unwrap();
 }
 
 /// The email destination `mail`, on the SMTP inbox at `smtp_addr`: no lookup, no key a

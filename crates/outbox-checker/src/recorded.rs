@@ -40,7 +40,8 @@ pub struct Sink {
     pub destination: String,
     /// What it can do.
     pub capability: Capability,
-    /// Everything it recorded.
+    /// Everything it recorded, in its arrival order (`/_sink/records`): the ordered lanes
+    /// are judged by it.
     pub records: Vec<SinkRecord>,
 }
 
@@ -63,6 +64,6 @@ pub struct Inbox {
     /// Its policy for uncertain sends: [`Capability::PlainHold`] or
     /// [`Capability::PlainRetry`] (SMTP offers neither a lookup nor a key window).
     pub capability: Capability,
-    /// Every message it received for that destination.
+    /// Every message it received for that destination, in arrival order.
     pub messages: Vec<InboxMessage>,
 }

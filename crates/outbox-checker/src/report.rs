@@ -15,6 +15,30 @@ pub struct Offence {
     pub detail: String,
 }
 
+/// One ordered destination's lanes at the end of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaneFigures {
+    /// The destination's name.
+    pub destination: String,
+    /// Its lanes (ordering keys) with a committed alert.
+    pub lanes: usize,
+    /// The alerts in them.
+    pub alerts: usize,
+    /// The alerts in the longest of them.
+    pub deepest: usize,
+    /// Those recorded as accepted.
+    pub accepted: usize,
+    /// Those accepted in the destination's log, whose order was judged.
+    pub judged: usize,
+    /// Lanes whose head is held, or failed and not skipped: blocked until an operator
+    /// acts.
+    pub blocked_heads: usize,
+    /// Those whose head is held (the rest failed).
+    pub held_heads: usize,
+    /// Alerts waiting behind those heads.
+    pub waiting: usize,
+}
+
 /// The counts of one run.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
@@ -22,7 +46,7 @@ pub struct Report {
     pub seed: u64,
     /// Committed alerts.
     pub alerts: usize,
-    /// Not accepted, failed, held or superseded.
+    /// Not accepted, failed, held or superseded (nor waiting behind a blocked head).
     pub lost: usize,
     /// Alerts beyond the first per identity and revision.
     pub logical_duplicates: usize,
@@ -42,6 +66,15 @@ pub struct Report {
     pub phantom_acceptances: usize,
     /// Messages in each SMTP inbox, to show the email destinations were exercised.
     pub inbox_messages: Vec<(String, usize)>,
+    /// Alerts of an ordered lane first accepted at their destination before an alert
+    /// approved ahead of them in the lane, or that went past one ahead of them that was
+    /// never released.
+    pub out_of_order: usize,
+    /// Alerts waiting in their lane behind a held or failed head that blocks it: correct,
+    /// so not lost.
+    pub waiting_behind_blocked_heads: usize,
+    /// Each ordered destination's lanes, to show they were exercised.
+    pub ordered: Vec<LaneFigures>,
     /// Everything that breaks the rules above.
     pub offences: Vec<Offence>,
 }
@@ -79,6 +112,13 @@ impl Report {
         self.offend("phantom acceptance", Some(alert), detail);
     }
 
+    /// `alert` first accepted before an alert ahead of it in its lane, or sent past one
+    /// never released.
+    pub(crate) fn count_out_of_order(&mut self, alert: Uuid, detail: String) {
+        self.out_of_order += 1;
+        self.offend("out of order", Some(alert), detail);
+    }
+
     /// The duplicates one destination showed: `effective` (applied again) and `wire`
     /// (absorbed by the destination).
     pub(crate) fn tally(&mut self, destination: &str, effective: usize, wire: usize) {
@@ -91,14 +131,19 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "seed {}: {} committed alerts", self.seed, self.alerts)?;
-        let rows: [(&str, usize); 7] = [
+        let rows: [(&str, usize); 9] = [
             ("lost", self.lost),
+            (
+                "waiting behind blocked heads",
+                self.waiting_behind_blocked_heads,
+            ),
             ("logical duplicates", self.logical_duplicates),
             ("partial commits", self.partial_commits),
             ("unexpected", self.unexpected),
             ("mutated retries", self.mutated_retries),
             ("unresolved uncertain", self.unresolved_uncertain),
             ("phantom acceptances", self.phantom_acceptances),
+            ("out of order", self.out_of_order),
         ];
         for (name, n) in rows {
             writeln!(f, "  {name:<36} {n}")?;
@@ -118,6 +163,21 @@ impl fmt::Display for Report {
                 f,
                 "  {:<36} {messages}",
                 format!("messages in inbox {inbox}")
+            )?;
+        }
+        for lanes in &self.ordered {
+            writeln!(
+                f,
+                "  {:<36} {} keys, {} alerts (up to {} a key): {} accepted ({} judged in order), {} blocked heads ({} held), {} waiting",
+                format!("lanes at {}", lanes.destination),
+                lanes.lanes,
+                lanes.alerts,
+                lanes.deepest,
+                lanes.accepted,
+                lanes.judged,
+                lanes.blocked_heads,
+                lanes.held_heads,
+                lanes.waiting
             )?;
         }
         writeln!(

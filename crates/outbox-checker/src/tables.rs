@@ -1,9 +1,11 @@
 //! The verdicts the tables alone give: every committed alert settled (not lost, not left
-//! uncertain) and whole, and one alert per identity and revision.
+//! uncertain) and whole, and one alert per identity and revision. An alert waiting in its
+//! ordered lane behind a head that blocks it (found by `lanes`) is not lost.
 
 use outbox_core::AlertState;
 use outbox_store::committed::CommittedAlert;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use uuid::Uuid;
 
 use crate::report::Report;
 
@@ -17,33 +19,18 @@ pub(crate) fn by_id(alerts: &[CommittedAlert]) -> AlertsById<'_> {
 
 /// Lost and unresolved alerts, and partial commits: an alert with both a queue row and an
 /// outcome (or neither), or without the evidence line its approval writes (unless
-/// retention pruned it).
-pub(crate) fn judge_alerts(report: &mut Report, alerts: &[CommittedAlert]) {
+/// retention pruned it). The alerts `waiting` behind a blocked head of their lane are
+/// counted as such, not as lost.
+pub(crate) fn judge_alerts(
+    report: &mut Report,
+    alerts: &[CommittedAlert],
+    waiting: &HashSet<Uuid>,
+) {
     for alert in alerts {
-        match alert.state {
-            Some(
-                AlertState::Accepted
-                | AlertState::Failed
-                | AlertState::Held
-                | AlertState::Superseded,
-            ) => {}
-            Some(AlertState::Uncertain) => {
-                report.unresolved_uncertain += 1;
-                report.lost += 1;
-                report.offend(
-                    "unresolved uncertain",
-                    Some(alert.id),
-                    "still uncertain after the drain".into(),
-                );
-            }
-            other => {
-                report.lost += 1;
-                report.offend(
-                    "lost",
-                    Some(alert.id),
-                    format!("ended {}", other.map_or("in no state", AlertState::as_str)),
-                );
-            }
+        if waiting.contains(&alert.id) {
+            report.waiting_behind_blocked_heads += 1;
+        } else {
+            judge_state(report, alert);
         }
         if alert.queued == alert.settled || (alert.events == 0 && !alert.pruned) {
             report.partial_commits += 1;
@@ -53,6 +40,46 @@ pub(crate) fn judge_alerts(report: &mut Report, alerts: &[CommittedAlert]) {
                 format!(
                     "queue row: {}, outcome: {}, evidence lines: {}",
                     alert.queued, alert.settled, alert.events
+                ),
+            );
+        }
+    }
+}
+
+/// Whether `alert` came to rest (accepted, failed, held or superseded), else lost (and
+/// unresolved, when still uncertain).
+fn judge_state(report: &mut Report, alert: &CommittedAlert) {
+    match alert.state {
+        Some(
+            AlertState::Accepted | AlertState::Failed | AlertState::Held | AlertState::Superseded,
+        ) => {}
+        Some(AlertState::Uncertain) => {
+            report.unresolved_uncertain += 1;
+            report.lost += 1;
+            report.offend(
+                "unresolved uncertain",
+                Some(alert.id),
+                "still uncertain after the drain".into(),
+            );
+        }
+        other => {
+            let waiting = alert
+                .lane
+                .as_ref()
+                .and_then(|place| place.waits_behind)
+                .map(|ahead| {
+                    format!(
+                        ", waiting in its lane behind {ahead}, though no held or failed head blocks the lane"
+                    )
+                })
+                .unwrap_or_default();
+            report.lost += 1;
+            report.offend(
+                "lost",
+                Some(alert.id),
+                format!(
+                    "ended {}{waiting}",
+                    other.map_or("in no state", AlertState::as_str)
                 ),
             );
         }

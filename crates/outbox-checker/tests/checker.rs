@@ -400,3 +400,262 @@ async fn an_inbox_is_judged_by_message_id_and_the_stored_bytes() {
     assert_eq!(unexpected.unexpected, 1, "{unexpected}");
     assert!(!unexpected.passed());
 }
+
+/// Destination `ops` of a new tenant, ordered per key (blocking on failed heads), with
+/// alerts approved in lane `k` (subjects `k0`, `k1`, ...) and in lane `j`; returns the
+/// tenant and each lane's alert ids in approval order.
+async fn ordered_history(db: &TestDb, in_k: usize, in_j: usize) -> (Uuid, Vec<Uuid>, Vec<Uuid>) {
+    let tenant = outbox_store::tenants::create(&db.pool, "acme", "UTC", None)
+        .await
+        .unwrap();
+    let ops = outbox_store::destinations::create(
+        &db.pool,
+        &destination(tenant, "ops", "http://127.0.0.1:9/hook"),
+    )
+    .await
+    .unwrap();
+    let per_key = outbox_store::lanes::OrderingSettings {
+        ordering: outbox_core::Ordering::PerKey,
+        on_head_failed: outbox_core::OnHeadFailed::Block,
+    };
+    outbox_store::lanes::set_ordering(&db.pool, ops, per_key, false)
+        .await
+        .unwrap();
+    let mut lanes = (Vec::new(), Vec::new());
+    for (key, n, ids) in [("k", in_k, &mut lanes.0), ("j", in_j, &mut lanes.1)] {
+        for i in 0..n {
+            let subject = format!("{key}{i}");
+            let approval = outbox_store::alerts::Approval {
+                tenant_id: tenant,
+                destination: "ops",
+                subject: &subject,
+                occurrence: "o",
+                payload_json: "{\"n\": 1}",
+                actor: "test",
+                ordering_key: Some(key),
+            };
+            match outbox_store::alerts::approve(&db.pool, approval)
+                .await
+                .unwrap()
+            {
+                outbox_store::alerts::ApproveOutcome::Created(id) => ids.push(id),
+                other => panic!("expected a new alert, got {other:?}"),
+            }
+        }
+    }
+    (tenant, lanes.0, lanes.1)
+}
+
+/// Claims the due alerts and settles each as `outcome`, as a dispatcher does (releasing
+/// its lane when the outcome does); returns the ids settled.
+async fn settle_due(db: &TestDb, outcome: outbox_core::Outcome) -> Vec<Uuid> {
+    let mut settled = Vec::new();
+    for row in claim(db).await {
+        let done = Completion {
+            alert_id: row.alert_id,
+            fencing_token: row.fencing_token,
+            worker: "w".into(),
+            attempt: None,
+            next: Next::Settle {
+                outcome,
+                reference: None,
+            },
+            line: outcome.to_string(),
+            disable_destination: None,
+            lane: row.lane_key.clone().map(|key| dispatch::LaneHead {
+                key,
+                skips_failed: row.lane_skips_failed,
+            }),
+        };
+        assert!(dispatch::complete(&db.pool, &done).await.unwrap());
+        settled.push(row.alert_id);
+    }
+    settled
+}
+
+/// The `applied` records of `ids`, in that order, with the payload `ordered_history`
+/// approved.
+async fn applied_in_order(db: &TestDb, ids: &[Uuid]) -> Vec<SinkRecord> {
+    let hash: String =
+        sqlx::query_scalar("SELECT encode(payload_sha256, 'hex') FROM alerts LIMIT 1")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    ids.iter()
+        .map(|id| applied(&id.to_string(), &hash))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_lane_accepted_out_of_approval_order_is_reported() {
+    let db = TestDb::new().await;
+    let (_, k, j) = ordered_history(&db, 3, 2).await;
+    // Each lane's head at a time, as the lanes release them.
+    for _ in 0..3 {
+        settle_due(&db, outbox_core::Outcome::Accepted).await;
+    }
+    let judge = |order: Vec<Uuid>| {
+        let db = &db;
+        async move {
+            let records = applied_in_order(db, &order).await;
+            check(&db.pool, 1, &sink(Capability::PlainHold, records))
+                .await
+                .unwrap()
+        }
+    };
+
+    // Lanes interleaved, each in its own order: passes.
+    let in_order = judge(vec![j[0], k[0], k[1], j[1], k[2]]).await;
+    assert!(in_order.passed(), "{in_order}");
+    assert_eq!(in_order.out_of_order, 0);
+    assert_eq!(in_order.ordered.len(), 1, "{in_order}");
+    let lanes = &in_order.ordered[0];
+    assert_eq!(
+        (
+            lanes.lanes,
+            lanes.alerts,
+            lanes.deepest,
+            lanes.accepted,
+            lanes.judged
+        ),
+        (2, 5, 3, 5, 5),
+        "{in_order}"
+    );
+    assert!(in_order.to_string().contains("lanes at ops"), "{in_order}");
+
+    // k1 first accepted before k0: everything else holds, so only the order check can
+    // fail it. A later resend of k1 does not repair it (the first acceptance counts).
+    let overtaken = judge(vec![k[1], j[0], k[0], k[1], j[1], k[2]]).await;
+    assert_eq!(overtaken.out_of_order, 1, "{overtaken}");
+    assert!(!overtaken.passed());
+    assert!(
+        overtaken
+            .offences
+            .iter()
+            .filter(|o| o.kind != "effective duplicate")
+            .all(|o| o.kind == "out of order" && o.alert_id == Some(k[1])),
+        "{:?}",
+        overtaken.offences
+    );
+    let first_only = judge(vec![k[1], j[0], k[0], j[1], k[2]]).await;
+    assert_eq!(first_only.out_of_order, 1, "{first_only}");
+    assert!(
+        first_only.offences.iter().all(|o| o.kind == "out of order"),
+        "only the order is wrong: {:?}",
+        first_only.offences
+    );
+    assert!(first_only.to_string().contains("out of order"));
+    let detail = &first_only.offences[0].detail;
+    assert!(
+        detail.starts_with("lane `k` at `ops`: position 2 was first accepted at record 1")
+            && detail.contains("before position 1"),
+        "{detail}"
+    );
+
+    // The last of a lane first: it overtook both ahead of it, one offender.
+    let last_first = judge(vec![k[2], k[0], k[1], j[0], j[1]]).await;
+    assert_eq!(last_first.out_of_order, 1, "{last_first}");
+}
+
+#[tokio::test]
+async fn alerts_waiting_behind_a_held_head_are_not_lost_but_only_behind_one() {
+    let db = TestDb::new().await;
+    let (_, k, j) = ordered_history(&db, 3, 2).await;
+    // Both heads held (their answers lost): k1 and k2 wait behind k0, j1 behind j0.
+    let held = settle_due(&db, outbox_core::Outcome::Held).await;
+    assert_eq!(held.len(), 2);
+    let heads_applied = applied_in_order(&db, &[k[0], j[0]]).await;
+    let report = check(
+        &db.pool,
+        1,
+        &sink(Capability::PlainHold, heads_applied.clone()),
+    )
+    .await
+    .unwrap();
+    assert!(report.passed(), "{report}");
+    assert_eq!(
+        (report.lost, report.waiting_behind_blocked_heads),
+        (0, 3),
+        "{report}"
+    );
+    let lanes = &report.ordered[0];
+    assert_eq!(
+        (
+            lanes.lanes,
+            lanes.blocked_heads,
+            lanes.held_heads,
+            lanes.waiting
+        ),
+        (2, 2, 2, 3),
+        "{report}"
+    );
+
+    // An alert behind a held head that reached the sink went past it, whether the sink
+    // saw the head first or never.
+    for order in [vec![k[0], j[0], k[1]], vec![j[0], k[1]]] {
+        let records = applied_in_order(&db, &order).await;
+        let report = check(&db.pool, 1, &sink(Capability::PlainHold, records))
+            .await
+            .unwrap();
+        assert_eq!(report.out_of_order, 1, "{report}");
+        assert!(
+            report.offences[0].detail.contains("past position 1"),
+            "{:?}",
+            report.offences
+        );
+    }
+    // So did one that was sent and held, though the sink has no record of it.
+    sqlx::query("UPDATE outbox SET lane_after = NULL WHERE alert_id = $1")
+        .bind(j[1])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        settle_due(&db, outbox_core::Outcome::Held).await,
+        vec![j[1]]
+    );
+    let report = check(
+        &db.pool,
+        1,
+        &sink(Capability::PlainHold, heads_applied.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (report.out_of_order, report.waiting_behind_blocked_heads),
+        (1, 2),
+        "{report}"
+    );
+
+    // The head resolved as accepted: the lane goes on, so what still waits behind an
+    // accepted head (here put back by hand, as if the release had not handed the place
+    // on) is lost, and so is the new head left pending.
+    let mut tx = db.pool.begin().await.unwrap();
+    outbox_store::lifecycle::resolve(
+        &mut tx,
+        k[0],
+        &outbox_store::lifecycle::Resolution::Accepted {
+            reference: "r".into(),
+        },
+        "op",
+        "found it",
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    sqlx::query("UPDATE outbox SET lane_after = $1 WHERE alert_id = $2")
+        .bind(k[0])
+        .bind(k[1])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let report = check(&db.pool, 1, &sink(Capability::PlainHold, heads_applied))
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.lost, report.waiting_behind_blocked_heads),
+        (2, 0),
+        "{report}"
+    );
+    assert_eq!(report.ordered[0].blocked_heads, 1, "j0 still blocks j");
+}

@@ -1,13 +1,14 @@
 //! Alerts as committed, read straight from the tables (never through the dispatcher's
-//! statements): every alert with its state and evidence, identities committed more than
-//! once, and the stored messages of email alerts. The fault suite's referee compares these
-//! with what the destinations received.
+//! statements): every alert with its state and evidence (and, in an ordered lane, its
+//! place there), identities committed more than once, and the stored messages of email
+//! alerts. The fault suite's referee compares these with what the destinations received.
 
-use outbox_core::{AlertState, DestinationKind};
+use outbox_core::{AlertState, DestinationKind, OnHeadFailed, Ordering};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::lifecycle::{evidence_trail, STATE, STATE_JOINS};
+use crate::sql_names::SqlName;
 use crate::StoreError;
 
 /// One committed alert as the checker sees it.
@@ -32,6 +33,26 @@ pub struct CommittedAlert {
     pub events: i64,
     /// Retention removed its payload and evidence (so no evidence line is expected).
     pub pruned: bool,
+    /// Its place in an ordered lane: `None` when it was approved into none, or when its
+    /// destination no longer orders per key (its lanes were dissolved).
+    pub lane: Option<LanePlace>,
+}
+
+/// Where a committed alert stands in its ordered lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LanePlace {
+    /// The lane's destination (the alert's).
+    pub destination_id: Uuid,
+    /// The lane's ordering key: the approval's, or the alert's subject when it gave none.
+    pub key: String,
+    /// Its position in the lane (`lane_seq`): the order its approval committed in.
+    pub seq: i64,
+    /// The unreleased alert of the lane its outbox row waits behind (`outbox.lane_after`):
+    /// while set the row is not due. `None` once it is due, or when it has left the queue.
+    pub waits_behind: Option<Uuid>,
+    /// The destination lets the lane go on past a head that failed for good
+    /// (`on_head_failed = skip`).
+    pub skips_failed: bool,
 }
 
 #[derive(Debug, sqlx::FromRow)]
@@ -45,9 +66,14 @@ struct CommittedRow {
     settled: bool,
     events: i64,
     pruned: bool,
+    lane_destination: Option<Uuid>,
+    lane_key: Option<String>,
+    lane_seq: Option<i64>,
+    lane_after: Option<Uuid>,
+    skips_failed: bool,
 }
 
-/// Every committed alert.
+/// Every committed alert, with its place in its ordered lane when it has one.
 pub async fn committed_alerts(pool: &PgPool) -> Result<Vec<CommittedAlert>, StoreError> {
     let rows = sqlx::query_as::<_, CommittedRow>(&format!(
         "SELECT a.id, d.name AS destination, {STATE} AS state, \
@@ -57,9 +83,18 @@ pub async fn committed_alerts(pool: &PgPool) -> Result<Vec<CommittedAlert>, Stor
                 a.possible_duplicate, \
                 o.alert_id IS NOT NULL AS queued, ao.alert_id IS NOT NULL AS settled, \
                 (SELECT count(*) FROM alert_evidence e WHERE e.alert_id = a.id) AS events, \
-                a.pruned_at IS NOT NULL AS pruned \
+                a.pruned_at IS NOT NULL AS pruned, \
+                CASE WHEN {ordered} THEN a.destination_id END AS lane_destination, \
+                CASE WHEN {ordered} THEN COALESCE(a.ordering_key, a.subject) END AS lane_key, \
+                CASE WHEN {ordered} THEN a.lane_seq END AS lane_seq, \
+                o.lane_after, d.on_head_failed = {skip} AS skips_failed \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \
-         {STATE_JOINS}"
+         {STATE_JOINS}",
+        ordered = format!(
+            "a.lane_seq IS NOT NULL AND d.ordering = {}",
+            Ordering::PerKey.sql()
+        ),
+        skip = OnHeadFailed::Skip.sql(),
     ))
     .fetch_all(pool)
     .await?;
@@ -75,6 +110,16 @@ pub async fn committed_alerts(pool: &PgPool) -> Result<Vec<CommittedAlert>, Stor
                 settled: row.settled,
                 events: row.events,
                 pruned: row.pruned,
+                lane: match (row.lane_destination, row.lane_key, row.lane_seq) {
+                    (Some(destination_id), Some(key), Some(seq)) => Some(LanePlace {
+                        destination_id,
+                        key,
+                        seq,
+                        waits_behind: row.lane_after,
+                        skips_failed: row.skips_failed,
+                    }),
+                    _ => None,
+                },
             })
         })
         .collect()

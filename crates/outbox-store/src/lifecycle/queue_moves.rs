@@ -95,11 +95,13 @@ pub async fn settle(
 }
 
 /// An alert (`$1`) leaves its lane: the rows waiting behind it wait behind what it
-/// waited behind (`$2`; NULL for a head, so they become due), and the lane's tail is
-/// cleared when it was the tail. Nothing happens for an alert in no lane, or in the lane
-/// of a destination that no longer orders. The caller holds the lane's row
-/// ([`lock_lane_of`]) before any outbox row of the lane. [`COMPLETE_BATCH`] does the same
-/// for a batch.
+/// waited behind (`$2`; NULL for a head, so they become due), and when it was the lane's
+/// tail, the tail becomes what it waited behind too (cleared for a head): a waiting tail
+/// superseded by a revision leaves an unreleased alert ahead of it, which the revision
+/// (and any later approval) must still wait behind. Nothing happens for an alert in no
+/// lane, or in the lane of a destination that no longer orders. The caller holds the
+/// lane's row ([`lock_lane_of`]) before any outbox row of the lane. [`COMPLETE_BATCH`]
+/// does the same for a batch (whose alerts, claimed, are heads).
 static LANE_RELEASE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH lane AS ( \
@@ -108,7 +110,7 @@ static LANE_RELEASE: LazyLock<String> = LazyLock::new(|| {
              UPDATE outbox o SET lane_after = $2 \
              WHERE o.lane_after = $1 AND EXISTS (SELECT 1 FROM lane) \
          ) \
-         UPDATE alert_lanes l SET tail_alert = NULL FROM lane \
+         UPDATE alert_lanes l SET tail_alert = $2 FROM lane \
          WHERE l.destination_id = lane.destination_id AND l.ordering_key = lane.key \
            AND l.tail_alert = $1"
     )

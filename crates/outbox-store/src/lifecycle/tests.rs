@@ -300,6 +300,98 @@ async fn a_revision_waits_until_the_alert_it_corrects_has_settled() {
     );
 }
 
+/// Superseding the tail of an ordered lane that waits behind an unreleased head hands the
+/// tail back to that head: the correction (and any later approval) still waits for it,
+/// and goes once it is accepted.
+#[tokio::test]
+async fn a_revision_of_a_waiting_lane_tail_still_waits_for_the_head() {
+    let db = TestDb::new().await;
+    let tenant = claimed_alerts(&db, 1).await.remove(0).tenant_id;
+    let ops = crate::destinations::id_by_name(&db.pool, tenant, "ops")
+        .await
+        .unwrap();
+    // The destination orders from now on: two approvals of one key form a lane (the
+    // alert already claimed was approved unordered and is in none).
+    let per_key = crate::lanes::OrderingSettings {
+        ordering: outbox_core::Ordering::PerKey,
+        on_head_failed: outbox_core::OnHeadFailed::Block,
+    };
+    crate::lanes::set_ordering(&db.pool, ops, per_key, false)
+        .await
+        .unwrap();
+    let mut lane = Vec::new();
+    for i in 0..2 {
+        let approved = crate::alerts::approve(
+            &db.pool,
+            crate::alerts::Approval {
+                tenant_id: tenant,
+                destination: "ops",
+                subject: &format!("ticket:{i}"),
+                occurrence: "o",
+                payload_json: r#"{"n": 1}"#,
+                actor: "test",
+                ordering_key: Some("customer:1"),
+            },
+        )
+        .await
+        .unwrap();
+        let crate::alerts::ApproveOutcome::Created(id) = approved else {
+            panic!("expected a new alert, got {approved:?}");
+        };
+        lane.push(id);
+    }
+    let lease = Duration::from_secs(60);
+    let first = dispatch::claim(&db.pool, "w", 10, lease, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        first.iter().map(|c| c.alert_id).collect::<Vec<_>>(),
+        [lane[0]]
+    );
+    let crate::alerts::ReviseOutcome::Created {
+        id: revision,
+        superseded_previous: true,
+        ..
+    } = crate::alerts::revise(
+        &db.pool,
+        crate::alerts::Revision {
+            tenant_id: None,
+            alert_id: lane[1],
+            payload_json: r#"{"n": 2}"#,
+            reason: "wrong amount",
+            actor: "test",
+            trace: None,
+        },
+    )
+    .await
+    .unwrap()
+    else {
+        panic!("the waiting tail, never sent, is superseded");
+    };
+    assert!(
+        dispatch::claim(&db.pool, "w", 10, lease, &[])
+            .await
+            .unwrap()
+            .is_empty(),
+        "the correction of the tail went past the lane's head, still sending"
+    );
+    let head_accepted = Completion {
+        lane: first[0].lane_key.clone().map(|key| dispatch::LaneHead {
+            key,
+            skips_failed: false,
+        }),
+        ..accepted(&first[0])
+    };
+    assert!(dispatch::complete(&db.pool, &head_accepted).await.unwrap());
+    let next = dispatch::claim(&db.pool, "w", 10, lease, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        next.iter().map(|c| c.alert_id).collect::<Vec<_>>(),
+        [revision]
+    );
+}
+
 /// A completion of attempt 1 of `claim` that settles it (`Some`) or requeues it.
 fn sent(claim: &dispatch::ClaimedAlert, settle: Option<(Outcome, Option<&str>)>) -> Completion {
     let (outcome, next) = match settle {
