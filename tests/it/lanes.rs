@@ -295,6 +295,13 @@ async fn a_failed_head_blocks_its_lane_or_is_skipped_as_the_destination_says() {
     .await
     .unwrap();
     assert!(next_line.contains(&skipping[0].to_string()), "{next_line}");
+    // Its lane moved on without it: sending it now would break the order.
+    let refused = outboxctl(
+        &db,
+        &["replay", &skipping[0].to_string(), "--note", "retry"],
+    )
+    .await;
+    common::assert_refused(&refused, "moved on without it");
     let blocked_line: String = sqlx::query_scalar(
         "SELECT line FROM alert_evidence WHERE alert_id = $1 AND to_state = 'failed'",
     )

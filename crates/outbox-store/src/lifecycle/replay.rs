@@ -12,8 +12,9 @@ use crate::StoreError;
 
 impl Standing {
     /// Why this alert may not be replayed, or `None` when it may: only a held or failed
-    /// alert, not corrected by a later revision (its payload is outdated) and not pruned
-    /// (its payload is gone).
+    /// alert, not corrected by a later revision (its payload is outdated), not pruned
+    /// (its payload is gone), and not one its ordered lane has moved on from (failed and
+    /// skipped, or abandoned: sent now, it would arrive after alerts approved later).
     pub fn replay_refusal(&self) -> Result<Option<String>, StoreError> {
         let alert_id = self.alert_id;
         let state = self.state()?;
@@ -24,6 +25,10 @@ impl Standing {
                 ))
             } else if self.pruned {
                 Some(pruned_refusal(alert_id))
+            } else if self.in_ordered_lane && !self.blocks_lane {
+                Some(format!(
+                    "alert {alert_id}'s ordered lane has moved on without it; replaying it would deliver it after alerts approved later, so it is refused"
+                ))
             } else {
                 None
             }

@@ -39,6 +39,8 @@ pub struct Standing {
     /// It holds up its ordered lane: it has not been released, and later alerts of the
     /// lane wait behind it (or the next one will).
     pub blocks_lane: bool,
+    /// It has a place in a lane of a destination that orders per key.
+    pub in_ordered_lane: bool,
 }
 
 #[derive(Debug, sqlx::FromRow)]
@@ -50,6 +52,7 @@ struct StandingRow {
     latest_revision: Option<Uuid>,
     pruned: bool,
     blocks_lane: bool,
+    in_ordered_lane: bool,
 }
 
 /// Reads where an alert stands. With `lock`, takes its outbox row (`FOR UPDATE`) and then
@@ -82,7 +85,9 @@ pub async fn standing(
                    AND later.destination_id = a.destination_id AND later.revision > a.revision \
                  ORDER BY later.revision DESC LIMIT 1) AS latest_revision, \
                 a.pruned_at IS NOT NULL AS pruned, \
-                {BLOCKS_LANE} AS blocks_lane \
+                {BLOCKS_LANE} AS blocks_lane, \
+                a.lane_seq IS NOT NULL AND EXISTS (SELECT 1 FROM destinations d \
+                    WHERE d.id = a.destination_id AND d.ordering = 'per-key') AS in_ordered_lane \
          FROM alerts a LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id \
          WHERE a.id = $1{lock_alert}"
     ))
@@ -103,6 +108,7 @@ pub async fn standing(
         latest_revision: row.latest_revision,
         pruned: row.pruned,
         blocks_lane: row.blocks_lane,
+        in_ordered_lane: row.in_ordered_lane,
     })
 }
 
