@@ -3,7 +3,7 @@
 //! brought back with a fresh budget, and the dispatcher's batch completion built from the
 //! same pieces.
 
-use outbox_core::{AlertState, LiveStatus, Outcome};
+use outbox_core::{AlertState, LiveStatus, Ordering, Outcome};
 use sqlx::PgConnection;
 use std::sync::LazyLock;
 use uuid::Uuid;
@@ -105,33 +105,39 @@ pub async fn settle(
 static LANE_RELEASE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH lane AS ( \
-             {LANE_OF} \
+             {lane_of} \
          ), handed_on AS ( \
              UPDATE outbox o SET lane_after = $2 \
              WHERE o.lane_after = $1 AND EXISTS (SELECT 1 FROM lane) \
          ) \
          UPDATE alert_lanes l SET tail_alert = $2 FROM lane \
          WHERE l.destination_id = lane.destination_id AND l.ordering_key = lane.key \
-           AND l.tail_alert = $1"
+           AND l.tail_alert = $1",
+        lane_of = *LANE_OF,
     )
 });
 
 /// The lane of alert `$1` (`destination_id`, `key`), when it is in one at a destination
 /// that orders per key: no row otherwise.
-pub(crate) const LANE_OF: &str =
-    "SELECT a.destination_id, COALESCE(a.ordering_key, a.subject) AS key \
-     FROM alerts a JOIN destinations d ON d.id = a.destination_id \
-     WHERE a.id = $1 AND a.lane_seq IS NOT NULL AND d.ordering = 'per-key'";
+pub(crate) static LANE_OF: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT a.destination_id, COALESCE(a.ordering_key, a.subject) AS key \
+         FROM alerts a JOIN destinations d ON d.id = a.destination_id \
+         WHERE a.id = $1 AND a.lane_seq IS NOT NULL AND d.ordering = {per_key}",
+        per_key = Ordering::PerKey.sql(),
+    )
+});
 
 /// Locks the row of the lane alert `$1` is in, if any: what a revision or an operator's
 /// transition takes before any outbox or alert row, so that they and the dispatchers'
 /// completions (which lock lanes before outbox rows too) wait for each other in one order.
 pub async fn lock_lane_of(tx: &mut PgConnection, alert_id: Uuid) -> Result<(), StoreError> {
     sqlx::query(&format!(
-        "WITH lane AS ({LANE_OF}) \
+        "WITH lane AS ({lane_of}) \
          SELECT 1 FROM alert_lanes l JOIN lane ON l.destination_id = lane.destination_id \
              AND l.ordering_key = lane.key \
-         FOR UPDATE OF l"
+         FOR UPDATE OF l",
+        lane_of = *LANE_OF,
     ))
     .bind(alert_id)
     .execute(&mut *tx)

@@ -1,10 +1,11 @@
 //! Where an alert stands: the one definition of its state that every reader joins, and
 //! its standing as an operator's transition reads it under its locks.
 
-use outbox_core::{AlertState, AttemptKind, LiveStatus, Outcome};
+use outbox_core::{AlertState, AttemptKind, LiveStatus, Ordering, Outcome};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use crate::sql_names::SqlName;
 use crate::StoreError;
 
 /// How every reader finds an alert's state, joined to an alert aliased `a`: its live
@@ -87,9 +88,10 @@ pub async fn standing(
                 a.pruned_at IS NOT NULL AS pruned, \
                 {BLOCKS_LANE} AS blocks_lane, \
                 a.lane_seq IS NOT NULL AND EXISTS (SELECT 1 FROM destinations d \
-                    WHERE d.id = a.destination_id AND d.ordering = 'per-key') AS in_ordered_lane \
+                    WHERE d.id = a.destination_id AND d.ordering = {per_key}) AS in_ordered_lane \
          FROM alerts a LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id \
-         WHERE a.id = $1{lock_alert}"
+         WHERE a.id = $1{lock_alert}",
+        per_key = Ordering::PerKey.sql(),
     ))
     .bind(alert_id)
     .bind(AttemptKind::Send)
