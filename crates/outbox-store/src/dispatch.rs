@@ -20,7 +20,7 @@ mod leases;
 mod queue_figures;
 
 pub(crate) use claim::due_status;
-pub use claim::{claim, ClaimedAlert, FAILED_LOOKUP};
+pub use claim::{claim, claim_sql, ClaimedAlert, FAILED_LOOKUP};
 pub use completion::{
     complete, complete_batch, record_attempt, AttemptRecord, Completion, LaneHead, Next,
 };

@@ -261,6 +261,17 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
 /// So claims may come back smaller than `limit` (or empty) while rows are due: a
 /// destination's rows wait in `pending` rather than in `sending`.
 ///
+/// **Ordered lanes, and the plan.** A row waiting behind another in its ordered lane has
+/// `lane_after` set and is not due ([`due_status`]); it is also outside the partial index
+/// `outbox_due_idx`, whose predicate is the due condition. So `candidates` is an index
+/// scan of `outbox_due_idx` in `next_attempt_at` order, stopped at `limit` rows, that
+/// meets lane heads and unordered rows only: it never reads the waiting members and never
+/// searches for heads, however long the lanes are. Finding the next head is the
+/// releasing completion's work (`lane_after` handed on, through `outbox_lane_after_idx`),
+/// done once per release instead of once per claim. The `due` step checks the condition
+/// again on the newest row version, so a row that started waiting since the snapshot is
+/// not taken. `the_claim_can_use_the_due_index` holds the planner to the index.
+///
 /// `saturated` lists destinations this dispatcher leaves out of this claim (for example
 /// one it has just seen answer 410 Gone); their rows are left for later or for other
 /// dispatchers.
@@ -279,6 +290,16 @@ pub async fn claim(
         .fetch_all(db)
         .await?;
     Ok(rows)
+}
+
+/// The text of the claim statement [`claim`] runs, for a tool that shows its plan: the
+/// benchmark's `bench explain-lanes` runs it under `EXPLAIN (ANALYZE, BUFFERS)` in a
+/// transaction it rolls back. Its parameters are [`claim`]'s, in this order and of these
+/// types: `$1` the most rows (`int8`), `$2` the worker (`text`), `$3` the shortest lease
+/// in milliseconds (`int8`), `$4` the destinations left out (`uuid[]`). Run as it stands,
+/// it claims: only inside a transaction that is rolled back does it change nothing.
+pub fn claim_sql() -> &'static str {
+    CLAIM.as_str()
 }
 
 /// The statuses a row is due in (at its `next_attempt_at`).
