@@ -354,6 +354,7 @@ async fn the_api_takes_an_ordering_key_and_refuses_an_empty_or_oversized_one() {
         (serde_json::json!(""), "missing-field"),
         (serde_json::json!("k".repeat(201)), "field-too-long"),
         (serde_json::json!("a\u{202e}b"), "invalid-field"),
+        (serde_json::Value::Null, "invalid-field"),
     ] {
         let (status, answer) = api.approve(&api.acme.token, &body("contract:1", key)).await;
         assert_eq!(status, 422, "{answer}");

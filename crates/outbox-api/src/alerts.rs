@@ -66,6 +66,15 @@ fn reason_text() -> utoipa::openapi::Object {
     )
 }
 
+/// A member that is present, as `Some` of what it holds (`null` included), so that an
+/// absent member (the field's default, `None`) and an explicit `null` differ.
+fn present<'de, D>(deserializer: D) -> Result<Option<Option<String>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Option::<String>::deserialize(deserializer).map(Some)
+}
+
 fn ordering_key_text() -> utoipa::openapi::Object {
     text_schema(
         outbox_core::MAX_ORDERING_KEY_BYTES,
@@ -117,9 +126,11 @@ pub(crate) struct ApproveRequest {
     pub(crate) occurrence: Option<String>,
     #[schema(required = true, schema_with = payload_object)]
     pub(crate) payload: Option<Box<RawValue>>,
+    /// Absent (`None`), `null` (`Some(None)`, refused: the document says a string), or a
+    /// string.
     #[schema(required = false, schema_with = ordering_key_text)]
-    #[serde(default)]
-    pub(crate) ordering_key: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) ordering_key: Option<Option<String>>,
 }
 
 /// A correction of an alert's payload, with the reason for it. The revision is a new

@@ -95,11 +95,20 @@ pub(crate) fn identity_field<'a>(
     Ok(value)
 }
 
-/// An approval's optional ordering key: absent, or within the identity fields' rules and
-/// 200 bytes (an empty or oversized key is refused, never trimmed or cut).
-pub(crate) fn ordering_key(value: &Option<String>) -> Result<Option<&str>, Problem> {
-    let Some(value) = value.as_deref() else {
+/// An approval's optional ordering key: absent, or a string within the identity fields'
+/// rules and 200 bytes (an empty or oversized key, or `null`, is refused, never trimmed or
+/// cut).
+pub(crate) fn ordering_key(value: &Option<Option<String>>) -> Result<Option<&str>, Problem> {
+    let Some(value) = value else {
         return Ok(None);
+    };
+    let Some(value) = value.as_deref() else {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-field",
+            "Invalid field",
+            "field `ordering_key` must be a string when it is given (leave it out for the subject)",
+        ));
     };
     outbox_core::check_ordering_key(value).map_err(invalid_field)?;
     Ok(Some(value))

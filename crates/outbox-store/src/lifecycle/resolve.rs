@@ -48,7 +48,7 @@ impl Standing {
             | AlertState::Accepted
             | AlertState::Failed
             | AlertState::Superseded => Some(format!(
-                "alert {alert_id} is {state}; only uncertain or held alerts (and failed ones holding up their ordered lane) can be resolved"
+                "alert {alert_id} is {state}; only uncertain or held alerts can be resolved (or a failed one holding up its ordered lane)"
             )),
         };
         Ok(refusal)
