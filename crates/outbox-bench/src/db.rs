@@ -1,6 +1,8 @@
 //! The benchmark's own statements, besides the product's: server counters (commits, WAL
 //! position, dead tuples), queue samples, a synthetic history of settled alerts, the claim
-//! timed on its own, and a reset of the `public` schema. They live here, not in
+//! timed on its own, a synthetic backlog of ordered lanes with the claim's plan over it,
+//! what an ordered drain left (lane positions, attempt times), and a reset of the
+//! `public` schema. They live here, not in
 //! `outbox-store`, so that no product binary can link them: a feature of the store would
 //! be unified into every binary built alongside the benchmark.
 
@@ -42,13 +44,15 @@ pub async fn server_counters(db: impl PgExecutor<'_>) -> Result<ServerCounters, 
 }
 
 /// The tables a delivery can write, whose row counters a drain reports (a table this
-/// schema does not have reads as zeros).
-pub const DELIVERY_TABLES: [&str; 5] = [
+/// schema does not have reads as zeros). `alert_lanes` is written when a delivery to an
+/// ordered destination releases the last alert of its lane (the tail is cleared).
+pub const DELIVERY_TABLES: [&str; 6] = [
     "outbox",
     "alerts",
     "alert_outcomes",
     "delivery_attempts",
     "alert_events",
+    "alert_lanes",
 ];
 
 /// One table's cumulative row counters, as `pg_stat_user_tables` reports them.
@@ -95,7 +99,7 @@ pub async fn row_counters(
 }
 
 /// Makes `pg_walinspect` available in the connected database (the benchmark's own), for
-/// [`database_wal_bytes`]. `false` when the server does not ship it.
+/// [`database_wal`]. `false` when the server does not ship it.
 pub async fn enable_wal_inspection(db: impl PgExecutor<'_>) -> bool {
     sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         .execute(db)
@@ -105,7 +109,7 @@ pub async fn enable_wal_inspection(db: impl PgExecutor<'_>) -> bool {
 
 /// Keeps the server's WAL from the current position on until [`release_wal`] (or until
 /// `conn`'s session ends), with a temporary physical replication slot named after the
-/// connected database, so that [`database_wal_bytes`] can still read it: on a busy
+/// connected database, so that [`database_wal`] can still read it: on a busy
 /// server, checkpoints recycle segments within a drain. `false` when no slot could be made.
 pub async fn reserve_wal(conn: &mut sqlx::PgConnection) -> bool {
     sqlx::query(
@@ -124,30 +128,55 @@ pub async fn release_wal(conn: &mut sqlx::PgConnection) -> Result<(), StoreError
     Ok(())
 }
 
-/// WAL bytes between two positions that belong to the connected database: every record
-/// that touches one of its relations (full-page images included), and the other records
-/// (commits) of the transactions that wrote those. The cluster-wide WAL position also
-/// counts what other databases on the server write meanwhile; this does not.
-pub async fn database_wal_bytes(
+/// One kind of WAL record over a stretch of WAL: its resource manager and type
+/// (`Heap/UPDATE`) and the relation its first block belongs to (`outbox_due_idx`; `-`
+/// for records without one, such as commits).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
+pub struct WalShare {
+    /// `resource manager/record type`.
+    pub record: String,
+    /// The relation of the record's first block, by name in the connected database.
+    pub relation: String,
+    /// Records.
+    pub records: i64,
+    /// Their bytes, full-page images included.
+    pub bytes: i64,
+    /// Of those, full-page images.
+    pub fpi_bytes: i64,
+}
+
+/// The WAL between two positions that belongs to the connected database, by kind of
+/// record and relation, most bytes first: every record that touches one of its relations
+/// (full-page images included), and the other records (commits) of the transactions that
+/// wrote those. Their sum is the database's WAL over the stretch; the cluster-wide WAL
+/// position also counts what other databases on the server write meanwhile, this does not.
+pub async fn database_wal(
     db: impl PgExecutor<'_>,
     from_lsn: i64,
     to_lsn: i64,
-) -> Result<i64, StoreError> {
-    Ok(sqlx::query_scalar(
+) -> Result<Vec<WalShare>, StoreError> {
+    Ok(sqlx::query_as(
         "WITH records AS ( \
-             SELECT xid, record_length, \
+             SELECT xid, resource_manager || '/' || record_type AS record, record_length, \
+                    fpi_length, \
+                    substring(block_ref FROM 'rel \\d+/\\d+/(\\d+)')::oid AS relfilenode, \
                     block_ref LIKE '%/' || (SELECT oid FROM pg_database \
                                             WHERE datname = current_database()) || '/%' AS ours \
              FROM pg_get_wal_records_info('0/0'::pg_lsn + $1::numeric, '0/0'::pg_lsn + $2::numeric) \
          ), writers AS ( \
              SELECT DISTINCT xid FROM records WHERE ours AND NOT xid = '0'::xid \
          ) \
-         SELECT COALESCE(sum(record_length), 0)::int8 FROM records \
-         WHERE ours OR xid IN (SELECT xid FROM writers)",
+         SELECT r.record, COALESCE(c.relname::text, '-') AS relation, count(*) AS records, \
+                sum(r.record_length)::int8 AS bytes, sum(r.fpi_length)::int8 AS fpi_bytes \
+         FROM records r \
+         LEFT JOIN pg_class c ON r.ours AND c.relfilenode = r.relfilenode AND c.relfilenode <> 0 \
+         WHERE r.ours OR r.xid IN (SELECT xid FROM writers) \
+         GROUP BY 1, 2 \
+         ORDER BY bytes DESC, 1, 2",
     )
     .bind(from_lsn)
     .bind(to_lsn)
-    .fetch_one(db)
+    .fetch_all(db)
     .await?)
 }
 
@@ -163,11 +192,14 @@ pub async fn server_settings(db: impl PgExecutor<'_>) -> Result<Vec<(String, Str
     .await?)
 }
 
-/// `VACUUM ANALYZE` of the queue and history tables, as after a bulk load.
+/// `VACUUM ANALYZE` of the queue, lane and history tables, as after a bulk load.
 pub async fn vacuum_analyze(pool: &PgPool) -> Result<(), StoreError> {
-    sqlx::query("VACUUM ANALYZE outbox, alerts, alert_outcomes, alert_events, delivery_attempts")
-        .execute(pool)
-        .await?;
+    sqlx::query(
+        "VACUUM ANALYZE outbox, alerts, alert_outcomes, alert_events, delivery_attempts, \
+         alert_lanes",
+    )
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -194,11 +226,14 @@ pub async fn queue_sample(db: impl PgExecutor<'_>) -> Result<QueueSample, StoreE
     })
 }
 
-/// Whether the live outbox is empty. Asked through the two partial indexes (due rows,
-/// leased rows), so that polling it during a drain does not scan the table.
+/// Whether the live outbox is empty. Asked through the three partial indexes (due rows,
+/// rows waiting in an ordered lane, leased rows), so that polling it during a drain does
+/// not scan the table.
 pub async fn queue_empty(db: impl PgExecutor<'_>) -> Result<bool, StoreError> {
     Ok(sqlx::query_scalar(
-        "SELECT NOT EXISTS (SELECT 1 FROM outbox WHERE status IN ('pending', 'uncertain')) \
+        "SELECT NOT EXISTS (SELECT 1 FROM outbox \
+                            WHERE status IN ('pending', 'uncertain') AND lane_after IS NULL) \
+            AND NOT EXISTS (SELECT 1 FROM outbox WHERE lane_after IS NOT NULL) \
             AND NOT EXISTS (SELECT 1 FROM outbox WHERE status = 'sending')",
     )
     .fetch_one(db)
@@ -408,4 +443,189 @@ pub async fn accepted_since(
         p50_ms: p50_ms.unwrap_or_default(),
         p99_ms: p99_ms.unwrap_or_default(),
     })
+}
+
+/// The lane position (`lane_seq`) of each of the given alerts (`None` for an alert in no
+/// lane), in no particular order.
+pub async fn lane_positions(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+) -> Result<Vec<(Uuid, Option<i64>)>, StoreError> {
+    Ok(
+        sqlx::query_as("SELECT id, lane_seq FROM alerts WHERE id = ANY($1::uuid[])")
+            .bind(ids)
+            .fetch_all(db)
+            .await?,
+    )
+}
+
+/// The first send attempt of each of the given alerts: when the dispatcher started it
+/// (its clock) and when its outcome was recorded (the completion's transaction), in no
+/// particular order.
+pub async fn send_times(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+) -> Result<Vec<(Uuid, DateTime<Utc>, DateTime<Utc>)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT alert_id, started_at, finished_at FROM delivery_attempts \
+         WHERE alert_id = ANY($1::uuid[]) AND kind = 'send' AND attempt = 1",
+    )
+    .bind(ids)
+    .fetch_all(db)
+    .await?)
+}
+
+/// The id of synthetic lane alert number `i` (an SQL expression of `int8`s), approved at
+/// epoch millisecond `epoch_ms + i` (`epoch_ms` another expression): UUIDv7's layout,
+/// milliseconds first, as the product's own ids, so that an alert's id can be computed
+/// from its number alone and its lane successor can name it.
+fn lane_alert_id(i: &str, epoch_ms: &str) -> String {
+    format!(
+        "(lpad(to_hex({epoch_ms} + ({i})), 12, '0') || '7' || substr(md5(({i})::text), 1, 3) \
+         || '8' || substr(md5(({i})::text), 4, 15))::uuid"
+    )
+}
+
+/// Adds alerts `from..from + count` of a synthetic backlog for `destination_id`, all
+/// pending and due, spread over `keys` subjects (alert `i` is about subject
+/// `lane:{i % keys}`), approved one millisecond apart from `epoch_ms` on, in one
+/// statement: the alerts and their outbox rows as an approval writes them (not their
+/// `alert_events` lines, which the claim never reads). With `ordered`, the backlog is in
+/// ordered lanes, as approvals to a destination that orders per key leave it: alert `i`
+/// is number `i / keys + 1` of its lane, and every alert but a lane's first waits behind
+/// the one before it (`outbox.lane_after`), so only `keys` rows are due. The lanes' own
+/// rows are [`seed_lane_rows`].
+#[allow(clippy::too_many_arguments)] // one statement's parameters, named
+pub async fn seed_lane_backlog(
+    db: impl PgExecutor<'_>,
+    tenant_id: Uuid,
+    destination_id: Uuid,
+    from: i64,
+    count: i64,
+    keys: i64,
+    epoch_ms: i64,
+    ordered: bool,
+) -> Result<(), StoreError> {
+    sqlx::query(&format!(
+        "WITH made AS ( \
+             SELECT i, i % $4::int8 AS k, i / $4::int8 AS place, \
+                    to_timestamp(($5::int8 + i) / 1000.0) AS at \
+             FROM generate_series($3::int8, $3::int8 + $6::int8 - 1) AS i \
+         ), alerted AS ( \
+             INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
+                 payload, payload_sha256, created_at, created_by, lane_seq) \
+             SELECT {id}, $1, 'lane:' || k, lpad(i::text, 12, '0'), $2, 0, p.payload, \
+                    sha256(convert_to(p.payload::text, 'UTF8')), at, 'benchmark', \
+                    CASE WHEN $7 THEN place + 1 END \
+             FROM made, LATERAL (SELECT jsonb_build_object('alert_id', 'lane-' || i, \
+                 'severity', 'warning', 'title', 'lane ' || k || ' alert ' || place, \
+                 'note', repeat('x', 400)) AS payload) p \
+         ) \
+         INSERT INTO outbox (alert_id, destination_id, next_attempt_at, budget_since, lane_after) \
+         SELECT {id}, $2, at, at, CASE WHEN $7 AND place > 0 THEN {before} END \
+         FROM made",
+        id = lane_alert_id("i", "$5::int8"),
+        before = lane_alert_id("i - $4::int8", "$5::int8"),
+    ))
+    .bind(tenant_id)
+    .bind(destination_id)
+    .bind(from)
+    .bind(keys)
+    .bind(epoch_ms)
+    .bind(count)
+    .bind(ordered)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The lane rows of a backlog [`seed_lane_backlog`] wrote in full (`total` alerts over
+/// `keys` subjects from `epoch_ms` on): each lane's last position handed out, and its
+/// tail, its newest alert (none has been released).
+pub async fn seed_lane_rows(
+    db: impl PgExecutor<'_>,
+    destination_id: Uuid,
+    total: i64,
+    keys: i64,
+    epoch_ms: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(&format!(
+        "INSERT INTO alert_lanes (destination_id, ordering_key, last_seq, tail_alert) \
+         SELECT $1, 'lane:' || k, members, {tail} \
+         FROM (SELECT k, ($2::int8 - k + $3::int8 - 1) / $3::int8 AS members \
+               FROM generate_series(0, least($2::int8, $3::int8) - 1) AS k) lanes",
+        tail = lane_alert_id("k + $3::int8 * (members - 1)", "$4::int8"),
+    ))
+    .bind(destination_id)
+    .bind(total)
+    .bind(keys)
+    .bind(epoch_ms)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// How a synthetic backlog stands: rows due now (`outbox_due_idx`'s predicate), rows
+/// waiting in a lane, lanes.
+pub async fn backlog_shape(db: impl PgExecutor<'_>) -> Result<(i64, i64, i64), StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT (SELECT count(*) FROM outbox \
+                 WHERE status IN ('pending', 'uncertain') AND lane_after IS NULL), \
+                (SELECT count(*) FROM outbox WHERE lane_after IS NOT NULL), \
+                (SELECT count(*) FROM alert_lanes)",
+    )
+    .fetch_one(db)
+    .await?)
+}
+
+/// The plan of the product's claim statement (`outbox_store::dispatch::claim_sql`) for
+/// `limit` rows, as `EXPLAIN (ANALYZE, BUFFERS)` prints it, one line each, and the rows
+/// it claimed; in a transaction that is rolled back, so the queue stays as it was.
+/// `generic`: the plan PostgreSQL builds without the parameters' values (a prepared
+/// statement's generic plan, which a connection may switch to after five executions)
+/// rather than with them.
+pub async fn explain_claim(
+    pool: &PgPool,
+    limit: i64,
+    generic: bool,
+) -> Result<(Vec<String>, i64), StoreError> {
+    let mut conn = pool.acquire().await?;
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let plan: Vec<String> = if generic {
+        sqlx::raw_sql(&format!(
+            "SET LOCAL plan_cache_mode = force_generic_plan; \
+             PREPARE bench_claim (int8, text, int8, uuid[]) AS {}",
+            outbox_store::dispatch::claim_sql()
+        ))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query_scalar(&format!(
+            "EXPLAIN (ANALYZE, BUFFERS) \
+             EXECUTE bench_claim ({limit}, 'explain-lanes', 60000, '{{}}')"
+        ))
+        .fetch_all(&mut *tx)
+        .await?
+    } else {
+        sqlx::query_scalar(&format!(
+            "EXPLAIN (ANALYZE, BUFFERS) {}",
+            outbox_store::dispatch::claim_sql()
+        ))
+        .bind(limit)
+        .bind("explain-lanes")
+        .bind(60_000_i64)
+        .bind(Vec::<Uuid>::new())
+        .fetch_all(&mut *tx)
+        .await?
+    };
+    let claimed: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'sending'")
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.rollback().await?;
+    if generic {
+        // A prepared statement outlives the transaction.
+        sqlx::raw_sql("DEALLOCATE bench_claim")
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok((plan, claimed))
 }

@@ -78,6 +78,9 @@ pub struct DrainReport {
     /// WAL bytes per delivery of this database's own records (`pg_walinspect`), when the
     /// server has it.
     pub database_wal_bytes_per_delivery: Option<f64>,
+    /// Those records by kind and relation, most bytes first (bytes over the whole drain;
+    /// empty without `pg_walinspect`).
+    pub database_wal_by_record: Vec<db::WalShare>,
     /// Row writes per delivery, by table, from the server's own row counters.
     pub row_writes: RowWrites,
     /// Busy share of all cores during the drain, percent.
@@ -136,7 +139,10 @@ pub async fn drain(
     let commits = (counters_after.commits - before.counters.commits - own).max(0);
     let evidence = db::drain_evidence(pool).await?;
     let row_writes = RowWrites::between(pool, &before.rows, n).await?;
-    let database_wal_bytes_per_delivery = before.database_wal(pool, &counters_after, n).await?;
+    let database_wal_by_record = before.database_wal(pool, &counters_after).await?;
+    let database_wal_bytes_per_delivery = database_wal_by_record
+        .as_ref()
+        .map(|shares| shares.iter().map(|s| s.bytes).sum::<i64>() as f64 / n as f64);
     let processes = match settings.dispatchers {
         Dispatchers::InProcess(_) => 1,
         Dispatchers::Processes(k) => i64::from(k),
@@ -153,6 +159,7 @@ pub async fn drain(
             / n as f64,
         row_writes,
         database_wal_bytes_per_delivery,
+        database_wal_by_record: database_wal_by_record.unwrap_or_default(),
         host_cpu_busy_pct,
         driver_cpu_s,
         max_sending,
@@ -207,20 +214,19 @@ impl Before {
         })
     }
 
-    /// The WAL bytes per delivery of this database's own records between these counters
-    /// and `after`, when the server can tell; releases the WAL held meanwhile.
+    /// This database's own WAL records between these counters and `after`, by kind,
+    /// when the server can tell; releases the WAL held meanwhile.
     async fn database_wal(
         &mut self,
         pool: &PgPool,
         after: &db::ServerCounters,
-        n: u64,
-    ) -> anyhow::Result<Option<f64>> {
+    ) -> anyhow::Result<Option<Vec<db::WalShare>>> {
         if !self.wal_inspection {
             return Ok(None);
         }
-        let bytes = db::database_wal_bytes(pool, self.counters.wal_lsn, after.wal_lsn).await;
+        let shares = db::database_wal(pool, self.counters.wal_lsn, after.wal_lsn).await;
         db::release_wal(&mut self.wal_keeper).await?;
-        Ok(Some(bytes? as f64 / n as f64))
+        Ok(Some(shares?))
     }
 }
 

@@ -13,6 +13,8 @@
 //!   report (`suite/report.rs`).
 //! - `sustained`: a long open-loop run at a share of capacity, reported interval by
 //!   interval (`bench run --only sustained`).
+//! - `explain_lanes`: the claim's plan over a backlog of a million alerts in ordered lanes
+//!   (`bench explain-lanes`).
 //! - what both runs use: `own_sink` (our sink on a thread of its own), `api` (the approval
 //!   API served from this process, and its client), `scratch` (a database of the run's
 //!   own) and `progress` (the progress lines on stderr).
@@ -26,6 +28,7 @@ pub mod api;
 pub mod db;
 pub mod dispatchers;
 pub mod drain;
+pub mod explain_lanes;
 pub mod measure;
 pub mod own_sink;
 pub mod peer;

@@ -34,9 +34,15 @@ enum Command {
         json: bool,
         /// Only these phases (`approvals`: bulk approvals with their HTTP drain, API
         /// approvals, latency; `sustained`: open-loop approvals at a fixed rate with a
-        /// dispatcher delivering, one line per interval).
+        /// dispatcher delivering, one line per interval; `lanes`: N alerts over 10,000
+        /// keys approved and drained unordered and ordered per key, side by side, and one
+        /// key against a destination answering after 5 ms).
         #[arg(long, value_enum, default_value = "all")]
         only: outbox_bench::suite::Phases,
+        /// With `--only lanes`: rounds (each drains an unordered and a per-key backlog,
+        /// in alternating order, and the one-key lane).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        rounds: Option<u32>,
         /// With `--only sustained`: how long the run lasts, in minutes.
         #[arg(long, value_parser = positive_f64)]
         minutes: Option<f64>,
@@ -53,6 +59,19 @@ enum Command {
     },
     /// One drain for the queue peers' harness: prints `RESULT {json}`.
     PeerDriver(outbox_bench::peer::PeerRun),
+    /// The claim's plan (`EXPLAIN (ANALYZE, BUFFERS)`, rolled back) over a backlog of
+    /// 1,000,000 alerts in ordered lanes over 100,000 keys and over 10 keys, and unordered,
+    /// each written by SQL on a database of its own.
+    ExplainLanes {
+        #[command(flatten)]
+        settings: outbox_bench::explain_lanes::ExplainSettings,
+        /// One JSON array instead of the plans and their summary.
+        #[arg(long)]
+        json: bool,
+        /// The PostgreSQL server (each case creates and drops its own database there).
+        #[arg(long, env = "DATABASE_URL", default_value = outbox_runtime::DEFAULT_DATABASE_URL, hide_env_values = true)]
+        server_url: String,
+    },
 }
 
 #[tokio::main]
@@ -66,6 +85,7 @@ async fn main() -> anyhow::Result<()> {
             history,
             json,
             only,
+            rounds,
             minutes,
             rate,
             report_every,
@@ -90,6 +110,18 @@ async fn main() -> anyhow::Result<()> {
                 settings.sustained.interval_secs = secs;
             }
             settings.sustained.rate = rate;
+            if let Some(rounds) = rounds {
+                settings.lanes.rounds = rounds;
+            }
+            if only == outbox_bench::suite::Phases::Lanes {
+                let report = outbox_bench::suite::run_lanes(settings).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&report)?);
+                } else {
+                    print!("{}", report.render());
+                }
+                return Ok(());
+            }
             if only == outbox_bench::suite::Phases::Sustained {
                 let report = outbox_bench::sustained::run(
                     &settings.server_url,
@@ -116,6 +148,24 @@ async fn main() -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 print!("{}", report.render());
+            }
+        }
+        Command::ExplainLanes {
+            settings,
+            json,
+            server_url,
+        } => {
+            let cases = outbox_bench::explain_lanes::run(&server_url, &settings, |case| {
+                eprintln!("bench: explained {}", case.name());
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&cases)?);
+            } else {
+                print!(
+                    "{}",
+                    outbox_bench::explain_lanes::render(&cases, settings.limit)
+                );
             }
         }
         Command::PeerDriver(run) => {

@@ -15,8 +15,18 @@ pub(crate) struct OwnSink {
 impl OwnSink {
     /// Starts the sink on its own thread; returns once it listens.
     pub(crate) fn start() -> anyhow::Result<OwnSink> {
+        OwnSink::start_with(&[])
+    }
+
+    /// Starts the sink with more of `sink`'s flags (`--latency 5ms`), as [`OwnSink::start`].
+    pub(crate) fn start_with(flags: &[&str]) -> anyhow::Result<OwnSink> {
         use clap::Parser;
-        let args = outbox_sink::SinkArgs::try_parse_from(["sink", "--listen", "127.0.0.1:0"])?;
+        let args = outbox_sink::SinkArgs::try_parse_from(
+            ["sink", "--listen", "127.0.0.1:0"]
+                .iter()
+                .chain(flags)
+                .copied(),
+        )?;
         let (address_tx, address_rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("bench-sink".to_owned())
@@ -52,6 +62,16 @@ impl OwnSink {
     /// Its counters (`GET`, read as [`crate::drain::SinkCounters`]).
     pub(crate) fn stats_url(&self) -> String {
         format!("{}/stats", self.base)
+    }
+
+    /// Its record of each delivery (`GET`, a JSON array in arrival order).
+    pub(crate) fn records_url(&self) -> String {
+        format!("{}/_sink/records", self.base)
+    }
+
+    /// Clears its records and counters (`POST`).
+    pub(crate) fn reset_url(&self) -> String {
+        format!("{}/_sink/reset", self.base)
     }
 
     /// The benchmark destination, delivering to this sink with the benchmark's

@@ -14,6 +14,11 @@
 //! 7. with `--quick`, a few seconds of the sustained-load mode (`crate::sustained`), so
 //!    that it keeps working; `--only sustained` ([`Phases::Sustained`]) runs it alone, for
 //!    as long as asked.
+//! 8. with `--quick`, the ordered-lanes phase on a small backlog (`lanes`), so that it
+//!    keeps working; `--only lanes` ([`Phases::Lanes`]) runs it alone: N alerts over
+//!    10,000 keys approved and drained to a destination that does not order and to one
+//!    that orders per key, side by side in alternating rounds, and a lane of one key
+//!    against a destination that answers after 5 ms.
 //!
 //! With `--only approvals` ([`Phases::Approvals`]) the run keeps what the approval path's
 //! figures need (phases 1, 4 and 5: the HTTP drain of phase 1 gives the capacity that
@@ -23,18 +28,20 @@
 //! each, and the sink saw no duplicate. A failed check fails the run.
 //!
 //! Layout: `settings` (what to run), `run_state` (what a run carries from phase to
-//! phase), the phases (`drains`: 1 to 4, `latency`: 5, `claim_cost`: 6), `report` (what
-//! was measured, and its table); here, the run's steps in order.
+//! phase), the phases (`drains`: 1 to 4, `latency`: 5, `claim_cost`: 6, `lanes`: 8),
+//! `report` (what was measured, and its table); here, the run's steps in order.
 
 mod claim_cost;
 mod drains;
+mod lanes;
 mod latency;
 mod report;
 mod run_state;
 mod settings;
 
+pub use lanes::{LaneDrain, LanesReport, LanesRound, OneKey};
 pub use report::{Approvals, ClaimCost, Latency, SuiteReport};
-pub use settings::{Phases, SuiteSettings};
+pub use settings::{LaneSettings, Phases, SuiteSettings};
 
 use outbox_store::PgPool;
 use std::collections::HashMap;
@@ -55,6 +62,9 @@ pub async fn run(settings: SuiteSettings) -> anyhow::Result<SuiteReport> {
     .await?;
     if settings.phases == Phases::All {
         report.claim_cost = Some(claim_cost::claim_cost(settings).await?);
+        if settings.lanes_in_all {
+            report.lanes = Some(lanes::lanes(settings, sink).await?);
+        }
         if settings.sustained_in_all {
             report.sustained = Some(
                 crate::sustained::run(&settings.server_url, settings.sustained.clone(), |i| {
@@ -65,6 +75,13 @@ pub async fn run(settings: SuiteSettings) -> anyhow::Result<SuiteReport> {
         }
     }
     Ok(report)
+}
+
+/// The ordered-lanes phase alone (`--only lanes`), on a database and sinks of its own.
+/// Progress goes to stderr.
+pub async fn run_lanes(settings: SuiteSettings) -> anyhow::Result<LanesReport> {
+    let sink = OwnSink::start()?;
+    lanes::lanes(&settings, &sink).await
 }
 
 /// Phases 1 to 5, on the run's database at `url`.
@@ -103,6 +120,7 @@ async fn run_on(
         latency_half_capacity,
         claim_cost: None,
         sustained: None,
+        lanes: None,
     })
 }
 

@@ -1,6 +1,8 @@
 //! The work every measurement uses: one tenant, one destination (signed, so every send
 //! pays for its signature), and ~500-byte alerts with unique identities, approved in bulk
-//! through the monitors' path (one statement per chunk, one alert per identity).
+//! through the monitors' path (one statement per chunk, one alert per identity). The
+//! ordered-lanes phase adds destinations of the same tenant and alerts spread over a set
+//! of subjects ([`Workload::keyed_alert`]).
 
 use anyhow::Context;
 use base64::Engine;
@@ -51,27 +53,9 @@ impl Workload {
         let run = Uuid::now_v7().simple().to_string();
         let tenant_name = format!("bench-{}", &run[..12]);
         let tenant_id = outbox_store::tenants::create(&pool, &tenant_name, "UTC", None).await?;
-        let secret: [u8; 32] = rand::random();
         let destination_name = "bench-sink".to_owned();
-        let destination_id = outbox_store::destinations::create(
-            &pool,
-            &NewDestination {
-                tenant_id,
-                name: destination_name.clone(),
-                url: destination.url.clone(),
-                signing_secrets: vec![format!(
-                    "whsec_{}",
-                    base64::engine::general_purpose::STANDARD.encode(secret)
-                )],
-                idempotency_header: "Idempotency-Key".to_owned(),
-                idempotency_retention: None,
-                lookup_url_template: None,
-                on_uncertain: outbox_core::state::OnUncertain::Hold,
-                timeout: Duration::from_secs(10),
-                max_in_flight: destination.max_in_flight,
-            },
-        )
-        .await?;
+        let destination_id =
+            create_destination(&pool, tenant_id, &destination_name, destination).await?;
         Ok(Workload {
             pool,
             tenant_id,
@@ -96,14 +80,34 @@ impl Workload {
         format!("bench:{}:{i}", self.run)
     }
 
+    /// Another destination of the workload's tenant, signed like the first.
+    pub async fn add_destination(
+        &self,
+        name: &str,
+        destination: &DestinationSettings,
+    ) -> anyhow::Result<Uuid> {
+        create_destination(&self.pool, self.tenant_id, name, destination).await
+    }
+
     /// Approves alerts `from..from + count` in bulk, [`APPROVAL_CHUNK`] per statement.
     /// Returns the time it took.
     pub async fn approve_bulk(&self, from: u64, count: u64) -> anyhow::Result<Duration> {
+        self.approve_bulk_as(from, count, |i| self.alert(i)).await
+    }
+
+    /// Approves alerts `from..from + count` in bulk as `alert(i)` makes them (each a new
+    /// identity), [`APPROVAL_CHUNK`] per statement. Returns the time it took.
+    pub async fn approve_bulk_as(
+        &self,
+        from: u64,
+        count: u64,
+        alert: impl Fn(u64) -> MonitorAlert,
+    ) -> anyhow::Result<Duration> {
         let started = Instant::now();
         let mut i = from;
         while i < from + count {
             let end = (i + APPROVAL_CHUNK as u64).min(from + count);
-            let chunk: Vec<MonitorAlert> = (i..end).map(|i| self.alert(i)).collect();
+            let chunk: Vec<MonitorAlert> = (i..end).map(&alert).collect();
             let created = monitors::approve_batch(
                 &self.pool,
                 self.tenant_id,
@@ -132,6 +136,49 @@ impl Workload {
             payload_json: self.payload(i),
         }
     }
+
+    /// Alert `i` for `destination_id`, about one of `keys` subjects (`i % keys`, so that
+    /// consecutive alerts are about different subjects), with an occurrence of its own
+    /// that sorts in `i`'s order: at a destination that orders per key, the subject is
+    /// the lane, and a bulk approval places one lane's alerts in occurrence order.
+    pub fn keyed_alert(&self, destination_id: Uuid, i: u64, keys: u64) -> MonitorAlert {
+        MonitorAlert {
+            destination_id,
+            subject: format!("bench:{}:key-{}", self.run, i % keys.max(1)),
+            occurrence: format!("{i:012}"),
+            payload_json: self.payload(i),
+        }
+    }
+}
+
+/// Creates destination `name` of `tenant_id`, signed with a fresh secret, with the
+/// workload's settings (10 s timeout, `Idempotency-Key`, uncertain sends held).
+async fn create_destination(
+    pool: &PgPool,
+    tenant_id: Uuid,
+    name: &str,
+    destination: &DestinationSettings,
+) -> anyhow::Result<Uuid> {
+    let secret: [u8; 32] = rand::random();
+    Ok(outbox_store::destinations::create(
+        pool,
+        &NewDestination {
+            tenant_id,
+            name: name.to_owned(),
+            url: destination.url.clone(),
+            signing_secrets: vec![format!(
+                "whsec_{}",
+                base64::engine::general_purpose::STANDARD.encode(secret)
+            )],
+            idempotency_header: "Idempotency-Key".to_owned(),
+            idempotency_retention: None,
+            lookup_url_template: None,
+            on_uncertain: outbox_core::state::OnUncertain::Hold,
+            timeout: Duration::from_secs(10),
+            max_in_flight: destination.max_in_flight,
+        },
+    )
+    .await?)
 }
 
 /// Alert `i` of run `run`: the peers' job payload (~500 bytes, a unique `alert_id`).

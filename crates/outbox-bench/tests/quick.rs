@@ -1,7 +1,7 @@
 //! The benchmark keeps working: `bench run --quick` goes through every phase (bulk and
 //! API approvals, drains over HTTP and without it, 1 and 2 dispatcher processes, latency,
-//! claim cost with history, retention, a few seconds of the sustained-load mode) on its
-//! own database and sink. The run checks each
+//! claim cost with history, retention, ordered lanes on a small backlog, a few seconds of
+//! the sustained-load mode) on its own database and sink. The run checks each
 //! drain itself (every alert accepted once, one attempt row each, no duplicate at the sink,
 //! never more rows in `sending` than the bound) and fails if one does not hold; this test
 //! reads the figures back and checks them again. It never asserts a time. The drains start
@@ -72,6 +72,24 @@ async fn the_quick_benchmark_delivers_everything_once() {
     assert!(sustained["approved"].as_u64().unwrap() > 0, "{sustained}");
     assert_eq!(sustained["failed_approvals"], 0, "{sustained}");
     assert_eq!(sustained["sink_duplicates"], 0, "{sustained}");
+    // The ordered-lanes phase on a small backlog: the run itself fails if the one-key lane
+    // arrives out of order or two of its alerts are ever at the sink at once.
+    let rounds = report["lanes"]["rounds"].as_array().unwrap();
+    assert!(!rounds.is_empty(), "{}", report["lanes"]);
+    for round in rounds {
+        for drain in [
+            &round["unordered"]["drain"],
+            &round["per_key"]["drain"],
+            &round["one_key"]["drain"],
+        ] {
+            assert_eq!(drain["sink_duplicates"].as_u64(), Some(0), "{drain}");
+            assert_eq!(drain["sink_requests"], drain["n"], "{drain}");
+        }
+        assert!(
+            round["one_key"]["drain"]["max_sending"].as_i64() <= Some(1),
+            "one key, one in flight: {round}"
+        );
+    }
     let claim = &report["claim_cost"];
     assert_eq!(claim["pruned_alerts"], claim["history"], "{claim}");
     assert!(stderr.contains("bench: claim cost"), "{stderr}");

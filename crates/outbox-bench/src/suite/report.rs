@@ -5,6 +5,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt;
 
+use super::lanes::LanesReport;
 use super::settings::SuiteSettings;
 use crate::dispatchers::Dispatchers;
 use crate::drain::DrainReport;
@@ -94,6 +95,8 @@ pub struct SuiteReport {
     pub claim_cost: Option<ClaimCost>,
     /// The sustained-load mode, when the run includes it.
     pub sustained: Option<SustainedReport>,
+    /// The ordered-lanes phase, when the run includes it.
+    pub lanes: Option<LanesReport>,
 }
 
 impl SuiteReport {
@@ -105,15 +108,7 @@ impl SuiteReport {
     /// The machine and the dispatchers' settings, then a blank line.
     fn write_setup(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.settings;
-        let host = |k: &str| self.host.get(k).cloned().unwrap_or_default();
-        writeln!(
-            out,
-            "host: {} cpus, PostgreSQL {}, synchronous_commit={}, shared_buffers={} (8kB pages)",
-            host("cpus"),
-            host("server_version"),
-            host("synchronous_commit"),
-            host("shared_buffers")
-        )?;
+        write_host_line(out, &self.host)?;
         writeln!(
             out,
             "settings: N={} per drain, claims of {}, at most {} rows in sending per dispatcher, {} requests in flight per dispatcher, signed requests",
@@ -254,8 +249,25 @@ fn write_drain_row(out: &mut fmt::Formatter<'_>, name: &str, r: &DrainReport) ->
     )
 }
 
+/// The machine a run measured, as [`super::host_facts`] read it: one line.
+pub(super) fn write_host_line(
+    out: &mut fmt::Formatter<'_>,
+    facts: &HashMap<String, String>,
+) -> fmt::Result {
+    let host = |k: &str| facts.get(k).cloned().unwrap_or_default();
+    writeln!(
+        out,
+        "host: {} cpus, PostgreSQL {}, synchronous_commit={}, shared_buffers={} (8kB pages)",
+        host("cpus"),
+        host("server_version"),
+        host("synchronous_commit"),
+        host("shared_buffers")
+    )
+}
+
 /// The table [`SuiteReport::render`] prints: the set-up, the drains, the approvals and
-/// latencies, the claim's cost, the dead tuples, then the sustained run when there was one.
+/// latencies, the claim's cost, the dead tuples, then the ordered-lanes phase and the
+/// sustained run when there were.
 impl fmt::Display for SuiteReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.write_setup(f)?;
@@ -263,6 +275,9 @@ impl fmt::Display for SuiteReport {
         self.write_approvals_and_latency(f)?;
         self.write_claim_cost(f)?;
         self.write_dead_tuples(f)?;
+        if let Some(lanes) = &self.lanes {
+            f.write_str(&lanes.render())?;
+        }
         if let Some(sustained) = &self.sustained {
             f.write_str(&sustained.render())?;
         }

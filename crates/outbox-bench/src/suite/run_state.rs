@@ -3,6 +3,7 @@
 //! drain phase takes (approve a backlog, drain it, check it).
 
 use outbox_dispatcher::Transport;
+use outbox_store::monitors::MonitorAlert;
 use outbox_store::PgPool;
 use std::time::Duration;
 
@@ -67,6 +68,23 @@ impl<'a> RunState<'a> {
         Ok(took)
     }
 
+    /// Approves the next `n` alerts in bulk as `alert(workload, i)` makes them, then
+    /// vacuums and analyses as [`RunState::approve_in_bulk`] does. Returns how long the
+    /// approvals took.
+    pub(super) async fn approve_in_bulk_as(
+        &mut self,
+        n: u64,
+        alert: impl Fn(&Workload, u64) -> MonitorAlert,
+    ) -> anyhow::Result<Duration> {
+        let workload = &self.workload;
+        let took = workload
+            .approve_bulk_as(self.next, n, |i| alert(workload, i))
+            .await?;
+        self.next += n;
+        crate::db::vacuum_analyze(&self.pool).await?;
+        Ok(took)
+    }
+
     /// Drains the backlog of the last `n` alerts with `dispatchers` and checks the drain
     /// (over HTTP, the sink's counts too: the no-op send reaches no sink).
     pub(super) async fn drain_checked(
@@ -74,8 +92,19 @@ impl<'a> RunState<'a> {
         n: u64,
         dispatchers: Dispatchers,
     ) -> anyhow::Result<DrainReport> {
+        self.drain_checked_at(n, dispatchers, self.sink).await
+    }
+
+    /// As [`RunState::drain_checked`], for alerts whose destination is `sink` (a sink of
+    /// its own, such as a slow one) rather than the run's.
+    pub(super) async fn drain_checked_at(
+        &mut self,
+        n: u64,
+        dispatchers: Dispatchers,
+        sink: &OwnSink,
+    ) -> anyhow::Result<DrainReport> {
         let over_http = dispatchers != Dispatchers::InProcess(Transport::Discard);
-        let stats_url = self.sink.stats_url();
+        let stats_url = sink.stats_url();
         let report = drain(
             &self.pool,
             self.url,

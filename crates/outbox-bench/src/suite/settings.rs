@@ -1,5 +1,6 @@
 //! What a suite run does: its sizes, the dispatchers' settings and which phases run
-//! ([`SuiteSettings`], with the full and the quick run), and [`Phases`].
+//! ([`SuiteSettings`], with the full and the quick run, and the ordered-lanes phase's
+//! [`LaneSettings`]), and [`Phases`].
 
 use serde::Serialize;
 
@@ -39,6 +40,27 @@ pub struct SuiteSettings {
     /// Whether a run of every phase includes the sustained mode too (the quick run does,
     /// for a few seconds, so that it keeps working).
     pub sustained_in_all: bool,
+    /// The ordered-lanes phase (`--only lanes`).
+    pub lanes: LaneSettings,
+    /// Whether a run of every phase includes the ordered-lanes phase too (the quick run
+    /// does, on a small backlog, so that it keeps working).
+    pub lanes_in_all: bool,
+}
+
+/// The ordered-lanes phase (`crate::suite::lanes`): N alerts (the run's `n`) over `keys`
+/// subjects drained unordered and per key, `rounds` times in alternating order, and a
+/// lane of `one_key_n` alerts delivered to a sink that answers after `sink_latency_ms`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LaneSettings {
+    /// Subjects (ordering keys) the backlog is spread over.
+    pub keys: u64,
+    /// Rounds; each drains an unordered and a per-key backlog (in alternating order) and
+    /// the one-key lane.
+    pub rounds: u32,
+    /// Alerts in the one-key lane.
+    pub one_key_n: u64,
+    /// The one-key sink's answer delay, ms.
+    pub sink_latency_ms: u64,
 }
 
 /// Which phases a run goes through.
@@ -51,6 +73,9 @@ pub enum Phases {
     Approvals,
     /// The sustained-load mode alone (see `crate::sustained`).
     Sustained,
+    /// Ordered lanes alone: unordered and per-key drains and approvals side by side, and
+    /// one lane against a slow destination (see `crate::suite::lanes`).
+    Lanes,
 }
 
 impl SuiteSettings {
@@ -83,6 +108,13 @@ impl SuiteSettings {
                 concurrent_sends: CONCURRENT_SENDS,
             },
             sustained_in_all: false,
+            lanes: LaneSettings {
+                keys: 10_000,
+                rounds: 3,
+                one_key_n: 1_000,
+                sink_latency_ms: 5,
+            },
+            lanes_in_all: false,
         }
     }
 
@@ -103,6 +135,14 @@ impl SuiteSettings {
                 ..SuiteSettings::full(String::new()).sustained
             },
             sustained_in_all: true,
+            // Ten alerts a lane, as in the full run.
+            lanes: LaneSettings {
+                keys: 300,
+                rounds: 1,
+                one_key_n: 100,
+                sink_latency_ms: 5,
+            },
+            lanes_in_all: true,
             ..SuiteSettings::full(server_url)
         }
     }
