@@ -3,6 +3,7 @@
 
 use crate::attempt_trace::{attempt_span, ClaimBatch};
 use crate::delivery::work_one;
+use crate::shared::HandedOn;
 use crate::summary::{Outcome, RunSummary};
 use crate::{Config, Shared};
 use outbox_runtime::shutdown::Trigger;
@@ -10,7 +11,7 @@ use outbox_store::dispatch::{self, ClaimedAlert};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -27,6 +28,9 @@ pub(crate) struct ClaimLoop {
     tasks: JoinSet<Outcome>,
     summary: RunSummary,
     last_sweep: Option<Instant>,
+    /// Lanes' next alerts, claimed by the completions that released their lanes
+    /// (`Shared::handed_on`): each gets its task as a claimed row does.
+    handed_on: mpsc::UnboundedReceiver<HandedOn>,
 }
 
 /// What one claim round did.
@@ -39,8 +43,13 @@ struct Round {
 }
 
 impl ClaimLoop {
-    pub(crate) fn new(shared: Arc<Shared>, wake: Arc<Notify>) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        wake: Arc<Notify>,
+        handed_on: mpsc::UnboundedReceiver<HandedOn>,
+    ) -> Self {
         ClaimLoop {
+            handed_on,
             capacity: Arc::new(Semaphore::new(shared.config.max_in_flight as usize)),
             shared,
             wake,
@@ -55,6 +64,7 @@ impl ClaimLoop {
     pub(crate) async fn run_until_stopped(&mut self) {
         loop {
             self.count_finished();
+            self.start_handed_on();
             if self.shared.stopping() {
                 return;
             }
@@ -74,7 +84,13 @@ impl ClaimLoop {
             if !full && !short {
                 continue;
             }
-            if round.claimed == 0 && self.tasks.is_empty() && self.drained().await {
+            // A task hands on its lane's next alert before it ends, so with no task left
+            // every hand-on is in the channel.
+            if round.claimed == 0
+                && self.tasks.is_empty()
+                && !self.start_handed_on()
+                && self.drained().await
+            {
                 return;
             }
             self.wait_for_work(full).await;
@@ -152,6 +168,40 @@ impl ClaimLoop {
         Some(round)
     }
 
+    /// Starts the tasks of the lanes' next alerts that completions have claimed; whether
+    /// there were any.
+    fn start_handed_on(&mut self) -> bool {
+        let mut any = false;
+        while let Ok(handed) = self.handed_on.try_recv() {
+            self.start_one_handed_on(handed);
+            any = true;
+        }
+        any
+    }
+
+    /// Starts the task of one lane's next alert, with the in-flight permit of the alert
+    /// it follows. (Only a lane broken by hand would hand on two at once: the second
+    /// takes a free permit, or waits for its lease to expire, as after a crash.)
+    fn start_one_handed_on(&mut self, handed: HandedOn) {
+        let permit = match handed.permit {
+            Some(permit) => permit,
+            None => match self.capacity.clone().try_acquire_owned() {
+                Ok(permit) => permit,
+                Err(_) => {
+                    tracing::warn!(alert_id = %handed.row.alert_id, "two alerts of one lane were handed on at once and no capacity is free; its lease will expire");
+                    return;
+                }
+            },
+        };
+        self.summary.claimed += 1;
+        let batch = ClaimBatch {
+            started: handed.started,
+            finished: handed.finished,
+            rows: 1,
+        };
+        self.spawn_with(handed.row, handed.claimed_at, batch, permit);
+    }
+
     /// Starts the task that works one claim.
     fn spawn(&mut self, row: ClaimedAlert, claimed_at: Instant, batch: ClaimBatch) {
         let permit = self
@@ -159,6 +209,17 @@ impl ClaimLoop {
             .clone()
             .try_acquire_owned()
             .expect("claims never exceed the free capacity");
+        self.spawn_with(row, claimed_at, batch, permit);
+    }
+
+    /// Starts the task that works one claim, holding `permit` of the process's capacity.
+    fn spawn_with(
+        &mut self,
+        row: ClaimedAlert,
+        claimed_at: Instant,
+        batch: ClaimBatch,
+        permit: OwnedSemaphorePermit,
+    ) {
         let limit = destination_limit(&self.destination_limits, &row);
         let (span, trace) = attempt_span(&row, &self.shared.config.worker_id, batch);
         self.tasks.spawn(
@@ -196,6 +257,7 @@ impl ClaimLoop {
         tokio::select! {
             () = self.wake.notified(), if !full => {}
             Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => self.summary.add(joined),
+            Some(handed) = self.handed_on.recv() => self.start_one_handed_on(handed),
             () = tokio::time::sleep(poll) => {}
             () = stop.wait() => {}
         }
@@ -213,7 +275,13 @@ impl ClaimLoop {
         let deadline = tokio::time::sleep(self.shared.config.shutdown_deadline);
         tokio::pin!(deadline);
         loop {
+            // A lane's next alert claimed by a completion already under way when
+            // shutdown began gets its task too, which gives it back unsent. First: its
+            // task hands it on before it ends, so it is taken before the last task's end
+            // can end this loop.
             tokio::select! {
+                biased;
+                Some(handed) = self.handed_on.recv() => self.start_one_handed_on(handed),
                 joined = self.tasks.join_next() => match joined {
                     Some(joined) => self.summary.add(joined),
                     None => break,

@@ -29,7 +29,7 @@ pub(crate) async fn work_one(
     trace: Option<TraceContext>,
     claimed_at: Instant,
     limit: Arc<Semaphore>,
-    _capacity: OwnedSemaphorePermit,
+    capacity: OwnedSemaphorePermit,
 ) -> Outcome {
     let lease = (row.lease_expires_at - row.db_now)
         .to_std()
@@ -42,7 +42,9 @@ pub(crate) async fn work_one(
     };
     match work_in_turn(&shared, &claim, &limit).await {
         work::Finished::Release(why) => give_back(&shared, &claim, &why).await,
-        work::Finished::Done(completion) => record_done(&shared, &claim, &completion).await,
+        work::Finished::Done(completion) => {
+            record_done(&shared, &claim, &completion, capacity).await
+        }
     }
 }
 
@@ -105,11 +107,24 @@ async fn give_back(shared: &Shared, claim: &work::Claim, why: &str) -> Outcome {
     }
 }
 
-/// Records a worked claim's completion and counts a delivery's wait in the metrics.
-async fn record_done(shared: &Shared, claim: &work::Claim, completion: &Completion) -> Outcome {
+/// Records a worked claim's completion and counts a delivery's wait in the metrics. What
+/// the completion claimed as it released an ordered lane (the lane's next alert) goes to
+/// the claim loop with this claim's in-flight permit (`capacity`), so the process's bound
+/// holds as the next alert takes this one's place.
+async fn record_done(
+    shared: &Shared,
+    claim: &work::Claim,
+    completion: &Completion,
+    capacity: OwnedSemaphorePermit,
+) -> Outcome {
+    let started = std::time::SystemTime::now();
     let recorded = record(shared, claim, completion)
         .instrument(attempt_trace::step_span("settle"))
         .await;
+    let recorded = recorded.map(|recorded| {
+        hand_on_to_claim_loop(shared, recorded.next, capacity, started);
+        recorded.applied
+    });
     match recorded {
         Ok(true) => {
             if delivered(completion) {
@@ -133,6 +148,34 @@ async fn record_done(shared: &Shared, claim: &work::Claim, completion: &Completi
     }
 }
 
+/// Passes what a completion claimed to the claim loop, the first with `capacity`. Should
+/// the loop be gone (the process is stopping), the rows stay claimed until their leases
+/// expire, as a crash leaves them.
+fn hand_on_to_claim_loop(
+    shared: &Shared,
+    next: Vec<ClaimedAlert>,
+    capacity: OwnedSemaphorePermit,
+    started: std::time::SystemTime,
+) {
+    let claimed_at = Instant::now();
+    let finished = std::time::SystemTime::now();
+    let mut permit = Some(capacity);
+    for row in next {
+        let handed = crate::shared::HandedOn {
+            row,
+            permit: permit.take(),
+            claimed_at,
+            started,
+            finished,
+        };
+        if shared.handed_on.send(handed).is_err() {
+            tracing::warn!(
+                "a lane's next alert was claimed as the dispatcher stopped; its lease will expire"
+            );
+        }
+    }
+}
+
 /// Whether the completion settles the alert as accepted by the destination.
 fn delivered(completion: &Completion) -> bool {
     matches!(
@@ -151,7 +194,7 @@ async fn record(
     shared: &Shared,
     claim: &work::Claim,
     completion: &Completion,
-) -> Result<bool, String> {
+) -> Result<dispatch::Recorded, String> {
     let mut pause = Duration::from_millis(100);
     loop {
         match shared.recorder.record(completion.clone()).await {

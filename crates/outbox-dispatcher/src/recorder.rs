@@ -4,12 +4,19 @@
 //! grow by themselves, as a group commit does; on an idle system a batch is one row and
 //! nothing waits for a timer.
 //!
+//! A completion that releases an ordered lane also claims the lane's next alert for this
+//! dispatcher when it is due (`dispatch::complete_batch_handing_on`), unless shutdown has
+//! begun: the answer carries it, and the worker hands it to the claim loop with its own
+//! in-flight slot.
+//!
 //! A failed batch is retried row by row, so one completion the database refuses (a
 //! constraint, say) cannot take the outcomes of its neighbours down with it.
 
-use outbox_store::dispatch::{self, Completion};
+use outbox_runtime::shutdown::Shutdown;
+use outbox_store::dispatch::{self, Completion, Recorded};
 use outbox_store::PgPool;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 /// Most completions written by one statement.
@@ -17,7 +24,15 @@ pub(crate) const MAX_BATCH: usize = 512;
 /// Batches written at once: one can commit while the next is being built.
 const RECORDERS: usize = 2;
 
-type Reply = oneshot::Sender<Result<bool, String>>;
+type Reply = oneshot::Sender<Result<Recorded, String>>;
+
+/// What the recorder claims as it releases lanes: a lane's next alert, with this lease,
+/// until `stop` is set.
+#[derive(Clone)]
+pub(crate) struct HandOn {
+    pub(crate) lease: Duration,
+    pub(crate) stop: Shutdown,
+}
 
 /// Hands completions to the recorder tasks.
 #[derive(Clone)]
@@ -27,17 +42,22 @@ pub(crate) struct Recorder {
 
 impl Recorder {
     /// Starts the recorder tasks on `pool`. They end once every `Recorder` is dropped.
-    pub(crate) fn start(pool: PgPool) -> Recorder {
+    pub(crate) fn start(pool: PgPool, hand_on: HandOn) -> Recorder {
         let (queue, incoming) = mpsc::unbounded_channel();
         let incoming = Arc::new(Mutex::new(incoming));
         for _ in 0..RECORDERS {
-            tokio::spawn(record_batches(pool.clone(), incoming.clone()));
+            tokio::spawn(record_batches(
+                pool.clone(),
+                hand_on.clone(),
+                incoming.clone(),
+            ));
         }
         Recorder { queue }
     }
 
-    /// Records `done` (fenced); `Ok(false)` when the claim had been taken over.
-    pub(crate) async fn record(&self, done: Completion) -> Result<bool, String> {
+    /// Records `done` (fenced); not applied when the claim had been taken over. What the
+    /// answer's `next` holds is claimed for this dispatcher: it must be sent or given back.
+    pub(crate) async fn record(&self, done: Completion) -> Result<Recorded, String> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send((done, reply))
@@ -50,6 +70,7 @@ impl Recorder {
 
 async fn record_batches(
     pool: PgPool,
+    hand_on: HandOn,
     incoming: Arc<Mutex<mpsc::UnboundedReceiver<(Completion, Reply)>>>,
 ) {
     let mut batch: Vec<(Completion, Reply)> = Vec::with_capacity(MAX_BATCH);
@@ -62,28 +83,51 @@ async fn record_batches(
             }
         }
         let (completions, replies): (Vec<Completion>, Vec<Reply>) = batch.drain(..).unzip();
-        let answers = write(&pool, &completions).await;
+        // Once shutdown has begun nothing new is claimed: a lane's next alert stays due.
+        let lease = (!hand_on.stop.is_set()).then_some(hand_on.lease);
+        let answers = write(&pool, &completions, lease).await;
         for (reply, answer) in replies.into_iter().zip(answers) {
             let _ = reply.send(answer);
         }
     }
 }
 
-async fn write(pool: &PgPool, completions: &[Completion]) -> Vec<Result<bool, String>> {
-    match dispatch::complete_batch(pool, completions).await {
-        Ok(applied) => applied.into_iter().map(Ok).collect(),
+async fn write(
+    pool: &PgPool,
+    completions: &[Completion],
+    hand_on: Option<Duration>,
+) -> Vec<Result<Recorded, String>> {
+    let batch = match hand_on {
+        Some(lease) => dispatch::complete_batch_handing_on(pool, completions, lease).await,
+        None => dispatch::complete_batch(pool, completions)
+            .await
+            .map(|applied| applied.into_iter().map(recorded).collect()),
+    };
+    match batch {
+        Ok(recorded) => recorded.into_iter().map(Ok).collect(),
         Err(err) if completions.len() == 1 => vec![Err(err.to_string())],
         Err(err) => {
             tracing::warn!(error = %err, rows = completions.len(), "recording a batch failed; recording its rows one by one");
             let mut answers = Vec::with_capacity(completions.len());
             for done in completions {
+                // One by one without the hand-on: a released lane's next alert is left
+                // due for any claim.
                 answers.push(
                     dispatch::complete(pool, done)
                         .await
+                        .map(recorded)
                         .map_err(|err| err.to_string()),
                 );
             }
             answers
         }
+    }
+}
+
+/// A completion recorded (or not) without claiming anything.
+fn recorded(applied: bool) -> Recorded {
+    Recorded {
+        applied,
+        next: Vec::new(),
     }
 }

@@ -56,10 +56,16 @@ pub async fn run(
         stop.clone(),
     ));
     let (set_claims_ended, claims_ended) = Shutdown::new();
+    let (handed_on, handed_on_rx) = tokio::sync::mpsc::unbounded_channel();
+    let hand_on = recorder::HandOn {
+        lease: config.lease,
+        stop: stop.clone(),
+    };
     let shared = Arc::new(Shared {
         pool: pool.clone(),
         http: http::client(&config.egress, config.connect_timeout),
-        recorder: recorder::Recorder::start(pool),
+        recorder: recorder::Recorder::start(pool, hand_on),
+        handed_on,
         metrics,
         disabled: Mutex::default(),
         templates: std::sync::RwLock::new(config.templates.clone()),
@@ -98,7 +104,7 @@ pub async fn run(
         tracing::info!(ranges = %shared.config.egress.allowed().describe(), "egress guard: these ranges are opened although private or reserved");
     }
 
-    let mut claims = ClaimLoop::new(shared.clone(), wake);
+    let mut claims = ClaimLoop::new(shared.clone(), wake, handed_on_rx);
     claims.run_until_stopped().await;
     let summary = claims.shut_down(&set_claims_ended).await;
     // What was counted since the last report is not lost with the process.

@@ -17,6 +17,9 @@ pub(crate) struct Shared {
     pub config: Config,
     pub metrics: Arc<Metrics>,
     pub(crate) recorder: recorder::Recorder,
+    /// Where a worker hands the claim loop what its completion claimed as it released an
+    /// ordered lane (the lane's next alert), with the worker's in-flight permit.
+    pub(crate) handed_on: tokio::sync::mpsc::UnboundedSender<HandedOn>,
     /// Destinations this process saw answer 410 Gone, and when: rows of theirs it claimed
     /// are given back unsent instead of being sent to a destination known to be gone, and
     /// it claims none of theirs for a while. The mark expires, after which the database's
@@ -69,6 +72,20 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .insert(destination, Instant::now());
     }
+}
+
+/// A lane's next alert, claimed by the completion that released its lane, on its way to
+/// the claim loop, which starts its task.
+pub(crate) struct HandedOn {
+    pub(crate) row: outbox_store::dispatch::ClaimedAlert,
+    /// The released alert's in-flight permit, which the next one takes over (`None` if a
+    /// broken lane handed on more than one: each of those needs a free permit).
+    pub(crate) permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// When its claim committed.
+    pub(crate) claimed_at: Instant,
+    /// When the completion that claimed it was sent, and when it answered.
+    pub(crate) started: std::time::SystemTime,
+    pub(crate) finished: std::time::SystemTime,
 }
 
 /// How long a disabled destination (410 Gone, or failing for its window) keeps this

@@ -180,7 +180,24 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
                         format('claimed to settle uncertain attempt %s', c.attempts) \
                  FROM claimed c WHERE c.claimed_from = {uncertain} \
              ) \
-             SELECT c.alert_id, c.fencing_token, c.attempts, c.claimed_from, c.lease_expires_at, \
+             {claimed_rows}",
+        pending = LiveStatus::Pending.sql(),
+        sending = LiveStatus::Sending.sql(),
+        uncertain = LiveStatus::Uncertain.sql(),
+        due = due_status("o"),
+        claimed_rows = *CLAIMED_ROWS,
+    )
+});
+
+/// What a dispatcher gets for each row it claimed ([`ClaimedAlert`]'s columns), following
+/// a CTE named `claimed` that yields the claimed rows' `alert_id`, `fencing_token`,
+/// `attempts`, `claimed_from`, `lease_expires_at`, `budget_since` and
+/// `budget_base_attempts`: the payload, the destination's settings and, for an uncertain
+/// row, what its earlier attempts tell. The claim statement and a completion that claims the
+/// next alert of a lane ([`handed_on_claims`]) return the same rows.
+static CLAIMED_ROWS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT c.alert_id, c.fencing_token, c.attempts, c.claimed_from, c.lease_expires_at, \
                     now() AS db_now, \
                     a.payload::text AS payload, c.budget_since, \
                     c.budget_base_attempts, a.created_at AS alert_created_at, \
@@ -216,14 +233,43 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
              FROM claimed c \
              JOIN alerts a ON a.id = c.alert_id \
              JOIN destinations d ON d.id = a.destination_id",
-        pending = LiveStatus::Pending.sql(),
-        sending = LiveStatus::Sending.sql(),
         uncertain = LiveStatus::Uncertain.sql(),
-        due = due_status("o"),
         send = AttemptKind::Send.sql(),
         lookup = AttemptKind::Lookup.sql(),
         per_key = Ordering::PerKey.sql(),
         skip = OnHeadFailed::Skip.sql(),
+    )
+});
+
+/// The rows a completion claimed as it released their lanes (`taken` in
+/// `lifecycle::COMPLETE_BATCH`), read in the completion's own transaction: the
+/// [`ClaimedAlert`]s the dispatcher sends next, as a claim returns them.
+pub(crate) async fn handed_on_claims(
+    db: impl PgExecutor<'_>,
+    alerts: &[Uuid],
+    fencing_tokens: &[i64],
+) -> Result<Vec<ClaimedAlert>, StoreError> {
+    Ok(sqlx::query_as::<_, ClaimedAlert>(&HANDED_ON_CLAIMS)
+        .bind(alerts)
+        .bind(fencing_tokens)
+        .fetch_all(db)
+        .await?)
+}
+
+/// [`handed_on_claims`]' statement: the rows by alert and fencing token, as [`CLAIMED_ROWS`]
+/// projects them (each a pending row's first claim of its attempt).
+static HANDED_ON_CLAIMS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH claimed AS ( \
+             SELECT o.alert_id, o.fencing_token, o.attempts, {pending}::text AS claimed_from, \
+                    o.lease_expires_at, o.budget_since, o.budget_base_attempts \
+             FROM outbox o \
+             JOIN unnest($1::uuid[], $2::int8[]) AS t(alert_id, fencing_token) \
+               ON t.alert_id = o.alert_id AND t.fencing_token = o.fencing_token \
+         ) \
+         {claimed_rows}",
+        pending = LiveStatus::Pending.sql(),
+        claimed_rows = *CLAIMED_ROWS,
     )
 });
 

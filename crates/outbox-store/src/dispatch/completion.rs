@@ -3,7 +3,11 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool};
+use std::collections::HashMap;
+use std::time::Duration;
 use uuid::Uuid;
+
+use super::ClaimedAlert;
 
 use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, Outcome};
 
@@ -138,6 +142,45 @@ pub async fn complete(pool: &PgPool, done: &Completion) -> Result<bool, StoreErr
 /// `sending`, a CHECK constraint holds that, so the token match is the fence; naming the
 /// status as well would invite the planner onto the lease index.)
 pub async fn complete_batch(pool: &PgPool, batch: &[Completion]) -> Result<Vec<bool>, StoreError> {
+    Ok(record_batch(pool, batch, None)
+        .await?
+        .into_iter()
+        .map(|recorded| recorded.applied)
+        .collect())
+}
+
+/// What recording one completion did ([`complete_batch_handing_on`]).
+#[derive(Debug)]
+pub struct Recorded {
+    /// The claim was still current, and the completion is recorded.
+    pub applied: bool,
+    /// The alert behind it in its ordered lane, claimed for the same dispatcher in the
+    /// same transaction, to send next in the released alert's place (at most one while
+    /// the lane is whole).
+    pub next: Vec<ClaimedAlert>,
+}
+
+/// As [`complete_batch`], and each completion that releases its ordered lane claims the
+/// lane's next alert for its own dispatcher when that alert is due now, with at least
+/// `lease` (as [`claim`](super::claim) would, in the same update that releases it from
+/// waiting; see `lifecycle::COMPLETE_BATCH`). The answer says, in input order, whether
+/// each was applied and what it claimed, which the dispatcher must send or give back. A
+/// completion that disables its destination claims nothing.
+pub async fn complete_batch_handing_on(
+    pool: &PgPool,
+    batch: &[Completion],
+    lease: Duration,
+) -> Result<Vec<Recorded>, StoreError> {
+    record_batch(pool, batch, Some(lease)).await
+}
+
+/// [`complete_batch`] and [`complete_batch_handing_on`]: `hand_on` is the lease of a lane's
+/// next alert claimed by its release, `None` to claim none.
+async fn record_batch(
+    pool: &PgPool,
+    batch: &[Completion],
+    hand_on: Option<Duration>,
+) -> Result<Vec<Recorded>, StoreError> {
     if batch.is_empty() {
         return Ok(Vec::new());
     }
@@ -145,43 +188,70 @@ pub async fn complete_batch(pool: &PgPool, batch: &[Completion]) -> Result<Vec<b
     // concurrent recorders lock in the same order and never deadlock.
     let mut sorted: Vec<&Completion> = batch.iter().collect();
     sorted.sort_by_key(|done| done.alert_id);
-    let columns = CompletionColumns::of(&sorted);
+    let columns = CompletionColumns::of(&sorted, hand_on);
     let mut tx = pool.begin().await?;
     if columns.release_lane.iter().any(Option::is_some) {
         lock_released_lanes(&mut tx, &sorted).await?;
     }
-    let applied: Vec<(Uuid, i64)> = sqlx::query_as(COMPLETE_BATCH.as_str())
-        .bind(&columns.alert_id)
-        .bind(&columns.fencing_token)
-        .bind(&columns.worker)
-        .bind(&columns.attempt)
-        .bind(&columns.kind)
-        .bind(&columns.started_at)
-        .bind(&columns.outcome)
-        .bind(&columns.http_status)
-        .bind(&columns.destination_reference)
-        .bind(&columns.error_class)
-        .bind(&columns.response_excerpt)
-        .bind(&columns.requeue_status)
-        .bind(&columns.requeue_at)
-        .bind(&columns.settle)
-        .bind(&columns.settle_reference)
-        .bind(&columns.to_state)
-        .bind(&columns.line)
-        .bind(&columns.release_lane)
-        .fetch_all(&mut *tx)
-        .await?;
+    let applied: Vec<(Uuid, i64, Option<Uuid>, Option<i64>)> =
+        sqlx::query_as(COMPLETE_BATCH.as_str())
+            .bind(&columns.alert_id)
+            .bind(&columns.fencing_token)
+            .bind(&columns.worker)
+            .bind(&columns.attempt)
+            .bind(&columns.kind)
+            .bind(&columns.started_at)
+            .bind(&columns.outcome)
+            .bind(&columns.http_status)
+            .bind(&columns.destination_reference)
+            .bind(&columns.error_class)
+            .bind(&columns.response_excerpt)
+            .bind(&columns.requeue_status)
+            .bind(&columns.requeue_at)
+            .bind(&columns.settle)
+            .bind(&columns.settle_reference)
+            .bind(&columns.to_state)
+            .bind(&columns.line)
+            .bind(&columns.release_lane)
+            .bind(&columns.hand_on_lease_ms)
+            .fetch_all(&mut *tx)
+            .await?;
     if applied.is_empty() {
-        return Ok(vec![false; batch.len()]);
+        return Ok(batch
+            .iter()
+            .map(|_| Recorded {
+                applied: false,
+                next: Vec::new(),
+            })
+            .collect());
     }
+    let (next_alerts, next_tokens): (Vec<Uuid>, Vec<i64>) = applied
+        .iter()
+        .filter_map(|(_, _, alert, token)| Some(((*alert)?, (*token)?)))
+        .unzip();
+    let mut next: HashMap<Uuid, ClaimedAlert> = if next_alerts.is_empty() {
+        HashMap::new()
+    } else {
+        super::claim::handed_on_claims(&mut *tx, &next_alerts, &next_tokens)
+            .await?
+            .into_iter()
+            .map(|row| (row.alert_id, row))
+            .collect()
+    };
     // `return` ends the process inside the open transaction, as a crash would.
     fail::fail_point!("complete-before-commit", |_| std::process::abort());
     // Keyed by claim, not alert: a stale completion and the current one of the same
     // alert can meet in one batch.
-    let applied: std::collections::HashSet<(Uuid, i64)> = applied.into_iter().collect();
+    let mut claimed_next: HashMap<(Uuid, i64), Vec<ClaimedAlert>> = HashMap::new();
+    for (alert, token, next_alert, _) in &applied {
+        let entry = claimed_next.entry((*alert, *token)).or_default();
+        if let Some(row) = next_alert.and_then(|id| next.remove(&id)) {
+            entry.push(row);
+        }
+    }
     let (gone_alerts, gone_reasons): (Vec<Uuid>, Vec<String>) = batch
         .iter()
-        .filter(|done| applied.contains(&(done.alert_id, done.fencing_token)))
+        .filter(|done| claimed_next.contains_key(&(done.alert_id, done.fencing_token)))
         .filter_map(|done| Some((done.alert_id, done.disable_destination.clone()?)))
         .unzip();
     if !gone_alerts.is_empty() {
@@ -209,7 +279,18 @@ pub async fn complete_batch(pool: &PgPool, batch: &[Completion]) -> Result<Vec<b
     tx.commit().await?;
     Ok(batch
         .iter()
-        .map(|done| applied.contains(&(done.alert_id, done.fencing_token)))
+        .map(
+            |done| match claimed_next.remove(&(done.alert_id, done.fencing_token)) {
+                Some(next) => Recorded {
+                    applied: true,
+                    next,
+                },
+                None => Recorded {
+                    applied: false,
+                    next: Vec::new(),
+                },
+            },
+        )
         .collect())
 }
 
@@ -268,10 +349,12 @@ struct CompletionColumns {
     to_state: Vec<&'static str>,
     line: Vec<String>,
     release_lane: Vec<Option<String>>,
+    hand_on_lease_ms: Vec<Option<i64>>,
 }
 
 impl CompletionColumns {
-    fn of(batch: &[&Completion]) -> Self {
+    fn of(batch: &[&Completion], hand_on: Option<Duration>) -> Self {
+        let lease_ms = hand_on.map(|lease| i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
         let mut c = CompletionColumns::default();
         for done in batch {
             let attempt = done.attempt.as_ref();
@@ -307,6 +390,12 @@ impl CompletionColumns {
             c.to_state.push(done.next.state().as_str());
             c.line.push(done.line.clone());
             c.release_lane.push(done.released_lane().map(str::to_owned));
+            // A completion that disables its destination sends nothing more there.
+            c.hand_on_lease_ms.push(
+                lease_ms.filter(|_| {
+                    done.released_lane().is_some() && done.disable_destination.is_none()
+                }),
+            );
         }
         c
     }

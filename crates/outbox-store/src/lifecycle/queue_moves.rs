@@ -191,8 +191,11 @@ pub async fn requeue_with_fresh_budget(
 /// Parameters, one array each, in this order: alert_id, fencing_token, worker, attempt,
 /// kind, started_at, outcome, http_status, destination_reference, error_class,
 /// response_excerpt, requeue_status, requeue_at, settle, settle_reference, to_state, line,
-/// release_lane (the lane key when settling releases the alert's lane, else NULL).
-/// Returns `(alert_id, fencing_token)` of every completion whose claim was still current.
+/// release_lane (the lane key when settling releases the alert's lane, else NULL),
+/// hand_on_lease_ms (the dispatcher's lease when it takes the next alert of a lane it
+/// releases, else NULL). Returns `(alert_id, fencing_token, next_alert, next_token)` of
+/// every completion whose claim was still current: the next two name the alert behind it
+/// that the completion claimed, if it did.
 ///
 /// Fencing and locking: the outbox row's own `DELETE` (to settle) or `UPDATE` (to
 /// requeue) is the fence. Each matches the row by alert and fencing token, so a completion
@@ -212,27 +215,48 @@ pub async fn requeue_with_fresh_budget(
 /// was the tail. The caller holds those lanes' rows already (`lock_released_lanes`), so no
 /// member can commit behind the alert after this statement's snapshot. A lane moving on
 /// past a failed head (`on_head_failed = skip`) says so in the next alert's trail too.
+///
+/// Handing on and claiming at once: when the next alert becomes the lane's head and is due
+/// ([`HAND_ON_CLAIM`]), the completion claims it for the same dispatcher in the same
+/// update (`taken`): status `sending`, a lease, a new fencing token, "attempt N started",
+/// exactly as the claim statement writes them. The dispatcher then sends it with the
+/// released alert's in-flight slot, so the destination's bound holds without a count. This
+/// is what keeps an ordered lane as cheap as an unordered row: the head's one update is
+/// both its release from waiting and its claim (no second update of the row, which would
+/// be another heap tuple and index entries, about 250 bytes of WAL), and a lane of one key
+/// goes on after one commit instead of two (the completion, then a claim).
 pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH input AS ( \
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::int4[], $5::text[], \
                  $6::timestamptz[], $7::text[], $8::int2[], $9::text[], $10::text[], $11::text[], \
                  $12::text[], $13::timestamptz[], $14::text[], $15::text[], $16::text[], $17::text[], \
-                 $18::text[]) \
+                 $18::text[], $19::int8[]) \
              AS i(alert_id, fencing_token, worker, attempt, kind, started_at, outcome, http_status, \
                   destination_reference, error_class, response_excerpt, requeue_status, requeue_at, \
-                  settle, settle_reference, to_state, line, release_lane) \
+                  settle, settle_reference, to_state, line, release_lane, hand_on_lease_ms) \
          ), removed AS ( \
              DELETE FROM outbox o USING input i \
              WHERE o.alert_id = i.alert_id AND o.fencing_token = i.fencing_token \
                AND i.settle IS NOT NULL \
              RETURNING i.alert_id, i.fencing_token, o.destination_id, o.lane_after, \
-                       i.release_lane, i.settle, i.worker \
+                       i.release_lane, i.settle, i.worker, i.hand_on_lease_ms \
          ), handed_on AS ( \
              UPDATE outbox o SET lane_after = r.lane_after \
-             FROM removed r \
+             FROM removed r JOIN destinations d ON d.id = r.destination_id \
              WHERE r.release_lane IS NOT NULL AND o.lane_after = r.alert_id \
-             RETURNING o.alert_id, o.status, o.lane_after, r.alert_id AS released, r.settle, r.worker \
+               AND NOT ({takes}) \
+             RETURNING o.alert_id, o.status, r.alert_id AS released, r.settle, r.worker \
+         ), taken AS ( \
+             UPDATE outbox o SET lane_after = NULL, status = {sending_live}, lease_owner = r.worker, \
+                 lease_expires_at = now() + greatest(r.hand_on_lease_ms * interval '1 millisecond', \
+                     (2 * d.timeout_ms + 1000) * interval '1 millisecond'), \
+                 fencing_token = nextval('outbox_fencing_token_seq'), \
+                 send_started_at = now(), attempts = o.attempts + 1 \
+             FROM removed r JOIN destinations d ON d.id = r.destination_id \
+             WHERE r.release_lane IS NOT NULL AND o.lane_after = r.alert_id AND ({takes}) \
+             RETURNING o.alert_id, {pending_live} AS status, o.fencing_token, r.alert_id AS released, \
+                       r.settle, r.worker \
          ), untailed AS ( \
              UPDATE alert_lanes l SET tail_alert = NULL \
              FROM removed r \
@@ -242,7 +266,9 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
              {EVENT_INSERT} \
              SELECT h.alert_id, h.status, h.status, NULL, 'dispatcher:' || h.worker, \
                     format('alert %s before this one in its lane failed for good; the destination skips failed lane heads, so this one no longer waits for it', h.released) \
-             FROM handed_on h WHERE h.settle = {failed} \
+             FROM (SELECT alert_id, status, released, settle, worker FROM handed_on \
+                   UNION ALL SELECT alert_id, status, released, settle, worker FROM taken) h \
+             WHERE h.settle = {failed} \
          ), requeued AS ( \
              UPDATE outbox o SET {requeue} \
              FROM input i \
@@ -273,9 +299,29 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
              SELECT f.alert_id, {sending}, f.to_state, f.attempt, 'dispatcher:' || f.worker, f.line \
              FROM fenced f WHERE f.kind IS NULL \
          ) \
-         SELECT alert_id, fencing_token FROM fenced",
+         SELECT f.alert_id, f.fencing_token, t.alert_id AS next_alert, t.fencing_token AS next_token \
+         FROM fenced f LEFT JOIN taken t ON t.released = f.alert_id",
         requeue = requeue_assignments("i.requeue_status", "i.requeue_at"),
         sending = AlertState::Sending.sql(),
         failed = Outcome::Failed.sql(),
+        sending_live = LiveStatus::Sending.sql(),
+        pending_live = LiveStatus::Pending.sql(),
+        takes = *HAND_ON_CLAIM,
+    )
+});
+
+/// Whether a completion that releases alert `r` (a `removed` row, at destination `d`)
+/// claims the row behind it (`o`) for its own dispatcher, in [`COMPLETE_BATCH`]: when the
+/// dispatcher asked for it (`hand_on_lease_ms`, its lease, is set), and the row becomes its
+/// lane's head and is due now (pending, due time passed, its destination enabled, not a
+/// revision waiting for another live alert than the one released). Written once, so that
+/// handing on and claiming split the rows behind released alerts exactly.
+static HAND_ON_CLAIM: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "r.hand_on_lease_ms IS NOT NULL AND r.lane_after IS NULL \
+         AND o.status = {pending} AND o.next_attempt_at <= now() AND d.enabled \
+         AND (o.after_alert IS NULL OR o.after_alert = r.alert_id \
+              OR NOT EXISTS (SELECT 1 FROM outbox p WHERE p.alert_id = o.after_alert))",
+        pending = LiveStatus::Pending.sql(),
     )
 });

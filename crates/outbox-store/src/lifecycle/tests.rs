@@ -392,6 +392,146 @@ async fn a_revision_of_a_waiting_lane_tail_still_waits_for_the_head() {
     );
 }
 
+/// Approves `n` alerts with one ordering key to `ops`, made to order per key first: one
+/// lane, in approval order. Returns the tenant and the alerts.
+async fn one_lane(db: &TestDb, n: usize) -> (Uuid, Vec<Uuid>) {
+    let tenant = claimed_alerts(db, 1).await.remove(0).tenant_id;
+    let ops = crate::destinations::id_by_name(&db.pool, tenant, "ops")
+        .await
+        .unwrap();
+    let per_key = crate::lanes::OrderingSettings {
+        ordering: outbox_core::Ordering::PerKey,
+        on_head_failed: outbox_core::OnHeadFailed::Block,
+    };
+    crate::lanes::set_ordering(&db.pool, ops, per_key, false)
+        .await
+        .unwrap();
+    let mut lane = Vec::new();
+    for i in 0..n {
+        let approved = crate::alerts::approve(
+            &db.pool,
+            crate::alerts::Approval {
+                tenant_id: tenant,
+                destination: "ops",
+                subject: &format!("ticket:{i}"),
+                occurrence: "o",
+                payload_json: r#"{"n": 1}"#,
+                actor: "test",
+                ordering_key: Some("customer:1"),
+            },
+        )
+        .await
+        .unwrap();
+        let crate::alerts::ApproveOutcome::Created(id) = approved else {
+            panic!("expected a new alert, got {approved:?}");
+        };
+        lane.push(id);
+    }
+    (tenant, lane)
+}
+
+/// The accepted completion of a lane head's claim.
+fn head_accepted(claim: &dispatch::ClaimedAlert) -> Completion {
+    Completion {
+        lane: claim.lane_key.clone().map(|key| dispatch::LaneHead {
+            key,
+            skips_failed: false,
+        }),
+        ..accepted(claim)
+    }
+}
+
+/// An outbox row's status, lease owner and the alert it waits behind.
+async fn lane_row(db: &TestDb, id: Uuid) -> (String, Option<String>, Option<Uuid>) {
+    sqlx::query_as("SELECT status, lease_owner, lane_after FROM outbox WHERE alert_id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// Releasing a lane's head claims the next alert for the same dispatcher in the same
+/// transaction (a lease, a fencing token, attempt 1 started), and only that one: the one
+/// behind it still waits, and no claim can take either. A completion without the hand-on
+/// leaves the next one due for any claim, and a stale completion claims nothing.
+#[tokio::test]
+async fn releasing_a_lane_head_claims_the_next_alert_for_the_same_dispatcher() {
+    let db = TestDb::new().await;
+    let (_, lane) = one_lane(&db, 3).await;
+    let lease = Duration::from_secs(60);
+    let head = dispatch::claim(&db.pool, "w", 10, lease, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        head.iter().map(|c| c.alert_id).collect::<Vec<_>>(),
+        [lane[0]],
+        "only the lane's head is due"
+    );
+    let stale = Completion {
+        fencing_token: head[0].fencing_token + 1_000,
+        ..head_accepted(&head[0])
+    };
+    let recorded =
+        dispatch::complete_batch_handing_on(&db.pool, &[stale, head_accepted(&head[0])], lease)
+            .await
+            .unwrap();
+    assert!(
+        !recorded[0].applied && recorded[0].next.is_empty(),
+        "{recorded:?}"
+    );
+    assert!(recorded[1].applied, "{recorded:?}");
+    let next: Vec<Uuid> = recorded[1].next.iter().map(|c| c.alert_id).collect();
+    assert_eq!(next, [lane[1]], "the release claims the lane's next alert");
+    let second = &recorded[1].next[0];
+    assert_eq!(second.attempts, 1);
+    assert_eq!(second.claimed_from, LiveStatus::Pending);
+    assert_eq!(second.lane_key.as_deref(), Some("customer:1"));
+    assert_eq!(second.payload, r#"{"n": 1}"#);
+    assert!(second.lease_expires_at >= second.db_now + chrono::Duration::seconds(59));
+    assert_eq!(
+        lane_row(&db, lane[1]).await,
+        ("sending".to_owned(), Some("w".to_owned()), None)
+    );
+    assert_eq!(
+        lane_row(&db, lane[2]).await,
+        ("pending".to_owned(), None, Some(lane[1])),
+        "the third still waits behind the second"
+    );
+    assert!(
+        dispatch::claim(&db.pool, "other", 10, lease, &[])
+            .await
+            .unwrap()
+            .is_empty(),
+        "a claim takes neither the handed-on alert nor the one behind it"
+    );
+    // Without the hand-on, the release leaves the next alert to any claim.
+    assert!(dispatch::complete(&db.pool, &head_accepted(second))
+        .await
+        .unwrap());
+    assert_eq!(
+        lane_row(&db, lane[2]).await,
+        ("pending".to_owned(), None, None)
+    );
+    let third = dispatch::claim(&db.pool, "other", 10, lease, &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        third.iter().map(|c| c.alert_id).collect::<Vec<_>>(),
+        [lane[2]]
+    );
+    // The lane's last alert leaves nothing to claim, and clears the tail.
+    let recorded =
+        dispatch::complete_batch_handing_on(&db.pool, &[head_accepted(&third[0])], lease)
+            .await
+            .unwrap();
+    assert!(recorded[0].applied && recorded[0].next.is_empty());
+    let tail: Option<Uuid> = sqlx::query_scalar("SELECT tail_alert FROM alert_lanes")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(tail, None);
+}
+
 /// A completion of attempt 1 of `claim` that settles it (`Some`) or requeues it.
 fn sent(claim: &dispatch::ClaimedAlert, settle: Option<(Outcome, Option<&str>)>) -> Completion {
     let (outcome, next) = match settle {
