@@ -229,31 +229,31 @@ pub fn render_queue(
 /// (lanes whose head is held or failed, which wait for an operator). Every ordered
 /// destination has both series, zero included, so an alert on them has data.
 pub fn render_lanes(out: &mut String, lanes: &[(&str, &str, i64, i64)]) {
-    let _ = writeln!(
-        out,
-        "# HELP outbox_lanes_open Ordered lanes with an alert not yet released, per destination."
-    );
-    let _ = writeln!(out, "# TYPE outbox_lanes_open gauge");
-    for (tenant, destination, open, _) in lanes {
-        let _ = writeln!(
-            out,
-            "outbox_lanes_open{{tenant=\"{}\",destination=\"{}\"}} {open}",
-            escape(tenant),
-            escape(destination)
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP outbox_lanes_blocked Ordered lanes whose head is held or failed: they wait for an operator."
-    );
-    let _ = writeln!(out, "# TYPE outbox_lanes_blocked gauge");
-    for (tenant, destination, _, blocked) in lanes {
-        let _ = writeln!(
-            out,
-            "outbox_lanes_blocked{{tenant=\"{}\",destination=\"{}\"}} {blocked}",
-            escape(tenant),
-            escape(destination)
-        );
+    // (name, help, which of the two counts)
+    let gauges = [
+        (
+            "outbox_lanes_open",
+            "Ordered lanes with an alert not yet released, per destination.",
+            0,
+        ),
+        (
+            "outbox_lanes_blocked",
+            "Ordered lanes whose head is held or failed: they wait for an operator.",
+            1,
+        ),
+    ];
+    for (name, help, which) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for lane in lanes {
+            let _ = writeln!(
+                out,
+                "{name}{{tenant=\"{}\",destination=\"{}\"}} {}",
+                escape(lane.0),
+                escape(lane.1),
+                if which == 0 { lane.2 } else { lane.3 }
+            );
+        }
     }
 }
 

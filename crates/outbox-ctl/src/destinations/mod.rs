@@ -8,6 +8,8 @@
 //! - `failing_window`: `--disable-after-failing`.
 //! - `update`: `destination update` (the failing window, the ordering).
 //! - `listing`: `destination list|show`.
+//! - `lookup`: a destination named on the command line, found within its tenant (also for
+//!   `lanes list`).
 
 mod args;
 mod create;
@@ -15,10 +17,12 @@ mod email;
 mod email_api;
 mod failing_window;
 mod listing;
+mod lookup;
 mod update;
 mod webhook;
 
 pub use args::DestinationArgs;
+pub(crate) use lookup::destination_id;
 pub use update::UpdateArgs;
 
 use outbox_core::sealing::SealingKeys;
