@@ -505,7 +505,7 @@ async fn order_per_key(db: &TestDb, tenant: uuid::Uuid, name: &str) {
         ordering: outbox_core::Ordering::PerKey,
         on_head_failed: outbox_core::OnHeadFailed::Block,
     };
-    outbox_store::lanes::set_ordering(&db.pool, id, settings, false)
+    outbox_store::lanes::set_ordering(&db.pool, id, settings, false, "test")
         .await
         .unwrap();
 }

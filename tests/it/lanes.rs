@@ -27,7 +27,7 @@ async fn order_per_key(db: &TestDb, tenant: Uuid, destination: &str, on_head_fai
         ordering: Ordering::PerKey,
         on_head_failed,
     };
-    outbox_store::lanes::set_ordering(&db.pool, id, settings, false)
+    outbox_store::lanes::set_ordering(&db.pool, id, settings, false, "test")
         .await
         .unwrap();
 }
@@ -339,6 +339,50 @@ async fn a_failed_head_blocks_its_lane_or_is_skipped_as_the_destination_says() {
     assert_eq!(
         waiting, 1,
         "the second now heads the lane; the third waits behind it"
+    );
+
+    // The second fails too and blocks the third, until the destination is switched to
+    // skip failed heads: the lane moves on at once, and both alerts say why.
+    drain(&db, "w1", &[]).await;
+    assert_eq!(state(&db, blocking[1]).await, "failed");
+    assert_eq!(state(&db, blocking[2]).await, "pending");
+    let switched = outboxctl_ok(
+        &db,
+        &[
+            "destination",
+            "update",
+            "blocking",
+            "--tenant",
+            "acme",
+            "--on-head-failed",
+            "skip",
+        ],
+    )
+    .await;
+    assert!(
+        switched
+            .stderr
+            .contains("1 lane(s) blocked by a failed head move on"),
+        "{}",
+        switched.stderr
+    );
+    let lines: Vec<String> = sqlx::query_scalar(
+        "SELECT line FROM alert_evidence WHERE alert_id = ANY($1) AND line LIKE '%now skips%' \
+         ORDER BY alert_id = $2 DESC",
+    )
+    .bind([blocking[1], blocking[2]])
+    .bind(blocking[1])
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].contains("moves on without it"), "{lines:?}");
+    assert!(lines[1].contains(&blocking[1].to_string()), "{lines:?}");
+    drain(&db, "w1", &[]).await;
+    assert_eq!(
+        state(&db, blocking[2]).await,
+        "failed",
+        "the third was sent once the lane moved on"
     );
 }
 

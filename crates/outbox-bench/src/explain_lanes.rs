@@ -184,6 +184,7 @@ async fn explain_case(
                 on_head_failed: OnHeadFailed::Block,
             },
             false,
+            "benchmark",
         )
         .await?;
     }

@@ -418,7 +418,7 @@ async fn ordered_history(db: &TestDb, in_k: usize, in_j: usize) -> (Uuid, Vec<Uu
         ordering: outbox_core::Ordering::PerKey,
         on_head_failed: outbox_core::OnHeadFailed::Block,
     };
-    outbox_store::lanes::set_ordering(&db.pool, ops, per_key, false)
+    outbox_store::lanes::set_ordering(&db.pool, ops, per_key, false, "test")
         .await
         .unwrap();
     let mut lanes = (Vec::new(), Vec::new());

@@ -4,7 +4,7 @@
 use anyhow::bail;
 use chrono::Utc;
 use outbox_core::{duration, Ordering};
-use outbox_store::{lanes, tenants, PgPool, StoreError};
+use outbox_store::{lanes, tenants, PgPool};
 use std::time::Duration;
 
 use crate::table::Table;
@@ -34,15 +34,7 @@ pub struct ListArgs {
 pub(crate) async fn list(pool: &PgPool, args: ListArgs) -> anyhow::Result<()> {
     let tenant = tenants::find(pool, &args.tenant).await?;
     let destination_id =
-        match outbox_store::destinations::id_by_name(pool, tenant.id, &args.destination).await {
-            Ok(id) => id,
-            Err(StoreError::UnknownDestination(_)) => bail!(
-                "tenant `{}` has no destination named `{}`",
-                tenant.name,
-                args.destination
-            ),
-            Err(err) => return Err(err.into()),
-        };
+        crate::destinations::destination_id(pool, &tenant, &args.destination).await?;
     if lanes::ordering_of(pool, destination_id).await?.ordering != Ordering::PerKey {
         bail!(
             "destination `{}` does not order its alerts; turn it on with `outboxctl destination update {} --ordering per-key`",

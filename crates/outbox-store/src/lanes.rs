@@ -12,7 +12,7 @@ use sqlx::{PgConnection, PgExecutor, PgPool};
 use std::sync::LazyLock;
 use uuid::Uuid;
 
-use crate::lifecycle::{LAST_EVIDENCE_LINE, STATE, STATE_JOINS};
+use crate::lifecycle::{EVENT_INSERT, LAST_EVIDENCE_LINE, STATE, STATE_JOINS};
 use crate::sql_names::{sql_list, SqlName};
 use crate::StoreError;
 
@@ -36,6 +36,9 @@ pub struct OrderingChange {
     pub released: i64,
     /// Lanes that were blocked by a held or failed head when ordering was turned off.
     pub blocked_lanes: i64,
+    /// Lanes that moved on past their failed head because the destination now skips
+    /// failed heads (`block` to `skip`).
+    pub skipped_heads: i64,
 }
 
 /// The alerts of destination `$1` that hold up their lane from where they came to rest
@@ -60,6 +63,10 @@ static BLOCKED_HEADS: LazyLock<String> = LazyLock::new(|| {
 /// unless `force`, with how many alerts it would release. Turning ordering on orders the
 /// alerts approved from then on; alerts already queued keep no order among themselves.
 ///
+/// Switching an ordered destination from `block` to `skip` lets every lane blocked by a
+/// head that failed for good move on at once, as a head failing under `skip` would, and
+/// says so in both alerts' evidence (by `actor`).
+///
 /// Locking: the destination row, then its lane rows (so no approval is joining a lane
 /// meanwhile), then its outbox rows: the lifecycle's order.
 pub async fn set_ordering(
@@ -67,6 +74,7 @@ pub async fn set_ordering(
     destination_id: Uuid,
     wanted: OrderingSettings,
     force: bool,
+    actor: &str,
 ) -> Result<OrderingChange, StoreError> {
     let mut tx = pool.begin().await?;
     let (ordering, on_head_failed): (String, String) = sqlx::query_as(
@@ -84,6 +92,7 @@ pub async fn set_ordering(
         after: wanted,
         released: 0,
         blocked_lanes: 0,
+        skipped_heads: 0,
     };
     if before.ordering == Ordering::PerKey && wanted.ordering == Ordering::None {
         (change.released, change.blocked_lanes) = dissolve_lanes(&mut tx, destination_id).await?;
@@ -94,6 +103,13 @@ pub async fn set_ordering(
                 change.blocked_lanes, change.released
             )));
         }
+    }
+    if before.ordering == Ordering::PerKey
+        && wanted.ordering == Ordering::PerKey
+        && before.on_head_failed == OnHeadFailed::Block
+        && wanted.on_head_failed == OnHeadFailed::Skip
+    {
+        change.skipped_heads = skip_failed_heads(&mut tx, destination_id, actor).await?;
     }
     sqlx::query(
         "UPDATE destinations SET ordering = $2, on_head_failed = $3, updated_at = now() \
@@ -140,15 +156,10 @@ pub async fn set_new_destination_ordering(
     Ok(())
 }
 
-/// Releases every alert waiting in a lane of the destination and clears its lanes'
-/// tails; returns (alerts released, lanes that were blocked). The caller commits or rolls
-/// back.
-async fn dissolve_lanes(
-    tx: &mut PgConnection,
-    destination_id: Uuid,
-) -> Result<(i64, i64), StoreError> {
-    // The lane rows first: an approval joining one of them finishes (or waits) before the
-    // waiting rows are read below, in a later statement's snapshot.
+/// Locks every lane row of the destination, in the one order of every locker of several
+/// lanes: an approval joining one of them finishes (or waits) before the waiting rows are
+/// read, in a later statement's snapshot.
+async fn lock_lanes_of(tx: &mut PgConnection, destination_id: Uuid) -> Result<(), StoreError> {
     sqlx::query(
         "SELECT 1 FROM alert_lanes WHERE destination_id = $1 \
          ORDER BY ordering_key COLLATE \"C\" FOR UPDATE",
@@ -156,6 +167,60 @@ async fn dissolve_lanes(
     .bind(destination_id)
     .execute(&mut *tx)
     .await?;
+    Ok(())
+}
+
+/// Lets the lanes of the destination that wait behind a head that failed for good move
+/// on: the alerts behind each such head no longer wait (a failed head was its lane's
+/// head, so they become due), the tail naming it is cleared, and both alerts' evidence
+/// says why. Returns how many heads were passed. The caller commits or rolls back.
+async fn skip_failed_heads(
+    tx: &mut PgConnection,
+    destination_id: Uuid,
+    actor: &str,
+) -> Result<i64, StoreError> {
+    lock_lanes_of(tx, destination_id).await?;
+    Ok(sqlx::query_scalar(&format!(
+        "WITH heads AS ( \
+             SELECT b.id FROM ({blocked}) b \
+             WHERE b.destination_id = $1 AND b.outcome = {failed} \
+         ), moved AS ( \
+             UPDATE outbox o SET lane_after = NULL FROM heads h \
+             WHERE o.lane_after = h.id \
+             RETURNING o.alert_id, o.status, h.id AS head \
+         ), untailed AS ( \
+             UPDATE alert_lanes l SET tail_alert = NULL FROM heads h \
+             WHERE l.destination_id = $1 AND l.tail_alert = h.id \
+         ), told_next AS ( \
+             {EVENT_INSERT} \
+             SELECT m.alert_id, m.status, m.status, NULL, $2, \
+                    format('alert %s before this one in its lane failed for good; the destination now skips failed lane heads, so this one no longer waits for it', m.head) \
+             FROM moved m \
+         ), told_head AS ( \
+             {EVENT_INSERT} \
+             SELECT h.id, {failed_state}, {failed_state}, NULL, $2, \
+                    'the destination now skips failed lane heads: its ordered lane moves on without it' \
+             FROM heads h \
+         ) \
+         SELECT count(*) FROM heads",
+        blocked = *BLOCKED_HEADS,
+        failed = Outcome::Failed.sql(),
+        failed_state = AlertState::Failed.sql(),
+    ))
+    .bind(destination_id)
+    .bind(actor)
+    .fetch_one(&mut *tx)
+    .await?)
+}
+
+/// Releases every alert waiting in a lane of the destination and clears its lanes'
+/// tails; returns (alerts released, lanes that were blocked). The caller commits or rolls
+/// back.
+async fn dissolve_lanes(
+    tx: &mut PgConnection,
+    destination_id: Uuid,
+) -> Result<(i64, i64), StoreError> {
+    lock_lanes_of(tx, destination_id).await?;
     let blocked: i64 = sqlx::query_scalar(&format!(
         "SELECT count(*) FROM ({}) b WHERE b.destination_id = $1",
         *BLOCKED_HEADS

@@ -1609,7 +1609,7 @@ async fn an_ordered_destinations_blocked_lanes_show_their_head_reason_and_wait()
         ordering: outbox_core::Ordering::PerKey,
         on_head_failed: outbox_core::OnHeadFailed::Block,
     };
-    outbox_store::lanes::set_ordering(&console.db.pool, id, ordered, false)
+    outbox_store::lanes::set_ordering(&console.db.pool, id, ordered, false, "test")
         .await
         .unwrap();
     let head = approve_one(

@@ -200,6 +200,7 @@ async fn per_key_destination(
             on_head_failed: OnHeadFailed::Block,
         },
         false,
+        "benchmark",
     )
     .await?;
     Ok(destination)

@@ -4,7 +4,7 @@
 use anyhow::bail;
 use outbox_core::{OnHeadFailed, Ordering};
 use outbox_store::lanes::{self, OrderingSettings};
-use outbox_store::{tenants, PgPool, StoreError};
+use outbox_store::{tenants, PgPool};
 
 use super::failing_window::{failing_window_text, parse_failing_window, FailingWindow};
 
@@ -32,6 +32,9 @@ pub struct UpdateArgs {
     /// held or failed heads are released and sent.
     #[arg(long)]
     force: bool,
+    /// Who: recorded in the evidence of alerts a change lets go (switching to `skip`).
+    #[arg(long, env = "USER", default_value = "operator")]
+    actor: String,
 }
 
 impl UpdateArgs {
@@ -50,28 +53,26 @@ pub(super) async fn update_destination(pool: &PgPool, args: UpdateArgs) -> anyho
         bail!("nothing to change: give --disable-after-failing, --ordering or --on-head-failed");
     }
     let tenant = tenants::find(pool, &args.tenant).await?;
-    let destination_id =
-        match outbox_store::destinations::id_by_name(pool, tenant.id, &args.name).await {
-            Ok(id) => id,
-            Err(StoreError::UnknownDestination(_)) => bail!(
-                "tenant `{}` has no destination named `{}`",
-                tenant.name,
-                args.name
-            ),
-            Err(err) => return Err(err.into()),
-        };
+    let destination_id = crate::destinations::destination_id(pool, &tenant, &args.name).await?;
     if args.ordering.is_some() || args.on_head_failed.is_some() {
         let current = lanes::ordering_of(pool, destination_id).await?;
         let wanted = OrderingSettings {
             ordering: args.ordering.unwrap_or(current.ordering),
             on_head_failed: args.on_head_failed.unwrap_or(current.on_head_failed),
         };
-        let change = lanes::set_ordering(pool, destination_id, wanted, args.force).await?;
+        let actor = crate::operate::actor_name(&args.actor);
+        let change = lanes::set_ordering(pool, destination_id, wanted, args.force, &actor).await?;
         eprintln!("destination `{}`: {}", args.name, ordering_text(wanted));
         if change.released > 0 {
             eprintln!(
                 "released {} alert(s) that waited in ordered lanes ({} lane(s) were blocked)",
                 change.released, change.blocked_lanes
+            );
+        }
+        if change.skipped_heads > 0 {
+            eprintln!(
+                "{} lane(s) blocked by a failed head move on without it",
+                change.skipped_heads
             );
         }
     }
