@@ -1,9 +1,6 @@
--- The lane functions' statements are planned for the values they are called with, each
--- call. PL/pgSQL caches a statement's plan for the session and may switch to a generic
--- plan after five calls; a session that starts while `alert_lanes` is nearly empty then
--- keeps a sequential scan of it, and every later approval to an ordered destination reads
--- the whole table (bulk approvals of a fresh lane set ran 8 to 11 times slower). A custom
--- plan costs a planning step per call and always probes the primary key.
-ALTER FUNCTION outbox_lane_join(uuid, text, uuid) SET plan_cache_mode = force_custom_plan;
-ALTER FUNCTION outbox_lane_join_new(uuid, text, text, uuid, text, uuid)
-    SET plan_cache_mode = force_custom_plan;
+-- A bulk approval joins all its lanes in one statement: one upsert per lane, however
+-- many of its alerts join it (`INSERT ... ON CONFLICT DO UPDATE`, which locks the lane's
+-- row as the single join does). `RETURNING` gives a row's new values only, so the upsert
+-- keeps the tail it found here, for the statement to read back: the first of the lane's
+-- new alerts waits behind it. Nothing else reads it.
+ALTER TABLE alert_lanes ADD COLUMN joined_behind uuid;

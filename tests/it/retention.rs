@@ -185,7 +185,7 @@ async fn prune_removes_only_finished_history_past_the_cutoff_and_keeps_identitie
 
     // The identity still holds: approving it again creates nothing.
     let again = approve_batch(
-        &db.pool,
+        &mut db.pool.acquire().await.unwrap(),
         tenant.id,
         &[MonitorAlert {
             destination_id: ops,

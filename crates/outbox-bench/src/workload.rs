@@ -109,7 +109,7 @@ impl Workload {
             let end = (i + APPROVAL_CHUNK as u64).min(from + count);
             let chunk: Vec<MonitorAlert> = (i..end).map(&alert).collect();
             let created = monitors::approve_batch(
-                &self.pool,
+                &mut *self.pool.acquire().await?,
                 self.tenant_id,
                 &chunk,
                 "benchmark",

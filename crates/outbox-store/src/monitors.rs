@@ -3,7 +3,7 @@
 
 use outbox_core::trace_context::TraceContext;
 use outbox_core::Ordering;
-use sqlx::{PgExecutor, PgPool};
+use sqlx::{Acquire, PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::lifecycle::ENQUEUE;
@@ -221,15 +221,26 @@ pub struct MonitorAlert {
 /// in identity order (byte order, as the decider sorts them), so concurrent deciders
 /// approving overlapping batches wait for each other briefly instead of deadlocking.
 ///
-/// Alerts for destinations that order per key join their lanes (key: the subject) before
-/// any row is inserted, all of them, in the order every locker of several lanes uses
-/// (key, then destination): `places` gathers the joins into arrays, which PostgreSQL
-/// computes whole before the insert reads its first row, so the lane and identity locks
-/// are all taken before this statement waits on any other approval's insert.
+/// Alerts for destinations that order per key join their lanes (key: the subject), set
+/// based, in its own transaction:
+/// 1. a first statement takes the identity locks of those alerts (the transaction-scoped
+///    advisory lock `outbox_lane_join_new` takes for one), in identity order, so that no
+///    other approval of one of them is under way once it returns;
+/// 2. the approving statement, with a snapshot taken after those locks, leaves out the
+///    identities that exist (a repeated approval takes no place in a lane) and joins the
+///    rest with one upsert per lane (`bumped`), in the order every locker of several
+///    lanes uses (key, then destination): the lane's last position grows by the number of
+///    its new alerts, its tail becomes the last of them, and the tail it found
+///    (`joined_behind`) is what the first of them waits behind; each of the others waits
+///    behind the one before it. `places` gathers the positions into arrays, which
+///    PostgreSQL computes whole before the insert reads its first row, so every lane lock
+///    is taken before this statement waits on any other approval's insert.
+///
+/// A lane's alerts in one batch take positions in occurrence order.
 /// Every alert created keeps `trace`, the context of the approval (one per batch: the
 /// monitor run's approval span). Returns the ids created.
 pub async fn approve_batch(
-    db: impl PgExecutor<'_>,
+    conn: &mut PgConnection,
     tenant_id: Uuid,
     alerts: &[MonitorAlert],
     actor: &str,
@@ -241,6 +252,28 @@ pub async fn approve_batch(
     for alert in alerts {
         StoreError::check_payload(&alert.payload_json)?;
     }
+    let destinations: Vec<Uuid> = alerts.iter().map(|a| a.destination_id).collect();
+    let subjects: Vec<&str> = alerts.iter().map(|a| a.subject.as_str()).collect();
+    let occurrences: Vec<&str> = alerts.iter().map(|a| a.occurrence.as_str()).collect();
+    let mut tx = conn.begin().await?;
+    sqlx::query(&format!(
+        "SELECT count(pg_advisory_xact_lock(hashtext('outbox.approval.identity'), \
+             hashtext($1::text || '/' || i.destination_id::text || '/' || i.subject || '/' \
+                      || i.occurrence))) \
+         FROM (SELECT i.* FROM unnest($2::uuid[], $3::text[], $4::text[]) \
+                   AS i(destination_id, subject, occurrence) \
+               JOIN destinations d ON d.id = i.destination_id \
+               WHERE d.ordering = {per_key} \
+               ORDER BY i.subject COLLATE \"C\", i.destination_id, i.occurrence COLLATE \"C\" \
+               OFFSET 0) i",
+        per_key = Ordering::PerKey.sql(),
+    ))
+    .bind(tenant_id)
+    .bind(&destinations)
+    .bind(&subjects)
+    .bind(&occurrences)
+    .execute(&mut *tx)
+    .await?;
     // Each payload is parsed once (the `jsonb[]` cast) and rendered once for its
     // fingerprint; each destination's evidence line is formatted once. Sorting with the
     // "C" collation is byte order, whatever the database's.
@@ -248,18 +281,40 @@ pub async fn approve_batch(
         "WITH input AS ( \
              SELECT * FROM unnest($1::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[]) \
                  AS i(id, destination_id, subject, occurrence, payload) \
-         ), joined AS ( \
-             SELECT i.id, j.seq, j.waits_behind \
-             FROM (SELECT i.id, i.destination_id, i.subject, i.occurrence FROM input i \
-                   JOIN destinations d ON d.id = i.destination_id \
+         ), ordered AS ( \
+             SELECT i.id, i.destination_id, i.subject, \
+                    row_number() OVER lane AS nth, lag(i.id) OVER lane AS before_in_batch, \
+                    count(*) OVER (PARTITION BY i.destination_id, i.subject) AS new_in_lane \
+             FROM (SELECT DISTINCT ON (i.destination_id, i.subject, i.occurrence) i.* \
+                   FROM input i JOIN destinations d ON d.id = i.destination_id \
                    WHERE d.ordering = {per_key} \
-                   ORDER BY i.subject COLLATE \"C\", i.destination_id, i.occurrence COLLATE \"C\" \
-                   OFFSET 0) i, \
-                 LATERAL outbox_lane_join_new($2, i.subject, i.occurrence, i.destination_id, \
-                                              i.subject, i.id) j \
+                     AND NOT EXISTS (SELECT 1 FROM alerts a \
+                                     WHERE a.tenant_id = $2 AND a.subject = i.subject \
+                                       AND a.occurrence = i.occurrence \
+                                       AND a.destination_id = i.destination_id \
+                                       AND a.revision = 0) \
+                   ORDER BY i.destination_id, i.subject, i.occurrence, i.id) i \
+             WINDOW lane AS (PARTITION BY i.destination_id, i.subject \
+                             ORDER BY i.occurrence COLLATE \"C\") \
+         ), bumped AS ( \
+             INSERT INTO alert_lanes AS l (destination_id, ordering_key, last_seq, tail_alert, \
+                                           joined_behind) \
+             SELECT o.destination_id, o.subject, o.new_in_lane, last.id, NULL \
+             FROM ordered o JOIN ordered last ON last.destination_id = o.destination_id \
+                  AND last.subject = o.subject AND last.nth = last.new_in_lane \
+             WHERE o.nth = 1 \
+             ORDER BY o.subject COLLATE \"C\", o.destination_id \
+             ON CONFLICT (destination_id, ordering_key) DO UPDATE \
+                 SET last_seq = l.last_seq + EXCLUDED.last_seq, joined_behind = l.tail_alert, \
+                     tail_alert = EXCLUDED.tail_alert \
+             RETURNING l.destination_id, l.ordering_key, l.last_seq, l.joined_behind \
          ), places AS ( \
-             SELECT array_agg(id) AS ids, array_agg(seq) AS seqs, \
-                    array_agg(waits_behind) AS waits_behind FROM joined \
+             SELECT array_agg(o.id) AS ids, \
+                    array_agg(b.last_seq - o.new_in_lane + o.nth) AS seqs, \
+                    array_agg(CASE WHEN o.nth = 1 THEN b.joined_behind ELSE o.before_in_batch END) \
+                        AS waits_behind \
+             FROM ordered o JOIN bumped b \
+               ON b.destination_id = o.destination_id AND b.ordering_key = o.subject \
          ), place AS ( \
              SELECT * FROM unnest((SELECT ids FROM places), (SELECT seqs FROM places), \
                                   (SELECT waits_behind FROM places)) AS p(id, seq, waits_behind) \
@@ -270,7 +325,8 @@ pub async fn approve_batch(
              SELECT i.id, $2, i.subject, i.occurrence, i.destination_id, 0, i.payload, \
                     sha256(convert_to(i.payload::text, 'UTF8')), $7, $8, $9, p.seq \
              FROM input i LEFT JOIN place p ON p.id = i.id \
-             ORDER BY i.subject COLLATE \"C\", i.occurrence COLLATE \"C\", i.destination_id \
+             ORDER BY i.subject COLLATE \"C\", i.occurrence COLLATE \"C\", i.destination_id, \
+                      p.id IS NULL \
              ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
              RETURNING id, destination_id \
          ), line AS MATERIALIZED ( \
@@ -290,19 +346,9 @@ pub async fn approve_batch(
     ))
     .bind(alerts.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
     .bind(tenant_id)
-    .bind(alerts.iter().map(|a| a.destination_id).collect::<Vec<_>>())
-    .bind(
-        alerts
-            .iter()
-            .map(|a| a.subject.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        alerts
-            .iter()
-            .map(|a| a.occurrence.as_str())
-            .collect::<Vec<_>>(),
-    )
+    .bind(&destinations)
+    .bind(&subjects)
+    .bind(&occurrences)
     .bind(
         alerts
             .iter()
@@ -312,9 +358,10 @@ pub async fn approve_batch(
     .bind(actor)
     .bind(trace.map(|t| t.parent.to_string()))
     .bind(trace.and_then(|t| t.state.as_ref()).map(|s| s.as_str()))
-    .fetch_all(db)
+    .fetch_all(&mut *tx)
     .await
     .map_err(StoreError::from_payload_error)?;
+    tx.commit().await?;
     Ok(created)
 }
 

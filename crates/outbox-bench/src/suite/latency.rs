@@ -116,7 +116,7 @@ async fn offer_stream(
         next += count;
         ids.extend(
             outbox_store::monitors::approve_batch(
-                &workload.pool,
+                &mut *workload.pool.acquire().await?,
                 workload.tenant_id,
                 &alerts,
                 "benchmark",

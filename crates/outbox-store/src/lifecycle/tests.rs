@@ -306,40 +306,9 @@ async fn a_revision_waits_until_the_alert_it_corrects_has_settled() {
 #[tokio::test]
 async fn a_revision_of_a_waiting_lane_tail_still_waits_for_the_head() {
     let db = TestDb::new().await;
-    let tenant = claimed_alerts(&db, 1).await.remove(0).tenant_id;
-    let ops = crate::destinations::id_by_name(&db.pool, tenant, "ops")
-        .await
-        .unwrap();
     // The destination orders from now on: two approvals of one key form a lane (the
     // alert already claimed was approved unordered and is in none).
-    let per_key = crate::lanes::OrderingSettings {
-        ordering: outbox_core::Ordering::PerKey,
-        on_head_failed: outbox_core::OnHeadFailed::Block,
-    };
-    crate::lanes::set_ordering(&db.pool, ops, per_key, false)
-        .await
-        .unwrap();
-    let mut lane = Vec::new();
-    for i in 0..2 {
-        let approved = crate::alerts::approve(
-            &db.pool,
-            crate::alerts::Approval {
-                tenant_id: tenant,
-                destination: "ops",
-                subject: &format!("ticket:{i}"),
-                occurrence: "o",
-                payload_json: r#"{"n": 1}"#,
-                actor: "test",
-                ordering_key: Some("customer:1"),
-            },
-        )
-        .await
-        .unwrap();
-        let crate::alerts::ApproveOutcome::Created(id) = approved else {
-            panic!("expected a new alert, got {approved:?}");
-        };
-        lane.push(id);
-    }
+    let (_, lane) = one_lane(&db, 2).await;
     let lease = Duration::from_secs(60);
     let first = dispatch::claim(&db.pool, "w", 10, lease, &[])
         .await
@@ -375,14 +344,9 @@ async fn a_revision_of_a_waiting_lane_tail_still_waits_for_the_head() {
             .is_empty(),
         "the correction of the tail went past the lane's head, still sending"
     );
-    let head_accepted = Completion {
-        lane: first[0].lane_key.clone().map(|key| dispatch::LaneHead {
-            key,
-            skips_failed: false,
-        }),
-        ..accepted(&first[0])
-    };
-    assert!(dispatch::complete(&db.pool, &head_accepted).await.unwrap());
+    assert!(dispatch::complete(&db.pool, &head_accepted(&first[0]))
+        .await
+        .unwrap());
     let next = dispatch::claim(&db.pool, "w", 10, lease, &[])
         .await
         .unwrap();
@@ -403,7 +367,7 @@ async fn one_lane(db: &TestDb, n: usize) -> (Uuid, Vec<Uuid>) {
         ordering: outbox_core::Ordering::PerKey,
         on_head_failed: outbox_core::OnHeadFailed::Block,
     };
-    crate::lanes::set_ordering(&db.pool, ops, per_key, false)
+    crate::lanes::set_ordering(&db.pool, ops, per_key, false, "test")
         .await
         .unwrap();
     let mut lane = Vec::new();
@@ -530,6 +494,90 @@ async fn releasing_a_lane_head_claims_the_next_alert_for_the_same_dispatcher() {
         .await
         .unwrap();
     assert_eq!(tail, None);
+}
+
+/// A monitors' bulk approval to a destination that orders per key joins each lane once
+/// per new alert, in occurrence order, behind the lane's tail; a repeated identity (in a
+/// later batch, or twice in one) takes no position.
+#[tokio::test]
+async fn a_bulk_approval_joins_each_lane_in_occurrence_order_once() {
+    let db = TestDb::new().await;
+    // One lane ("k1") with an alert already: the API's single join.
+    let (tenant, lane) = one_lane(&db, 1).await;
+    let ops = crate::destinations::id_by_name(&db.pool, tenant, "ops")
+        .await
+        .unwrap();
+    let alert = |subject: &str, occurrence: &str| crate::monitors::MonitorAlert {
+        destination_id: ops,
+        subject: subject.to_owned(),
+        occurrence: occurrence.to_owned(),
+        payload_json: format!(r#"{{"o": "{occurrence}"}}"#),
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    let first = crate::monitors::approve_batch(
+        &mut conn,
+        tenant,
+        &[
+            alert("customer:1", "o3"),
+            alert("k2", "o1"),
+            alert("customer:1", "o2"),
+            alert("customer:1", "o2"),
+        ],
+        "test",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.len(), 3, "the identity given twice is approved once");
+    let again = crate::monitors::approve_batch(
+        &mut conn,
+        tenant,
+        &[alert("customer:1", "o2"), alert("customer:1", "o4")],
+        "test",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.len(), 1, "the repeated identity is left alone");
+    // (subject, occurrence) -> (lane position, the occurrence it waits behind).
+    let rows: Vec<(String, String, Option<i64>, Option<String>)> = sqlx::query_as(
+        "SELECT a.subject, a.occurrence, a.lane_seq, w.occurrence \
+         FROM alerts a JOIN outbox o ON o.alert_id = a.id \
+         LEFT JOIN alerts w ON w.id = o.lane_after \
+         WHERE a.lane_seq IS NOT NULL ORDER BY a.subject, a.lane_seq",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows.iter()
+            .map(|(s, o, seq, w)| (s.as_str(), o.as_str(), *seq, w.as_deref()))
+            .collect::<Vec<_>>(),
+        [
+            // The lane of key customer:1: the API's alert (subject ticket:0), then the
+            // bulk ones in occurrence order.
+            ("customer:1", "o2", Some(2), Some("o")),
+            ("customer:1", "o3", Some(3), Some("o2")),
+            ("customer:1", "o4", Some(4), Some("o3")),
+            ("k2", "o1", Some(1), None),
+            ("ticket:0", "o", Some(1), None),
+        ]
+    );
+    let tails: Vec<(String, i64, String)> = sqlx::query_as(
+        "SELECT l.ordering_key, l.last_seq, a.occurrence FROM alert_lanes l \
+         JOIN alerts a ON a.id = l.tail_alert ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        tails,
+        [
+            ("customer:1".to_owned(), 4, "o4".to_owned()),
+            ("k2".to_owned(), 1, "o1".to_owned())
+        ]
+    );
+    assert_eq!(lane.len(), 1);
 }
 
 /// A completion of attempt 1 of `claim` that settles it (`Some`) or requeues it.
