@@ -580,6 +580,86 @@ async fn a_bulk_approval_joins_each_lane_in_occurrence_order_once() {
     assert_eq!(lane.len(), 1);
 }
 
+/// Four deciders approving overlapping batches at once to a destination that orders per
+/// key: each identity is approved once, and each lane's positions are 1..n with every
+/// alert waiting behind the one before it and the tail the last, so no position is lost
+/// and no alert waits behind one that was never written.
+#[tokio::test]
+async fn racing_bulk_approvals_leave_whole_lanes() {
+    let db = TestDb::new().await;
+    let (tenant, _) = one_lane(&db, 0).await;
+    let ops = crate::destinations::id_by_name(&db.pool, tenant, "ops")
+        .await
+        .unwrap();
+    let mut deciders = Vec::new();
+    for decider in 0..4_u32 {
+        let pool = db.pool.clone();
+        // Every decider approves all 3 keys x 20 occurrences, in its own order of chunks.
+        let mut alerts: Vec<crate::monitors::MonitorAlert> = (0..60_u32)
+            .map(|i| crate::monitors::MonitorAlert {
+                destination_id: ops,
+                subject: format!("k{}", i % 3),
+                occurrence: format!("o{:02}", i / 3),
+                payload_json: format!(r#"{{"by": {decider}}}"#),
+            })
+            .collect();
+        alerts.rotate_left(decider as usize * 15);
+        deciders.push(tokio::spawn(async move {
+            let mut conn = pool.acquire().await.unwrap();
+            let mut created = 0;
+            for chunk in alerts.chunks(15) {
+                let mut chunk = chunk.to_vec();
+                chunk.sort_by(|a, b| (&a.subject, &a.occurrence).cmp(&(&b.subject, &b.occurrence)));
+                created += crate::monitors::approve_batch(&mut conn, tenant, &chunk, "t", None)
+                    .await
+                    .unwrap()
+                    .len();
+            }
+            created
+        }));
+    }
+    let mut created = 0;
+    for decider in deciders {
+        created += decider.await.unwrap();
+    }
+    assert_eq!(created, 60, "each identity approved once");
+    // Walk each lane by position: 1..n, each behind the one before, the tail the last.
+    let rows: Vec<(String, Uuid, i64, Option<Uuid>)> = sqlx::query_as(
+        "SELECT a.subject, a.id, a.lane_seq, o.lane_after FROM alerts a \
+         JOIN outbox o ON o.alert_id = a.id WHERE a.lane_seq IS NOT NULL \
+         ORDER BY a.subject, a.lane_seq",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 60);
+    let mut previous: Option<(&str, Uuid)> = None;
+    for (subject, id, seq, after) in &rows {
+        match previous {
+            Some((lane, before)) if lane == subject.as_str() => {
+                assert_eq!(*after, Some(before), "{subject} #{seq}");
+            }
+            _ => {
+                assert_eq!((*seq, *after), (1, None), "{subject} starts at 1, due");
+            }
+        }
+        previous = Some((subject.as_str(), *id));
+    }
+    let lanes: Vec<(String, i64, Uuid)> =
+        sqlx::query_as("SELECT ordering_key, last_seq, tail_alert FROM alert_lanes ORDER BY 1")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    for (key, last_seq, tail) in &lanes {
+        let members: Vec<_> = rows.iter().filter(|r| &r.0 == key).collect();
+        assert_eq!(*last_seq, members.len() as i64, "{key}");
+        assert_eq!(Some(*tail), members.last().map(|r| r.1), "{key}");
+        for (n, member) in members.iter().enumerate() {
+            assert_eq!(member.2, n as i64 + 1, "{key}: positions without gaps");
+        }
+    }
+}
+
 /// A completion of attempt 1 of `claim` that settles it (`Some`) or requeues it.
 fn sent(claim: &dispatch::ClaimedAlert, settle: Option<(Outcome, Option<&str>)>) -> Completion {
     let (outcome, next) = match settle {
