@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -244,14 +244,17 @@ async fn record_batch(
     // alert can meet in one batch.
     let mut claimed_next: HashMap<(Uuid, i64), Vec<ClaimedAlert>> = HashMap::new();
     for (alert, token, next_alert, _) in &applied {
-        let entry = claimed_next.entry((*alert, *token)).or_default();
         if let Some(row) = next_alert.and_then(|id| next.remove(&id)) {
-            entry.push(row);
+            claimed_next.entry((*alert, *token)).or_default().push(row);
         }
     }
+    let applied: HashSet<(Uuid, i64)> = applied
+        .into_iter()
+        .map(|(alert, token, _, _)| (alert, token))
+        .collect();
     let (gone_alerts, gone_reasons): (Vec<Uuid>, Vec<String>) = batch
         .iter()
-        .filter(|done| claimed_next.contains_key(&(done.alert_id, done.fencing_token)))
+        .filter(|done| applied.contains(&(done.alert_id, done.fencing_token)))
         .filter_map(|done| Some((done.alert_id, done.disable_destination.clone()?)))
         .unzip();
     if !gone_alerts.is_empty() {
@@ -279,18 +282,13 @@ async fn record_batch(
     tx.commit().await?;
     Ok(batch
         .iter()
-        .map(
-            |done| match claimed_next.remove(&(done.alert_id, done.fencing_token)) {
-                Some(next) => Recorded {
-                    applied: true,
-                    next,
-                },
-                None => Recorded {
-                    applied: false,
-                    next: Vec::new(),
-                },
-            },
-        )
+        .map(|done| {
+            let claim = (done.alert_id, done.fencing_token);
+            Recorded {
+                applied: applied.contains(&claim),
+                next: claimed_next.remove(&claim).unwrap_or_default(),
+            }
+        })
         .collect())
 }
 
