@@ -30,9 +30,13 @@
 //!   ignored, as the recommendation says), and the context an alert keeps and its attempts
 //!   send on (`TraceContext`).
 //! - [`client`]: who a client is for per-client limits (an IPv4 address, an IPv6 /64).
+//! - [`evidence_chain`]: the evidence chain's arithmetic: the canonical encoding of an
+//!   entry, each alert's hash chain, and the Merkle tree over chain heads that checkpoints
+//!   sign, with inclusion proofs (RFC 9162's tree).
 
 pub mod client;
 pub mod duration;
+pub mod evidence_chain;
 pub mod headers;
 pub mod identity;
 pub mod in_flight;
