@@ -35,7 +35,9 @@
 //! 9162's (section 2.1): a leaf hashes as `SHA-256(0x00 || data)`, a node as
 //! `SHA-256(0x01 || left || right)`, split at the largest power of two smaller than the
 //! number of leaves, and the empty tree is `SHA-256()`. Inclusion proofs are its audit
-//! paths, verified as its section 2.1.3.2 says.
+//! paths, verified as its section 2.1.3.2 says. A checkpoint ([`Checkpoint`]) commits to
+//! its number, time, tree size and root and to the previous checkpoint's hash; those bytes
+//! are what its signature signs.
 
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -298,6 +300,49 @@ pub fn verify_inclusion(leaf: &Hash, index: u64, size: u64, path: &[Hash], root:
     s_n == 0 && r == *root
 }
 
+/// What a checkpoint commits to, and what its signature signs ([`Checkpoint::signed_bytes`]):
+/// its number, when it was made, the tree it closes (size and root), and the previous
+/// checkpoint's hash, so that checkpoints chain as entries do and a deleted or replaced
+/// one breaks the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Its number, from 1.
+    pub seq: u64,
+    /// When it was made, in microseconds since the Unix epoch (UTC).
+    pub made_at_micros: i64,
+    /// Leaves in its tree.
+    pub size: u64,
+    /// The tree's root.
+    pub root: Hash,
+    /// The previous checkpoint's [`Checkpoint::hash`] (all zeros for the first).
+    pub previous: Hash,
+}
+
+/// What every checkpoint's signed bytes start with.
+pub const CHECKPOINT_DOMAIN: &[u8] = b"alert-outbox checkpoint v1";
+
+impl Checkpoint {
+    /// The bytes a checkpoint's signature signs: [`CHECKPOINT_DOMAIN`], a zero byte, then
+    /// `seq`, `made_at_micros` and `size` as eight bytes big-endian each, the root and
+    /// the previous checkpoint's hash.
+    pub fn signed_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(CHECKPOINT_DOMAIN.len() + 1 + 24 + 64);
+        out.extend_from_slice(CHECKPOINT_DOMAIN);
+        out.push(0);
+        out.extend_from_slice(&self.seq.to_be_bytes());
+        out.extend_from_slice(&self.made_at_micros.to_be_bytes());
+        out.extend_from_slice(&self.size.to_be_bytes());
+        out.extend_from_slice(&self.root);
+        out.extend_from_slice(&self.previous);
+        out
+    }
+
+    /// The checkpoint's hash, which the next one names: SHA-256 of its signed bytes.
+    pub fn hash(&self) -> Hash {
+        Sha256::digest(self.signed_bytes()).into()
+    }
+}
+
 /// Lowercase hexadecimal, as hashes are shown and stored in text.
 pub fn hex(hash: &Hash) -> String {
     use std::fmt::Write;
@@ -444,6 +489,50 @@ mod tests {
             0
         );
     }
+
+    #[test]
+    fn checkpoints_chain_and_sign_every_field() {
+        let first = Checkpoint {
+            seq: 1,
+            made_at_micros: 1_796_256_000_000_000,
+            size: 3,
+            root: merkle_root(&leaves(3)),
+            previous: [0; 32],
+        };
+        let second = Checkpoint {
+            seq: 2,
+            size: 1,
+            root: merkle_root(&leaves(1)),
+            previous: first.hash(),
+            ..first
+        };
+        assert_eq!(hex(&first.hash()), CHECKPOINT_VECTOR);
+        assert_eq!(second.previous, first.hash());
+        // Any field changed changes what is signed.
+        let changed = [
+            Checkpoint { seq: 3, ..first },
+            Checkpoint {
+                made_at_micros: 0,
+                ..first
+            },
+            Checkpoint { size: 4, ..first },
+            Checkpoint {
+                root: [1; 32],
+                ..first
+            },
+            Checkpoint {
+                previous: [1; 32],
+                ..first
+            },
+        ];
+        for other in changed {
+            assert_ne!(other.signed_bytes(), first.signed_bytes(), "{other:?}");
+        }
+    }
+
+    /// As the chain's vectors: computed independently from the documented layout.
+    const CHECKPOINT_VECTOR: &str =
+        "b2bc3de5d0dd56718c03cbd0b63c17bf43472b63aabf19d76018d7e9690796f2";
 
     fn leaves(n: usize) -> Vec<Hash> {
         (0..n)
