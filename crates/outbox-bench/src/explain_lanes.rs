@@ -15,8 +15,6 @@
 //! `outbox_due_idx`; and, for comparison, the same backlog to a destination that does
 //! not order, every row due.
 
-use outbox_core::{OnHeadFailed, Ordering};
-use outbox_store::lanes::OrderingSettings;
 use outbox_store::PgPool;
 use serde::Serialize;
 use std::time::Instant;
@@ -176,17 +174,7 @@ async fn explain_case(
     )
     .await?;
     if keys.is_some() {
-        outbox_store::lanes::set_ordering(
-            &pool,
-            workload.destination_id,
-            OrderingSettings {
-                ordering: Ordering::PerKey,
-                on_head_failed: OnHeadFailed::Block,
-            },
-            false,
-            "benchmark",
-        )
-        .await?;
+        workload.order_per_key(workload.destination_id).await?;
     }
     let started = Instant::now();
     seed(&pool, &workload, settings.alerts, keys).await?;

@@ -89,6 +89,23 @@ impl Workload {
         create_destination(&self.pool, self.tenant_id, name, destination).await
     }
 
+    /// Makes `destination_id` order its alerts per key (failed heads block their lane), as
+    /// an operator would.
+    pub async fn order_per_key(&self, destination_id: Uuid) -> anyhow::Result<()> {
+        outbox_store::lanes::set_ordering(
+            &self.pool,
+            destination_id,
+            outbox_store::lanes::OrderingSettings {
+                ordering: outbox_core::Ordering::PerKey,
+                on_head_failed: outbox_core::OnHeadFailed::Block,
+            },
+            false,
+            "benchmark",
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Approves alerts `from..from + count` in bulk, [`APPROVAL_CHUNK`] per statement.
     /// Returns the time it took.
     pub async fn approve_bulk(&self, from: u64, count: u64) -> anyhow::Result<Duration> {

@@ -19,9 +19,7 @@
 //! Every drain is also checked as the other phases' are (each alert accepted once, one
 //! attempt row each, no duplicate at the sink).
 
-use outbox_core::{OnHeadFailed, Ordering};
 use outbox_dispatcher::Transport;
-use outbox_store::lanes::OrderingSettings;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
@@ -192,17 +190,7 @@ async fn per_key_destination(
         .workload
         .add_destination(name, &sink.destination())
         .await?;
-    outbox_store::lanes::set_ordering(
-        &run.pool,
-        destination,
-        OrderingSettings {
-            ordering: Ordering::PerKey,
-            on_head_failed: OnHeadFailed::Block,
-        },
-        false,
-        "benchmark",
-    )
-    .await?;
+    run.workload.order_per_key(destination).await?;
     Ok(destination)
 }
 

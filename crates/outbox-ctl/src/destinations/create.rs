@@ -5,13 +5,12 @@
 use anyhow::{bail, Context};
 use outbox_core::in_flight;
 use outbox_store::destinations::{EmailApiSettings, EmailSettings, NewDestination};
-use outbox_store::lanes::OrderingSettings;
 use outbox_store::PgPool;
 use std::time::Duration;
 use uuid::Uuid;
 
 use super::args::DestinationArgs;
-use super::failing_window::{set_failing_window, FailingWindow};
+use super::failing_window::set_failing_window;
 
 /// Longest request timeout a destination may have.
 const MAX_TIMEOUT: Duration = Duration::from_secs(300);
@@ -87,15 +86,14 @@ pub(super) enum KindSettings {
     EmailApi(EmailApiSettings),
 }
 
-/// Writes the destination `id` with its kind's settings, its failing window and its
-/// ordering, together.
+/// Writes the destination `id` with its kind's settings, and the failing window and the
+/// ordering `args` give, together.
 pub(super) async fn create(
     pool: &PgPool,
     id: Uuid,
     new: &NewDestination,
     kind: &KindSettings,
-    window: FailingWindow,
-    ordering: OrderingSettings,
+    args: &DestinationArgs,
 ) -> anyhow::Result<()> {
     use outbox_store::destinations as store;
     let mut tx = pool.begin().await?;
@@ -106,8 +104,14 @@ pub(super) async fn create(
             store::create_email_api_with_id(&mut *tx, id, new, api).await?
         }
     };
-    set_failing_window(&mut tx, new.tenant_id, &new.name, window).await?;
-    outbox_store::lanes::set_new_destination_ordering(&mut tx, id, ordering).await?;
+    set_failing_window(
+        &mut tx,
+        new.tenant_id,
+        &new.name,
+        args.disable_after_failing,
+    )
+    .await?;
+    outbox_store::lanes::set_new_destination_ordering(&mut tx, id, args.ordering()).await?;
     tx.commit().await?;
     Ok(())
 }

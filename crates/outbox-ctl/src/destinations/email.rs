@@ -36,15 +36,7 @@ pub(super) async fn add(
     // lookup and no de-duplication window (refused above), and the default bound says so.
     let new = create::new_destination(&args, tenant.id, &name, relay, Vec::new());
     let kind = KindSettings::Email(settings);
-    create::create(
-        pool,
-        id,
-        &new,
-        &kind,
-        args.disable_after_failing,
-        args.ordering(),
-    )
-    .await?;
+    create::create(pool, id, &new, &kind, &args).await?;
     let notes: Vec<String> = note.into_iter().collect();
     create::report(id, "email destination", &new, &tenant.name, &notes);
     Ok(())

@@ -47,15 +47,7 @@ pub(super) async fn add(
         }
         None => KindSettings::Webhook,
     };
-    create::create(
-        pool,
-        id,
-        &new,
-        &kind,
-        args.disable_after_failing,
-        args.ordering(),
-    )
-    .await?;
+    create::create(pool, id, &new, &kind, &args).await?;
     create::report(id, "destination", &new, &tenant.name, &notes);
     Ok(())
 }
