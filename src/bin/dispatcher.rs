@@ -9,6 +9,7 @@ use clap::Parser;
 use outbox_core::duration::parse_positive;
 use outbox_core::retry::RetrySchedule;
 use outbox_core::sealing::SealingKeys;
+use outbox_evidence::checkpoint::{self, CheckpointInterval};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -87,6 +88,10 @@ struct Cli {
     /// `off` to leave it to autovacuum alone. Needs the table's owner; checked every 2 s.
     #[arg(long, env = "DISPATCHER_QUEUE_VACUUM_AFTER", default_value_t = VacuumAfter(Some(outbox_dispatcher::DEFAULT_QUEUE_VACUUM_AFTER)), value_name = "DEAD_TUPLES|off", value_parser = parse_vacuum_after)]
     queue_vacuum_after: VacuumAfter,
+    /// How often to make an evidence checkpoint (whichever decider or dispatcher wins a
+    /// lock makes it), or `off`. Signed with `OUTBOX_EVIDENCE_SIGNING_KEY` when it is set.
+    #[arg(long, env = "OUTBOX_CHECKPOINT_INTERVAL", default_value_t = CheckpointInterval(Some(checkpoint::DEFAULT_INTERVAL)), value_name = "DURATION|off", value_parser = checkpoint::parse_interval)]
+    checkpoint_interval: CheckpointInterval,
 }
 
 /// `--queue-vacuum-after`: a number of dead tuples, or `off`.
@@ -162,6 +167,10 @@ async fn run() -> anyhow::Result<()> {
         templates_dir: cli.templates_dir,
         health_report_interval: cli.health_report_interval,
         queue_vacuum_after: cli.queue_vacuum_after.0,
+        evidence: cli
+            .checkpoint_interval
+            .settings()
+            .map_err(|err| anyhow::anyhow!("{}: {err}", checkpoint::SIGNING_KEY_VARIABLE))?,
     };
     outbox_dispatcher::run(pool, config, outbox_runtime::shutdown_signal()).await?;
     Ok(())

@@ -21,7 +21,8 @@
 //! email's Message-ID there): for the ordered destinations also that each lane's alerts
 //! were first accepted in the sink's log in approval order, and that what is still
 //! pending waits behind a held or failed head (such lanes stay blocked after the drain,
-//! which is correct).
+//! which is correct). Every process makes evidence checkpoints each second meanwhile, and
+//! the run ends with `outboxctl evidence verify --all` passing.
 //!
 //! `CHAOS_SEEDS` (default `1,2`) and `CHAOS_DURATION` (per seed, default `15s`) make it
 //! a soak test: `CHAOS_SEEDS=11 CHAOS_DURATION=10m cargo test --features failpoints
@@ -131,6 +132,8 @@ fn dispatcher(db: &TestDb, n: usize) -> Process {
             "16",
             "--max-in-flight",
             "32",
+            "--checkpoint-interval",
+            "1s",
         ],
     );
     let crash_points = (n == 2).then_some(
@@ -143,6 +146,7 @@ fn dispatcher(db: &TestDb, n: usize) -> Process {
 async fn decider(db: &TestDb) -> Decider {
     DeciderServe::on(&db.url)
         .env("RUST_LOG", "info")
+        .flags(&["--checkpoint-interval", "1s"])
         .start()
         .await
 }
@@ -480,6 +484,23 @@ async fn chaos(seed: u64, run_for: Duration) {
         report.alerts > 50,
         "the run approved too little to mean anything: {report}"
     );
+    // The evidence trail held through crashes, restarts and checkpoints made under load
+    // by whichever process won their lock: every chain and checkpoint verifies.
+    let made_during_run = db.count("evidence_checkpoints").await;
+    assert!(
+        made_during_run >= 3,
+        "only {made_during_run} checkpoints were made"
+    );
+    common::outboxctl_ok(&db, &["evidence", "checkpoint"]).await;
+    let verified = common::outboxctl(&db, &["evidence", "verify", "--all"]).await;
+    if !verified.ok {
+        panic!(
+            "seed {seed}: the evidence does not verify:\n{}\n{}\n{}",
+            verified.stdout,
+            verified.stderr,
+            chains_named_in(&db, &verified.stdout).await
+        );
+    }
     // The ordered destinations' lanes had depth, and their order was judged: at the
     // `hold` one some lanes are blocked by a held head, with alerts waiting behind it.
     for (name, ..) in DESTINATIONS.iter().filter(|(_, _, ordered)| *ordered) {
@@ -493,6 +514,35 @@ async fn chaos(seed: u64, run_for: Duration) {
             "too little went through the lanes at {name} to judge their order: {report}"
         );
     }
+}
+
+/// The entries (position; table, row, time, actor, line) of the alerts `report` names,
+/// for a failure's message.
+async fn chains_named_in(db: &TestDb, report: &str) -> String {
+    let mut out = String::new();
+    let ids: std::collections::BTreeSet<uuid::Uuid> = report
+        .split(|c: char| !(c.is_ascii_hexdigit() || c == '-'))
+        .filter_map(|w| uuid::Uuid::parse_str(w).ok())
+        .collect();
+    for id in ids.into_iter().take(5) {
+        let rows: Vec<(Option<i64>, String)> = sqlx::query_as(
+            "SELECT chain_pos, format('event %s at %s by %s: %s', id, at, actor, line) \
+             FROM alert_events WHERE alert_id = $1 \
+             UNION ALL SELECT chain_pos, format('attempt %s at %s by %s: %s', id, finished_at, \
+                    worker, coalesce(line, outcome)) \
+             FROM delivery_attempts WHERE alert_id = $1 \
+             ORDER BY 1",
+        )
+        .bind(id)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        out.push_str(&format!("alert {id}:\n"));
+        for row in rows {
+            out.push_str(&format!("  {row:?}\n"));
+        }
+    }
+    out
 }
 
 /// Makes destination `name` of `tenant` order its alerts per key; a failed head blocks

@@ -20,6 +20,7 @@ mod docs_links;
 mod egress;
 mod email;
 mod email_api;
+mod evidence;
 mod failover;
 mod hostile_input;
 mod in_flight;

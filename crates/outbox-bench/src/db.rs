@@ -257,11 +257,11 @@ pub struct DrainEvidence {
 pub async fn drain_evidence(db: impl PgExecutor<'_>) -> Result<DrainEvidence, StoreError> {
     let (accepted, not_accepted, attempt_rows, evidence_lines): (i64, i64, i64, i64) =
         sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE ao.outcome = 'accepted'), \
-                    count(*) FILTER (WHERE ao.outcome IS DISTINCT FROM 'accepted'), \
+            "SELECT count(*) FILTER (WHERE s.state = 'accepted'), \
+                    count(*) FILTER (WHERE s.state IS DISTINCT FROM 'accepted'), \
                     (SELECT count(*) FROM delivery_attempts), \
                     (SELECT count(*) FROM alert_evidence) \
-             FROM alerts a LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id",
+             FROM alert_states s",
         )
         .fetch_one(db)
         .await?;
@@ -291,9 +291,9 @@ pub async fn approved_and_claimed_at(
     .await?)
 }
 
-/// Adds `count` alerts settled `accepted` some days ago, each with its outcome row and its
-/// attempt row (carrying its evidence line, as a dispatcher's completion writes it), in
-/// one statement: a history as a long-running system accumulates. Ids
+/// Adds `count` alerts settled `accepted` some days ago, each with the attempt row that
+/// accepted it (carrying its evidence line; a dispatcher's acceptance writes no outcome
+/// row), in one statement: a history as a long-running system accumulates. Ids
 /// are time-ordered like the product's own (UUIDv7 layout: milliseconds first).
 pub async fn seed_history(
     db: impl PgExecutor<'_>,
@@ -319,10 +319,6 @@ pub async fn seed_history(
                     sha256(convert_to(payload::text, 'UTF8')), at, 'benchmark' \
              FROM made \
              RETURNING id, payload_sha256, created_at \
-         ), settled AS ( \
-             INSERT INTO alert_outcomes (alert_id, outcome, destination_reference, settled_at) \
-             SELECT id, 'accepted', 'r-history', created_at + interval '5 milliseconds' \
-             FROM alerted \
          ) \
          INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
              started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
@@ -628,4 +624,39 @@ pub async fn explain_claim(
             .await?;
     }
     Ok((plan, claimed))
+}
+
+/// Takes the evidence chain off the delivery path, or puts it back (the benchmark's A/B of
+/// its cost). Off: the chain's triggers are disabled, and outbox rows are queued without
+/// a chain head (a trigger of the benchmark's own clears it as an approval inserts the
+/// row), so a completion links nothing either; attempt rows are written as before the
+/// chain, without a hash or a position. On: the product as it ships.
+pub async fn set_evidence_chain(pool: &PgPool, on: bool) -> anyhow::Result<()> {
+    let verb = if on { "ENABLE" } else { "DISABLE" };
+    for (table, trigger) in [
+        ("alert_events", "alert_events_chain"),
+        ("delivery_attempts", "delivery_attempts_chain"),
+    ] {
+        sqlx::query(&format!("ALTER TABLE {table} {verb} TRIGGER {trigger}"))
+            .execute(pool)
+            .await?;
+    }
+    if on {
+        sqlx::raw_sql(
+            "DROP TRIGGER IF EXISTS bench_chain_off ON outbox; \
+             DROP FUNCTION IF EXISTS bench_chain_off()",
+        )
+        .execute(pool)
+        .await?;
+    } else {
+        sqlx::raw_sql(
+            "CREATE OR REPLACE FUNCTION bench_chain_off() RETURNS trigger LANGUAGE plpgsql AS \
+                 'BEGIN NEW.chain_head := NULL; RETURN NEW; END'; \
+             CREATE OR REPLACE TRIGGER bench_chain_off BEFORE INSERT ON outbox \
+                 FOR EACH ROW EXECUTE FUNCTION bench_chain_off()",
+        )
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
 }

@@ -98,6 +98,12 @@ impl Running {
                     templates_dir: None,
                     health_report_interval: Duration::from_secs(5),
                     queue_vacuum_after: Some(outbox_dispatcher::DEFAULT_QUEUE_VACUUM_AFTER),
+                    // As deployed: checkpoints every minute (the figures include them).
+                    evidence: outbox_evidence::checkpoint::CheckpointInterval(Some(
+                        outbox_evidence::checkpoint::DEFAULT_INTERVAL,
+                    ))
+                    .settings()
+                    .unwrap_or_default(),
                 };
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
                 let task = tokio::spawn(outbox_dispatcher::run(dispatcher_pool, config, async {

@@ -36,11 +36,13 @@ enum Command {
         /// approvals, latency; `sustained`: open-loop approvals at a fixed rate with a
         /// dispatcher delivering, one line per interval; `lanes`: N alerts over 10,000
         /// keys approved and drained unordered and ordered per key, side by side, and one
-        /// key against a destination answering after 5 ms).
+        /// key against a destination answering after 5 ms; `evidence`: N alerts approved
+        /// and drained with the evidence chain off and on, side by side, and a checkpoint
+        /// over each chained backlog).
         #[arg(long, value_enum, default_value = "all")]
         only: outbox_bench::suite::Phases,
-        /// With `--only lanes`: rounds (each drains an unordered and a per-key backlog,
-        /// in alternating order, and the one-key lane).
+        /// With `--only lanes` or `evidence`: rounds (each drains an unordered and a
+        /// per-key backlog, or one without and one with the chain, in alternating order).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         rounds: Option<u32>,
         /// With `--only sustained`: how long the run lasts, in minutes.
@@ -112,6 +114,15 @@ async fn main() -> anyhow::Result<()> {
             settings.sustained.rate = rate;
             if let Some(rounds) = rounds {
                 settings.lanes.rounds = rounds;
+            }
+            if only == outbox_bench::suite::Phases::Evidence {
+                let report = outbox_bench::suite::run_evidence(settings).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&report)?);
+                } else {
+                    print!("{}", report.render());
+                }
+                return Ok(());
             }
             if only == outbox_bench::suite::Phases::Lanes {
                 let report = outbox_bench::suite::run_lanes(settings).await?;

@@ -28,17 +28,20 @@
 //! each, and the sink saw no duplicate. A failed check fails the run.
 //!
 //! Layout: `settings` (what to run), `run_state` (what a run carries from phase to
-//! phase), the phases (`drains`: 1 to 4, `latency`: 5, `claim_cost`: 6, `lanes`: 8),
+//! phase), the phases (`drains`: 1 to 4, `latency`: 5, `claim_cost`: 6, `lanes`: 8,
+//! and `evidence`, which runs only alone: the evidence chain's cost, off and on),
 //! `report` (what was measured, and its table); here, the run's steps in order.
 
 mod claim_cost;
 mod drains;
+mod evidence;
 mod lanes;
 mod latency;
 mod report;
 mod run_state;
 mod settings;
 
+pub use evidence::{run_evidence, EvidenceReport, EvidenceRound};
 pub use lanes::{LaneDrain, LanesReport, LanesRound, OneKey};
 pub use report::{Approvals, ClaimCost, Latency, SuiteReport};
 pub use settings::{LaneSettings, Phases, SuiteSettings};

@@ -334,6 +334,7 @@ pub(crate) async fn alert(
     });
     // Which actions are open is the lifecycle's answer, the same rules the actions apply.
     let open = operator::open_actions(&console.pool, id).await?;
+    let (evidence_ok, evidence_check) = evidence_check(&console.pool, id).await?;
     console.views.render(
         &signed,
         "alert.html",
@@ -349,8 +350,46 @@ pub(crate) async fn alert(
             payload => payload,
             email => email,
             open => open,
+            evidence_ok => evidence_ok,
+            evidence_check => evidence_check,
         },
     )
+}
+
+/// The alert's evidence chain checked as `outboxctl evidence verify --alert` checks it
+/// (with the keys the database holds, and without walking every later checkpoint): the
+/// line the alert page shows, and whether it is a success.
+async fn evidence_check(
+    pool: &outbox_store::PgPool,
+    id: uuid::Uuid,
+) -> Result<(bool, String), outbox_store::StoreError> {
+    use outbox_evidence::verify;
+    let trust = verify::Trust::load(pool, vec![]).await?;
+    let report = verify::verify_alert(pool, id, &trust, false).await?;
+    Ok(match (report.problems.first(), report.checkpoint) {
+        (Some(first), _) => (
+            false,
+            format!(
+                "does not verify ({} problem(s)); the first: {first}",
+                report.problems.len()
+            ),
+        ),
+        (None, Some((seq, at, covered))) => (
+            true,
+            format!(
+                "evidence verified up to checkpoint {seq} at {} ({covered} of {} entries)",
+                at.format("%Y-%m-%d %H:%M:%S UTC"),
+                report.entries
+            ),
+        ),
+        (None, None) => (
+            true,
+            format!(
+                "{} entries chain correctly; no checkpoint covers them yet",
+                report.entries
+            ),
+        ),
+    })
 }
 
 /// Text laid out in lines (a pretty-printed payload, an email as stored) shown like every

@@ -33,12 +33,15 @@
 //! - [`evidence_chain`]: the evidence chain's arithmetic: the canonical encoding of an
 //!   entry, each alert's hash chain, and the Merkle tree over chain heads that checkpoints
 //!   sign, with inclusion proofs (RFC 9162's tree).
+//! - [`evidence_entries`]: what the chain records of an alert and of each kind of
+//!   evidence entry, field by field.
 //! - [`evidence_signing`]: checkpoints signed with Ed25519: key texts, key ids, signing
 //!   and strict verification.
 
 pub mod client;
 pub mod duration;
 pub mod evidence_chain;
+pub mod evidence_entries;
 pub mod evidence_signing;
 pub mod headers;
 pub mod identity;

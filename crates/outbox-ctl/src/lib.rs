@@ -16,6 +16,8 @@
 //! - `demo`: the whole system on the sample data, in a database of its own, on a private
 //!   server when none answers; its printout shows stored emails as people read them.
 //! - `inspect`: `alert show`, `outbox list`.
+//! - `evidence`: `evidence verify|export|check|checkpoint|keygen`, the tamper-evident
+//!   trail (`outbox-evidence`); `check` and `keygen` need no database.
 //! - `lanes`: `lanes list`, an ordered destination's lanes held up by their head.
 //! - `operate`: `replay`, `resolve`, `revise`, `stats`, `prune`, `destination enable|disable`.
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
@@ -41,6 +43,7 @@ mod audit;
 mod credentials;
 mod demo;
 mod destinations;
+mod evidence;
 mod inspect;
 mod lanes;
 mod mcp;
@@ -129,6 +132,10 @@ pub enum Command {
     /// Ordered lanes (destinations with `--ordering per-key`).
     #[command(subcommand)]
     Lanes(LanesCommand),
+    /// The tamper-evident trail: verify chains and checkpoints, export and check an
+    /// alert's proof bundle, make a checkpoint, create a signing key.
+    #[command(subcommand)]
+    Evidence(evidence::EvidenceCommand),
     /// Put held or failed alerts back in the queue (same id, key and payload).
     Replay(operate::ReplayArgs),
     /// Settle an uncertain or held alert by what you established at the destination.
@@ -406,6 +413,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Template(TemplateCommand::Preview(args)) => {
             template::preview(&database_url, args).await
         }
+        Command::Evidence(command) if command.is_offline() => evidence::run_offline(&command),
         command => run_on_database(&database_url, &secret_keys, command).await,
     }
 }
@@ -447,6 +455,7 @@ async fn dispatch(pool: &PgPool, keys: &SealingKeys, command: Command) -> anyhow
         }
         Command::Outbox(OutboxCommand::List(args)) => inspect::list_outbox(pool, args).await,
         Command::Lanes(LanesCommand::List(args)) => lanes::list(pool, args).await,
+        Command::Evidence(command) => evidence::run(pool, command).await,
         Command::Replay(args) => operate::replay(pool, args).await,
         Command::Resolve(args) => operate::resolve(pool, args).await,
         Command::Revise(args) => operate::revise(pool, args).await,

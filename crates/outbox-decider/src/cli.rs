@@ -1,7 +1,9 @@
 //! The `decider` program's command line (`decider serve`, `decider run-once`), and what
 //! each command runs once the database is reached.
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
+use outbox_evidence::checkpoint::{self, CheckpointInterval};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -59,6 +61,10 @@ enum Command {
         interval: Duration,
         #[command(flatten)]
         news: NewsArgs,
+        /// How often to make an evidence checkpoint (whichever decider or dispatcher wins
+        /// a lock makes it), or `off`. Signed with `OUTBOX_EVIDENCE_SIGNING_KEY` when set.
+        #[arg(long, env = "OUTBOX_CHECKPOINT_INTERVAL", default_value_t = CheckpointInterval(Some(checkpoint::DEFAULT_INTERVAL)), value_name = "DURATION|off", value_parser = checkpoint::parse_interval)]
+        checkpoint_interval: CheckpointInterval,
     },
     /// Evaluate every monitor once and exit (for cron).
     RunOnce {
@@ -225,7 +231,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             limits,
             interval,
             news: _,
+            checkpoint_interval,
         } => {
+            // Before serving: a malformed key is a configuration error to fix first.
+            let evidence = checkpoint_interval
+                .settings()
+                .with_context(|| checkpoint::SIGNING_KEY_VARIABLE.to_owned())?;
             let config = ServeConfig {
                 listen,
                 metrics_listen,
@@ -233,6 +244,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 limits: limits.server_limits(),
                 interval,
                 news,
+                evidence,
             };
             serve::serve(pool, config, outbox_runtime::shutdown_signal()).await
         }

@@ -29,6 +29,8 @@ pub struct ServeConfig {
     pub interval: Duration,
     /// The news source the poller reads, if any.
     pub news: Option<NewsSource>,
+    /// Evidence checkpoints made by this process when it wins their lock (`None`: never).
+    pub evidence: Option<outbox_evidence::checkpoint::Settings>,
 }
 
 /// The operator console's address and sign-in settings.
@@ -87,6 +89,13 @@ pub async fn serve(
         }
         _ => None,
     };
+    if let Some(settings) = config.evidence {
+        tokio::spawn(outbox_evidence::checkpoint::run(
+            pool.clone(),
+            settings,
+            stopped.clone(),
+        ));
+    }
     let monitors = tokio::spawn(crate::run_every(
         pool.clone(),
         config.interval,

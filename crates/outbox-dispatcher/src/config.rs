@@ -50,6 +50,8 @@ pub struct Config {
     /// Vacuum `outbox` once it has this many dead tuples (`None`: leave it to
     /// autovacuum).
     pub queue_vacuum_after: Option<u64>,
+    /// Evidence checkpoints made by this process when it wins their lock (`None`: never).
+    pub evidence: Option<outbox_evidence::checkpoint::Settings>,
 }
 
 /// `--queue-vacuum-after`'s default: the outbox table is vacuumed once it has this many

@@ -92,6 +92,13 @@ pub async fn run(
             stop.clone(),
         ));
     }
+    if let Some(settings) = shared.config.evidence.clone() {
+        tokio::spawn(outbox_evidence::checkpoint::run(
+            shared.pool.clone(),
+            settings,
+            stop.clone(),
+        ));
+    }
     if let Some(dir) = shared.config.templates_dir.clone() {
         tokio::spawn(reload::reload_templates_on_hangup(
             shared.clone(),

@@ -16,6 +16,9 @@
 //! - [`lifecycle`]: every transition of an alert, written once: settle, requeue, the
 //!   evidence line, and the operator transitions (replay, resolve) with their refusals;
 //!   the dispatcher's batch completion is built from the same pieces.
+//! - [`evidence_chain`]: the evidence chain as stored (each entry linked by the database
+//!   as it is inserted), checkpoints and their signing keys, and the backfill of alerts
+//!   from before the chain.
 //! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and queue figures.
 //! - [`lanes`]: ordered lanes as operators see them: a destination's ordering settings
 //!   (turning ordering off releases its lanes), lanes held up by their head, and blocked
@@ -59,6 +62,7 @@ pub mod connect;
 pub mod destinations;
 pub mod dispatch;
 pub mod error;
+pub mod evidence_chain;
 pub mod health;
 pub mod lanes;
 pub mod lifecycle;

@@ -335,14 +335,14 @@ pub async fn approve_batch(
              ORDER BY i.subject COLLATE \"C\", i.occurrence COLLATE \"C\", i.destination_id, \
                       p.id IS NULL \
              ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
-             RETURNING id, destination_id \
+             RETURNING id, destination_id, evidence_genesis(alerts) AS genesis \
          ), line AS MATERIALIZED ( \
              SELECT id, format('alert approved by %s for destination `%s`; queued for delivery', \
                                $7::text, name) || {trace_note} AS line \
              FROM destinations WHERE tenant_id = $2 \
          ), approved AS ( \
              SELECT n.id, n.destination_id, NULL::uuid AS after_alert, p.waits_behind AS lane_after, \
-                    $7::text AS actor, l.line \
+                    $7::text AS actor, l.line, n.genesis \
              FROM inserted n JOIN line l ON l.id = n.destination_id \
              LEFT JOIN place p ON p.id = n.id \
          ), {enqueue} \

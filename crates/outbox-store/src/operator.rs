@@ -11,6 +11,7 @@ use uuid::Uuid;
 use crate::dispatch::OLDEST_DUE_AGE_SECS;
 pub use crate::lifecycle::{pruned_refusal, replayable, Resolution};
 use crate::lifecycle::{STATE, STATE_JOINS};
+use crate::sql_names::SqlName;
 use crate::{lifecycle, StoreError};
 
 /// Puts a held or failed alert back in the queue: same notification id, key and payload,
@@ -284,12 +285,42 @@ pub(crate) fn first_id_at(at: DateTime<Utc>) -> Uuid {
     Uuid::from_bytes(bytes)
 }
 
+/// SQL for the settled, unpruned alerts retention may take: ids strictly between `after`
+/// and `id_bound` (SQL expressions), with an outcome in `outcomes` (a `text[]`) settled
+/// before `settled_before`. Columns: `id`, `accepted_by_attempt` (accepted, with no
+/// outcome row: its attempt row says so), and for those the attempt's
+/// `destination_reference` and finish time (`settled_at`). Two walks in id order: the
+/// outcome table's primary key, and for accepted alerts without an outcome row, the
+/// alerts' primary key with each alert's state read ([`STATE_JOINS`]).
+fn prunable_settled(after: &str, id_bound: &str, outcomes: &str, settled_before: &str) -> String {
+    format!(
+        "SELECT ao.alert_id AS id, false AS accepted_by_attempt, \
+                NULL::text AS destination_reference, NULL::timestamptz AS settled_at \
+         FROM alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id \
+         WHERE ao.alert_id > {after} AND ao.alert_id < {id_bound} \
+           AND ao.outcome = ANY({outcomes}::text[]) AND ao.settled_at < {settled_before} \
+           AND a.pruned_at IS NULL \
+         UNION ALL \
+         SELECT a.id, true, aa.destination_reference, aa.finished_at \
+         FROM alerts a {STATE_JOINS} \
+         WHERE a.id > {after} AND a.id < {id_bound} AND a.pruned_at IS NULL \
+           AND {accepted} = ANY({outcomes}::text[]) \
+           AND {STATE} = {accepted} AND ao.alert_id IS NULL AND aa.finished_at < {settled_before}",
+        accepted = Outcome::Accepted.sql(),
+    )
+}
+
 /// One step of retention: up to `limit` alerts with a prunable outcome settled before
 /// `settled_before` and after the cursor `after` (in id order) lose their payload (kept:
 /// its fingerprint), attempt rows, evidence lines and rendered email (it holds the
-/// payload's content too), in one transaction; their identity,
-/// outcome, reference and times stay, so one alert per identity still holds. Returns what
-/// was removed and the cursor for the next step (`None` when nothing is left).
+/// payload's content too), in one transaction. Their evidence chains keep each entry's
+/// position and hash (`evidence_pruned_chains`), so the checkpoints that covered them
+/// still verify; their identity,
+/// outcome, reference and times stay, so one alert per identity still holds. An accepted
+/// alert whose acceptance only its attempt row records ([`STATE_JOINS`]) gets an outcome
+/// row with that attempt's reference and time, in the same statement, before the attempt
+/// row goes: it still reads as accepted, from a record that says so. Returns what was
+/// removed and the cursor for the next step (`None` when nothing is left).
 pub async fn prune_step(
     pool: &PgPool,
     settled_before: DateTime<Utc>,
@@ -300,14 +331,33 @@ pub async fn prune_step(
     // Approval clocks are the writers' and settlement is the database's: a day's margin
     // on the id bound covers any skew between them.
     let id_bound = first_id_at(settled_before + chrono::Duration::days(1));
-    let (alerts, attempts, evidence, last): (i64, i64, i64, Option<Uuid>) = sqlx::query_as(
-        "WITH candidates AS ( \
-             SELECT a.id FROM alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id \
-             WHERE ao.alert_id > $1 AND ao.alert_id < $2 AND ao.outcome = ANY($3::text[]) \
-               AND ao.settled_at < $4 AND a.pruned_at IS NULL \
-             ORDER BY ao.alert_id \
+    let (alerts, attempts, evidence, last): (i64, i64, i64, Option<Uuid>) =
+        sqlx::query_as(&format!(
+            "WITH candidates AS ( \
+             SELECT a.id, s.accepted_by_attempt, s.destination_reference, s.settled_at \
+             FROM ({settled}) s JOIN alerts a ON a.id = s.id \
+             ORDER BY s.id \
              LIMIT $5 \
              FOR UPDATE OF a SKIP LOCKED \
+         ), kept_outcomes AS ( \
+             INSERT INTO alert_outcomes (alert_id, outcome, destination_reference, settled_at) \
+             SELECT c.id, {accepted}, c.destination_reference, c.settled_at \
+             FROM candidates c WHERE c.accepted_by_attempt \
+         ), kept_chains AS ( \
+             INSERT INTO evidence_pruned_chains (alert_id, positions, entry_hashes) \
+             SELECT c.id, coalesce(array_agg(x.chain_pos ORDER BY x.chain_pos) \
+                        FILTER (WHERE x.chain_pos IS NOT NULL), '{{}}'), \
+                    coalesce(string_agg(x.entry_hash, ''::bytea ORDER BY x.chain_pos), ''::bytea) \
+             FROM candidates c \
+             LEFT JOIN LATERAL ( \
+                 SELECT chain_pos, entry_hash FROM alert_events \
+                 WHERE alert_id = c.id AND entry_hash IS NOT NULL \
+                 UNION ALL \
+                 SELECT chain_pos, entry_hash FROM delivery_attempts \
+                 WHERE alert_id = c.id AND entry_hash IS NOT NULL \
+             ) x ON true \
+             GROUP BY c.id \
+             ON CONFLICT (alert_id) DO NOTHING \
          ), attempts AS ( \
              DELETE FROM delivery_attempts WHERE alert_id IN (SELECT id FROM candidates) \
              RETURNING line IS NOT NULL AS with_line \
@@ -317,7 +367,7 @@ pub async fn prune_step(
          ), rendered AS ( \
              DELETE FROM rendered_messages WHERE alert_id IN (SELECT id FROM candidates) \
          ), pruned AS ( \
-             UPDATE alerts a SET payload = '{}', pruned_at = now() \
+             UPDATE alerts a SET payload = '{{}}', pruned_at = now() \
              FROM candidates c WHERE a.id = c.id \
              RETURNING a.id \
          ) \
@@ -325,14 +375,16 @@ pub async fn prune_step(
                 (SELECT count(*) FROM evidence) \
                     + (SELECT count(*) FROM attempts WHERE with_line), \
                 (SELECT id FROM candidates ORDER BY id DESC LIMIT 1)",
-    )
-    .bind(after)
-    .bind(id_bound)
-    .bind(outcomes)
-    .bind(settled_before)
-    .bind(limit)
-    .fetch_one(pool)
-    .await?;
+            settled = prunable_settled("$1", "$2", "$3", "$4"),
+            accepted = Outcome::Accepted.sql(),
+        ))
+        .bind(after)
+        .bind(id_bound)
+        .bind(outcomes)
+        .bind(settled_before)
+        .bind(limit)
+        .fetch_one(pool)
+        .await?;
     let pruned = Pruned {
         alerts: alerts.unsigned_abs(),
         attempts: attempts.unsigned_abs(),
@@ -348,16 +400,13 @@ pub async fn prune_preview(
     outcomes: &[Outcome],
 ) -> Result<Pruned, StoreError> {
     let id_bound = first_id_at(settled_before + chrono::Duration::days(1));
-    let (alerts, attempts, evidence): (i64, i64, i64) = sqlx::query_as(
-        "WITH candidates AS ( \
-             SELECT a.id FROM alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id \
-             WHERE ao.alert_id < $1 AND ao.outcome = ANY($2::text[]) AND ao.settled_at < $3 \
-               AND a.pruned_at IS NULL \
-         ) \
+    let (alerts, attempts, evidence): (i64, i64, i64) = sqlx::query_as(&format!(
+        "WITH candidates AS ({settled}) \
          SELECT (SELECT count(*) FROM candidates), \
                 (SELECT count(*) FROM delivery_attempts WHERE alert_id IN (SELECT id FROM candidates)), \
                 (SELECT count(*) FROM alert_evidence WHERE alert_id IN (SELECT id FROM candidates))",
-    )
+        settled = prunable_settled("'00000000-0000-0000-0000-000000000000'::uuid", "$1", "$2", "$3"),
+    ))
     .bind(id_bound)
     .bind(outcomes)
     .bind(settled_before)

@@ -116,6 +116,32 @@ impl TestDb {
             .await
             .expect("count rows")
     }
+
+    /// Waits until a session of this database is waiting for a lock while it runs a
+    /// statement whose text contains `statement_part`: the barrier a race test sets before
+    /// it lets the lock go. Polls `pg_stat_activity` for up to 30 s, then fails the test.
+    pub async fn until_a_statement_waits_for_a_lock(&self, statement_part: &str) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let waiting: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                   AND strpos(query, $1) > 0)",
+            )
+            .bind(statement_part)
+            .fetch_one(&self.pool)
+            .await
+            .expect("read pg_stat_activity");
+            if waiting {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no statement containing `{statement_part}` ever waited for a lock"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
 }
 
 impl Drop for TestDb {

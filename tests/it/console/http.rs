@@ -1649,3 +1649,55 @@ async fn an_ordered_destinations_blocked_lanes_show_their_head_reason_and_wait()
     assert_contains(&page.body, "<td>contract:A-17</td>");
     assert_contains(&page.body, "<td>1</td>");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_alert_page_says_how_far_its_evidence_verifies() {
+    let db = TestDb::new().await;
+    let (_sink, _, ids) = held_alerts(&db, "acme", 2).await;
+    let console = Console::start(db).await;
+    let viewer = console.signed_in("vera", "viewer", None).await;
+    let check = |body: &str| {
+        let start = body
+            .find("id=\"evidence-check\"")
+            .expect("the evidence check is shown");
+        body[start..start + body[start..].find("</dd>").unwrap()].to_owned()
+    };
+
+    let page = console
+        .get(Some(&viewer), &format!("/console/alerts/{}", ids[0]))
+        .await;
+    assert!(
+        check(&page.body).contains("entries chain correctly; no checkpoint covers them yet"),
+        "{}",
+        check(&page.body)
+    );
+    outbox_evidence::checkpoint::make_checkpoint(&console.db.pool, None)
+        .await
+        .unwrap()
+        .unwrap();
+    let page = console
+        .get(Some(&viewer), &format!("/console/alerts/{}", ids[0]))
+        .await;
+    assert!(
+        check(&page.body).contains("evidence verified up to checkpoint 1 at"),
+        "{}",
+        check(&page.body)
+    );
+
+    // An outcome changed by hand: the page says so.
+    sqlx::query("UPDATE alert_outcomes SET outcome = 'accepted' WHERE alert_id = $1")
+        .bind(ids[1])
+        .execute(&console.db.pool)
+        .await
+        .unwrap();
+    let page = console
+        .get(Some(&viewer), &format!("/console/alerts/{}", ids[1]))
+        .await;
+    let shown = check(&page.body);
+    assert!(shown.contains("class=\"mismatch\""), "{shown}");
+    assert!(shown.contains("does not verify (1 problem(s))"), "{shown}");
+    assert!(
+        shown.contains("is accepted, but the last transition"),
+        "{shown}"
+    );
+}

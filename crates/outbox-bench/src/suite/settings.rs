@@ -76,6 +76,9 @@ pub enum Phases {
     /// Ordered lanes alone: unordered and per-key drains and approvals side by side, and
     /// one lane against a slow destination (see `crate::suite::lanes`).
     Lanes,
+    /// The evidence chain's cost alone: the same backlog approved and drained with the
+    /// chain off and on, side by side (see `crate::suite::evidence`).
+    Evidence,
 }
 
 impl SuiteSettings {

@@ -181,12 +181,13 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
                (SELECT seq FROM lane) \
         FROM dest d, given g \
         ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
-        RETURNING id, destination_id, created_at, {trace_id} AS trace_id \
+        RETURNING id, destination_id, created_at, {trace_id} AS trace_id, \
+                  evidence_genesis(alerts) AS genesis \
     ), approved AS ( \
         SELECT id, destination_id, NULL::uuid AS after_alert, \
                (SELECT waits_behind FROM lane) AS lane_after, $7::text AS actor, \
                format('alert approved for destination `%s`; queued for delivery', $4::text) \
-                   || {trace_note} AS line \
+                   || {trace_note} AS line, genesis \
         FROM inserted \
     ), {enqueue}, woken AS ( \
         SELECT pg_notify($9, '') FROM inserted WHERE $8 \
@@ -376,6 +377,10 @@ pub const MAX_REPEATED_TRACE_NOTES: i64 = 10;
 /// change, and the line says where the repeated approval came from. The state is read in
 /// the statement, so the line never moves it. Written for the first
 /// [`MAX_REPEATED_TRACE_NOTES`] such approvals only.
+///
+/// Locking: the line extends the alert's evidence chain, so it is written under the lock
+/// the other writers of that chain hold (the outbox row while the alert is live, which
+/// dispatchers hold; else the alert's row, which operators hold): it never forks the chain.
 pub async fn note_repeated_trace(
     db: impl sqlx::PgExecutor<'_>,
     alert_id: Uuid,
@@ -383,12 +388,15 @@ pub async fn note_repeated_trace(
     given: &TraceContext,
 ) -> Result<(), StoreError> {
     sqlx::query(&format!(
-        "{EVENT_INSERT} \
+        "WITH live AS (SELECT alert_id FROM outbox WHERE alert_id = $1 FOR UPDATE), \
+              settled AS (SELECT id FROM alerts WHERE id = $1 FOR NO KEY UPDATE) \
+         {EVENT_INSERT} \
          SELECT a.id, {STATE}, {STATE}, NULL, $2, \
                 'approved again within trace ' || $3 || '; the alert keeps ' || \
                 coalesce('its first approval''s trace ' || {trace_id}, \
                          'no trace (it was approved before trace context was kept)') \
          FROM alerts a {STATE_JOINS} WHERE a.id = $1 \
+           AND (EXISTS (SELECT 1 FROM live) OR EXISTS (SELECT 1 FROM settled)) \
            AND (SELECT count(*) FROM alert_events e \
                 WHERE e.alert_id = $1 AND e.line LIKE 'approved again within trace %') < $4",
         trace_id = trace_id_of("a.traceparent"),

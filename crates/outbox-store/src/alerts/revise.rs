@@ -80,6 +80,10 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
     // The lane's row before any other (the lifecycle's lock order): superseding the
     // revised alert hands its place in the lane on.
     crate::lifecycle::lock_lane_of(&mut tx, rev.alert_id).await?;
+    // Then its outbox row while it is live, as every writer of its evidence holds it (a
+    // dispatcher's completion among them): the lines written below extend its evidence
+    // chain after whatever that writer committed, and read its state as it is now.
+    lock_live_row(&mut tx, rev.alert_id).await?;
     let Some(target) = lock_revised(&mut tx, &rev).await? else {
         return Ok(ReviseOutcome::NotFound);
     };
@@ -125,6 +129,16 @@ pub async fn revise(pool: &PgPool, rev: Revision<'_>) -> Result<ReviseOutcome, S
         revision,
         superseded_previous,
     })
+}
+
+/// Locks the revised alert's outbox row, if it is live (the lifecycle's lock order: the
+/// lane, then the outbox row, then the alert row).
+async fn lock_live_row(tx: &mut PgConnection, alert_id: Uuid) -> Result<(), StoreError> {
+    sqlx::query("SELECT alert_id FROM outbox WHERE alert_id = $1 FOR UPDATE")
+        .bind(alert_id)
+        .fetch_optional(tx)
+        .await?;
+    Ok(())
 }
 
 /// Reads and locks the revised alert (`None`: no such alert for this tenant), with whether
@@ -307,7 +321,8 @@ async fn enqueue_revision(
                  WHERE p.tenant_id = $3 AND p.subject = $4 AND p.occurrence = $5 \
                    AND p.destination_id = $2 AND p.revision < $6 \
                  ORDER BY p.revision DESC LIMIT 1) AS after_alert, \
-                 $9::uuid AS lane_after, $7::text AS actor, $8::text AS line \
+                 $9::uuid AS lane_after, $7::text AS actor, $8::text AS line, \
+                 (SELECT evidence_genesis(a) FROM alerts a WHERE a.id = $1) AS genesis \
          ), {enqueue} \
          SELECT count(*) FROM queued",
         enqueue = *ENQUEUE,

@@ -17,6 +17,10 @@ use crate::StoreError;
 /// the attempt as uncertain, with its evidence line in the attempt row (a lookup's
 /// lease, which started no send, gets an evidence line of its own). The actor is the
 /// dispatcher whose lease expired. Returns how many rows it moved.
+///
+/// The lines are inserted from the rows `moved` returns, so each row's update comes
+/// before its line's insert, whose chain trigger then moves the row's chain head (an
+/// update of the same row after it, never before).
 pub async fn sweep_expired_leases(db: impl PgExecutor<'_>, limit: i64) -> Result<u64, StoreError> {
     let moved: i64 = sqlx::query_scalar(&format!(
         "WITH expired AS ( \
@@ -37,13 +41,15 @@ pub async fn sweep_expired_leases(db: impl PgExecutor<'_>, limit: i64) -> Result
                     {attempt_uncertain}, NULL, NULL, 'lease_expired', NULL, {uncertain}, \
                     format('lease expired during attempt %s; the send may have happened; \
 destination acceptance unknown', e.attempts) \
-             FROM expired e JOIN alerts a ON a.id = e.alert_id \
+             FROM moved m JOIN expired e ON e.alert_id = m.alert_id \
+             JOIN alerts a ON a.id = e.alert_id \
              WHERE e.send_started_at IS NOT NULL \
          ), explained AS ( \
              {EVENT_INSERT} \
              SELECT e.alert_id, {sending}, {uncertain}, e.attempts, 'dispatcher:' || e.lease_owner, \
                     format('lease expired while settling attempt %s; still uncertain', e.attempts) \
-             FROM expired e WHERE e.send_started_at IS NULL \
+             FROM moved m JOIN expired e ON e.alert_id = m.alert_id \
+             WHERE e.send_started_at IS NULL \
          ) \
          SELECT count(*) FROM moved",
         requeue = requeue_assignments(&LiveStatus::Uncertain.sql(), "now()"),

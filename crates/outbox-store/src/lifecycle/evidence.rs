@@ -31,6 +31,14 @@ pub struct Event<'a> {
 pub(crate) const EVENT_INSERT: &str =
     "INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line)";
 
+/// [`EVENT_INSERT`] for a line whose writer links it to its alert's evidence chain itself
+/// (the time it hashed, its chain position and hash follow the line): an approval's first
+/// line, whose chain starts at the alert's own record, and a dispatcher's completion
+/// that sent nothing.
+pub(crate) const LINKED_EVENT_INSERT: &str =
+    "INSERT INTO alert_events (alert_id, from_state, to_state, attempt, actor, line, at, \
+     chain_pos, entry_hash)";
+
 /// The attempts table and its columns, in the order every insert lists them (an insert
 /// that has no value for a column gives `NULL`): every attempt is recorded through this
 /// one insert.
@@ -38,6 +46,15 @@ pub(crate) const ATTEMPT_INSERT: &str =
     "INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
      started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
      destination_reference, error_class, response_excerpt, to_state, line)";
+
+/// [`ATTEMPT_INSERT`] for an attempt whose writer links it to its alert's evidence chain
+/// itself (its chain position and hash follow the line): a dispatcher's completion, which
+/// reads the head from the outbox row it fences on.
+pub(crate) const LINKED_ATTEMPT_INSERT: &str =
+    "INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
+     started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
+     destination_reference, error_class, response_excerpt, to_state, line, chain_pos, \
+     entry_hash)";
 
 /// Appends a line to an alert's evidence trail.
 pub async fn append_event(db: impl PgExecutor<'_>, event: Event<'_>) -> Result<(), StoreError> {

@@ -8,37 +8,52 @@ use sqlx::PgConnection;
 use std::sync::LazyLock;
 use uuid::Uuid;
 
-use super::evidence::{ATTEMPT_INSERT, EVENT_INSERT};
+use super::evidence::{EVENT_INSERT, LINKED_ATTEMPT_INSERT, LINKED_EVENT_INSERT};
 use crate::sql_names::SqlName;
 use crate::StoreError;
 
 /// Queues newly approved alerts. It follows a CTE named `approved` that yields each new
 /// alert's `id`, `destination_id`, `after_alert` (an earlier revision it must wait for, or
 /// `NULL`), `lane_after` (the unreleased alert it waits behind in its ordered lane, or
-/// `NULL`), `actor` and evidence `line`, and adds two: `queued`, its outbox row (returning
-/// `alert_id`, `next_attempt_at`), and `explained`, the first line of its evidence
-/// (returning `alert_id`, `at`, `line`). An approval through the API, a monitor's batch
-/// and a revision all queue through this one fragment, so a new alert is queued and
-/// explained alike whichever way it came.
+/// `NULL`), `actor`, evidence `line` and `genesis` (where its evidence chain starts:
+/// `evidence_genesis` of its row), and adds three: `linked`, the first line of its
+/// evidence linked to its chain, `queued`, its outbox row (returning `alert_id`,
+/// `next_attempt_at`), and `explained`, that first line (returning `alert_id`, `at`,
+/// `line`). An approval through the API, a monitor's batch and a revision all queue
+/// through this one fragment, so a new alert is queued and explained alike whichever way
+/// it came.
+///
+/// The first line is linked to the alert's chain here, set-based: the alert is new, so
+/// its chain starts at `genesis`, and the insert brings its own hash (the chain's trigger
+/// then leaves it alone). That spares each approval the trigger's lookups. The outbox row
+/// starts with that hash as its `chain_head`, which the dispatcher's completion links its
+/// attempt to. (`linked` is materialized, as a CTE with volatile functions always is, so
+/// its time, position and hash are computed once per alert for both inserts.)
 pub(crate) static ENQUEUE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "queued AS ( \
-             INSERT INTO outbox (alert_id, destination_id, after_alert, lane_after) \
-             SELECT id, destination_id, after_alert, lane_after FROM approved \
+        "linked AS MATERIALIZED ( \
+             SELECT p.id, p.destination_id, p.after_alert, p.lane_after, p.actor, p.line, \
+                    stamp.at, nextval('evidence_chain_pos_seq') AS pos, \
+                    sha256(p.genesis || evidence_event_bytes(stamp.at, NULL, {pending}, NULL, \
+                                                             p.actor, p.line)) AS hash \
+             FROM approved p CROSS JOIN LATERAL (SELECT clock_timestamp() AS at) stamp \
+         ), queued AS ( \
+             INSERT INTO outbox (alert_id, destination_id, after_alert, lane_after, chain_head) \
+             SELECT id, destination_id, after_alert, lane_after, hash FROM linked \
              RETURNING alert_id, next_attempt_at \
          ), explained AS ( \
-             {EVENT_INSERT} \
-             SELECT id, NULL, {pending}, NULL, actor, line FROM approved \
+             {LINKED_EVENT_INSERT} \
+             SELECT id, NULL, {pending}, NULL, actor, line, at, pos, hash FROM linked \
              RETURNING alert_id, at, line \
          )",
         pending = AlertState::Pending.sql(),
     )
 });
 
-/// The tail of every `INSERT INTO alert_outcomes (alert_id, outcome, destination_reference)`:
-/// a settled alert has one outcome row. An operator settling a held alert (which already
-/// has one) overwrites it, keeping an earlier reference when none is given.
-pub(crate) const SETTLE_CONFLICT: &str = "ON CONFLICT (alert_id) DO UPDATE SET \
+/// The tail of [`settle`]'s `INSERT INTO alert_outcomes`: a settled alert has one outcome
+/// row. An operator settling a held alert (which already has one) overwrites it, keeping
+/// an earlier reference when none is given.
+const SETTLE_CONFLICT: &str = "ON CONFLICT (alert_id) DO UPDATE SET \
      outcome = EXCLUDED.outcome, settled_at = EXCLUDED.settled_at, \
      destination_reference = COALESCE(EXCLUDED.destination_reference, \
                                       alert_outcomes.destination_reference)";
@@ -146,7 +161,9 @@ pub async fn lock_lane_of(tx: &mut PgConnection, alert_id: Uuid) -> Result<(), S
 }
 
 /// Back in the queue as pending, due now, with a fresh retry budget; attempt numbers go
-/// on from `last_attempt`. The alert's outcome row goes: it is live again.
+/// on from `last_attempt`. The alert's outcome row goes: it is live again. A settled
+/// alert's new row takes its chain head from its entries (the caller holds its alert
+/// row, as every writer of a settled alert's chain does).
 pub async fn requeue_with_fresh_budget(
     tx: &mut PgConnection,
     alert_id: Uuid,
@@ -158,8 +175,9 @@ pub async fn requeue_with_fresh_budget(
         .execute(&mut *tx)
         .await?;
     sqlx::query(&format!(
-        "INSERT INTO outbox AS o (alert_id, destination_id, attempts, budget_base_attempts) \
-         VALUES ($1, $2, $3, $3) \
+        "INSERT INTO outbox AS o (alert_id, destination_id, attempts, budget_base_attempts, \
+             chain_head) \
+         VALUES ($1, $2, $3, $3, evidence_chain_head($1)) \
          ON CONFLICT (alert_id) DO UPDATE SET {}, budget_since = now(), \
              budget_base_attempts = o.attempts",
         requeue_assignments("$4", "now()")
@@ -176,17 +194,40 @@ pub async fn requeue_with_fresh_budget(
 /// Records a batch of dispatcher completions in one statement over `unnest` arrays: the
 /// set-based form of the same transitions, for speed (one plan, one round trip per
 /// batch). Built from the same pieces as the single-row forms: settling inserts the
-/// outcome row with [`SETTLE_CONFLICT`] after deleting the outbox row, as in [`settle`];
-/// requeueing is [`requeue_assignments`]. The
-/// `lifecycle_batch_and_single_row_settle_alike` test holds the batch and [`settle`] to the
-/// same rows.
+/// outcome row after deleting the outbox row, as in [`settle`]; requeueing is
+/// [`requeue_assignments`]. The `lifecycle_batch_and_single_row_settle_alike` test holds
+/// the batch and [`settle`] to the same rows.
+///
+/// The outcome row is a plain insert, without [`settle`]'s [`SETTLE_CONFLICT`]: a live
+/// alert has no outcome row (an alert brought back deletes its own,
+/// [`requeue_with_fresh_budget`]), and only the completion whose fence deleted the live
+/// row reaches this insert, so there is never one to overwrite. Should one exist (written
+/// behind the product's back), the insert fails and the batch records nothing, rather
+/// than replace an outcome already decided; the dispatcher then records the batch's rows
+/// one by one, so only that alert's completion fails. (`ON CONFLICT` is a speculative insertion: it wrote one more WAL record per
+/// delivery, 48 bytes, to confirm the row.)
 ///
 /// Evidence: a completion that recorded an attempt (or lookup) writes its state and line
-/// into that attempt row, so a routine delivery costs four row writes (the claim's outbox
-/// update, the attempt row, the outbox row's delete, the outcome row) and no evidence row
-/// of its own; [`evidence_trail`](super::evidence_trail) reads them back with the other
-/// lines. A completion without one (nothing was sent) writes its line through
-/// [`EVENT_INSERT`].
+/// into that attempt row; [`evidence_trail`](super::evidence_trail) reads them back with
+/// the other lines. A completion without one (nothing was sent) writes a line of its own.
+///
+/// An acceptance writes no outcome row when its attempt row says all of it: the attempt
+/// led to `accepted` and carries the reference the alert settles with
+/// (`attempt_says_accepted`). Readers take the state from that row ([`STATE_JOINS`]). So
+/// a routine delivery costs three row writes (the claim's outbox update, the attempt row,
+/// the outbox row's delete) and no evidence row of its own. Every other settlement (held,
+/// failed, superseded, or accepted with no attempt row or another reference) writes its
+/// outcome row as before.
+///
+/// The evidence chain: the attempt row (or line) is linked to the alert's chain here,
+/// set-based, from the head its outbox row carries (`chain_head`). The fence's `DELETE`
+/// or `UPDATE` returns that column from the row's newest version, after any wait for the
+/// row, so a line another writer added meanwhile (under the same row's lock) is the head
+/// this entry chains from, never a sibling. A requeue's `UPDATE` writes the new head into
+/// the row it updates anyway; a settled row needs none. A row without a kept head (NULL)
+/// gets NULL here, and the chain's trigger links its entry instead. The lines that say a
+/// lane moved past a failed head (`skipped`) are written for other rows, which this
+/// statement updates first, and are linked by the trigger.
 ///
 /// Parameters, one array each, in this order: alert_id, fencing_token, worker, attempt,
 /// kind, started_at, outcome, http_status, destination_reference, error_class,
@@ -240,7 +281,7 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
              WHERE o.alert_id = i.alert_id AND o.fencing_token = i.fencing_token \
                AND i.settle IS NOT NULL \
              RETURNING i.alert_id, i.fencing_token, o.destination_id, o.lane_after, \
-                       i.release_lane, i.settle, i.worker, i.hand_on_lease_ms \
+                       i.release_lane, i.settle, i.worker, i.hand_on_lease_ms, o.chain_head \
          ), handed_on AS ( \
              UPDATE outbox o SET lane_after = r.lane_after \
              FROM removed r JOIN destinations d ON d.id = r.destination_id \
@@ -270,33 +311,39 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
                    UNION ALL SELECT alert_id, status, released, settle, worker FROM taken) h \
              WHERE h.settle = {failed} \
          ), requeued AS ( \
-             UPDATE outbox o SET {requeue} \
+             UPDATE outbox o SET {requeue}, chain_head = CASE WHEN i.kind IS NULL \
+                 THEN {requeued_line_hash} ELSE {requeued_attempt_hash} END \
              FROM input i \
              WHERE o.alert_id = i.alert_id AND o.fencing_token = i.fencing_token \
                AND i.requeue_status IS NOT NULL \
-             RETURNING i.alert_id, i.fencing_token \
+             RETURNING i.alert_id, i.fencing_token, o.chain_head \
          ), fenced AS ( \
-             SELECT i.* FROM input i \
-             JOIN (SELECT alert_id, fencing_token FROM removed \
-                   UNION ALL SELECT alert_id, fencing_token FROM requeued) AS current_claim \
+             SELECT i.*, current_claim.chain_head, current_claim.linked FROM input i \
+             JOIN (SELECT alert_id, fencing_token, chain_head, false AS linked FROM removed \
+                   UNION ALL SELECT alert_id, fencing_token, chain_head, true FROM requeued) \
+                  AS current_claim \
                ON current_claim.alert_id = i.alert_id \
               AND current_claim.fencing_token = i.fencing_token \
          ), recorded AS ( \
-             {ATTEMPT_INSERT} \
+             {LINKED_ATTEMPT_INSERT} \
              SELECT f.alert_id, f.attempt, f.kind, f.worker, f.fencing_token, f.started_at, now(), \
                     f.alert_id::text, a.payload_sha256, f.outcome, f.http_status, \
                     f.destination_reference, f.error_class, left(f.response_excerpt, 1000), \
-                    f.to_state, f.line \
+                    f.to_state, f.line, \
+                    CASE WHEN f.chain_head IS NOT NULL THEN nextval('evidence_chain_pos_seq') END, \
+                    CASE WHEN f.linked THEN f.chain_head ELSE {settled_attempt_hash} END \
              FROM fenced f JOIN alerts a ON a.id = f.alert_id \
              WHERE f.kind IS NOT NULL \
          ), settled AS ( \
              INSERT INTO alert_outcomes (alert_id, outcome, destination_reference) \
              SELECT f.alert_id, f.settle, f.settle_reference FROM fenced f \
-             WHERE f.settle IS NOT NULL \
-             {SETTLE_CONFLICT} \
+             WHERE f.settle IS NOT NULL AND NOT ({attempt_says_accepted}) \
          ), explained AS ( \
-             {EVENT_INSERT} \
-             SELECT f.alert_id, {sending}, f.to_state, f.attempt, 'dispatcher:' || f.worker, f.line \
+             {LINKED_EVENT_INSERT} \
+             SELECT f.alert_id, {sending}, f.to_state, f.attempt, 'dispatcher:' || f.worker, f.line, \
+                    now(), \
+                    CASE WHEN f.chain_head IS NOT NULL THEN nextval('evidence_chain_pos_seq') END, \
+                    CASE WHEN f.linked THEN f.chain_head ELSE {settled_line_hash} END \
              FROM fenced f WHERE f.kind IS NULL \
          ) \
          SELECT f.alert_id, f.fencing_token, t.alert_id AS next_alert, t.fencing_token AS next_token \
@@ -307,8 +354,46 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
         sending_live = LiveStatus::Sending.sql(),
         pending_live = LiveStatus::Pending.sql(),
         takes = *HAND_ON_CLAIM,
+        requeued_line_hash = completion_line_hash("o.chain_head", "i"),
+        requeued_attempt_hash = completion_attempt_hash(
+            "o.chain_head",
+            "i",
+            "(SELECT a.payload_sha256 FROM alerts a WHERE a.id = i.alert_id)"
+        ),
+        settled_line_hash = completion_line_hash("f.chain_head", "f"),
+        settled_attempt_hash = completion_attempt_hash("f.chain_head", "f", "a.payload_sha256"),
+        attempt_says_accepted = format!(
+            "f.kind IS NOT NULL AND f.settle = {accepted} AND f.to_state = {accepted} \
+             AND f.settle_reference IS NOT DISTINCT FROM f.destination_reference",
+            accepted = Outcome::Accepted.sql()
+        ),
     )
 });
+
+/// The chain hash of a completion's attempt row, linked to `head` (NULL when the head is
+/// not kept, and then the chain's trigger links the row): the row's record
+/// (`evidence_attempt_bytes`) from the completion's input columns (`i`, an `input` row or
+/// one of `fenced`) exactly as [`COMPLETE_BATCH`] stores them, with `payload_sha256` the
+/// alert's fingerprint and `now()` its `finished_at`. A requeued row's hash is computed
+/// in the `UPDATE` that keeps it as the row's new head, a settled row's in its insert.
+fn completion_attempt_hash(head: &str, i: &str, payload_sha256: &str) -> String {
+    format!(
+        "sha256({head} || evidence_attempt_bytes({i}.attempt, {i}.kind, {i}.worker, \
+             {i}.fencing_token, {i}.started_at, now(), {i}.alert_id::text, {payload_sha256}, \
+             {i}.outcome, {i}.http_status, {i}.destination_reference, {i}.error_class, \
+             left({i}.response_excerpt, 1000), {i}.to_state, {i}.line))"
+    )
+}
+
+/// As [`completion_attempt_hash`], for a completion that sent nothing: its evidence line
+/// (`evidence_event_bytes`), from sending to its new state, at `now()`.
+fn completion_line_hash(head: &str, i: &str) -> String {
+    format!(
+        "sha256({head} || evidence_event_bytes(now(), {sending}, {i}.to_state, {i}.attempt, \
+             'dispatcher:' || {i}.worker, {i}.line))",
+        sending = AlertState::Sending.sql(),
+    )
+}
 
 /// Whether a completion that releases alert `r` (a `removed` row, at destination `d`)
 /// claims the row behind it (`o`) for its own dispatcher, in [`COMPLETE_BATCH`]: when the

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
+use super::standing::OUTCOME;
 use super::*;
 use crate::dispatch::{self, AttemptRecord, Completion, Next};
 use outbox_core::{
@@ -130,17 +131,27 @@ async fn claimed_alerts(db: &TestDb, n: usize) -> Vec<dispatch::ClaimedAlert> {
     claimed
 }
 
-/// What settling leaves: the alert's resting fields and whether it is still queued.
+/// What settling leaves, as every reader reads it: the alert's resting place, reference
+/// and time, and whether it is still queued.
 async fn settled_row(db: &TestDb, id: Uuid) -> (Option<String>, Option<String>, bool, bool) {
-    sqlx::query_as(
-        "SELECT ao.outcome, ao.destination_reference, ao.settled_at IS NOT NULL, \
-                EXISTS (SELECT 1 FROM outbox o WHERE o.alert_id = a.id) \
-         FROM alerts a LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id WHERE a.id = $1",
-    )
+    sqlx::query_as(&format!(
+        "SELECT {OUTCOME}, {DESTINATION_REFERENCE}, {SETTLED_AT} IS NOT NULL, \
+                o.alert_id IS NOT NULL \
+         FROM alerts a {STATE_JOINS} WHERE a.id = $1"
+    ))
     .bind(id)
     .fetch_one(&db.pool)
     .await
     .unwrap()
+}
+
+/// Whether the alert has a row in `alert_outcomes`.
+async fn has_outcome_row(db: &TestDb, id: Uuid) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM alert_outcomes WHERE alert_id = $1)")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -199,7 +210,40 @@ async fn lifecycle_batch_and_single_row_settle_alike() {
                 false
             )
         );
+        // The one difference is where it is written: the batch's acceptance is its
+        // attempt row alone; an operator's settlement, and every other outcome, is a row.
+        assert_eq!(
+            has_outcome_row(&db, by_batch.alert_id).await,
+            outcome != Outcome::Accepted,
+            "{outcome}"
+        );
+        assert!(has_outcome_row(&db, by_row.alert_id).await, "{outcome}");
     }
+}
+
+#[tokio::test]
+async fn a_completion_never_replaces_an_outcome_already_recorded() {
+    let db = TestDb::new().await;
+    let claim = claimed_alerts(&db, 1).await.remove(0);
+    // A live alert never has an outcome row; one written behind the product's back (as
+    // "failed") must not be turned into "accepted" by the dispatcher's completion.
+    sqlx::query("INSERT INTO alert_outcomes (alert_id, outcome) VALUES ($1, 'failed')")
+        .bind(claim.alert_id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let refused = dispatch::complete_batch(&db.pool, &[accepted(&claim)]).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let (outcome, live, attempts): (String, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT outcome FROM alert_outcomes WHERE alert_id = $1), \
+                (SELECT count(*) FROM outbox WHERE alert_id = $1 AND status = 'sending'), \
+                (SELECT count(*) FROM delivery_attempts WHERE alert_id = $1)",
+    )
+    .bind(claim.alert_id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((outcome.as_str(), live, attempts), ("failed", 1, 0));
 }
 
 fn accepted(claim: &dispatch::ClaimedAlert) -> Completion {
@@ -922,17 +966,27 @@ async fn the_state_view_and_the_readers_joins_agree() {
     .await
     .unwrap();
     assert_eq!(by_view, by_joins);
+    // STATE is the live status, else OUTCOME (which it spells out in place: a constant
+    // cannot be built from another).
+    let by_parts: Vec<(Uuid, String)> = sqlx::query_as(&format!(
+        "SELECT a.id, COALESCE(o.status, {OUTCOME}) FROM alerts a {STATE_JOINS} ORDER BY a.id"
+    ))
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(by_view, by_parts);
     let states: BTreeSet<&str> = by_view.iter().map(|(_, s)| s.as_str()).collect();
     assert_eq!(states, BTreeSet::from(["accepted", "pending", "sending"]));
 }
 
-/// What a row left behind in the tables: (outbox status, outcome, attempt rows).
+/// What a row left behind in the tables: (outbox status, where it came to rest, attempt
+/// rows).
 async fn left_behind(db: &TestDb, id: Uuid) -> (Option<String>, Option<String>, i64) {
-    sqlx::query_as(
-        "SELECT (SELECT status FROM outbox WHERE alert_id = $1), \
-                (SELECT outcome FROM alert_outcomes WHERE alert_id = $1), \
-                (SELECT count(*) FROM delivery_attempts WHERE alert_id = $1)",
-    )
+    sqlx::query_as(&format!(
+        "SELECT o.status, {OUTCOME}, \
+                (SELECT count(*) FROM delivery_attempts WHERE alert_id = a.id) \
+         FROM alerts a {STATE_JOINS} WHERE a.id = $1"
+    ))
     .bind(id)
     .fetch_one(&db.pool)
     .await
@@ -966,25 +1020,7 @@ async fn a_completion_that_waits_on_a_takeover_writes_nothing() {
         let completion =
             tokio::spawn(async move { dispatch::complete_batch(&pool, &[done]).await });
         // The completion must be waiting on the row's lock before the takeover commits.
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let waiting: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
-                 WHERE datname = current_database() AND wait_event_type = 'Lock' \
-                   AND query LIKE '%removed AS (%')",
-            )
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-            if waiting {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the completion never waited on the row"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        db.until_a_statement_waits_for_a_lock("removed AS (").await;
         takeover.commit().await.unwrap();
 
         let applied = completion.await.unwrap().unwrap();

@@ -1,0 +1,20 @@
+//! The tamper-evident trail, above the store: every alert's evidence entries are linked
+//! into a hash chain by the database as they are inserted (`outbox_store::evidence_chain`,
+//! with `outbox_core`'s encoding); this crate makes the checkpoints that commit to those
+//! chains, verifies chains and checkpoints, and writes and checks proof bundles.
+//!
+//! Layout:
+//! - [`checkpoint`]: making a checkpoint (which entries it covers, the tree, the
+//!   signature) and the loop deciders and dispatchers run to make one per interval, which
+//!   also moves the backfill of older alerts along.
+//! - [`verify`]: one alert verified (`outboxctl evidence verify --alert`, the console's
+//!   alert page), and the walk over everything or what changed since a time, in bounded
+//!   memory; every finding names its place.
+//! - [`bundle`]: one alert's proof as a self-contained JSON document, checked with no
+//!   database.
+//!
+//! What this proves and what it does not is docs/auditing.md's subject.
+
+pub mod bundle;
+pub mod checkpoint;
+pub mod verify;

@@ -1,0 +1,849 @@
+//! Verification: each alert's chain recomputed from its rows with `outbox_core`'s
+//! definition, its state held against its last transition, its heads found in the
+//! checkpoints that cover them, and the checkpoints themselves (tree root, chain of
+//! checkpoints, signature, coverage without gaps, and the tip).
+//!
+//! Every finding is a [`Problem`] naming the place (alert, entry and row, or checkpoint)
+//! and what was expected against what is stored. Nothing here writes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use outbox_core::evidence_chain::{genesis, hex, link, merkle_root, Hash, Leaf};
+use outbox_core::evidence_signing::PublicKey;
+use outbox_store::evidence_chain::{self as stored, StoredChain, StoredCheckpoint};
+use outbox_store::StoreError;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::checkpoint::{checkpoint_of, unpack_leaves};
+
+/// Something that does not match.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    /// Where: `alert …, entry 3 (delivery_attempts row 42)`, `checkpoint 7`.
+    pub place: String,
+    /// What: expected against stored.
+    pub what: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.place, self.what)
+    }
+}
+
+fn problem(place: impl Into<String>, what: impl Into<String>) -> Problem {
+    Problem {
+        place: place.into(),
+        what: what.into(),
+    }
+}
+
+/// Whether an alert's state agrees with the last transition its chain records. A claim
+/// of a pending row writes no line (its attempt row, when it finishes, does), so a row
+/// being sent may follow a line that left it pending or uncertain; otherwise the state is
+/// the last transition's.
+pub fn state_agrees(state: &str, last_transition: &str) -> bool {
+    state == last_transition
+        || (state == "sending" && matches!(last_transition, "pending" | "uncertain"))
+}
+
+/// One alert's chain, recomputed.
+#[derive(Debug, Clone)]
+pub struct ChainCheck {
+    /// How many entries the chain has (for a pruned alert: had).
+    pub entries: usize,
+    /// Each entry's position and the head after it, as far as the chain verified.
+    pub heads: Vec<(Option<i64>, Hash)>,
+    /// What did not match (the first broken link ends the recomputation).
+    pub problems: Vec<Problem>,
+    /// Whether the alert was pruned (its entries' hashes are all that is left).
+    pub pruned: bool,
+}
+
+/// Recomputes one alert's chain from its rows and holds its state against it.
+pub fn check_chain(chain: &StoredChain) -> ChainCheck {
+    let alert = chain.alert.id;
+    let mut problems = Vec::new();
+    let mut heads = Vec::with_capacity(chain.entries.len());
+    if let Some(pruned) = &chain.pruned {
+        if !chain.entries.is_empty() {
+            problems.push(problem(
+                format!("alert {alert}"),
+                "was pruned, yet has entries again",
+            ));
+        }
+        heads.extend(pruned.entries.iter().map(|(pos, hash)| (Some(*pos), *hash)));
+        return ChainCheck {
+            entries: pruned.entries.len(),
+            heads,
+            problems,
+            pruned: true,
+        };
+    }
+    let mut head = match genesis(&chain.alert.record()) {
+        Ok(head) => head,
+        Err(err) => {
+            problems.push(problem(format!("alert {alert}"), err.to_string()));
+            return ChainCheck {
+                entries: chain.entries.len(),
+                heads,
+                problems,
+                pruned: false,
+            };
+        }
+    };
+    let mut last_pos = None;
+    for (index, entry) in chain.entries.iter().enumerate() {
+        let place = format!("alert {alert}, entry {} ({})", index + 1, entry.place());
+        let (Some(pos), Some(stored)) = (entry.pos, entry.hash) else {
+            problems.push(problem(
+                place,
+                "carries no chain hash: it was never linked (written with the chain \
+                 switched off, or by hand)",
+            ));
+            break;
+        };
+        if last_pos.is_some_and(|last| last >= pos) {
+            problems.push(problem(
+                place,
+                format!("its chain position {pos} repeats an earlier entry's"),
+            ));
+            break;
+        }
+        last_pos = Some(pos);
+        head = match link(&head, &entry.facts.record()) {
+            Ok(next) => next,
+            Err(err) => {
+                problems.push(problem(place, err.to_string()));
+                break;
+            }
+        };
+        if head != stored {
+            problems.push(problem(
+                place,
+                format!(
+                    "does not match its chain: its fields and the entry before it give head \
+                     {}, the stored head is {}",
+                    hex(&head),
+                    hex(&stored)
+                ),
+            ));
+            break;
+        }
+        heads.push((Some(pos), head));
+    }
+    if problems.is_empty() {
+        let last = chain
+            .entries
+            .iter()
+            .rev()
+            .find_map(|e| e.facts.to_state().map(|s| (s, e)));
+        match (&chain.state, last) {
+            (None, _) => problems.push(problem(
+                format!("alert {alert}"),
+                "has neither a live outbox row nor an outcome",
+            )),
+            (Some(state), None) => problems.push(problem(
+                format!("alert {alert}"),
+                format!("is {state}, but its chain records no transition"),
+            )),
+            (Some(state), Some((last, entry))) if !state_agrees(state, last) => {
+                problems.push(problem(
+                    format!("alert {alert}"),
+                    format!(
+                        "is {state}, but the last transition its chain records is to {last} \
+                         ({})",
+                        entry.place()
+                    ),
+                ))
+            }
+            _ => {}
+        }
+    }
+    ChainCheck {
+        entries: chain.entries.len(),
+        heads,
+        problems,
+        pruned: false,
+    }
+}
+
+/// How much earlier than a checkpoint an entry it does not cover may be dated: an attempt
+/// is dated when its send finished, by the dispatcher's clock, and recorded moments
+/// later (its position taken then), so an entry can be dated a little before a checkpoint
+/// that does not cover it.
+pub const BACKDATING_MARGIN_MICROS: i64 = 5 * 60 * 1_000_000;
+
+/// The newest checkpoint as the backdating check needs it, when that check applies (not
+/// while the backfill, which chains old entries under new positions, has yet to finish
+/// before it).
+#[derive(Debug, Clone, Copy)]
+pub struct Newest {
+    seq: i64,
+    covers_to: i64,
+    made_at: DateTime<Utc>,
+}
+
+impl Newest {
+    async fn load(
+        pool: &PgPool,
+        newest: Option<&StoredCheckpoint>,
+    ) -> Result<Option<Newest>, StoreError> {
+        let Some(c) = newest else { return Ok(None) };
+        let (_, finished) = stored::backfill_state(pool).await?;
+        Ok(finished.filter(|f| *f < c.made_at).map(|_| Newest {
+            seq: c.seq,
+            covers_to: c.covers_to,
+            made_at: c.made_at,
+        }))
+    }
+
+    /// Entries this checkpoint does not cover although they are dated well before it was
+    /// made: written afterwards with an earlier date.
+    fn backdated(&self, chain: &StoredChain) -> Vec<Problem> {
+        let made = self.made_at.timestamp_micros();
+        chain
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.pos.is_some_and(|p| p > self.covers_to))
+            .filter(|(_, e)| e.facts.at_micros() < made - BACKDATING_MARGIN_MICROS)
+            .map(|(index, e)| {
+                let at = DateTime::from_timestamp_micros(e.facts.at_micros())
+                    .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+                    .unwrap_or_default();
+                problem(
+                    format!(
+                        "alert {}, entry {} ({})",
+                        chain.alert.id,
+                        index + 1,
+                        e.place()
+                    ),
+                    format!(
+                        "is dated before checkpoint {} was made ({}) but is not under it: it \
+                         was written afterwards with an earlier date ({at})",
+                        self.seq,
+                        self.made_at.format("%Y-%m-%d %H:%M:%S UTC")
+                    ),
+                )
+            })
+            .collect()
+    }
+}
+
+/// The keys checkpoints are checked with.
+#[derive(Debug, Clone, Default)]
+pub struct Trust {
+    /// Keys given by the auditor (`--public-key`): when any is given, only these count,
+    /// and an unsigned checkpoint is a problem.
+    pub pinned: Vec<PublicKey>,
+    /// Keys as the database records them (used when none is pinned).
+    pub stored: Vec<PublicKey>,
+}
+
+impl Trust {
+    /// The trusted keys: pinned ones when given, else the stored ones.
+    pub fn keys(&self) -> &[PublicKey] {
+        if self.pinned.is_empty() {
+            &self.stored
+        } else {
+            &self.pinned
+        }
+    }
+
+    /// Reads the stored keys; `pinned` as given.
+    pub async fn load(pool: &PgPool, pinned: Vec<PublicKey>) -> Result<Trust, StoreError> {
+        let stored = stored::stored_keys(pool)
+            .await?
+            .into_iter()
+            .filter_map(|(_, text)| PublicKey::from_text(&text).ok())
+            .collect();
+        Ok(Trust { pinned, stored })
+    }
+}
+
+/// Checks one checkpoint on its own and against the one before it (`None` for the
+/// first, or when the one before is missing). With leaves, the root is recomputed.
+pub fn check_checkpoint(
+    checkpoint: &StoredCheckpoint,
+    previous: Option<&StoredCheckpoint>,
+    with_leaves: bool,
+    trust: &Trust,
+) -> Vec<Problem> {
+    let place = format!("checkpoint {}", checkpoint.seq);
+    let mut problems = Vec::new();
+    if with_leaves {
+        match unpack_leaves(&checkpoint.leaves) {
+            None => problems.push(problem(&place, "its leaves are not whole 56-byte leaves")),
+            Some(leaves) => {
+                if leaves.len() as i64 != checkpoint.size {
+                    problems.push(problem(
+                        &place,
+                        format!(
+                            "has {} leaves, its size says {}",
+                            leaves.len(),
+                            checkpoint.size
+                        ),
+                    ));
+                }
+                if leaves.windows(2).any(|w| w[0].alert_id >= w[1].alert_id) {
+                    problems.push(problem(&place, "its leaves are not in alert id order"));
+                }
+                let hashes: Vec<Hash> = leaves.iter().map(Leaf::hash).collect();
+                let root = merkle_root(&hashes);
+                if root != checkpoint.root {
+                    problems.push(problem(
+                        &place,
+                        format!(
+                            "its leaves give root {}, the stored root is {}",
+                            hex(&root),
+                            hex(&checkpoint.root)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    match previous {
+        Some(before) => {
+            let expected = checkpoint_of(before).hash();
+            if checkpoint.previous != expected {
+                problems.push(problem(
+                    &place,
+                    format!(
+                        "chains from {}, but checkpoint {} hashes to {}",
+                        hex(&checkpoint.previous),
+                        before.seq,
+                        hex(&expected)
+                    ),
+                ));
+            }
+            if checkpoint.covers_from != before.covers_to {
+                problems.push(problem(
+                    &place,
+                    format!(
+                        "covers positions after {}, but checkpoint {} ended at {}",
+                        checkpoint.covers_from, before.seq, before.covers_to
+                    ),
+                ));
+            }
+        }
+        None if checkpoint.seq == 1 => {
+            if checkpoint.previous != [0u8; 32] || checkpoint.covers_from != 0 {
+                problems.push(problem(&place, "is the first, but chains from something"));
+            }
+        }
+        None => problems.push(problem(
+            format!("checkpoint {}", checkpoint.seq - 1),
+            format!("is missing (checkpoint {} chains from it)", checkpoint.seq),
+        )),
+    }
+    match (&checkpoint.key_id, &checkpoint.signature) {
+        (Some(key_id), Some(signature)) => match trust.keys().iter().find(|k| k.key_id() == key_id)
+        {
+            None => problems.push(problem(
+                &place,
+                format!("is signed by key {key_id}, which is not a trusted key"),
+            )),
+            Some(key) if !key.verifies(&checkpoint_of(checkpoint), signature) => {
+                problems.push(problem(
+                    &place,
+                    format!("its signature does not verify with key {key_id}"),
+                ))
+            }
+            Some(_) => {}
+        },
+        _ if !trust.pinned.is_empty() => problems.push(problem(
+            &place,
+            "is unsigned, but keys were given to check signatures with",
+        )),
+        _ => {}
+    }
+    problems
+}
+
+/// The leaf of `alert` in these packed leaves (sorted by alert id), with its index.
+pub fn find_leaf(packed: &[u8], alert: Uuid) -> Option<(usize, Leaf)> {
+    let leaves = unpack_leaves(packed)?;
+    let index = leaves.binary_search_by(|l| l.alert_id.cmp(&alert)).ok()?;
+    Some((index, leaves[index]))
+}
+
+/// What `verify --alert` found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AlertReport {
+    /// The alert.
+    pub alert_id: Uuid,
+    /// Entries in its chain.
+    pub entries: usize,
+    /// The newest checkpoint its chain was found under: number, time, entries covered.
+    pub checkpoint: Option<(i64, DateTime<Utc>, usize)>,
+    /// Whether the alert was pruned.
+    pub pruned: bool,
+    /// Everything that does not match; empty when the alert verifies.
+    pub problems: Vec<Problem>,
+}
+
+/// Verifies one alert: its chain, its state, the checkpoints that cover its entries
+/// (leaf, root, signature) and, with `to_tip`, the chain of checkpoints from the first of
+/// those to the newest and its tip (a page view leaves that walk out). `Err(UnknownAlert)`
+/// when there is no such alert.
+pub async fn verify_alert(
+    pool: &PgPool,
+    alert_id: Uuid,
+    trust: &Trust,
+    to_tip: bool,
+) -> Result<AlertReport, StoreError> {
+    let chain = stored::chain(pool, alert_id).await?;
+    let check = check_chain(&chain);
+    let mut problems = check.problems.clone();
+
+    // The checkpoints covering its entries, each once.
+    let mut covering: BTreeMap<i64, StoredCheckpoint> = BTreeMap::new();
+    for pos in check.heads.iter().filter_map(|(pos, _)| *pos) {
+        if covering
+            .values()
+            .any(|c| c.covers_from < pos && pos <= c.covers_to)
+        {
+            continue;
+        }
+        if let Some(c) = stored::checkpoint_covering(pool, pos).await? {
+            covering.insert(c.seq, c);
+        }
+    }
+    let mut newest_covered = None;
+    for c in covering.values() {
+        let covered = check
+            .heads
+            .iter()
+            .take_while(|(pos, _)| pos.is_none_or(|p| p <= c.covers_to))
+            .count();
+        let expected = (covered > 0).then(|| check.heads[covered - 1].1);
+        match (find_leaf(&c.leaves, alert_id), expected) {
+            (None, _) => problems.push(problem(
+                format!("checkpoint {}", c.seq),
+                format!("covers entries of alert {alert_id} but has no leaf for it"),
+            )),
+            (Some((_, leaf)), Some(head))
+                if leaf.entries as usize == covered && leaf.head == head =>
+            {
+                newest_covered = Some((c.seq, c.made_at, covered));
+            }
+            (Some((_, leaf)), _) => problems.push(problem(
+                format!("checkpoint {}", c.seq),
+                format!(
+                    "recorded alert {alert_id} with {} entries and head {}; its entries now \
+                     give {covered} entries{}",
+                    leaf.entries,
+                    hex(&leaf.head),
+                    expected
+                        .map(|h| format!(" and head {}", hex(&h)))
+                        .unwrap_or_default()
+                ),
+            )),
+        }
+        let before = if c.seq > 1 {
+            stored::checkpoints_after(pool, c.seq - 2, 1, false)
+                .await?
+                .pop()
+        } else {
+            None
+        };
+        let before = before.filter(|b| b.seq == c.seq - 1);
+        problems.extend(check_checkpoint(c, before.as_ref(), true, trust));
+    }
+    // From the first covering checkpoint on, the chain of checkpoints up to the tip.
+    if let Some(first) = covering.keys().next().copied().filter(|_| to_tip) {
+        problems.extend(check_checkpoints_from(pool, first, trust).await?);
+    }
+    let newest = stored::newest_checkpoint(pool).await?;
+    if let Some(newest) = Newest::load(pool, newest.as_ref()).await? {
+        problems.extend(newest.backdated(&chain));
+    }
+    Ok(AlertReport {
+        alert_id,
+        entries: check.entries,
+        checkpoint: newest_covered,
+        pruned: check.pruned,
+        problems,
+    })
+}
+
+/// Checks the chain of checkpoints after `from` (without their leaves: links, coverage,
+/// signatures) up to the newest, and the tip.
+async fn check_checkpoints_from(
+    pool: &PgPool,
+    from: i64,
+    trust: &Trust,
+) -> Result<Vec<Problem>, StoreError> {
+    let mut problems = Vec::new();
+    let mut previous = stored::checkpoints_after(pool, from - 1, 1, false)
+        .await?
+        .pop();
+    let mut after = from;
+    loop {
+        let page = stored::checkpoints_after(pool, after, 500, false).await?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for c in page {
+            let before = previous.as_ref().filter(|p| p.seq == c.seq - 1);
+            problems.extend(check_checkpoint(&c, before, false, trust));
+            previous = Some(c);
+        }
+    }
+    problems.extend(check_tip(pool, previous.as_ref()).await?);
+    Ok(problems)
+}
+
+/// Holds the newest stored checkpoint against the tip row.
+async fn check_tip(
+    pool: &PgPool,
+    newest: Option<&StoredCheckpoint>,
+) -> Result<Vec<Problem>, StoreError> {
+    let tip = stored::checkpoint_tip(pool).await?;
+    Ok(match (tip, newest) {
+        (None, None) => vec![],
+        (Some((seq, hash)), Some(newest))
+            if seq == newest.seq && hash == checkpoint_of(newest).hash() =>
+        {
+            vec![]
+        }
+        (Some((seq, hash)), newest) => vec![problem(
+            format!("checkpoint {seq}"),
+            format!(
+                "is missing or changed: the tip records checkpoint {seq} with hash {}, the \
+                 newest stored is {}",
+                hex(&hash),
+                newest.map_or("none".to_owned(), |n| format!(
+                    "checkpoint {} with hash {}",
+                    n.seq,
+                    hex(&checkpoint_of(n).hash())
+                ))
+            ),
+        )],
+        (None, Some(newest)) => vec![problem(
+            format!("checkpoint {}", newest.seq),
+            "exists, but the tip records no checkpoint",
+        )],
+    })
+}
+
+/// A checkpoint's number and hash kept outside the database (a log line, an earlier
+/// bundle, a note): the database must still hold that checkpoint, unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Anchor {
+    /// The checkpoint's number.
+    pub seq: i64,
+    /// Its hash.
+    pub hash: Hash,
+}
+
+impl std::str::FromStr for Anchor {
+    type Err = String;
+
+    /// `N:HASH`, as the `evidence checkpoint made` log line gives them.
+    fn from_str(text: &str) -> Result<Anchor, String> {
+        let (seq, hash) = text
+            .split_once(':')
+            .ok_or_else(|| "expected NUMBER:HASH (a checkpoint's number and hash)".to_owned())?;
+        let seq = seq
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| "a checkpoint's number is a positive integer".to_owned())?;
+        let hash = outbox_core::evidence_entries::hex32::parse(hash)
+            .ok_or_else(|| "a checkpoint's hash is 64 hex digits".to_owned())?;
+        Ok(Anchor { seq, hash })
+    }
+}
+
+/// Holds the database's checkpoints to anchors kept elsewhere.
+pub async fn check_anchors(pool: &PgPool, anchors: &[Anchor]) -> Result<Vec<Problem>, StoreError> {
+    let mut problems = Vec::new();
+    for anchor in anchors {
+        let place = format!("checkpoint {}", anchor.seq);
+        let stored = stored::checkpoints_after(pool, anchor.seq - 1, 1, false)
+            .await?
+            .pop()
+            .filter(|c| c.seq == anchor.seq);
+        match stored {
+            None => problems.push(problem(
+                place,
+                format!(
+                    "is missing, though it was made with hash {}",
+                    hex(&anchor.hash)
+                ),
+            )),
+            Some(c) if checkpoint_of(&c).hash() != anchor.hash => problems.push(problem(
+                place,
+                format!(
+                    "was made with hash {}, the stored one hashes to {}",
+                    hex(&anchor.hash),
+                    hex(&checkpoint_of(&c).hash())
+                ),
+            )),
+            Some(_) => {}
+        }
+    }
+    Ok(problems)
+}
+
+/// What a walk found.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct WalkSummary {
+    /// Alerts whose chains were recomputed.
+    pub alerts: u64,
+    /// Entries recomputed.
+    pub entries: u64,
+    /// Checkpoints checked with their leaves.
+    pub checkpoints: u64,
+    /// The newest checkpoint: number, time, last position covered.
+    pub newest_checkpoint: Option<(i64, DateTime<Utc>, i64)>,
+    /// Entries after the newest checkpoint (verified by their chains only, so far).
+    pub entries_not_checkpointed: u64,
+    /// Problems found, the first [`MAX_LISTED`] of them.
+    pub problems: Vec<Problem>,
+    /// How many problems in all.
+    pub problem_count: u64,
+}
+
+/// How many problems a walk lists (it counts them all).
+pub const MAX_LISTED: usize = 200;
+
+impl WalkSummary {
+    fn add(&mut self, found: impl IntoIterator<Item = Problem>) {
+        for p in found {
+            self.problem_count += 1;
+            if self.problems.len() < MAX_LISTED {
+                self.problems.push(p);
+            }
+        }
+    }
+}
+
+/// Alerts per statement of a walk.
+const WALK_PAGE: i64 = 500;
+
+/// Walks everything (`since: None`) or what changed since a time: the checkpoints (each
+/// with its leaves, root and signature, chained without gaps, each leaf held against the
+/// heads the entries of its range give now, and the tip), and every alert's chain
+/// (`since`: the alerts under those checkpoints and those changed after the newest). In
+/// bounded memory: one checkpoint's leaves and one page of alerts at a time. `progress`
+/// is told `(done, total)` in alerts as the walk goes.
+pub async fn verify_walk(
+    pool: &PgPool,
+    since: Option<DateTime<Utc>>,
+    trust: &Trust,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<WalkSummary, StoreError> {
+    let mut summary = WalkSummary::default();
+    let first = match since {
+        None => Some(1),
+        Some(at) => stored::first_checkpoint_since(pool, at).await?,
+    };
+    let mut previous = match first {
+        Some(first) if first > 1 => stored::checkpoints_after(pool, first - 2, 1, false)
+            .await?
+            .pop()
+            .filter(|c| c.seq == first - 1),
+        _ => None,
+    };
+    let mut covered_to = previous.as_ref().map_or(0, |p| p.covers_to);
+    let mut after = first.map_or(i64::MAX, |f| f - 1);
+    let total = match since {
+        None => stored::alert_count(pool).await?.unsigned_abs(),
+        Some(_) => 0,
+    };
+    let mut conn = pool.acquire().await?;
+    loop {
+        let Some(c) = stored::checkpoints_after(&mut *conn, after, 1, true)
+            .await?
+            .pop()
+        else {
+            break;
+        };
+        after = c.seq;
+        summary.checkpoints += 1;
+        let before = previous.as_ref().filter(|p| p.seq == c.seq - 1);
+        summary.add(check_checkpoint(&c, before, true, trust));
+        // Each leaf against what the entries of its range give now (stored heads; the
+        // alerts' own walk recomputes those).
+        let recorded = unpack_leaves(&c.leaves).unwrap_or_default();
+        let now = leaves_now(&mut conn, &c, &recorded).await?;
+        summary.add(compare_leaves(c.seq, &recorded, &now));
+        if since.is_some() {
+            let ids: Vec<Uuid> = recorded.iter().map(|l| l.alert_id).collect();
+            for page in ids.chunks(WALK_PAGE as usize) {
+                walk_page(&mut conn, page, None, &mut summary).await?;
+                progress(summary.alerts, summary.alerts);
+            }
+        }
+        covered_to = c.covers_to;
+        summary.newest_checkpoint = Some((c.seq, c.made_at, c.covers_to));
+        previous = Some(c);
+    }
+    summary.add(check_tip(pool, previous.as_ref()).await?);
+    let newest = Newest::load(pool, previous.as_ref()).await?;
+
+    match since {
+        None => {
+            let mut after = Uuid::nil();
+            loop {
+                let page = stored::alert_ids_after(&mut *conn, after, WALK_PAGE).await?;
+                let Some(last) = page.last() else { break };
+                after = *last;
+                walk_page(&mut conn, &page, newest, &mut summary).await?;
+                progress(summary.alerts, total);
+            }
+        }
+        Some(_) => {
+            let tail = stored::alerts_with_entries_after(&mut *conn, covered_to).await?;
+            for page in tail.chunks(WALK_PAGE as usize) {
+                walk_page(&mut conn, page, newest, &mut summary).await?;
+                progress(summary.alerts, summary.alerts);
+            }
+        }
+    }
+    summary.entries_not_checkpointed = stored::entries_after(&mut *conn, covered_to)
+        .await?
+        .unsigned_abs();
+    Ok(summary)
+}
+
+/// The leaves checkpoint `c`'s range gives now: from the entries, and for alerts pruned
+/// since, from the positions and hashes retention kept.
+async fn leaves_now(
+    conn: &mut sqlx::PgConnection,
+    c: &StoredCheckpoint,
+    recorded: &[Leaf],
+) -> Result<Vec<(Uuid, i64, Hash)>, StoreError> {
+    let mut now = stored::leaves_between(conn, c.covers_from, c.covers_to).await?;
+    let live: std::collections::HashSet<Uuid> = now.iter().map(|(alert, _, _)| *alert).collect();
+    let gone: Vec<Uuid> = recorded
+        .iter()
+        .map(|l| l.alert_id)
+        .filter(|alert| !live.contains(alert))
+        .collect();
+    if gone.is_empty() {
+        return Ok(now);
+    }
+    for (alert, chain) in stored::pruned_chains(&mut *conn, &gone).await? {
+        let covered: Vec<&(i64, Hash)> = chain
+            .entries
+            .iter()
+            .filter(|(pos, _)| *pos <= c.covers_to)
+            .collect();
+        let in_range = covered.iter().any(|(pos, _)| *pos > c.covers_from);
+        if let (true, Some((_, head))) = (in_range, covered.last()) {
+            now.push((alert, covered.len() as i64, *head));
+        }
+    }
+    now.sort_by_key(|(alert, _, _)| *alert);
+    Ok(now)
+}
+
+async fn walk_page(
+    conn: &mut sqlx::PgConnection,
+    ids: &[Uuid],
+    newest: Option<Newest>,
+    summary: &mut WalkSummary,
+) -> Result<(), StoreError> {
+    for chain in stored::chains(conn, ids).await? {
+        let check = check_chain(&chain);
+        summary.alerts += 1;
+        summary.entries += check.entries as u64;
+        summary.add(check.problems);
+        if let Some(newest) = newest {
+            summary.add(newest.backdated(&chain));
+        }
+    }
+    Ok(())
+}
+
+/// A checkpoint's recorded leaves against the leaves its range gives now, both in alert id
+/// order: every difference named.
+fn compare_leaves(seq: i64, recorded: &[Leaf], now: &[(Uuid, i64, Hash)]) -> Vec<Problem> {
+    let place = format!("checkpoint {seq}");
+    let mut problems = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < recorded.len() || j < now.len() {
+        match (recorded.get(i), now.get(j)) {
+            (Some(r), Some((alert, entries, head))) if r.alert_id == *alert => {
+                if r.entries != entries.unsigned_abs() || r.head != *head {
+                    problems.push(problem(
+                        &place,
+                        format!(
+                            "recorded alert {alert} with {} entries and head {}; its entries \
+                             now give {entries} entries and head {}",
+                            r.entries,
+                            hex(&r.head),
+                            hex(head)
+                        ),
+                    ));
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(r), other) if other.is_none_or(|(alert, _, _)| r.alert_id < *alert) => {
+                problems.push(problem(
+                    &place,
+                    format!(
+                        "recorded alert {} with {} entries, but no entry of that alert is in \
+                         its range any more",
+                        r.alert_id, r.entries
+                    ),
+                ));
+                i += 1;
+            }
+            (_, Some((alert, entries, _))) => {
+                problems.push(problem(
+                    &place,
+                    format!(
+                        "has no leaf for alert {alert}, yet {entries} of its entries reach into \
+                         its range (an entry inserted afterwards with an old position?)"
+                    ),
+                ));
+                j += 1;
+            }
+            (None, None) => break,
+            (Some(_), None) => unreachable!("handled above"),
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_being_sent_may_follow_a_line_that_left_it_pending_or_uncertain() {
+        assert!(state_agrees("sending", "pending"));
+        assert!(state_agrees("sending", "uncertain"));
+        assert!(state_agrees("held", "held"));
+        assert!(!state_agrees("accepted", "held"));
+        assert!(!state_agrees("pending", "sending"));
+    }
+
+    #[test]
+    fn leaves_compare_by_alert_and_name_every_difference() {
+        let a = Uuid::from_u128(1);
+        let b = Uuid::from_u128(2);
+        let c = Uuid::from_u128(3);
+        let leaf = |alert_id, entries, head| Leaf {
+            alert_id,
+            entries,
+            head,
+        };
+        let recorded = [leaf(a, 2, [1; 32]), leaf(b, 1, [2; 32])];
+        assert!(compare_leaves(1, &recorded, &[(a, 2, [1; 32]), (b, 1, [2; 32])]).is_empty());
+        let found = compare_leaves(1, &recorded, &[(a, 3, [9; 32]), (c, 1, [3; 32])]);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].what.contains("with 2 entries"), "{found:?}");
+        assert!(found[1].what.contains(&b.to_string()), "{found:?}");
+        assert!(found[2].what.contains("has no leaf"), "{found:?}");
+    }
+}

@@ -1,0 +1,215 @@
+//! The chain's writers against each other, on a real PostgreSQL: a dispatcher's
+//! completion links its attempt to the head its outbox row carries, read by the statement
+//! that fences on the row. A line another writer adds while the completion waits for that
+//! row must come before the attempt in the chain, never beside it (a fork that `verify`
+//! would name); and the row keeps the new head when it goes back to the queue.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+use chrono::Utc;
+use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, OnUncertain, Outcome};
+use outbox_evidence::verify::{verify_alert, Trust};
+use outbox_store::destinations::NewDestination;
+use outbox_store::dispatch::{self, AttemptRecord, ClaimedAlert, Completion, Next};
+use outbox_store::lifecycle::{append_event, Event};
+use outbox_testkit::TestDb;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Two alerts approved to one destination and claimed by worker `w`.
+async fn two_claimed(db: &TestDb) -> Vec<ClaimedAlert> {
+    let tenant = outbox_store::tenants::create(&db.pool, "acme", "UTC", None)
+        .await
+        .unwrap();
+    outbox_store::destinations::create(
+        &db.pool,
+        &NewDestination {
+            tenant_id: tenant,
+            name: "ops".into(),
+            url: "http://127.0.0.1:9/hook".into(),
+            signing_secrets: vec![],
+            idempotency_header: "Idempotency-Key".into(),
+            idempotency_retention: None,
+            lookup_url_template: None,
+            on_uncertain: OnUncertain::Hold,
+            timeout: Duration::from_secs(1),
+            max_in_flight: 4,
+        },
+    )
+    .await
+    .unwrap();
+    for subject in ["renewal:a", "renewal:b"] {
+        outbox_store::alerts::approve(
+            &db.pool,
+            outbox_store::alerts::Approval {
+                tenant_id: tenant,
+                destination: "ops",
+                subject,
+                occurrence: "2027-01-31/30d",
+                payload_json: r#"{"n": 1}"#,
+                actor: "test",
+                ordering_key: None,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let mut claimed = dispatch::claim(&db.pool, "w", 10, Duration::from_secs(60), &[])
+        .await
+        .unwrap();
+    claimed.sort_by_key(|row| row.alert_id);
+    assert_eq!(claimed.len(), 2);
+    claimed
+}
+
+/// Attempt 1 of `row`, refused by its destination (the line says where it goes next).
+fn refused(row: &ClaimedAlert, next: Next) -> Completion {
+    Completion {
+        alert_id: row.alert_id,
+        fencing_token: row.fencing_token,
+        worker: "w".into(),
+        attempt: Some(AttemptRecord {
+            kind: AttemptKind::Send,
+            attempt: 1,
+            started_at: Utc::now(),
+            outcome: AttemptOutcome::NotProcessed,
+            http_status: Some(503),
+            destination_reference: None,
+            error_class: Some("http_503".into()),
+            response_excerpt: Some("busy".into()),
+        }),
+        next,
+        line: "attempt 1 refused (HTTP 503)".into(),
+        disable_destination: None,
+        lane: None,
+    }
+}
+
+async fn verified(db: &TestDb, alert_id: Uuid) -> usize {
+    let report = verify_alert(&db.pool, alert_id, &Trust::default(), false)
+        .await
+        .unwrap();
+    assert!(
+        report.problems.is_empty(),
+        "alert {alert_id}: {:?}",
+        report.problems
+    );
+    report.entries
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_written_while_a_completion_waits_comes_before_its_attempt() {
+    let db = TestDb::new().await;
+    let claimed = two_claimed(&db).await;
+    let (settled, requeued) = (&claimed[0], &claimed[1]);
+
+    // An operator's note on both alerts, written under their outbox rows' locks (as every
+    // writer of a live alert's chain holds them) and not committed yet.
+    let mut operator = db.pool.begin().await.unwrap();
+    for row in &claimed {
+        sqlx::query("SELECT 1 FROM outbox WHERE alert_id = $1 FOR UPDATE")
+            .bind(row.alert_id)
+            .execute(&mut *operator)
+            .await
+            .unwrap();
+        append_event(
+            &mut *operator,
+            Event {
+                alert_id: row.alert_id,
+                from: Some(AlertState::Sending),
+                to: AlertState::Sending,
+                attempt: None,
+                actor: "operator:ann",
+                line: "checked with the vendor",
+            },
+        )
+        .await
+        .unwrap();
+    }
+
+    // The dispatcher's completion of both starts meanwhile, and waits for the rows.
+    let batch = vec![
+        refused(
+            settled,
+            Next::Settle {
+                outcome: Outcome::Failed,
+                reference: None,
+            },
+        ),
+        refused(
+            requeued,
+            Next::Requeue {
+                status: LiveStatus::Pending,
+                at: Utc::now() + chrono::Duration::hours(1),
+            },
+        ),
+    ];
+    let pool = db.pool.clone();
+    let completion =
+        tokio::spawn(async move { dispatch::complete_batch(&pool, &batch).await.unwrap() });
+    db.until_a_statement_waits_for_a_lock("removed AS (").await;
+    operator.commit().await.unwrap();
+    assert_eq!(completion.await.unwrap(), vec![true, true]);
+
+    // Each chain: the approval, the note, then the attempt, one after the other.
+    for row in &claimed {
+        assert_eq!(verified(&db, row.alert_id).await, 3);
+        let order: Vec<String> = sqlx::query_scalar(
+            "SELECT kind FROM ( \
+                 SELECT 'line' AS kind, chain_pos FROM alert_events WHERE alert_id = $1 \
+                 UNION ALL \
+                 SELECT 'attempt', chain_pos FROM delivery_attempts WHERE alert_id = $1) x \
+             ORDER BY chain_pos",
+        )
+        .bind(row.alert_id)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(order, ["line", "line", "attempt"]);
+    }
+    // The requeued row carries the attempt's hash as its head, and the next writer links
+    // to it: a later note through the chain's trigger, then a later completion.
+    let (head, attempt_hash): (Vec<u8>, Vec<u8>) = sqlx::query_as(
+        "SELECT o.chain_head, d.entry_hash FROM outbox o \
+         JOIN delivery_attempts d ON d.alert_id = o.alert_id WHERE o.alert_id = $1",
+    )
+    .bind(requeued.alert_id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(head, attempt_hash);
+    append_event(
+        &db.pool,
+        Event {
+            alert_id: requeued.alert_id,
+            from: Some(AlertState::Pending),
+            to: AlertState::Pending,
+            attempt: None,
+            actor: "operator:ann",
+            line: "vendor says their endpoint is back",
+        },
+    )
+    .await
+    .unwrap();
+    sqlx::query("UPDATE outbox SET next_attempt_at = now() WHERE alert_id = $1")
+        .bind(requeued.alert_id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let again = dispatch::claim(&db.pool, "w", 10, Duration::from_secs(60), &[])
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    let mut done = refused(
+        &again[0],
+        Next::Settle {
+            outcome: Outcome::Failed,
+            reference: None,
+        },
+    );
+    if let Some(attempt) = done.attempt.as_mut() {
+        attempt.attempt = 2;
+    }
+    assert!(dispatch::complete(&db.pool, &done).await.unwrap());
+    assert_eq!(verified(&db, requeued.alert_id).await, 5);
+}

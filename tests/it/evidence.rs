@@ -1,0 +1,676 @@
+//! The tamper-evident trail end to end: alerts delivered by a real dispatcher to a real
+//! sink (with refusals, retries, lost answers, an operator's replay), checkpoints signed by
+//! `outboxctl evidence checkpoint`, then `evidence verify`, `export` and `check`. Each kind
+//! of tampering is done with plain SQL, as a database administrator would, and `verify`
+//! must exit non-zero and name the place; the untampered trail must pass.
+
+#![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
+
+use crate::common;
+
+use common::alerts::{approve_many, states};
+use common::destinations::acme_with_ops_at;
+use common::procs::*;
+use common::{outboxctl, outboxctl_ok, CliRun, Outboxctl};
+use outbox_core::evidence_signing::CheckpointSigner;
+use outbox_testkit::TestDb;
+use serde_json::json;
+use uuid::Uuid;
+
+/// A delivered trail with two signed checkpoints and entries after them.
+struct Trail {
+    db: TestDb,
+    _sink: Sink,
+    /// Accepted after at least one refusal (several attempts).
+    retried: Uuid,
+    /// Held: its answer was lost.
+    held: Uuid,
+    /// Held, then replayed by an operator and accepted.
+    replayed: Uuid,
+    /// Approved after the last checkpoint.
+    late: Uuid,
+    secret: String,
+    public: String,
+    /// `N:HASH` of the second checkpoint, as its maker printed it.
+    second_checkpoint: String,
+}
+
+impl Trail {
+    async fn build() -> Trail {
+        let sink = Sink::start(&[]).await;
+        let (db, tenant) = acme_with_ops_at(&sink, |_| {}).await;
+        // Every first attempt refused, so each accepted alert has a refusal before it.
+        sink.faults(json!({"fail_rate": 1.0})).await;
+        let first = approve_many(&db, tenant, "ops", 4).await;
+        let mut dispatcher = spawn_dispatcher(&dispatcher_args(&db, "w", &[]), None);
+        wait_for_db(
+            &db,
+            "SELECT count(DISTINCT alert_id) FROM delivery_attempts",
+            |n| n == 4,
+        )
+        .await;
+        sink.faults(json!({"fail_rate": 0.0})).await;
+        wait_for_db(
+            &db,
+            "SELECT count(*) FROM alert_states WHERE state = 'accepted'",
+            |n| n == 4,
+        )
+        .await;
+        // Gone before the next alerts are approved: a dispatcher still dying could claim
+        // one and leave it sending under a lease nobody renews.
+        dispatcher.kill().await.unwrap();
+        // Two alerts whose answers are lost: held.
+        sink.faults(json!({"drop_response_rate": 1.0})).await;
+        let held = approve_one_more(&db, tenant, "held-1").await;
+        let replayed = approve_one_more(&db, tenant, "held-2").await;
+        drain(&db, "w", &[]).await;
+        assert_eq!(states(&db).await.get("held"), Some(&2));
+        sink.faults(json!({"drop_response_rate": 0.0})).await;
+
+        let keygen = outboxctl_ok(&db, &["evidence", "keygen"]).await;
+        let secret = keygen.stdout.trim().to_owned();
+        let public = keygen
+            .stderr
+            .split_whitespace()
+            .find(|w| w.starts_with("ed25519-pub:"))
+            .unwrap()
+            .to_owned();
+        checkpoint(&db, &secret).await;
+        outboxctl_ok(
+            &db,
+            &[
+                "replay",
+                &replayed.to_string(),
+                "--note",
+                "checked with the vendor",
+            ],
+        )
+        .await;
+        drain(&db, "w", &[]).await;
+        let second_checkpoint = checkpoint(&db, &secret).await;
+        let late = approve_one_more(&db, tenant, "late").await;
+        Trail {
+            db,
+            _sink: sink,
+            retried: first[0],
+            held,
+            replayed,
+            late,
+            secret,
+            public,
+            second_checkpoint,
+        }
+    }
+
+    async fn verify(&self, args: &[&str]) -> CliRun {
+        let mut all = vec!["evidence", "verify"];
+        all.extend_from_slice(args);
+        outboxctl(&self.db, &all).await
+    }
+
+    /// `verify --all` and `verify --alert ALERT` both fail naming `place`.
+    async fn both_verifies_name(&self, alert: Uuid, place: &str) {
+        fails_naming(&self.verify(&["--all"]).await, place);
+        fails_naming(&self.verify(&["--alert", &alert.to_string()]).await, place);
+    }
+
+    async fn verify_pinned(&self, args: &[&str]) -> CliRun {
+        let mut all = vec!["evidence", "verify", "--public-key", &self.public];
+        all.extend_from_slice(args);
+        outboxctl(&self.db, &all).await
+    }
+
+    /// Runs statements as a database administrator with the product's triggers off
+    /// (`session_replication_role = replica`), in one transaction.
+    async fn tamper(&self, statements: &[&str]) {
+        let mut tx = self.db.pool.begin().await.unwrap();
+        sqlx::query("SET LOCAL session_replication_role = replica")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        for sql in statements {
+            sqlx::query(sql).execute(&mut *tx).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+    }
+}
+
+async fn approve_one_more(db: &TestDb, tenant: Uuid, subject: &str) -> Uuid {
+    common::alerts::approve_one(db, tenant, "ops", subject, "2027-01-31/30d", "{\"n\": 1}").await
+}
+
+/// Makes a signed checkpoint; returns its `N:HASH` as printed.
+async fn checkpoint(db: &TestDb, secret: &str) -> String {
+    let run = Outboxctl::on(db)
+        .args(&["evidence", "checkpoint"])
+        .env("OUTBOX_EVIDENCE_SIGNING_KEY", secret)
+        .run()
+        .await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(run.stdout.contains(", signed"), "{}", run.stdout);
+    // "checkpoint N over M chain heads, hash H, signed"
+    let words: Vec<&str> = run.stdout.split_whitespace().collect();
+    format!("{}:{}", words[1], words[7].trim_end_matches(','))
+}
+
+/// `verify` failed, with a one-line reason, and its output names `place`.
+fn fails_naming(run: &CliRun, place: &str) {
+    assert!(!run.ok, "verify passed a tampered trail:\n{}", run.stdout);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stdout.contains(place) && run.stdout.contains("mismatch:"),
+        "`{place}` not named in:\n{}",
+        run.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untampered_trail_verifies_and_its_bundle_checks_offline() {
+    let trail = Trail::build().await;
+    let all = trail.verify_pinned(&["--all"]).await;
+    assert!(all.ok, "{}\n{}", all.stdout, all.stderr);
+    assert!(all.stdout.contains("verified 7 alerts"), "{}", all.stdout);
+    assert!(all.stdout.contains("and 2 checkpoints"), "{}", all.stdout);
+    let since = trail.verify_pinned(&["--since", "1h"]).await;
+    assert!(since.ok, "{}\n{}", since.stdout, since.stderr);
+    let one = trail
+        .verify_pinned(&["--alert", &trail.replayed.to_string()])
+        .await;
+    assert!(one.ok, "{}\n{}", one.stdout, one.stderr);
+    assert!(
+        one.stdout.contains("evidence verified up to checkpoint 2"),
+        "{}",
+        one.stdout
+    );
+    let late = trail.verify(&["--alert", &trail.late.to_string()]).await;
+    assert!(late.ok, "{}", late.stderr);
+    assert!(
+        late.stdout.contains("no checkpoint covers them yet"),
+        "{}",
+        late.stdout
+    );
+
+    // The bundle checks with no database, and not after a byte of it changes.
+    let export = outboxctl_ok(
+        &trail.db,
+        &["evidence", "export", "--alert", &trail.retried.to_string()],
+    )
+    .await;
+    let dir = tempfile_dir();
+    let file = dir.join("proof.json");
+    std::fs::write(&file, &export.stdout).unwrap();
+    let path = file.to_str().unwrap();
+    let check = Outboxctl::on(&trail.db)
+        .args(&["evidence", "check", path, "--public-key", &trail.public])
+        .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+        .run()
+        .await;
+    assert!(check.ok, "{}", check.stderr);
+    assert!(
+        check.stdout.contains("under checkpoint 1"),
+        "{}",
+        check.stdout
+    );
+    let mut changed = export.stdout.clone().into_bytes();
+    let at = changed.len() / 2;
+    changed[at] = if changed[at] == b'0' { b'1' } else { b'0' };
+    std::fs::write(&file, &changed).unwrap();
+    let check = outboxctl(&trail.db, &["evidence", "check", path]).await;
+    assert!(!check.ok, "a changed bundle still checks: {}", check.stdout);
+    assert!(
+        check.stderr.contains("the bundle does not verify"),
+        "{}",
+        check.stderr
+    );
+    // Signed by another key than the auditor's: refused.
+    let (other, _) = CheckpointSigner::generate();
+    std::fs::write(&file, &export.stdout).unwrap();
+    let check = outboxctl(
+        &trail.db,
+        &[
+            "evidence",
+            "check",
+            path,
+            "--public-key",
+            &other.public_key().to_text(),
+        ],
+    )
+    .await;
+    assert!(!check.ok);
+    assert!(
+        check.stderr.contains("not one of the keys given"),
+        "{}",
+        check.stderr
+    );
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("outbox-evidence-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_line_is_named() {
+    let trail = Trail::build().await;
+    let row: i64 = sqlx::query_scalar(
+        "SELECT id FROM alert_events WHERE alert_id = $1 ORDER BY chain_pos LIMIT 1",
+    )
+    .bind(trail.held)
+    .fetch_one(&trail.db.pool)
+    .await
+    .unwrap();
+    trail
+        .tamper(&[&format!(
+            "UPDATE alert_events SET line = line || ' (approved by the CFO)' WHERE id = {row}"
+        )])
+        .await;
+    let place = format!("alert {}, entry 1 (alert_events row {row})", trail.held);
+    trail.both_verifies_name(trail.held, &place).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_outcome_is_named() {
+    let trail = Trail::build().await;
+    trail
+        .tamper(&[&format!(
+            "UPDATE alert_outcomes SET outcome = 'accepted' WHERE alert_id = '{}'",
+            trail.held
+        )])
+        .await;
+    let place = format!("alert {}: is accepted, but the last transition", trail.held);
+    trail.both_verifies_name(trail.held, &place).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_attempt_is_named() {
+    let trail = Trail::build().await;
+    // The first refused attempt: the chain breaks at the attempt after it.
+    let (refused, next): (i64, i64) = sqlx::query_as(
+        "SELECT min(id), (SELECT min(d.id) FROM delivery_attempts d \
+                          WHERE d.alert_id = $1 AND d.id > min(a.id)) \
+         FROM delivery_attempts a WHERE alert_id = $1",
+    )
+    .bind(trail.retried)
+    .fetch_one(&trail.db.pool)
+    .await
+    .unwrap();
+    assert_ne!(refused, next, "the alert was retried");
+    trail
+        .tamper(&[&format!(
+            "DELETE FROM delivery_attempts WHERE id = {refused}"
+        )])
+        .await;
+    let place = format!("(delivery_attempts row {next}): does not match its chain");
+    trail.both_verifies_name(trail.retried, &place).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_newest_attempt_is_named_by_its_checkpoint() {
+    let trail = Trail::build().await;
+    // The accepted attempt, the alert's last entry, and its outcome with it: the chain
+    // that is left is whole, and says `pending` again; the checkpoint remembers more.
+    trail
+        .tamper(&[
+            &format!(
+                "DELETE FROM delivery_attempts WHERE id = (SELECT max(id) FROM delivery_attempts \
+                 WHERE alert_id = '{}')",
+                trail.retried
+            ),
+            &format!(
+                "WITH gone AS (DELETE FROM alert_outcomes WHERE alert_id = '{0}' RETURNING alert_id) \
+                 INSERT INTO outbox (alert_id, destination_id, attempts) \
+                 SELECT a.id, a.destination_id, 1 FROM alerts a WHERE a.id = '{0}'",
+                trail.retried
+            ),
+        ])
+        .await;
+    let place = format!("checkpoint 1: recorded alert {}", trail.retried);
+    fails_naming(&trail.verify(&["--all"]).await, &place);
+    fails_naming(
+        &trail.verify(&["--alert", &trail.retried.to_string()]).await,
+        "checkpoint 1",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_attempt_is_named() {
+    let trail = Trail::build().await;
+    // A held alert made to look delivered an hour ago: an accepted attempt (linked by the
+    // product's own trigger, so its hash is right) and the outcome to match.
+    sqlx::query(
+        "INSERT INTO delivery_attempts (alert_id, attempt, worker, fencing_token, started_at, \
+             finished_at, idempotency_key, payload_sha256, outcome, http_status, to_state, line) \
+         SELECT id, 2, 'w', 1, now() - interval '1 hour', now() - interval '1 hour', id::text, \
+                payload_sha256, 'accepted', 200, 'accepted', 'attempt 2 accepted (HTTP 200)' \
+         FROM alerts WHERE id = $1",
+    )
+    .bind(trail.held)
+    .execute(&trail.db.pool)
+    .await
+    .unwrap();
+    trail
+        .tamper(&[&format!(
+            "UPDATE alert_outcomes SET outcome = 'accepted' WHERE alert_id = '{}'",
+            trail.held
+        )])
+        .await;
+    let place = format!("alert {}, entry", trail.held);
+    let all = trail.verify(&["--all"]).await;
+    fails_naming(&all, &place);
+    assert!(
+        all.stdout.contains("is dated before checkpoint 2"),
+        "{}",
+        all.stdout
+    );
+    fails_naming(
+        &trail.verify(&["--alert", &trail.held.to_string()]).await,
+        "is dated before",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backdated_attempt_is_named() {
+    let trail = Trail::build().await;
+    let row: i64 = sqlx::query_scalar("SELECT max(id) FROM delivery_attempts WHERE alert_id = $1")
+        .bind(trail.retried)
+        .fetch_one(&trail.db.pool)
+        .await
+        .unwrap();
+    trail
+        .tamper(&[&format!(
+            "UPDATE delivery_attempts SET started_at = started_at - interval '1 hour', \
+             finished_at = finished_at - interval '1 hour' WHERE id = {row}"
+        )])
+        .await;
+    let place = format!("(delivery_attempts row {row}): does not match its chain");
+    fails_naming(&trail.verify(&["--all"]).await, &place);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistently_rewritten_chain_is_named_by_its_checkpoint() {
+    let trail = Trail::build().await;
+    // The approval line reworded and every hash of the alert's chain recomputed with the
+    // product's own functions: the chain alone verifies; checkpoint 1 does not agree.
+    trail
+        .tamper(&[
+            &format!(
+                "UPDATE alert_events SET line = 'approved by the CFO' \
+                 WHERE alert_id = '{}' AND from_state IS NULL",
+                trail.retried
+            ),
+            &format!(
+                "DO $$ DECLARE head bytea; e record; BEGIN \
+                   SELECT evidence_genesis(a) INTO head FROM alerts a WHERE a.id = '{0}'; \
+                   FOR e IN SELECT 0 AS t, id, chain_pos FROM alert_events WHERE alert_id = '{0}' \
+                            UNION ALL SELECT 1, id, chain_pos FROM delivery_attempts WHERE alert_id = '{0}' \
+                            ORDER BY chain_pos LOOP \
+                     IF e.t = 0 THEN \
+                       UPDATE alert_events x SET entry_hash = sha256(head || evidence_event_record(x)) \
+                        WHERE x.id = e.id RETURNING entry_hash INTO head; \
+                     ELSE \
+                       UPDATE delivery_attempts x SET entry_hash = sha256(head || evidence_attempt_record(x)) \
+                        WHERE x.id = e.id RETURNING entry_hash INTO head; \
+                     END IF; \
+                   END LOOP; END $$",
+                trail.retried
+            ),
+        ])
+        .await;
+    let place = format!("checkpoint 1: recorded alert {}", trail.retried);
+    trail.both_verifies_name(trail.retried, &place).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_newest_checkpoint_is_named() {
+    let trail = Trail::build().await;
+    let first_hash: Vec<u8> =
+        sqlx::query_scalar("SELECT previous FROM evidence_checkpoints WHERE seq = 2")
+            .fetch_one(&trail.db.pool)
+            .await
+            .unwrap();
+    trail
+        .tamper(&["DELETE FROM evidence_checkpoints WHERE seq = 2"])
+        .await;
+    trail
+        .both_verifies_name(trail.retried, "checkpoint 2: is missing")
+        .await;
+    // The tip rewritten as well: the database is consistent again, and only the
+    // checkpoint's hash kept elsewhere (its maker's output, its log line) shows it is gone.
+    let hex: String = first_hash.iter().map(|b| format!("{b:02x}")).collect();
+    trail
+        .tamper(&[&format!(
+            "UPDATE evidence_checkpoint_tip SET seq = 1, hash = '\\x{hex}'"
+        )])
+        .await;
+    let consistent = trail.verify(&["--all"]).await;
+    assert!(consistent.ok, "{}", consistent.stdout);
+    let anchored = trail
+        .verify(&["--all", "--checkpoint", &trail.second_checkpoint])
+        .await;
+    fails_naming(
+        &anchored,
+        "checkpoint 2: is missing, though it was made with hash",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_signed_again_with_another_key_fail_against_the_auditors_key() {
+    let trail = Trail::build().await;
+    // The administrator's own key, recorded as if it were the product's, and every
+    // checkpoint signed again with it.
+    let (forger, _) = CheckpointSigner::generate();
+    let checkpoints = outbox_store::evidence_chain::checkpoints_after(&trail.db.pool, 0, 10, false)
+        .await
+        .unwrap();
+    let mut statements = vec![format!(
+        "INSERT INTO evidence_keys (key_id, public_key) VALUES ('{}', '{}')",
+        forger.key_id(),
+        forger.public_key().to_text()
+    )];
+    for c in &checkpoints {
+        let signature = forger.sign(&outbox_evidence::checkpoint::checkpoint_of(c));
+        let hex: String = signature.iter().map(|b| format!("{b:02x}")).collect();
+        statements.push(format!(
+            "UPDATE evidence_checkpoints SET key_id = '{}', signature = '\\x{hex}' WHERE seq = {}",
+            forger.key_id(),
+            c.seq
+        ));
+    }
+    let statements: Vec<&str> = statements.iter().map(String::as_str).collect();
+    trail.tamper(&statements).await;
+    // With the keys the database holds, the forgery is consistent...
+    let unpinned = trail.verify(&["--all"]).await;
+    assert!(unpinned.ok, "{}", unpinned.stdout);
+    assert!(
+        unpinned.stdout.contains("pin yours with --public-key"),
+        "{}",
+        unpinned.stdout
+    );
+    // ...and against the auditor's own key it is not.
+    let place = format!(
+        "checkpoint 1: is signed by key {}, which is not a trusted key",
+        forger.key_id()
+    );
+    fails_naming(&trail.verify_pinned(&["--all"]).await, &place);
+    fails_naming(
+        &trail
+            .verify_pinned(&["--alert", &trail.retried.to_string()])
+            .await,
+        &place,
+    );
+    let _ = &trail.secret;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerts_from_before_the_chain_are_chained_by_the_backfill_and_verify() {
+    let trail = Trail::build().await;
+    // As a database from before this version: no entry chained, no checkpoint, and the
+    // backfill still to walk every alert.
+    trail
+        .tamper(&[
+            "UPDATE alert_events SET chain_pos = NULL, entry_hash = NULL",
+            "UPDATE delivery_attempts SET chain_pos = NULL, entry_hash = NULL",
+            "UPDATE outbox SET chain_head = NULL",
+            "DELETE FROM evidence_checkpoints",
+            "DELETE FROM evidence_checkpoint_tip",
+            "UPDATE evidence_backfill SET up_to = (SELECT id FROM alerts ORDER BY id DESC LIMIT 1), \
+             after = '00000000-0000-0000-0000-000000000000', chained = 0, finished_at = NULL",
+        ])
+        .await;
+    let before = trail.verify(&["--all"]).await;
+    fails_naming(&before, "carries no chain hash");
+    // An entry written meanwhile to an unchained alert stays unchained until the backfill
+    // chains the alert's whole trail in order.
+    outboxctl_ok(
+        &trail.db,
+        &[
+            "replay",
+            &trail.held.to_string(),
+            "--note",
+            "during the upgrade",
+        ],
+    )
+    .await;
+    let unchained: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM alert_events WHERE alert_id = $1 AND entry_hash IS NULL",
+    )
+    .bind(trail.held)
+    .fetch_one(&trail.db.pool)
+    .await
+    .unwrap();
+    assert!(
+        unchained >= 2,
+        "the new line was chained onto an unchained trail"
+    );
+
+    let run = Outboxctl::on(&trail.db)
+        .args(&["evidence", "checkpoint", "--backfill"])
+        .env("OUTBOX_EVIDENCE_SIGNING_KEY", &trail.secret)
+        .run()
+        .await;
+    assert!(run.ok, "{}", run.stderr);
+    let left: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM alert_events WHERE entry_hash IS NULL) \
+              + (SELECT count(*) FROM delivery_attempts WHERE entry_hash IS NULL)",
+    )
+    .fetch_one(&trail.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
+    let after = trail.verify_pinned(&["--all"]).await;
+    assert!(after.ok, "{}\n{}", after.stdout, after.stderr);
+    assert!(
+        after.stdout.contains("verified 7 alerts"),
+        "{}",
+        after.stdout
+    );
+    // A checkpoint made before the backfill finished would have covered nothing of it;
+    // this one covers every alert.
+    let size: i64 = sqlx::query_scalar("SELECT size FROM evidence_checkpoints WHERE seq = 1")
+        .fetch_one(&trail.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(size, 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruned_alerts_keep_a_chain_their_checkpoints_verify() {
+    let trail = Trail::build().await;
+    let run = outboxctl_ok(&trail.db, &["prune", "--older-than", "1ms", "--json"]).await;
+    assert!(run.stdout.contains("\"alerts\":5"), "{}", run.stdout);
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM evidence_pruned_chains")
+        .fetch_one(&trail.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 5);
+    let all = trail.verify_pinned(&["--all"]).await;
+    assert!(all.ok, "{}\n{}", all.stdout, all.stderr);
+    let one = trail
+        .verify_pinned(&["--alert", &trail.retried.to_string()])
+        .await;
+    assert!(one.ok, "{}", one.stdout);
+    assert!(
+        one.stdout
+            .contains("(pruned: the entries' hashes were kept"),
+        "{}",
+        one.stdout
+    );
+    // The kept head changed (one bit of its last byte): the checkpoint that covered it
+    // says so.
+    trail
+        .tamper(&[&format!(
+            "UPDATE evidence_pruned_chains SET entry_hashes = set_byte(entry_hashes, \
+                 octet_length(entry_hashes) - 1, \
+                 get_byte(entry_hashes, octet_length(entry_hashes) - 1) # 1) \
+             WHERE alert_id = '{}'",
+            trail.retried
+        )])
+        .await;
+    fails_naming(
+        &trail.verify(&["--all"]).await,
+        &format!("checkpoint 1: recorded alert {}", trail.retried),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_evidence_arguments_are_refused_clearly() {
+    let db = TestDb::new().await;
+    let cases: [(&[&str], &str); 5] = [
+        (&["evidence", "verify"], "--alert"),
+        (
+            &["evidence", "verify", "--all", "--checkpoint", "2:abc"],
+            "64 hex digits",
+        ),
+        (
+            &[
+                "evidence",
+                "verify",
+                "--all",
+                "--public-key",
+                "ed25519-pub:nope",
+            ],
+            "--public-key",
+        ),
+        (
+            &[
+                "evidence",
+                "verify",
+                "--alert",
+                "01a2c3d4-0000-7000-8000-000000000000",
+            ],
+            "no alert 01a2c3d4-0000-7000-8000-000000000000",
+        ),
+        (
+            &["evidence", "check", "/nonexistent/proof.json"],
+            "cannot read /nonexistent/proof.json",
+        ),
+    ];
+    for (args, needle) in cases {
+        let run = outboxctl(&db, args).await;
+        assert!(!run.ok, "{args:?} passed");
+        assert!(
+            run.stderr.contains(needle),
+            "{args:?}: `{needle}` not in {}",
+            run.stderr
+        );
+    }
+    let bad_key = Outboxctl::on(&db)
+        .args(&["evidence", "checkpoint"])
+        .env("OUTBOX_EVIDENCE_SIGNING_KEY", "ed25519:not-base64")
+        .run()
+        .await;
+    assert!(!bad_key.ok);
+    assert_eq!(bad_key.stderr.lines().count(), 1, "{}", bad_key.stderr);
+    assert!(
+        bad_key.stderr.contains("OUTBOX_EVIDENCE_SIGNING_KEY"),
+        "{}",
+        bad_key.stderr
+    );
+    assert!(
+        !bad_key.stderr.contains("not-base64"),
+        "the key is echoed: {}",
+        bad_key.stderr
+    );
+    assert_eq!(db.count("evidence_checkpoints").await, 0);
+}
