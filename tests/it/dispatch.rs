@@ -207,7 +207,7 @@ async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
     let id: uuid::Uuid = alert["id"].as_str().unwrap().parse().unwrap();
     wait_for_db(
         &api.db,
-        "SELECT count(*) FROM alert_outcomes WHERE outcome = 'accepted'",
+        "SELECT count(*) FROM alert_states WHERE state = 'accepted'",
         |n| n == 1,
     )
     .await;

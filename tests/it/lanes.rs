@@ -100,7 +100,7 @@ async fn each_key_arrives_in_approval_order_with_two_dispatchers_and_refusals() 
     let second = spawn_dispatcher(&dispatcher_args(&db, "w2", &args), None);
     wait_for_db(
         &db,
-        "SELECT count(*) FROM alert_outcomes WHERE outcome = 'accepted'",
+        "SELECT count(*) FROM alert_states WHERE state = 'accepted'",
         |n| n == 40,
     )
     .await;

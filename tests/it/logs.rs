@@ -60,7 +60,7 @@ async fn logs_carry_the_alert_and_never_a_token_or_a_secret() {
     assert_eq!(sink.records(&id).await[0]["signature"], "valid");
     wait_for_db(
         &db,
-        "SELECT count(*) FROM alert_outcomes WHERE outcome = 'accepted'",
+        "SELECT count(*) FROM alert_states WHERE state = 'accepted'",
         |n| n == 1,
     )
     .await;

@@ -28,7 +28,7 @@ async fn a_dispatcher_vacuums_the_queue_once_its_dead_tuples_pass_the_threshold(
     );
     wait_for_db(
         &db,
-        "SELECT count(*) FROM alert_outcomes WHERE outcome = 'accepted'",
+        "SELECT count(*) FROM alert_states WHERE state = 'accepted'",
         |n| n == 400,
     )
     .await;

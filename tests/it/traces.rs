@@ -95,7 +95,7 @@ async fn one_trace_from_the_agents_request_to_the_destinations_receipt() {
 
     wait_for_db(
         &db,
-        "SELECT count(*) FROM alert_outcomes WHERE outcome = 'accepted'",
+        "SELECT count(*) FROM alert_states WHERE state = 'accepted'",
         |n| n == 1,
     )
     .await;
@@ -292,7 +292,7 @@ async fn a_collector_that_is_down_slows_and_fails_nothing() {
     }
     wait_for_db(
         &db,
-        "SELECT count(*) FROM alert_outcomes WHERE outcome = 'accepted'",
+        "SELECT count(*) FROM alert_states WHERE state = 'accepted'",
         |n| n == 20,
     )
     .await;

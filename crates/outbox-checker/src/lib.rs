@@ -4,7 +4,8 @@
 //! - **lost**: committed alerts that are not accepted, failed, held or superseded (nor
 //!   waiting in their ordered lane behind a blocked head, below);
 //! - **logical duplicates**: more than one alert per identity and revision;
-//! - **partial commits**: an alert without its queue row or outcome (or with both), or
+//! - **partial commits**: an alert with neither its queue row nor a record of where it came
+//!   to rest (an outcome row, or the attempt row that got it accepted), or with both, or
 //!   without the evidence line its approval writes;
 //! - **unexpected**: a key a sink saw that no committed alert has;
 //! - **mutated retries**: a key seen with another payload than the one committed;

@@ -17,9 +17,11 @@ pub(crate) fn by_id(alerts: &[CommittedAlert]) -> AlertsById<'_> {
     alerts.iter().map(|a| (a.id.to_string(), a)).collect()
 }
 
-/// Lost and unresolved alerts, and partial commits: an alert with both a queue row and an
-/// outcome (or neither), or without the evidence line its approval writes (unless
-/// retention pruned it). The alerts `waiting` behind a blocked head of their lane are
+/// Lost and unresolved alerts, and partial commits: an alert with both a queue row and a
+/// record of where it came to rest (an outcome row, or the attempt row that accepted it),
+/// or neither, or without the evidence line its approval writes (unless retention pruned
+/// it). An alert whose queue row is gone with no such record has no state: it is lost,
+/// never read as delivered. The alerts `waiting` behind a blocked head of their lane are
 /// counted as such, not as lost.
 pub(crate) fn judge_alerts(
     report: &mut Report,
@@ -38,7 +40,7 @@ pub(crate) fn judge_alerts(
                 "partial commit",
                 Some(alert.id),
                 format!(
-                    "queue row: {}, outcome: {}, evidence lines: {}",
+                    "queue row: {}, came to rest: {}, evidence lines: {}",
                     alert.queued, alert.settled, alert.events
                 ),
             );

@@ -659,3 +659,103 @@ async fn alerts_waiting_behind_a_held_head_are_not_lost_but_only_behind_one() {
     );
     assert_eq!(report.ordered[0].blocked_heads, 1, "j0 still blocks j");
 }
+
+/// Records the claimed `row` as a dispatcher does when its send was accepted: the attempt
+/// row says `accepted`, with the destination's `reference`.
+async fn send_accepted(db: &TestDb, row: &ClaimedAlert, reference: &str) {
+    let done = Completion {
+        alert_id: row.alert_id,
+        fencing_token: row.fencing_token,
+        worker: "w".into(),
+        attempt: Some(dispatch::AttemptRecord {
+            kind: outbox_core::AttemptKind::Send,
+            attempt: row.attempts,
+            started_at: row.db_now,
+            outcome: outbox_core::AttemptOutcome::Accepted,
+            http_status: Some(200),
+            destination_reference: Some(reference.into()),
+            error_class: None,
+            response_excerpt: None,
+        }),
+        next: Next::Settle {
+            outcome: outbox_core::Outcome::Accepted,
+            reference: Some(reference.into()),
+        },
+        line: "attempt accepted".into(),
+        disable_destination: None,
+        lane: None,
+    };
+    assert!(dispatch::complete(&db.pool, &done).await.unwrap());
+}
+
+#[tokio::test]
+async fn an_accepting_attempt_settles_an_alert_and_a_lost_queue_row_is_lost() {
+    let db = TestDb::new().await;
+    let tenant = outbox_store::tenants::create(&db.pool, "acme", "UTC", None)
+        .await
+        .unwrap();
+    outbox_store::destinations::create(
+        &db.pool,
+        &destination(tenant, "ops", "http://127.0.0.1:9/hook"),
+    )
+    .await
+    .unwrap();
+    for n in 0..3 {
+        approve(
+            &db,
+            tenant,
+            "ops",
+            &format!("s{n}"),
+            &format!("{{\"n\": {n}}}"),
+        )
+        .await;
+    }
+    let claimed = claim(&db).await;
+    assert_eq!(claimed.len(), 3);
+    for row in &claimed[..2] {
+        send_accepted(&db, row, "r").await;
+    }
+    // The third alert's queue row disappears by a path no transition takes: no attempt,
+    // no outcome, nothing says where it went.
+    let lost = claimed[2].alert_id;
+    sqlx::query("DELETE FROM outbox WHERE alert_id = $1")
+        .bind(lost)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    // The two acceptances wrote no outcome row: their attempt rows say so.
+    let outcome_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_outcomes")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(outcome_rows, 0);
+    let states: Vec<(Uuid, Option<String>)> =
+        sqlx::query_as("SELECT alert_id, state FROM alert_states ORDER BY alert_id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    for (id, state) in &states {
+        let expected = (*id != lost).then(|| "accepted".to_owned());
+        assert_eq!(state, &expected, "{id}");
+    }
+
+    let hashes: Vec<(String, String)> =
+        sqlx::query_as("SELECT id::text, encode(payload_sha256, 'hex') FROM alerts WHERE id <> $1")
+            .bind(lost)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let records = hashes.iter().map(|(k, h)| applied(k, h)).collect();
+    let report = check(&db.pool, 1, &sink(Capability::Idempotent, records))
+        .await
+        .unwrap();
+    // The lost row reads as lost, never as delivered; the accepted ones pass.
+    assert_eq!(report.lost, 1, "{report}");
+    assert_eq!(report.partial_commits, 1, "{report}");
+    assert_eq!(report.phantom_acceptances, 0, "{report}");
+    assert!(
+        report.offences.iter().all(|o| o.alert_id == Some(lost)),
+        "{report}"
+    );
+}

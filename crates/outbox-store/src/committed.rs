@@ -7,7 +7,7 @@ use outbox_core::{AlertState, DestinationKind, OnHeadFailed, Ordering};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::lifecycle::{evidence_trail, STATE, STATE_JOINS};
+use crate::lifecycle::{evidence_trail, SETTLED, STATE, STATE_JOINS};
 use crate::sql_names::SqlName;
 use crate::StoreError;
 
@@ -18,7 +18,9 @@ pub struct CommittedAlert {
     pub id: Uuid,
     /// Destination name.
     pub destination: String,
-    /// Its state: the outbox row's status, else its outcome (`None` when it has neither).
+    /// Its state, by the store's one definition: the outbox row's status, else its outcome
+    /// row's, else `accepted` where its newest attempt row says so (`None` when none of
+    /// these holds).
     pub state: Option<AlertState>,
     /// Hex SHA-256 of the bytes every request for it must carry: the payload's, or for
     /// an email API (a webhook with a body template) the stored rendered request body's.
@@ -27,7 +29,7 @@ pub struct CommittedAlert {
     pub possible_duplicate: bool,
     /// Whether it has an outbox row.
     pub queued: bool,
-    /// Whether it has a settled outcome.
+    /// Whether it came to rest: an outcome row, or an attempt row that accepted it.
     pub settled: bool,
     /// Evidence lines it has.
     pub events: i64,
@@ -81,7 +83,7 @@ pub async fn committed_alerts(pool: &PgPool) -> Result<Vec<CommittedAlert>, Stor
                              (SELECT r.sha256 FROM rendered_messages r WHERE r.alert_id = a.id) END, \
                          encode(a.payload_sha256, 'hex')) AS payload_sha256, \
                 a.possible_duplicate, \
-                o.alert_id IS NOT NULL AS queued, ao.alert_id IS NOT NULL AS settled, \
+                o.alert_id IS NOT NULL AS queued, {SETTLED} AS settled, \
                 (SELECT count(*) FROM alert_evidence e WHERE e.alert_id = a.id) AS events, \
                 a.pruned_at IS NOT NULL AS pruned, \
                 CASE WHEN {ordered} THEN a.destination_id END AS lane_destination, \

@@ -4,7 +4,9 @@
 //! - [`settle`]: an alert leaves the live queue for an [`Outcome`](outbox_core::Outcome)
 //!   (with the destination's reference when it was accepted), recorded in
 //!   `alert_outcomes`, never in the wide alert row. Its set-based twin is the settling
-//!   step of [`COMPLETE_BATCH`], built with the same `SETTLE_CONFLICT`.
+//!   step of [`COMPLETE_BATCH`] (a plain insert there: a live alert has no outcome row
+//!   to overwrite), which writes no outcome row for an attempt that got the alert
+//!   accepted: that attempt row says so itself ([`STATE_JOINS`]).
 //! - requeue: a live row goes back to `pending` or `uncertain`, its claim cleared
 //!   ([`requeue_assignments`], used by the batch completion, the lease sweep and a
 //!   dispatcher's release), or a settled alert comes back to the queue with a fresh retry
@@ -41,7 +43,9 @@ pub use queue_moves::{lock_lane_of, requeue_with_fresh_budget, settle};
 pub(crate) use queue_moves::{requeue_assignments, COMPLETE_BATCH, ENQUEUE};
 pub use replay::{pruned_refusal, replay, replayable};
 pub use resolve::{resolve, Resolution};
-pub(crate) use standing::{parse_optional, BLOCKS_LANE, STATE, STATE_JOINS};
+pub(crate) use standing::{
+    parse_optional, BLOCKS_LANE, DESTINATION_REFERENCE, SETTLED, SETTLED_AT, STATE, STATE_JOINS,
+};
 pub use standing::{standing, Standing};
 
 #[cfg(test)]

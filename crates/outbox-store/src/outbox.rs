@@ -56,8 +56,8 @@ pub struct Filter {
     pub limit: i64,
 }
 
-/// Lists alerts, oldest first. Live states are read from the small outbox table; settled
-/// ones from the narrow outcome table.
+/// Lists alerts, oldest first. Live states are read from the small outbox table; held,
+/// failed and superseded ones from the narrow outcome table.
 pub async fn list(
     db: impl PgExecutor<'_>,
     filter: &Filter,
@@ -79,18 +79,28 @@ pub async fn list(
          ORDER BY a.created_at, a.id LIMIT $2"
         )
     } else {
+        // Held, failed and superseded alerts all have an outcome row, so their listing walks
+        // the narrow outcome table; accepted ones mostly have none (their accepting attempt
+        // row says so), so theirs reads each settled alert's state.
+        let (from, state_is) = if state == Some(AlertState::Accepted) {
+            (format!("alerts a {STATE_JOINS}"), format!("{STATE} = $1"))
+        } else {
+            (
+                "alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id".to_owned(),
+                "ao.outcome = $1".to_owned(),
+            )
+        };
         format!(
             "SELECT a.id, t.name AS tenant, d.name AS destination, a.subject, a.occurrence, \
-                a.revision, ao.outcome AS state, \
+                a.revision, $1::text AS state, \
                 (SELECT count(*)::int4 FROM delivery_attempts da \
                  WHERE da.alert_id = a.id AND da.kind = {send}) AS attempts, \
                 a.created_at, NULL::timestamptz AS next_attempt_at, \
                 {LAST_EVIDENCE_LINE} AS last_evidence \
-         FROM alert_outcomes ao \
-         JOIN alerts a ON a.id = ao.alert_id \
+         FROM {from} \
          JOIN tenants t ON t.id = a.tenant_id \
          JOIN destinations d ON d.id = a.destination_id \
-         WHERE ao.outcome = $1 \
+         WHERE {state_is} \
            AND ($3::text IS NULL OR t.name = $3) AND ($4::text IS NULL OR d.name = $4) \
            AND ($5::float8 IS NULL OR a.created_at >= now() - make_interval(secs => $5)) \
          ORDER BY a.created_at, a.id LIMIT $2",
@@ -159,6 +169,8 @@ fn push_filter<'a>(
     if let Some(state) = filter.state {
         if let Some(live) = state.live() {
             query.push(" AND o.status = ").push_bind(live);
+        } else if state == AlertState::Accepted {
+            query.push(format!(" AND {STATE} = ")).push_bind(state);
         } else if let Some(outcome) = state.outcome() {
             query.push(" AND ao.outcome = ").push_bind(outcome);
         }
@@ -189,15 +201,17 @@ fn push_filter<'a>(
 }
 
 /// The joins the state filter needs: [`STATE_JOINS`], with the table a state filter reads
-/// (live states from the small outbox table, settled ones from the outcome table) joined
-/// inner, so that the planner can walk that table's index in id order.
+/// (live states from the small outbox table, held, failed and superseded from the outcome
+/// table) joined inner, so that the planner can walk that table's index in id order.
+/// Accepted alerts mostly have no outcome row (their accepting attempt row says so), so
+/// that filter keeps the outer joins and reads each alert's state.
 fn push_from(query: &mut QueryBuilder<'_, Postgres>, filter: &AlertFilter) {
     let joins = match filter.state {
         Some(state) if state.is_live() => {
             STATE_JOINS.replacen("LEFT JOIN outbox", "JOIN outbox", 1)
         }
+        Some(AlertState::Accepted) | None => STATE_JOINS.to_owned(),
         Some(_) => STATE_JOINS.replacen("LEFT JOIN alert_outcomes", "JOIN alert_outcomes", 1),
-        None => STATE_JOINS.to_owned(),
     };
     query.push(format!(
         " FROM alerts a JOIN tenants t ON t.id = a.tenant_id \

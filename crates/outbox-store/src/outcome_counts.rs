@@ -7,7 +7,7 @@ use outbox_core::{AttemptKind, AttemptOutcome, LiveStatus, Outcome};
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
-use crate::lifecycle::LAST_EVIDENCE_LINE;
+use crate::lifecycle::{LAST_EVIDENCE_LINE, SETTLED, STATE, STATE_JOINS};
 use crate::StoreError;
 
 /// The oldest alert for the destination called `destination` (any tenant), if any.
@@ -38,11 +38,11 @@ pub struct Progress {
 
 /// Reads a demo run's progress.
 pub async fn progress(db: impl PgExecutor<'_>) -> Result<Progress, StoreError> {
-    let (total, settled, uncertain): (i64, i64, i64) = sqlx::query_as(
+    let (total, settled, uncertain): (i64, i64, i64) = sqlx::query_as(&format!(
         "SELECT (SELECT count(*) FROM alerts), \
-                (SELECT count(*) FROM alert_outcomes), \
+                (SELECT count(*) FROM alerts a {STATE_JOINS} WHERE {SETTLED}), \
                 (SELECT count(*) FROM outbox WHERE status = $1)",
-    )
+    ))
     .bind(LiveStatus::Uncertain)
     .fetch_one(db)
     .await?;
@@ -84,7 +84,7 @@ pub async fn report(pool: &PgPool) -> Result<Report, StoreError> {
         i64,
         i64,
         i64,
-    ) = sqlx::query_as(
+    ) = sqlx::query_as(&format!(
         "WITH accepted AS ( \
                  SELECT a.id, \
                         EXISTS (SELECT 1 FROM delivery_attempts d WHERE d.alert_id = a.id \
@@ -93,8 +93,8 @@ pub async fn report(pool: &PgPool) -> Result<Report, StoreError> {
                                 AND d.kind = $3 AND d.outcome = $4) AS was_uncertain, \
                         (SELECT count(*) FROM delivery_attempts d WHERE d.alert_id = a.id \
                                 AND d.kind = $3) AS sends \
-                 FROM alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id \
-                 WHERE ao.outcome = $5 \
+                 FROM alerts a {STATE_JOINS} \
+                 WHERE {STATE} = $5 \
              ) \
              SELECT count(*) FILTER (WHERE lookup), \
                     count(*) FILTER (WHERE NOT lookup AND was_uncertain), \
@@ -104,7 +104,7 @@ pub async fn report(pool: &PgPool) -> Result<Report, StoreError> {
                     (SELECT count(*) FROM alert_outcomes WHERE outcome = $7), \
                     (SELECT count(*) FROM outbox) \
              FROM accepted",
-    )
+    ))
     .bind(AttemptKind::Lookup)
     .bind(AttemptOutcome::Found)
     .bind(AttemptKind::Send)

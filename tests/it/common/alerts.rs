@@ -123,7 +123,7 @@ pub async fn outbox_rows_in(db: &TestDb, status: &str) -> i64 {
 
 /// The reference the destination gave an alert's delivery, if any.
 pub async fn reference_of(db: &TestDb, id: uuid::Uuid) -> Option<String> {
-    sqlx::query_scalar("SELECT destination_reference FROM alert_outcomes WHERE alert_id = $1")
+    sqlx::query_scalar("SELECT destination_reference FROM alert_states WHERE alert_id = $1")
         .bind(id)
         .fetch_one(&db.pool)
         .await

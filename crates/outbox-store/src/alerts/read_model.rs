@@ -7,7 +7,9 @@ use serde_json::value::RawValue;
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
-use crate::lifecycle::{evidence_trail, EvidenceLine, STATE, STATE_JOINS};
+use crate::lifecycle::{
+    evidence_trail, EvidenceLine, DESTINATION_REFERENCE, SETTLED_AT, STATE, STATE_JOINS,
+};
 use crate::StoreError;
 
 /// An alert's state, or `None` when there is no such alert.
@@ -186,7 +188,8 @@ pub async fn detail(
                 d.name AS destination, a.revision, {STATE} AS state, \
                 a.possible_duplicate, a.payload::text AS payload, \
                 encode(a.payload_sha256, 'hex') AS payload_sha256, a.reason, \
-                ao.destination_reference, a.created_at, a.created_by, ao.settled_at, \
+                {DESTINATION_REFERENCE} AS destination_reference, a.created_at, a.created_by, \
+                {SETTLED_AT} AS settled_at, \
                 a.pruned_at, o.next_attempt_at, {trace_id} AS trace_id \
          FROM alerts a \
          JOIN tenants t ON t.id = a.tenant_id \

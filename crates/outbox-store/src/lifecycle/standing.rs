@@ -9,14 +9,52 @@ use crate::sql_names::SqlName;
 use crate::StoreError;
 
 /// How every reader finds an alert's state, joined to an alert aliased `a`: its live
-/// outbox row (`o`) and its resting place (`ao`). With [`STATE`], the one definition of an
+/// outbox row (`o`), its outcome row (`ao`), and, for an alert that has neither, its newest
+/// attempt row that carries a state (`aa`). With [`STATE`], the one definition of an
 /// alert's state (the view `alert_states` is the same joins, for people at a psql prompt).
+///
+/// **Where an alert came to rest is always a record that says so.** An alert a
+/// dispatcher's attempt got accepted has no outcome row: the attempt row says `accepted`
+/// (its `to_state`), with the destination's reference and when it finished, and that row
+/// is the only write its acceptance needs (`COMPLETE_BATCH`). Every other resting place
+/// (held, failed, superseded, and an acceptance an operator established) is an outcome row.
+/// So an alert reads as accepted only where its newest attempt row says `accepted`: an
+/// alert whose outbox row were lost with no such attempt has no state at all, which the
+/// checker reports, rather than reading as delivered. The attempt is looked up only for
+/// an alert with neither row (a one-time filter on the lateral subquery), by the attempts'
+/// primary key `(alert_id, id)`, newest first.
 pub(crate) const STATE_JOINS: &str = "LEFT JOIN outbox o ON o.alert_id = a.id \
-     LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id";
+     LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id \
+     LEFT JOIN LATERAL (SELECT fa.to_state, fa.destination_reference, fa.finished_at \
+         FROM delivery_attempts fa \
+         WHERE o.alert_id IS NULL AND ao.alert_id IS NULL \
+           AND fa.alert_id = a.id AND fa.to_state IS NOT NULL \
+         ORDER BY fa.id DESC LIMIT 1) aa ON true";
 
-/// An alert's state over [`STATE_JOINS`]: the live status while it has an outbox row,
-/// else where it came to rest.
-pub(crate) const STATE: &str = "COALESCE(o.status, ao.outcome)";
+/// Where an alert came to rest, over [`STATE_JOINS`]: its outcome row's outcome, else
+/// `accepted` where its newest attempt row says so; NULL while it is live (and for an
+/// alert with no record of either, an anomaly).
+pub(crate) const OUTCOME: &str =
+    "COALESCE(ao.outcome, CASE WHEN aa.to_state = 'accepted' THEN aa.to_state END)";
+
+/// An alert's state over [`STATE_JOINS`]: the live status while it has an outbox row, else
+/// its [`OUTCOME`]; NULL for an alert with neither (an anomaly).
+pub(crate) const STATE: &str =
+    "COALESCE(o.status, ao.outcome, CASE WHEN aa.to_state = 'accepted' THEN aa.to_state END)";
+
+/// Whether the alert has come to rest, over [`STATE_JOINS`]: an outcome row, or an attempt
+/// row that accepted it. Never NULL (an alert with neither is not settled), so that it
+/// can be read as a plain boolean.
+pub(crate) const SETTLED: &str =
+    "(ao.alert_id IS NOT NULL OR aa.to_state IS NOT DISTINCT FROM 'accepted')";
+
+/// When a settled alert came to rest, over [`STATE_JOINS`] (NULL while it is live).
+pub(crate) const SETTLED_AT: &str =
+    "COALESCE(ao.settled_at, CASE WHEN aa.to_state = 'accepted' THEN aa.finished_at END)";
+
+/// The destination's reference for a settled alert, over [`STATE_JOINS`].
+pub(crate) const DESTINATION_REFERENCE: &str = "COALESCE(ao.destination_reference, \
+     CASE WHEN aa.to_state = 'accepted' THEN aa.destination_reference END)";
 
 /// An alert as an operator's transition finds it, read under its locks.
 #[derive(Debug, Clone)]
@@ -77,7 +115,7 @@ pub async fn standing(
     .fetch_optional(&mut *tx)
     .await?;
     let row = sqlx::query_as::<_, StandingRow>(&format!(
-        "SELECT ao.outcome, a.destination_id, ao.destination_reference, \
+        "SELECT {OUTCOME} AS outcome, a.destination_id, {DESTINATION_REFERENCE} AS destination_reference, \
                 COALESCE((SELECT max(d.attempt) FROM delivery_attempts d \
                           WHERE d.alert_id = a.id AND d.kind = $2), 0) AS last_attempt, \
                 (SELECT later.id FROM alerts later \
@@ -89,7 +127,7 @@ pub async fn standing(
                 {BLOCKS_LANE} AS blocks_lane, \
                 a.lane_seq IS NOT NULL AND EXISTS (SELECT 1 FROM destinations d \
                     WHERE d.id = a.destination_id AND d.ordering = {per_key}) AS in_ordered_lane \
-         FROM alerts a LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id \
+         FROM alerts a {STATE_JOINS} \
          WHERE a.id = $1{lock_alert}",
         per_key = Ordering::PerKey.sql(),
     ))
@@ -138,9 +176,10 @@ impl Standing {
             (Some(live), _) => Ok(live.into()),
             (None, Some(outcome)) => Ok(outcome.into()),
             // Approval writes the outbox row with the alert, and every transition out of
-            // the queue writes the outcome with the delete: this cannot be.
+            // the queue writes the outcome, or the attempt that accepted it, with the
+            // delete: this cannot be.
             (None, None) => Err(StoreError::Inconsistent(format!(
-                "alert {} has neither an outbox row nor an outcome",
+                "alert {} has neither an outbox row, nor an outcome, nor an attempt that accepted it",
                 self.alert_id
             ))),
         }
