@@ -362,13 +362,20 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
         ),
         settled_line_hash = completion_line_hash("f.chain_head", "f"),
         settled_attempt_hash = completion_attempt_hash("f.chain_head", "f", "a.payload_sha256"),
-        attempt_says_accepted = format!(
-            "f.kind IS NOT NULL AND f.settle = {accepted} AND f.to_state = {accepted} \
-             AND f.settle_reference IS NOT DISTINCT FROM f.destination_reference",
-            accepted = Outcome::Accepted.sql()
-        ),
+        attempt_says_accepted = attempt_says_accepted("f"),
     )
 });
+
+/// Whether completion `f` (a `fenced` row) settles its alert `accepted` with an attempt
+/// row that says all of it: the attempt led to `accepted` and carries the reference the
+/// alert settles with. Such a completion writes no outcome row ([`COMPLETE_BATCH`]).
+fn attempt_says_accepted(f: &str) -> String {
+    format!(
+        "{f}.kind IS NOT NULL AND {f}.settle = {accepted} AND {f}.to_state = {accepted} \
+         AND {f}.settle_reference IS NOT DISTINCT FROM {f}.destination_reference",
+        accepted = Outcome::Accepted.sql()
+    )
+}
 
 /// The chain hash of a completion's attempt row, linked to `head` (NULL when the head is
 /// not kept, and then the chain's trigger links the row): the row's record
