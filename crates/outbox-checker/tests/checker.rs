@@ -67,6 +67,7 @@ async fn settle_accepted(db: &TestDb, row: &ClaimedAlert, reference: &str) {
         line: "accepted".into(),
         disable_destination: None,
         lane: None,
+        chain_seen: row.chain_seen(),
     };
     assert!(dispatch::complete(&db.pool, &done).await.unwrap());
 }
@@ -466,6 +467,7 @@ async fn settle_due(db: &TestDb, outcome: outbox_core::Outcome) -> Vec<Uuid> {
                 key,
                 skips_failed: row.lane_skips_failed,
             }),
+            chain_seen: row.chain_seen(),
         };
         assert!(dispatch::complete(&db.pool, &done).await.unwrap());
         settled.push(row.alert_id);
@@ -684,6 +686,7 @@ async fn send_accepted(db: &TestDb, row: &ClaimedAlert, reference: &str) {
         line: "attempt accepted".into(),
         disable_destination: None,
         lane: None,
+        chain_seen: row.chain_seen(),
     };
     assert!(dispatch::complete(&db.pool, &done).await.unwrap());
 }

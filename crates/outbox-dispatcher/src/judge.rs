@@ -69,6 +69,7 @@ impl Judging<'_> {
             line,
             disable_destination,
             lane,
+            chain_seen: self.row.chain_seen(),
         }
     }
 

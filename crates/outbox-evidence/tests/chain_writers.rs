@@ -2,7 +2,9 @@
 //! completion links its attempt to the head its outbox row carries, read by the statement
 //! that fences on the row. A line another writer adds while the completion waits for that
 //! row must come before the attempt in the chain, never beside it (a fork that `verify`
-//! would name); and the row keeps the new head when it goes back to the queue.
+//! would name); and the row keeps the new head when it goes back to the queue. The
+//! dispatcher links its attempt itself from the head its claim saw, and the statement
+//! takes that hash only while the row still carries that head.
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
@@ -10,7 +12,7 @@ use chrono::Utc;
 use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, OnUncertain, Outcome};
 use outbox_evidence::verify::{verify_alert, Trust};
 use outbox_store::destinations::NewDestination;
-use outbox_store::dispatch::{self, AttemptRecord, ClaimedAlert, Completion, Next};
+use outbox_store::dispatch::{self, AttemptRecord, ChainSeen, ClaimedAlert, Completion, Next};
 use outbox_store::lifecycle::{append_event, Event};
 use outbox_testkit::TestDb;
 use std::time::Duration;
@@ -82,7 +84,31 @@ fn refused(row: &ClaimedAlert, next: Next) -> Completion {
         line: "attempt 1 refused (HTTP 503)".into(),
         disable_destination: None,
         lane: None,
+        chain_seen: row.chain_seen(),
     }
+}
+
+/// Whether each attempt row of `alert_id` holds the hash the database itself links it
+/// with: SHA-256 of the entry before it (or the alert's genesis) and the row's record.
+async fn attempts_match_the_databases_link(db: &TestDb, alert_id: Uuid) -> bool {
+    sqlx::query_scalar(
+        "WITH entries AS ( \
+             SELECT chain_pos, entry_hash, NULL::bytea AS attempt_record FROM alert_events \
+             WHERE alert_id = $1 \
+             UNION ALL \
+             SELECT chain_pos, entry_hash, evidence_attempt_record(d) FROM delivery_attempts d \
+             WHERE alert_id = $1 \
+         ), linked AS ( \
+             SELECT attempt_record, entry_hash, \
+                    lag(entry_hash) OVER (ORDER BY chain_pos) AS previous FROM entries \
+         ) \
+         SELECT bool_and(entry_hash = sha256(previous || attempt_record)) FROM linked \
+         WHERE attempt_record IS NOT NULL",
+    )
+    .bind(alert_id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
 }
 
 async fn verified(db: &TestDb, alert_id: Uuid) -> usize {
@@ -212,4 +238,88 @@ async fn a_line_written_while_a_completion_waits_comes_before_its_attempt() {
     }
     assert!(dispatch::complete(&db.pool, &done).await.unwrap());
     assert_eq!(verified(&db, requeued.alert_id).await, 5);
+}
+
+/// The dispatcher links its attempt row from the head its claim returned: that hash is
+/// the one the database would compute (settled and requeued alike), and the statement
+/// takes it as given while the row still carries the head the claim saw (shown by a
+/// fingerprint the dispatcher got wrong: the stored hash is the dispatcher's, and verify
+/// names it). A hash linked to a head the row no longer carries is never taken: the
+/// statement links the row from its newest head instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dispatchers_hash_is_taken_only_for_the_head_the_row_still_carries() {
+    let db = TestDb::new().await;
+    let claimed = two_claimed(&db).await;
+    let (settled, requeued) = (&claimed[0], &claimed[1]);
+    assert!(settled.chain_seen().is_some() && requeued.chain_seen().is_some());
+    let batch = [
+        refused(
+            settled,
+            Next::Settle {
+                outcome: Outcome::Failed,
+                reference: None,
+            },
+        ),
+        refused(
+            requeued,
+            Next::Requeue {
+                status: LiveStatus::Pending,
+                at: Utc::now(),
+            },
+        ),
+    ];
+    assert_eq!(
+        dispatch::complete_batch(&db.pool, &batch).await.unwrap(),
+        [true, true]
+    );
+    for row in &claimed {
+        assert!(attempts_match_the_databases_link(&db, row.alert_id).await);
+        assert_eq!(verified(&db, row.alert_id).await, 2);
+    }
+
+    // Attempt 2 of the requeued alert, linked by a dispatcher that got the payload's
+    // fingerprint wrong, from the head the row carries: its hash is taken as given.
+    let again = dispatch::claim(&db.pool, "w", 10, Duration::from_secs(60), &[])
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    let mut wrong = refused(
+        &again[0],
+        Next::Requeue {
+            status: LiveStatus::Pending,
+            at: Utc::now(),
+        },
+    );
+    let head = again[0].chain_seen().unwrap().head;
+    wrong.chain_seen = Some(ChainSeen {
+        head,
+        payload_sha256: [7; 32],
+    });
+    if let Some(attempt) = wrong.attempt.as_mut() {
+        attempt.attempt = 2;
+    }
+    assert!(dispatch::complete(&db.pool, &wrong).await.unwrap());
+    assert!(!attempts_match_the_databases_link(&db, requeued.alert_id).await);
+    let report = verify_alert(&db.pool, requeued.alert_id, &Trust::default(), false)
+        .await
+        .unwrap();
+    assert!(!report.problems.is_empty(), "verify names the wrong hash");
+
+    // The same mistake, linked to a head the row no longer carries: not taken.
+    let db = TestDb::new().await;
+    let claimed = two_claimed(&db).await;
+    let mut stale = refused(
+        &claimed[0],
+        Next::Settle {
+            outcome: Outcome::Failed,
+            reference: None,
+        },
+    );
+    stale.chain_seen = Some(ChainSeen {
+        head: [9; 32],
+        payload_sha256: [7; 32],
+    });
+    assert!(dispatch::complete(&db.pool, &stale).await.unwrap());
+    assert!(attempts_match_the_databases_link(&db, claimed[0].alert_id).await);
+    assert_eq!(verified(&db, claimed[0].alert_id).await, 2);
 }

@@ -39,6 +39,8 @@ fn claim() -> ClaimedAlert {
         tenant_id: Uuid::nil(),
         traceparent: None,
         tracestate: None,
+        chain_head: None,
+        payload_sha256: vec![0; 32],
         destination_id: Uuid::nil(),
         destination: "ops".to_owned(),
         kind: DestinationKind::Webhook,

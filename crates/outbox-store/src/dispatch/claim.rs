@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use outbox_core::{AttemptKind, DestinationKind, LiveStatus, OnHeadFailed, OnUncertain, Ordering};
 
+use super::ChainSeen;
 use crate::lifecycle::EVENT_INSERT;
 use crate::sql_names::{sql_list, SqlName};
 use crate::StoreError;
@@ -61,6 +62,12 @@ pub struct ClaimedAlert {
     pub traceparent: Option<String>,
     /// The caller's `tracestate`, if any.
     pub tracestate: Option<String>,
+    /// The head of the alert's evidence chain as the claim left it (`None` where it is
+    /// not kept), and the fingerprint of its payload: what the completion needs to link
+    /// its attempt row in this process ([`ClaimedAlert::chain_seen`]).
+    pub chain_head: Option<Vec<u8>>,
+    /// SHA-256 of the payload's bytes, as approved.
+    pub payload_sha256: Vec<u8>,
     /// The destination.
     pub destination_id: Uuid,
     /// Its name.
@@ -104,6 +111,18 @@ pub struct ClaimedAlert {
     /// Whether the destination lets a lane go on past a head that failed for good
     /// (`on_head_failed = skip`) instead of keeping it for an operator.
     pub lane_skips_failed: bool,
+}
+
+impl ClaimedAlert {
+    /// The alert's evidence chain as this claim found it, for the completion to link its
+    /// attempt row to ([`Completion::chain_seen`](super::Completion)); `None` when the
+    /// row keeps no head (then the database links it).
+    pub fn chain_seen(&self) -> Option<ChainSeen> {
+        Some(ChainSeen {
+            head: self.chain_head.as_deref()?.try_into().ok()?,
+            payload_sha256: self.payload_sha256.as_slice().try_into().ok()?,
+        })
+    }
 }
 
 impl std::fmt::Debug for ClaimedAlert {
@@ -171,7 +190,7 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
                      attempts = o.attempts + CASE WHEN o.status = {pending} THEN 1 ELSE 0 END \
                  WHERE o.alert_id = ANY(ARRAY(SELECT alert_id FROM due)) \
                  RETURNING o.alert_id, o.fencing_token, o.attempts, o.lease_expires_at, \
-                     o.budget_since, o.budget_base_attempts, \
+                     o.budget_since, o.budget_base_attempts, o.chain_head, \
                      CASE WHEN o.send_started_at IS NOT NULL THEN {pending} ELSE {uncertain} END \
                          AS claimed_from \
              ), started AS ( \
@@ -217,7 +236,7 @@ static CLAIMED_ROWS: LazyLock<String> = LazyLock::new(|| {
                          WHERE da.alert_id = c.alert_id AND da.kind = {lookup} AND da.attempt = c.attempts \
                            AND da.error_class = '{FAILED_LOOKUP}' AND da.started_at >= c.budget_since) \
                          END AS first_failed_lookup_at, \
-                    a.tenant_id, a.traceparent, a.tracestate, \
+                    a.tenant_id, a.traceparent, a.tracestate, c.chain_head, a.payload_sha256, \
                     d.id AS destination_id, d.name AS destination, d.kind, d.url, \
                     d.signing_secrets || CASE WHEN d.retiring_until > now() \
                         THEN d.retiring_signing_secrets ELSE '{{}}'::text[] END AS signing_secrets, \
@@ -262,7 +281,7 @@ static HANDED_ON_CLAIMS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH claimed AS ( \
              SELECT o.alert_id, o.fencing_token, o.attempts, {pending}::text AS claimed_from, \
-                    o.lease_expires_at, o.budget_since, o.budget_base_attempts \
+                    o.lease_expires_at, o.budget_since, o.budget_base_attempts, o.chain_head \
              FROM outbox o \
              JOIN unnest($1::uuid[], $2::int8[]) AS t(alert_id, fencing_token) \
                ON t.alert_id = o.alert_id AND t.fencing_token = o.fencing_token \

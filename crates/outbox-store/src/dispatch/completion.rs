@@ -9,6 +9,8 @@ use uuid::Uuid;
 
 use super::ClaimedAlert;
 
+use outbox_core::evidence_chain::link;
+use outbox_core::evidence_entries::{AttemptFacts, EntryFacts};
 use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, Outcome};
 
 use crate::lifecycle::{ATTEMPT_INSERT, COMPLETE_BATCH};
@@ -84,6 +86,24 @@ pub struct Completion {
     pub disable_destination: Option<String>,
     /// The lane the alert heads, when its destination orders alerts per key.
     pub lane: Option<LaneHead>,
+    /// The alert's evidence chain as the claim found it
+    /// ([`ClaimedAlert::chain_seen`]): the attempt row's hash is then computed here, in
+    /// the dispatcher's process, rather than by the database. `None` leaves it to the
+    /// database.
+    pub chain_seen: Option<ChainSeen>,
+}
+
+/// What a claim saw of its alert's evidence chain: the head its outbox row carried and
+/// the payload's fingerprint. The completion links its attempt row to `head`; the
+/// statement uses that hash only if the row still carries `head` when it is fenced (a
+/// line another writer added meanwhile moved it), and links from the row's newest head
+/// otherwise (see `lifecycle::COMPLETE_BATCH`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainSeen {
+    /// The chain's head as the claim found it.
+    pub head: [u8; 32],
+    /// SHA-256 of the alert's payload.
+    pub payload_sha256: [u8; 32],
 }
 
 /// The lane a claimed alert heads ([`ClaimedAlert::lane_key`](super::ClaimedAlert)), and
@@ -214,6 +234,9 @@ async fn record_batch(
             .bind(&columns.line)
             .bind(&columns.release_lane)
             .bind(&columns.hand_on_lease_ms)
+            .bind(&columns.finished_at)
+            .bind(&columns.head_seen)
+            .bind(&columns.attempt_hash)
             .fetch_all(&mut *tx)
             .await?;
     if applied.is_empty() {
@@ -326,6 +349,14 @@ async fn lock_released_lanes(
     Ok(())
 }
 
+/// The longest response excerpt kept, in characters (as the statement's `left()` counts).
+const RESPONSE_EXCERPT_CHARS: usize = 1000;
+
+/// A time at the database's precision (microseconds), as it will be stored.
+fn to_micros(at: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(at.timestamp_micros()).unwrap_or(at)
+}
+
 /// [`Completion`]s turned into one array per column, for `unnest`.
 #[derive(Default)]
 struct CompletionColumns {
@@ -348,20 +379,36 @@ struct CompletionColumns {
     line: Vec<String>,
     release_lane: Vec<Option<String>>,
     hand_on_lease_ms: Vec<Option<i64>>,
+    finished_at: Vec<DateTime<Utc>>,
+    head_seen: Vec<Option<Vec<u8>>>,
+    attempt_hash: Vec<Option<Vec<u8>>>,
 }
 
 impl CompletionColumns {
     fn of(batch: &[&Completion], hand_on: Option<Duration>) -> Self {
         let lease_ms = hand_on.map(|lease| i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
+        // One finish time for the batch, at the database's precision, so that the time
+        // hashed here is the time stored.
+        let finished_at = to_micros(Utc::now());
         let mut c = CompletionColumns::default();
         for done in batch {
             let attempt = done.attempt.as_ref();
+            let started_at = attempt.map(|a| to_micros(a.started_at));
+            let response_excerpt =
+                attempt
+                    .and_then(|a| a.response_excerpt.as_deref())
+                    .map(|excerpt| {
+                        excerpt
+                            .chars()
+                            .take(RESPONSE_EXCERPT_CHARS)
+                            .collect::<String>()
+                    });
             c.alert_id.push(done.alert_id);
             c.fencing_token.push(done.fencing_token);
             c.worker.push(done.worker.clone());
             c.attempt.push(attempt.map(|a| a.attempt));
             c.kind.push(attempt.map(|a| a.kind.as_str()));
-            c.started_at.push(attempt.map(|a| a.started_at));
+            c.started_at.push(started_at);
             c.outcome.push(attempt.map(|a| a.outcome.as_str()));
             c.http_status
                 .push(attempt.and_then(|a| a.http_status).map(|s| s as i16));
@@ -369,8 +416,34 @@ impl CompletionColumns {
                 .push(attempt.and_then(|a| a.destination_reference.clone()));
             c.error_class
                 .push(attempt.and_then(|a| a.error_class.clone()));
-            c.response_excerpt
-                .push(attempt.and_then(|a| a.response_excerpt.clone()));
+            c.finished_at.push(finished_at);
+            let linked = attempt.zip(done.chain_seen.as_ref()).and_then(|(a, seen)| {
+                let facts = AttemptFacts {
+                    attempt: a.attempt,
+                    attempt_kind: a.kind.as_str().to_owned(),
+                    worker: done.worker.clone(),
+                    fencing_token: done.fencing_token,
+                    started_at_micros: a.started_at.timestamp_micros(),
+                    finished_at_micros: finished_at.timestamp_micros(),
+                    idempotency_key: done.alert_id.to_string(),
+                    payload_sha256: seen.payload_sha256,
+                    outcome: a.outcome.as_str().to_owned(),
+                    http_status: a.http_status.map(|s| s as i16),
+                    destination_reference: a.destination_reference.clone(),
+                    error_class: a.error_class.clone(),
+                    response_excerpt: response_excerpt.clone(),
+                    to_state: Some(done.next.state().as_str().to_owned()),
+                    line: Some(done.line.clone()),
+                };
+                // An entry the encoding refuses (it cannot be: every name is fixed) is
+                // left to the database, which links what it stores.
+                let hash = link(&seen.head, &EntryFacts::Attempt(facts).record()).ok()?;
+                Some((seen.head.to_vec(), hash.to_vec()))
+            });
+            let (head_seen, attempt_hash) = linked.unzip();
+            c.head_seen.push(head_seen);
+            c.attempt_hash.push(attempt_hash);
+            c.response_excerpt.push(response_excerpt);
             match &done.next {
                 Next::Settle { outcome, reference } => {
                     c.requeue_status.push(None);

@@ -223,7 +223,12 @@ pub async fn requeue_with_fresh_budget(
 /// set-based, from the head its outbox row carries (`chain_head`). The fence's `DELETE`
 /// or `UPDATE` returns that column from the row's newest version, after any wait for the
 /// row, so a line another writer added meanwhile (under the same row's lock) is the head
-/// this entry chains from, never a sibling. A requeue's `UPDATE` writes the new head into
+/// this entry chains from, never a sibling. The dispatcher computes an attempt row's
+/// hash itself from the head its claim returned (`head_seen`, `attempt_hash`: SHA-256
+/// there costs about a microsecond, where the database spent about 12 µs of its CPU per
+/// delivery on the encoding and the hash); the statement takes that hash only where the
+/// fenced row still carries `head_seen`, and otherwise links the row itself from the
+/// newest head. A requeue's `UPDATE` writes the new head into
 /// the row it updates anyway; a settled row needs none. A row without a kept head (NULL)
 /// gets NULL here, and the chain's trigger links its entry instead. The lines that say a
 /// lane moved past a failed head (`skipped`) are written for other rows, which this
@@ -234,7 +239,10 @@ pub async fn requeue_with_fresh_budget(
 /// response_excerpt, requeue_status, requeue_at, settle, settle_reference, to_state, line,
 /// release_lane (the lane key when settling releases the alert's lane, else NULL),
 /// hand_on_lease_ms (the dispatcher's lease when it takes the next alert of a lane it
-/// releases, else NULL). Returns `(alert_id, fencing_token, next_alert, next_token)` of
+/// releases, else NULL), finished_at (the attempt row's finish time, the dispatcher's
+/// clock at the batch), head_seen and attempt_hash (the chain head the claim saw and the
+/// attempt row's hash linked to it, computed by the dispatcher; NULL to let this
+/// statement link it). Returns `(alert_id, fencing_token, next_alert, next_token)` of
 /// every completion whose claim was still current: the next two name the alert behind it
 /// that the completion claimed, if it did.
 ///
@@ -272,10 +280,11 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::int4[], $5::text[], \
                  $6::timestamptz[], $7::text[], $8::int2[], $9::text[], $10::text[], $11::text[], \
                  $12::text[], $13::timestamptz[], $14::text[], $15::text[], $16::text[], $17::text[], \
-                 $18::text[], $19::int8[]) \
+                 $18::text[], $19::int8[], $20::timestamptz[], $21::bytea[], $22::bytea[]) \
              AS i(alert_id, fencing_token, worker, attempt, kind, started_at, outcome, http_status, \
                   destination_reference, error_class, response_excerpt, requeue_status, requeue_at, \
-                  settle, settle_reference, to_state, line, release_lane, hand_on_lease_ms) \
+                  settle, settle_reference, to_state, line, release_lane, hand_on_lease_ms, \
+                  finished_at, head_seen, attempt_hash) \
          ), removed AS ( \
              DELETE FROM outbox o USING input i \
              WHERE o.alert_id = i.alert_id AND o.fencing_token = i.fencing_token \
@@ -312,7 +321,9 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
              WHERE h.settle = {failed} \
          ), requeued AS ( \
              UPDATE outbox o SET {requeue}, chain_head = CASE WHEN i.kind IS NULL \
-                 THEN {requeued_line_hash} ELSE {requeued_attempt_hash} END \
+                 THEN {requeued_line_hash} \
+                 WHEN o.chain_head = i.head_seen THEN i.attempt_hash \
+                 ELSE {requeued_attempt_hash} END \
              FROM input i \
              WHERE o.alert_id = i.alert_id AND o.fencing_token = i.fencing_token \
                AND i.requeue_status IS NOT NULL \
@@ -326,12 +337,15 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
               AND current_claim.fencing_token = i.fencing_token \
          ), recorded AS ( \
              {LINKED_ATTEMPT_INSERT} \
-             SELECT f.alert_id, f.attempt, f.kind, f.worker, f.fencing_token, f.started_at, now(), \
+             SELECT f.alert_id, f.attempt, f.kind, f.worker, f.fencing_token, f.started_at, \
+                    f.finished_at, \
                     f.alert_id::text, a.payload_sha256, f.outcome, f.http_status, \
                     f.destination_reference, f.error_class, left(f.response_excerpt, 1000), \
                     f.to_state, f.line, \
                     CASE WHEN f.chain_head IS NOT NULL THEN nextval('evidence_chain_pos_seq') END, \
-                    CASE WHEN f.linked THEN f.chain_head ELSE {settled_attempt_hash} END \
+                    CASE WHEN f.linked THEN f.chain_head \
+                         WHEN f.chain_head = f.head_seen THEN f.attempt_hash \
+                         ELSE {settled_attempt_hash} END \
              FROM fenced f JOIN alerts a ON a.id = f.alert_id \
              WHERE f.kind IS NOT NULL \
          ), settled AS ( \
@@ -381,12 +395,13 @@ fn attempt_says_accepted(f: &str) -> String {
 /// not kept, and then the chain's trigger links the row): the row's record
 /// (`evidence_attempt_bytes`) from the completion's input columns (`i`, an `input` row or
 /// one of `fenced`) exactly as [`COMPLETE_BATCH`] stores them, with `payload_sha256` the
-/// alert's fingerprint and `now()` its `finished_at`. A requeued row's hash is computed
-/// in the `UPDATE` that keeps it as the row's new head, a settled row's in its insert.
+/// alert's fingerprint. A requeued row's hash is computed in the `UPDATE` that keeps it
+/// as the row's new head, a settled row's in its insert. Only where the dispatcher's own
+/// hash does not apply (no head seen, or the head moved since the claim).
 fn completion_attempt_hash(head: &str, i: &str, payload_sha256: &str) -> String {
     format!(
         "sha256({head} || evidence_attempt_bytes({i}.attempt, {i}.kind, {i}.worker, \
-             {i}.fencing_token, {i}.started_at, now(), {i}.alert_id::text, {payload_sha256}, \
+             {i}.fencing_token, {i}.started_at, {i}.finished_at, {i}.alert_id::text, {payload_sha256}, \
              {i}.outcome, {i}.http_status, {i}.destination_reference, {i}.error_class, \
              left({i}.response_excerpt, 1000), {i}.to_state, {i}.line))"
     )

@@ -186,6 +186,7 @@ async fn lifecycle_batch_and_single_row_settle_alike() {
             line: "settled".to_owned(),
             disable_destination: None,
             lane: None,
+            chain_seen: by_batch.chain_seen(),
         };
         let applied = dispatch::complete_batch(&db.pool, &[completion])
             .await
@@ -259,6 +260,7 @@ fn accepted(claim: &dispatch::ClaimedAlert) -> Completion {
         line: "accepted".to_owned(),
         disable_destination: None,
         lane: None,
+        chain_seen: claim.chain_seen(),
     }
 }
 
@@ -744,6 +746,7 @@ fn sent(claim: &dispatch::ClaimedAlert, settle: Option<(Outcome, Option<&str>)>)
         line: format!("attempt {} ended {outcome}", claim.attempts),
         disable_destination: None,
         lane: None,
+        chain_seen: claim.chain_seen(),
     }
 }
 
