@@ -131,6 +131,35 @@ async fn claimed_alerts(db: &TestDb, n: usize) -> Vec<dispatch::ClaimedAlert> {
     claimed
 }
 
+/// Alerts are never deleted (nothing of the product deletes one, and the outbox's row has
+/// no key to cascade from it): a `DELETE` or `TRUNCATE` of `alerts` is refused with the
+/// reason, and the alert and its queue row stay.
+#[tokio::test]
+async fn deleting_alerts_is_refused() {
+    let db = TestDb::new().await;
+    let claimed = claimed_alerts(&db, 1).await;
+    let id = claimed[0].alert_id;
+    for statement in [
+        format!("DELETE FROM alerts WHERE id = '{id}'"),
+        "TRUNCATE alerts CASCADE".to_owned(),
+    ] {
+        let refused = sqlx::query(&statement).execute(&db.pool).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("alerts are never deleted"),
+            "{statement}: {refused}"
+        );
+    }
+    let (alerts, queued): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM alerts WHERE id = $1), \
+                (SELECT count(*) FROM outbox WHERE alert_id = $1)",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((alerts, queued), (1, 1));
+}
+
 /// What settling leaves, as every reader reads it: the alert's resting place, reference
 /// and time, and whether it is still queued.
 async fn settled_row(db: &TestDb, id: Uuid) -> (Option<String>, Option<String>, bool, bool) {
