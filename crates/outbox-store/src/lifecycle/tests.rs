@@ -3,9 +3,10 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-use super::standing::OUTCOME;
+use super::standing::{OUTCOME, SETTLED_AT};
 use super::*;
 use crate::dispatch::{self, AttemptRecord, Completion, Next};
+use crate::sql_names::SqlName;
 use outbox_core::{
     AlertState, AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, LiveStatus,
     OnUncertain, Outcome,
@@ -129,6 +130,19 @@ async fn claimed_alerts(db: &TestDb, n: usize) -> Vec<dispatch::ClaimedAlert> {
         .unwrap();
     assert_eq!(claimed.len(), n);
     claimed
+}
+
+/// The state expressions are plain `const` text (so that every reader can write them into
+/// its statement with `format!`), and name `accepted` as a literal: the one the enum
+/// writes, so that a renamed state cannot leave them behind.
+#[test]
+fn the_state_expressions_name_accepted_as_the_enum_writes_it() {
+    for expression in [STATE, OUTCOME, SETTLED, SETTLED_AT, DESTINATION_REFERENCE] {
+        assert!(
+            expression.contains(&Outcome::Accepted.sql()),
+            "{expression}"
+        );
+    }
 }
 
 /// Alerts are never deleted (nothing of the product deletes one, and the outbox's row has
