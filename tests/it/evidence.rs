@@ -242,6 +242,8 @@ async fn an_untampered_trail_verifies_and_its_bundle_checks_offline() {
         "{}",
         check.stderr
     );
+    // Left behind only when an assertion above failed, to look at.
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn tempfile_dir() -> std::path::PathBuf {
