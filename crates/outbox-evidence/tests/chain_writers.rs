@@ -111,6 +111,22 @@ async fn attempts_match_the_databases_link(db: &TestDb, alert_id: Uuid) -> bool 
     .unwrap()
 }
 
+/// Failed for good: the alert leaves the queue.
+fn failed() -> Next {
+    Next::Settle {
+        outcome: Outcome::Failed,
+        reference: None,
+    }
+}
+
+/// Back in the queue as pending, due at `at`.
+fn retry_at(at: chrono::DateTime<Utc>) -> Next {
+    Next::Requeue {
+        status: LiveStatus::Pending,
+        at,
+    }
+}
+
 async fn verified(db: &TestDb, alert_id: Uuid) -> usize {
     let report = verify_alert(&db.pool, alert_id, &Trust::default(), false)
         .await
@@ -155,20 +171,8 @@ async fn a_line_written_while_a_completion_waits_comes_before_its_attempt() {
 
     // The dispatcher's completion of both starts meanwhile, and waits for the rows.
     let batch = vec![
-        refused(
-            settled,
-            Next::Settle {
-                outcome: Outcome::Failed,
-                reference: None,
-            },
-        ),
-        refused(
-            requeued,
-            Next::Requeue {
-                status: LiveStatus::Pending,
-                at: Utc::now() + chrono::Duration::hours(1),
-            },
-        ),
+        refused(settled, failed()),
+        refused(requeued, retry_at(Utc::now() + chrono::Duration::hours(1))),
     ];
     let pool = db.pool.clone();
     let completion =
@@ -226,13 +230,7 @@ async fn a_line_written_while_a_completion_waits_comes_before_its_attempt() {
         .await
         .unwrap();
     assert_eq!(again.len(), 1);
-    let mut done = refused(
-        &again[0],
-        Next::Settle {
-            outcome: Outcome::Failed,
-            reference: None,
-        },
-    );
+    let mut done = refused(&again[0], failed());
     if let Some(attempt) = done.attempt.as_mut() {
         attempt.attempt = 2;
     }
@@ -253,20 +251,8 @@ async fn the_dispatchers_hash_is_taken_only_for_the_head_the_row_still_carries()
     let (settled, requeued) = (&claimed[0], &claimed[1]);
     assert!(settled.chain_seen().is_some() && requeued.chain_seen().is_some());
     let batch = [
-        refused(
-            settled,
-            Next::Settle {
-                outcome: Outcome::Failed,
-                reference: None,
-            },
-        ),
-        refused(
-            requeued,
-            Next::Requeue {
-                status: LiveStatus::Pending,
-                at: Utc::now(),
-            },
-        ),
+        refused(settled, failed()),
+        refused(requeued, retry_at(Utc::now())),
     ];
     assert_eq!(
         dispatch::complete_batch(&db.pool, &batch).await.unwrap(),
@@ -283,13 +269,7 @@ async fn the_dispatchers_hash_is_taken_only_for_the_head_the_row_still_carries()
         .await
         .unwrap();
     assert_eq!(again.len(), 1);
-    let mut wrong = refused(
-        &again[0],
-        Next::Requeue {
-            status: LiveStatus::Pending,
-            at: Utc::now(),
-        },
-    );
+    let mut wrong = refused(&again[0], retry_at(Utc::now()));
     let head = again[0].chain_seen().unwrap().head;
     wrong.chain_seen = Some(ChainSeen {
         head,
@@ -308,13 +288,7 @@ async fn the_dispatchers_hash_is_taken_only_for_the_head_the_row_still_carries()
     // The same mistake, linked to a head the row no longer carries: not taken.
     let db = TestDb::new().await;
     let claimed = two_claimed(&db).await;
-    let mut stale = refused(
-        &claimed[0],
-        Next::Settle {
-            outcome: Outcome::Failed,
-            reference: None,
-        },
-    );
+    let mut stale = refused(&claimed[0], failed());
     stale.chain_seen = Some(ChainSeen {
         head: [9; 32],
         payload_sha256: [7; 32],
