@@ -676,3 +676,49 @@ async fn bad_evidence_arguments_are_refused_clearly() {
     );
     assert_eq!(db.count("evidence_checkpoints").await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_checkpoint_waits_for_the_one_being_made_then_covers_the_rest() {
+    let db = TestDb::new().await;
+    let tenant = common::add_tenant(&db, "acme", &["ops"]).await;
+    approve_many(&db, tenant.id, "ops", 3).await;
+    // Another process making a checkpoint: it holds the maker's lock in its transaction.
+    let mut maker = db.pool.begin().await.unwrap();
+    let held: bool = sqlx::query_scalar(
+        "SELECT pg_try_advisory_xact_lock(hashtext('outbox.evidence.checkpoint'))",
+    )
+    .fetch_one(&mut *maker)
+    .await
+    .unwrap();
+    assert!(held);
+    let maker_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *maker)
+        .await
+        .unwrap();
+    let operator = outboxctl(&db, &["evidence", "checkpoint"]);
+    let release = async {
+        // The operator's command has tried the lock and found it taken.
+        wait_for_db(
+            &db,
+            &format!(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), {maker_pid}) \
+                   AND query LIKE '%pg_try_advisory_xact_lock%'"
+            ),
+            |n| n >= 1,
+        )
+        .await;
+        maker.rollback().await.unwrap();
+    };
+    let (run, ()) = tokio::join!(operator, release);
+    assert!(run.ok, "{}", run.stderr);
+    assert!(run.stderr.contains("waiting for it"), "{}", run.stderr);
+    let (covered, issued): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT max(covers_to) FROM evidence_checkpoints), \
+                (SELECT max(chain_pos) FROM alert_events)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(covered, issued, "the checkpoint left entries uncovered");
+}

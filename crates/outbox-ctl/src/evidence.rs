@@ -37,7 +37,8 @@ pub enum EvidenceCommand {
         public_keys: Vec<String>,
     },
     /// Make a checkpoint now (deciders and dispatchers make one every
-    /// `--checkpoint-interval`), signed with `OUTBOX_EVIDENCE_SIGNING_KEY` when set.
+    /// `--checkpoint-interval`), signed with `OUTBOX_EVIDENCE_SIGNING_KEY` when set. While
+    /// another process is making one, waits for it (up to a minute), then covers the rest.
     Checkpoint {
         /// Chain the entries of alerts from before the chain existed first (all of them).
         #[arg(long)]
@@ -258,6 +259,9 @@ fn check(file: &PathBuf, public_keys: &[String]) -> anyhow::Result<()> {
     }
 }
 
+/// How long `evidence checkpoint` waits for another process's checkpoint to finish.
+const BUSY_WAIT: Duration = Duration::from_secs(60);
+
 async fn make_checkpoint(pool: &PgPool, backfill: bool) -> anyhow::Result<()> {
     let settings = checkpoint::CheckpointInterval(Some(checkpoint::DEFAULT_INTERVAL))
         .settings()
@@ -268,6 +272,7 @@ async fn make_checkpoint(pool: &PgPool, backfill: bool) -> anyhow::Result<()> {
         checkpoint::backfill_all(pool).await?;
     }
     let mut made_any = false;
+    let mut busy_deadline = None;
     loop {
         match checkpoint::make_checkpoint(pool, settings.signer.as_deref()).await? {
             Ok(made) => {
@@ -288,8 +293,21 @@ async fn make_checkpoint(pool: &PgPool, backfill: bool) -> anyhow::Result<()> {
                 println!("nothing new since the last checkpoint");
                 return Ok(());
             }
+            // A decider or dispatcher is making the periodic one: wait for it, then cover
+            // what it left, so the operator's command ends with everything checkpointed.
             Err(checkpoint::Skipped::Busy) => {
-                bail!("another process is making a checkpoint right now; try again")
+                let now = tokio::time::Instant::now();
+                let deadline = *busy_deadline.get_or_insert_with(|| {
+                    eprintln!("another process is making a checkpoint; waiting for it");
+                    now + BUSY_WAIT
+                });
+                if now >= deadline {
+                    bail!(
+                        "another process has been making checkpoints for {}s; try again later",
+                        BUSY_WAIT.as_secs()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(checkpoint::Skipped::WritersStillOpen(open)) => bail!(
                 "transactions open for longer than {}s may still write evidence ({}); try again",
