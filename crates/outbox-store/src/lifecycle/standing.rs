@@ -9,52 +9,53 @@ use crate::sql_names::SqlName;
 use crate::StoreError;
 
 /// How every reader finds an alert's state, joined to an alert aliased `a`: its live
-/// outbox row (`o`), its outcome row (`ao`), and, for an alert that has neither, its newest
-/// attempt row that carries a state (`aa`). With [`STATE`], the one definition of an
-/// alert's state (the view `alert_states` is the same joins, for people at a psql prompt).
+/// outbox row (`o`), its outcome row (`ao`), and, for an alert that has neither, the
+/// attempt row that accepted it (`aa`). With [`STATE`], the one definition of an alert's
+/// state (the view `alert_states` is the same joins, for people at a psql prompt).
 ///
 /// **Where an alert came to rest is always a record that says so.** An alert a
 /// dispatcher's attempt got accepted has no outcome row: the attempt row says `accepted`
 /// (its `to_state`), with the destination's reference and when it finished, and that row
 /// is the only write its acceptance needs (`COMPLETE_BATCH`). Every other resting place
 /// (held, failed, superseded, and an acceptance an operator established) is an outcome row.
-/// So an alert reads as accepted only where its newest attempt row says `accepted`: an
-/// alert whose outbox row were lost with no such attempt has no state at all, which the
-/// checker reports, rather than reading as delivered. The attempt is looked up only for
-/// an alert with neither row (a one-time filter on the lateral subquery), by the attempts'
-/// primary key `(alert_id, id)`, newest first.
+///
+/// The rule is stated here once: `aa` is the alert's newest attempt row that carries a
+/// state, kept only if that state is `accepted`. So an alert whose outbox row were lost
+/// with no such attempt has no state at all, which the checker reports, rather than
+/// reading as delivered; and the expressions below are plain `COALESCE`s. The attempt is
+/// looked up only for an alert with neither row (a one-time filter on the lateral
+/// subquery), by the attempts' primary key `(alert_id, id)`, newest first; its `LIMIT`
+/// keeps the planner from filtering before it picks the newest.
 pub(crate) const STATE_JOINS: &str = "LEFT JOIN outbox o ON o.alert_id = a.id \
      LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id \
-     LEFT JOIN LATERAL (SELECT fa.to_state, fa.destination_reference, fa.finished_at \
+     LEFT JOIN LATERAL (SELECT newest.* FROM ( \
+         SELECT fa.to_state, fa.destination_reference, fa.finished_at \
          FROM delivery_attempts fa \
          WHERE o.alert_id IS NULL AND ao.alert_id IS NULL \
            AND fa.alert_id = a.id AND fa.to_state IS NOT NULL \
-         ORDER BY fa.id DESC LIMIT 1) aa ON true";
+         ORDER BY fa.id DESC LIMIT 1) newest \
+         WHERE newest.to_state = 'accepted') aa ON true";
 
 /// Where an alert came to rest, over [`STATE_JOINS`]: its outcome row's outcome, else
-/// `accepted` where its newest attempt row says so; NULL while it is live (and for an
-/// alert with no record of either, an anomaly).
-pub(crate) const OUTCOME: &str =
-    "COALESCE(ao.outcome, CASE WHEN aa.to_state = 'accepted' THEN aa.to_state END)";
+/// `accepted` from the attempt that accepted it; NULL while it is live (and for an alert
+/// with no record of either, an anomaly).
+pub(crate) const OUTCOME: &str = "COALESCE(ao.outcome, aa.to_state)";
 
 /// An alert's state over [`STATE_JOINS`]: the live status while it has an outbox row, else
 /// its [`OUTCOME`]; NULL for an alert with neither (an anomaly).
-pub(crate) const STATE: &str =
-    "COALESCE(o.status, ao.outcome, CASE WHEN aa.to_state = 'accepted' THEN aa.to_state END)";
+pub(crate) const STATE: &str = "COALESCE(o.status, ao.outcome, aa.to_state)";
 
 /// Whether the alert has come to rest, over [`STATE_JOINS`]: an outcome row, or an attempt
 /// row that accepted it. Never NULL (an alert with neither is not settled), so that it
 /// can be read as a plain boolean.
-pub(crate) const SETTLED: &str =
-    "(ao.alert_id IS NOT NULL OR aa.to_state IS NOT DISTINCT FROM 'accepted')";
+pub(crate) const SETTLED: &str = "(ao.alert_id IS NOT NULL OR aa.to_state IS NOT NULL)";
 
 /// When a settled alert came to rest, over [`STATE_JOINS`] (NULL while it is live).
-pub(crate) const SETTLED_AT: &str =
-    "COALESCE(ao.settled_at, CASE WHEN aa.to_state = 'accepted' THEN aa.finished_at END)";
+pub(crate) const SETTLED_AT: &str = "COALESCE(ao.settled_at, aa.finished_at)";
 
 /// The destination's reference for a settled alert, over [`STATE_JOINS`].
-pub(crate) const DESTINATION_REFERENCE: &str = "COALESCE(ao.destination_reference, \
-     CASE WHEN aa.to_state = 'accepted' THEN aa.destination_reference END)";
+pub(crate) const DESTINATION_REFERENCE: &str =
+    "COALESCE(ao.destination_reference, aa.destination_reference)";
 
 /// An alert as an operator's transition finds it, read under its locks.
 #[derive(Debug, Clone)]
