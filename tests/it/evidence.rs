@@ -691,28 +691,28 @@ async fn an_operators_checkpoint_waits_for_the_one_being_made_then_covers_the_re
     .await
     .unwrap();
     assert!(held);
-    let maker_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut *maker)
-        .await
-        .unwrap();
-    let operator = outboxctl(&db, &["evidence", "checkpoint"]);
-    let release = async {
-        // The operator's command has tried the lock and found it taken.
-        wait_for_db(
-            &db,
-            &format!(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), {maker_pid}) \
-                   AND query LIKE '%pg_try_advisory_xact_lock%'"
-            ),
-            |n| n >= 1,
-        )
-        .await;
-        maker.rollback().await.unwrap();
-    };
-    let (run, ()) = tokio::join!(operator, release);
-    assert!(run.ok, "{}", run.stderr);
-    assert!(run.stderr.contains("waiting for it"), "{}", run.stderr);
+    let mut operator = Process::spawn(
+        env!("CARGO_BIN_EXE_outboxctl"),
+        &["evidence", "checkpoint"],
+        &[("DATABASE_URL", db.url.as_str()), ("USER", "alice")],
+    );
+    // The operator's command found the lock taken and says it waits.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !operator
+        .log_lines()
+        .iter()
+        .any(|line| line.contains("another process is making a checkpoint; waiting for it"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "it never said it waits: {:?}",
+            operator.log_lines()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    maker.rollback().await.unwrap();
+    let status = operator.exit_status().await;
+    assert!(status.success(), "{:?}", operator.log_lines());
     let (covered, issued): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT max(covers_to) FROM evidence_checkpoints), \
                 (SELECT max(chain_pos) FROM alert_events)",
