@@ -11,6 +11,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 use outbox_core::evidence_chain::{genesis, hex, link, merkle_root, Hash, Leaf};
+use outbox_core::evidence_entries::EntryFacts;
 use outbox_core::evidence_signing::PublicKey;
 use outbox_store::evidence_chain::{self as stored, StoredChain, StoredCheckpoint};
 use outbox_store::StoreError;
@@ -132,6 +133,22 @@ pub fn check_chain(chain: &StoredChain) -> ChainCheck {
                 ),
             ));
             break;
+        }
+        // What an attempt says it sent must be the alert's payload: the dispatcher
+        // records the fingerprint its claim read, and a payload never changes while its
+        // alert is live (a correction is another alert).
+        if let EntryFacts::Attempt(attempt) = &entry.facts {
+            if attempt.payload_sha256 != chain.alert.payload_sha256 {
+                problems.push(problem(
+                    place,
+                    format!(
+                        "records payload fingerprint {}, but the alert's payload is {}",
+                        hex(&attempt.payload_sha256),
+                        hex(&chain.alert.payload_sha256)
+                    ),
+                ));
+                break;
+            }
         }
         heads.push((Some(pos), head));
     }

@@ -279,19 +279,37 @@ async fn the_dispatchers_hash_is_taken_only_for_the_head_the_row_still_carries()
         attempt.attempt = 2;
     }
     assert!(dispatch::complete(&db.pool, &wrong).await.unwrap());
-    assert!(!attempts_match_the_databases_link(&db, requeued.alert_id).await);
+    let stored: Vec<u8> = sqlx::query_scalar(
+        "SELECT payload_sha256 FROM delivery_attempts WHERE alert_id = $1 AND attempt = 2",
+    )
+    .bind(requeued.alert_id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        stored, [7; 32],
+        "the attempt row keeps what the dispatcher said"
+    );
     let report = verify_alert(&db.pool, requeued.alert_id, &Trust::default(), false)
         .await
         .unwrap();
-    assert!(!report.problems.is_empty(), "verify names the wrong hash");
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.to_string().contains("records payload fingerprint 0707")),
+        "verify names the wrong fingerprint: {:?}",
+        report.problems
+    );
 
     // The same mistake, linked to a head the row no longer carries: not taken.
     let db = TestDb::new().await;
     let claimed = two_claimed(&db).await;
     let mut stale = refused(&claimed[0], failed());
+    let seen = claimed[0].chain_seen().unwrap();
     stale.chain_seen = Some(ChainSeen {
         head: [9; 32],
-        payload_sha256: [7; 32],
+        payload_sha256: seen.payload_sha256,
     });
     assert!(dispatch::complete(&db.pool, &stale).await.unwrap());
     assert!(attempts_match_the_databases_link(&db, claimed[0].alert_id).await);

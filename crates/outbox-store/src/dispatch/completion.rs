@@ -94,7 +94,8 @@ pub struct Completion {
 }
 
 /// What a claim saw of its alert's evidence chain: the head its outbox row carried and
-/// the payload's fingerprint. The completion links its attempt row to `head`; the
+/// the payload's fingerprint. The completion stores that fingerprint on its attempt row
+/// (with no lookup of the alert) and links the row to `head`; the
 /// statement uses that hash only if the row still carries `head` when it is fenced (a
 /// line another writer added meanwhile moved it), and links from the row's newest head
 /// otherwise (see `lifecycle::COMPLETE_BATCH`).
@@ -237,6 +238,7 @@ async fn record_batch(
             .bind(&columns.finished_at)
             .bind(&columns.head_seen)
             .bind(&columns.attempt_hash)
+            .bind(&columns.payload_sha256)
             .fetch_all(&mut *tx)
             .await?;
     if applied.is_empty() {
@@ -382,6 +384,7 @@ struct CompletionColumns {
     finished_at: Vec<DateTime<Utc>>,
     head_seen: Vec<Option<Vec<u8>>>,
     attempt_hash: Vec<Option<Vec<u8>>>,
+    payload_sha256: Vec<Option<Vec<u8>>>,
 }
 
 impl CompletionColumns {
@@ -443,6 +446,11 @@ impl CompletionColumns {
             let (head_seen, attempt_hash) = linked.unzip();
             c.head_seen.push(head_seen);
             c.attempt_hash.push(attempt_hash);
+            c.payload_sha256.push(
+                done.chain_seen
+                    .as_ref()
+                    .map(|seen| seen.payload_sha256.to_vec()),
+            );
             c.response_excerpt.push(response_excerpt);
             match &done.next {
                 Next::Settle { outcome, reference } => {

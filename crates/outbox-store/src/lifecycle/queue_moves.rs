@@ -242,7 +242,8 @@ pub async fn requeue_with_fresh_budget(
 /// releases, else NULL), finished_at (the attempt row's finish time, the dispatcher's
 /// clock at the batch), head_seen and attempt_hash (the chain head the claim saw and the
 /// attempt row's hash linked to it, computed by the dispatcher; NULL to let this
-/// statement link it). Returns `(alert_id, fencing_token, next_alert, next_token)` of
+/// statement link it), payload_sha256 (the alert's payload fingerprint as the claim read
+/// it; NULL to read it from the alert). Returns `(alert_id, fencing_token, next_alert, next_token)` of
 /// every completion whose claim was still current: the next two name the alert behind it
 /// that the completion claimed, if it did.
 ///
@@ -280,11 +281,12 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
              SELECT * FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::int4[], $5::text[], \
                  $6::timestamptz[], $7::text[], $8::int2[], $9::text[], $10::text[], $11::text[], \
                  $12::text[], $13::timestamptz[], $14::text[], $15::text[], $16::text[], $17::text[], \
-                 $18::text[], $19::int8[], $20::timestamptz[], $21::bytea[], $22::bytea[]) \
+                 $18::text[], $19::int8[], $20::timestamptz[], $21::bytea[], $22::bytea[], \
+                 $23::bytea[]) \
              AS i(alert_id, fencing_token, worker, attempt, kind, started_at, outcome, http_status, \
                   destination_reference, error_class, response_excerpt, requeue_status, requeue_at, \
                   settle, settle_reference, to_state, line, release_lane, hand_on_lease_ms, \
-                  finished_at, head_seen, attempt_hash) \
+                  finished_at, head_seen, attempt_hash, payload_sha256) \
          ), removed AS ( \
              DELETE FROM outbox o USING input i \
              WHERE o.alert_id = i.alert_id AND o.fencing_token = i.fencing_token \
@@ -339,14 +341,14 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
              {LINKED_ATTEMPT_INSERT} \
              SELECT f.alert_id, f.attempt, f.kind, f.worker, f.fencing_token, f.started_at, \
                     f.finished_at, \
-                    f.alert_id::text, a.payload_sha256, f.outcome, f.http_status, \
+                    f.alert_id::text, {settled_fingerprint}, f.outcome, f.http_status, \
                     f.destination_reference, f.error_class, left(f.response_excerpt, 1000), \
                     f.to_state, f.line, \
                     CASE WHEN f.chain_head IS NOT NULL THEN nextval('evidence_chain_pos_seq') END, \
                     CASE WHEN f.linked THEN f.chain_head \
                          WHEN f.chain_head = f.head_seen THEN f.attempt_hash \
                          ELSE {settled_attempt_hash} END \
-             FROM fenced f JOIN alerts a ON a.id = f.alert_id \
+             FROM fenced f \
              WHERE f.kind IS NOT NULL \
          ), settled AS ( \
              INSERT INTO alert_outcomes (alert_id, outcome, destination_reference) \
@@ -372,13 +374,27 @@ pub(crate) static COMPLETE_BATCH: LazyLock<String> = LazyLock::new(|| {
         requeued_attempt_hash = completion_attempt_hash(
             "o.chain_head",
             "i",
-            "(SELECT a.payload_sha256 FROM alerts a WHERE a.id = i.alert_id)"
+            &payload_fingerprint("i")
         ),
         settled_line_hash = completion_line_hash("f.chain_head", "f"),
-        settled_attempt_hash = completion_attempt_hash("f.chain_head", "f", "a.payload_sha256"),
+        settled_attempt_hash =
+            completion_attempt_hash("f.chain_head", "f", &payload_fingerprint("f")),
+        settled_fingerprint = payload_fingerprint("f"),
         attempt_says_accepted = attempt_says_accepted("f"),
     )
 });
+
+/// The payload fingerprint of completion `i`'s alert: the one its claim read and the
+/// dispatcher passed in (`i.payload_sha256`), so the statement needs no lookup of the alert
+/// per delivery; the alert's own where the dispatcher passed none. An alert's payload
+/// never changes while it is live (a correction is a new revision, and retention prunes
+/// settled alerts only), so the two are the same fingerprint.
+fn payload_fingerprint(i: &str) -> String {
+    format!(
+        "COALESCE({i}.payload_sha256, \
+             (SELECT a.payload_sha256 FROM alerts a WHERE a.id = {i}.alert_id))"
+    )
+}
 
 /// Whether completion `f` (a `fenced` row) settles its alert `accepted` with an attempt
 /// row that says all of it: the attempt led to `accepted` and carries the reference the
