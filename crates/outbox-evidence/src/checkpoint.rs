@@ -103,9 +103,7 @@ pub async fn make_checkpoint(
             head,
         })
         .collect();
-    let made_at: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
-        .fetch_one(&mut *tx)
-        .await?;
+    let made_at: DateTime<Utc> = stored::transaction_time(&mut tx).await?;
     let leaf_hashes: Vec<Hash> = leaves.iter().map(Leaf::hash).collect();
     let checkpoint = Checkpoint {
         seq: seq.unsigned_abs(),

@@ -521,6 +521,12 @@ pub async fn try_checkpoint_lock(db: &mut PgConnection) -> Result<bool, StoreErr
     .await?)
 }
 
+/// The transaction's own time (`now()`): a checkpoint is dated by the database's clock, in
+/// the transaction that stores it.
+pub async fn transaction_time(db: &mut PgConnection) -> Result<DateTime<Utc>, StoreError> {
+    Ok(sqlx::query_scalar("SELECT now()").fetch_one(db).await?)
+}
+
 /// The newest stored checkpoint with its hash inputs (no leaves): the maker reads it under
 /// its lock, a verifier to know what the newest covers.
 pub async fn newest_checkpoint(
