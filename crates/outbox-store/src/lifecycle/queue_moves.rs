@@ -243,9 +243,9 @@ pub async fn requeue_with_fresh_budget(
 /// clock at the batch), head_seen and attempt_hash (the chain head the claim saw and the
 /// attempt row's hash linked to it, computed by the dispatcher; NULL to let this
 /// statement link it), payload_sha256 (the alert's payload fingerprint as the claim read
-/// it; NULL to read it from the alert). Returns `(alert_id, fencing_token, next_alert, next_token)` of
-/// every completion whose claim was still current: the next two name the alert behind it
-/// that the completion claimed, if it did.
+/// it; NULL to read it from the alert). Returns `(alert_id, fencing_token, next_alert,
+/// next_token)` of every completion whose claim was still current: the next two name the
+/// alert behind it that the completion claimed, if it did.
 ///
 /// Fencing and locking: the outbox row's own `DELETE` (to settle) or `UPDATE` (to
 /// requeue) is the fence. Each matches the row by alert and fencing token, so a completion
