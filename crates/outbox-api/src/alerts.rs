@@ -215,9 +215,11 @@ pub(crate) async fn approve_alert(
     // The first approval of a burst wakes the dispatchers from inside its own transaction;
     // the others poke the notifier once committed.
     let notify_dispatchers = state.wake_ups.notify_inline();
-    let outcome = alerts::approve_checked(
-        &state.pool,
-        alerts::CheckedApproval {
+    // Approvals that arrive while earlier ones are being written are written with each
+    // other, in one transaction, each with its own answer (`ApprovalGroups`).
+    let outcome = state
+        .approval_groups
+        .approve(alerts::CheckedApproval {
             tenant_id: caller.tenant_id,
             destination,
             subject,
@@ -227,10 +229,9 @@ pub(crate) async fn approve_alert(
             ordering_key,
             notify_dispatchers,
             trace: Some(&stored_trace),
-        },
-    )
-    .instrument(span.clone())
-    .await?;
+        })
+        .instrument(span.clone())
+        .await?;
     match outcome {
         Approved::Created(alert) => {
             if !notify_dispatchers {

@@ -61,6 +61,8 @@ pub struct AppState {
     pub pool: PgPool,
     /// Wakes dispatchers when an approval or revision created work.
     pub wake_ups: outbox_store::wake_ups::WakeUpNotifier,
+    /// Writes approvals, those that arrive together in one transaction.
+    pub approval_groups: outbox_store::alerts::ApprovalGroups,
     /// Approvals answered, by result, for `/metrics`.
     pub approvals: std::sync::Arc<health::ApprovalCounts>,
     /// Tokens the database accepted, kept for at most [`TOKEN_CACHE_TTL`].
@@ -75,6 +77,7 @@ impl AppState {
     fn new(pool: PgPool) -> Self {
         AppState {
             wake_ups: outbox_store::wake_ups::WakeUpNotifier::new(pool.clone()),
+            approval_groups: outbox_store::alerts::ApprovalGroups::new(pool.clone()),
             approvals: std::sync::Arc::default(),
             tokens: std::sync::Arc::new(auth::TokenCache::new(TOKEN_CACHE_TTL)),
             figures: Vec::new(),

@@ -126,6 +126,23 @@ impl<'a> CheckedPayload<'a> {
     pub fn as_str(&self) -> &'a str {
         self.0
     }
+
+    /// An owned copy, for a write that outlives the request it came with (a group of
+    /// approvals written together).
+    pub fn to_buf(&self) -> CheckedPayloadBuf {
+        CheckedPayloadBuf(self.0.to_owned())
+    }
+}
+
+/// An owned [`CheckedPayload`]: made only from one, so it holds a checked payload too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedPayloadBuf(String);
+
+impl CheckedPayloadBuf {
+    /// The payload, borrowed.
+    pub fn as_checked(&self) -> CheckedPayload<'_> {
+        CheckedPayload(&self.0)
+    }
 }
 
 /// Whether valid JSON text is an object with at least one member: it opens with `{`, and

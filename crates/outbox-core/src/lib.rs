@@ -60,8 +60,8 @@ pub mod trace_context;
 pub mod untrusted;
 
 pub use identity::{
-    check_ordering_key, CheckedPayload, IdentityError, PayloadError, MAX_IDENTITY_FIELD_BYTES,
-    MAX_ORDERING_KEY_BYTES, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES,
+    check_ordering_key, CheckedPayload, CheckedPayloadBuf, IdentityError, PayloadError,
+    MAX_IDENTITY_FIELD_BYTES, MAX_ORDERING_KEY_BYTES, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES,
 };
 pub use json_limits::{JsonLimitError, MAX_PAYLOAD_DEPTH};
 pub use recipients::RecipientError;

@@ -15,11 +15,14 @@
 //! the SHA-256 of exactly those bytes, computed by PostgreSQL in the same statement, so
 //! "same payload" means "same bytes on the wire".
 //!
-//! One file per subject: `approve` (an identity's first alert), `revise` (a correction as
-//! a new revision), `read_model` (an alert with its revisions, attempts and evidence).
+//! One file per subject: `approve` (an identity's first alert), `group` (the API's
+//! concurrent approvals written together, one statement and one commit per group),
+//! `revise` (a correction as a new revision), `read_model` (an alert with its revisions,
+//! attempts and evidence).
 
 mod approve;
 pub(crate) use approve::{trace_id_of, trace_note};
+mod group;
 mod read_model;
 mod revise;
 
@@ -28,6 +31,7 @@ pub use approve::{
     approve, approve_checked, approve_on, note_repeated_trace, Approval, ApproveOutcome, Approved,
     CheckedApproval,
 };
+pub use group::{approve_group, ApprovalGroups, MAX_GROUP, MAX_WRITERS};
 pub use read_model::{
     alert_tenant, current_state, detail, state_of, AlertDetail, AttemptRecord, RevisionSummary,
 };

@@ -129,9 +129,9 @@ pub async fn approve(pool: &PgPool, approval: Approval<'_>) -> Result<ApproveOut
     })
 }
 
-/// The row [`APPROVE`] answers with.
+/// The row [`APPROVE`] answers with (and a group's statement, once per approval).
 #[derive(Debug, sqlx::FromRow)]
-struct ApprovalRow {
+pub(super) struct ApprovalRow {
     /// `None`: the tenant has no destination of that name.
     destination_id: Option<Uuid>,
     tenant: Option<String>,
@@ -270,7 +270,18 @@ pub async fn approve_on(
     // The crash tests stop the process here: the approval is written (and, in autocommit,
     // committed), and its caller has no answer yet.
     fail::fail_point!("approve-after-write");
+    answer_of(conn, &approval, row).await
+}
 
+/// What the row an approval's statement answered with ([`APPROVE`], or one row of a
+/// group's) means for `approval`: the alert created, or the identity's existing revision
+/// or conflict, asked again in a fresh snapshot on `conn` when the statement's did not
+/// hold it yet.
+pub(super) async fn answer_of(
+    conn: &mut PgConnection,
+    approval: &CheckedApproval<'_>,
+    row: ApprovalRow,
+) -> Result<Approved, StoreError> {
     let Some(destination_id) = row.destination_id else {
         return Err(StoreError::UnknownDestination(
             approval.destination.to_owned(),
@@ -283,7 +294,7 @@ pub async fn approve_on(
             Some(outcome) => Ok(outcome),
             // The identity was committed by someone else after this statement's snapshot
             // was taken (ON CONFLICT waited for them): ask again in a fresh one.
-            None => existing_outcome(conn, &approval, destination_id).await,
+            None => existing_outcome(conn, approval, destination_id).await,
         };
     };
     let payload = RawValue::from_string(row.payload)
