@@ -484,13 +484,19 @@ pub async fn positions_issued(db: impl PgExecutor<'_>) -> Result<i64, StoreError
 /// The transactions of client sessions (other than this one) that may be writing
 /// evidence now, by virtual transaction id: a checkpoint covers positions up to what was
 /// issued before it asked, once all of these have ended, so no entry of its range commits
-/// after it. Sessions idle inside a transaction that has written nothing are left out.
+/// after it. Sessions idle inside a transaction that has written nothing are left out, and
+/// so are sessions connected to other databases of the server (`pg_locks` shows every
+/// database's), which cannot write this one's evidence: a long transaction there must not
+/// hold up this database's checkpoints. A session `pg_stat_activity` does not show (yet)
+/// is counted.
 pub async fn open_writers(db: impl PgExecutor<'_>) -> Result<Vec<String>, StoreError> {
     Ok(sqlx::query_scalar(
         "SELECT l.virtualxid FROM pg_locks l \
          LEFT JOIN pg_stat_activity s ON s.pid = l.pid \
          WHERE l.locktype = 'virtualxid' AND l.granted AND l.pid <> pg_backend_pid() \
            AND coalesce(s.backend_type, 'client backend') = 'client backend' \
+           AND (s.pid IS NULL OR s.datid = (SELECT oid FROM pg_database \
+                                            WHERE datname = current_database())) \
            AND NOT (s.state IS NOT NULL AND s.state <> 'active' AND s.backend_xid IS NULL)",
     )
     .fetch_all(db)
