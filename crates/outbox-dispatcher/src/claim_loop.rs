@@ -222,9 +222,13 @@ impl ClaimLoop {
     ) {
         let limit = destination_limit(&self.destination_limits, &row);
         let (span, trace) = attempt_span(&row, &self.shared.config.worker_id, batch);
-        self.tasks.spawn(
+        // Boxed: a delivery's future (the whole request and its recording, about 15 KB) is
+        // then moved once, into its box, instead of by value into the task, into its cell,
+        // and out of it again when the task is joined (10 % of a dispatcher's CPU in `perf`
+        // was such copies).
+        self.tasks.spawn(Box::pin(
             work_one(self.shared.clone(), row, trace, claimed_at, limit, permit).instrument(span),
-        );
+        ));
     }
 
     /// With `--drain`: whether nothing is due now or within the horizon, so the run ends.

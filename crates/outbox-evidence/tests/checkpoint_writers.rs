@@ -64,7 +64,14 @@ async fn a_transaction_open_in_another_database_does_not_hold_up_a_checkpoint() 
 
     let made = make_checkpoint(&db.pool, None).await.unwrap();
     assert!(
-        matches!(made, Ok(Made { seq: 1, size: 1, .. })),
+        matches!(
+            made,
+            Ok(Made {
+                seq: 1,
+                size: 1,
+                ..
+            })
+        ),
         "the checkpoint was not made: {made:?}"
     );
     let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM evidence_checkpoints")
