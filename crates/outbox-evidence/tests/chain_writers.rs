@@ -8,10 +8,11 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
+mod common;
+
 use chrono::Utc;
-use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, OnUncertain, Outcome};
+use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, Outcome};
 use outbox_evidence::verify::{verify_alert, Trust};
-use outbox_store::destinations::NewDestination;
 use outbox_store::dispatch::{self, AttemptRecord, ChainSeen, ClaimedAlert, Completion, Next};
 use outbox_store::lifecycle::{append_event, Event};
 use outbox_testkit::TestDb;
@@ -20,41 +21,9 @@ use uuid::Uuid;
 
 /// Two alerts approved to one destination and claimed by worker `w`.
 async fn two_claimed(db: &TestDb) -> Vec<ClaimedAlert> {
-    let tenant = outbox_store::tenants::create(&db.pool, "acme", "UTC", None)
-        .await
-        .unwrap();
-    outbox_store::destinations::create(
-        &db.pool,
-        &NewDestination {
-            tenant_id: tenant,
-            name: "ops".into(),
-            url: "http://127.0.0.1:9/hook".into(),
-            signing_secrets: vec![],
-            idempotency_header: "Idempotency-Key".into(),
-            idempotency_retention: None,
-            lookup_url_template: None,
-            on_uncertain: OnUncertain::Hold,
-            timeout: Duration::from_secs(1),
-            max_in_flight: 4,
-        },
-    )
-    .await
-    .unwrap();
+    let tenant = common::tenant_with_ops(db).await;
     for subject in ["renewal:a", "renewal:b"] {
-        outbox_store::alerts::approve(
-            &db.pool,
-            outbox_store::alerts::Approval {
-                tenant_id: tenant,
-                destination: "ops",
-                subject,
-                occurrence: "2027-01-31/30d",
-                payload_json: r#"{"n": 1}"#,
-                actor: "test",
-                ordering_key: None,
-            },
-        )
-        .await
-        .unwrap();
+        common::approve_to_ops(db, tenant, subject).await;
     }
     let mut claimed = dispatch::claim(&db.pool, "w", 10, Duration::from_secs(60), &[])
         .await

@@ -5,55 +5,17 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-use outbox_core::OnUncertain;
-use outbox_evidence::checkpoint::{make_checkpoint, Made};
-use outbox_store::destinations::NewDestination;
-use outbox_testkit::TestDb;
-use std::time::Duration;
+mod common;
 
-/// One alert approved in `db`: an evidence entry for a checkpoint to cover.
-async fn one_alert(db: &TestDb) {
-    let tenant = outbox_store::tenants::create(&db.pool, "acme", "UTC", None)
-        .await
-        .unwrap();
-    outbox_store::destinations::create(
-        &db.pool,
-        &NewDestination {
-            tenant_id: tenant,
-            name: "ops".into(),
-            url: "http://127.0.0.1:9/hook".into(),
-            signing_secrets: vec![],
-            idempotency_header: "Idempotency-Key".into(),
-            idempotency_retention: None,
-            lookup_url_template: None,
-            on_uncertain: OnUncertain::Hold,
-            timeout: Duration::from_secs(1),
-            max_in_flight: 4,
-        },
-    )
-    .await
-    .unwrap();
-    outbox_store::alerts::approve(
-        &db.pool,
-        outbox_store::alerts::Approval {
-            tenant_id: tenant,
-            destination: "ops",
-            subject: "renewal:a",
-            occurrence: "2027-01-31/30d",
-            payload_json: r#"{"n": 1}"#,
-            actor: "test",
-            ordering_key: None,
-        },
-    )
-    .await
-    .unwrap();
-}
+use outbox_evidence::checkpoint::{make_checkpoint, Made};
+use outbox_testkit::TestDb;
 
 #[tokio::test]
 async fn a_transaction_open_in_another_database_does_not_hold_up_a_checkpoint() {
     let db = TestDb::new().await;
     let elsewhere = TestDb::new().await;
-    one_alert(&db).await;
+    let tenant = common::tenant_with_ops(&db).await;
+    common::approve_to_ops(&db, tenant, "renewal:a").await;
     // A transaction of another database that has written (it has a transaction id) and
     // stays open while the checkpoint is made.
     let mut open = elsewhere.pool.begin().await.unwrap();
