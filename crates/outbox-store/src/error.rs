@@ -199,6 +199,21 @@ impl StoreError {
         }
     }
 
+    /// For each of the callers that shared a statement which failed with this
+    /// unavailability ([`is_unavailable`](Self::is_unavailable)): an error that says the
+    /// same (busy stays busy; anything else reads as a lost connection, with this one's
+    /// message), since one error value cannot be handed to several.
+    pub(crate) fn unavailable_again(&self) -> StoreError {
+        let again = match self {
+            StoreError::Database(sqlx::Error::PoolTimedOut) => sqlx::Error::PoolTimedOut,
+            other => sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                other.to_string(),
+            )),
+        };
+        StoreError::Database(again)
+    }
+
     /// True when the database error is a unique-constraint violation.
     pub(crate) fn is_unique_violation(err: &sqlx::Error) -> bool {
         matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())

@@ -309,3 +309,27 @@ async fn approvals_that_arrive_together_share_one_commit() {
         transactions[0]
     );
 }
+
+#[tokio::test]
+async fn with_the_database_away_each_approval_of_a_group_is_told_so() {
+    let db = TestDb::new().await;
+    let (acme, _) = tenants(&db).await;
+    let pool = outbox_store::connect(&db.url, "approval-groups-test", 2)
+        .await
+        .unwrap();
+    let groups = ApprovalGroups::new(pool.clone());
+    pool.close().await;
+    let group = [
+        approval(acme, "ops", "contract:a", r#"{"n": 1}"#),
+        approval(acme, "ops", "contract:b", r#"{"n": 2}"#),
+        approval(acme, "ops", "contract:c", r#"{"n": 3}"#),
+    ];
+    let answers = approve_together(&groups, &group).await;
+    for answer in &answers {
+        assert!(
+            matches!(answer, Err(err) if err.is_unavailable()),
+            "{answer:?}"
+        );
+    }
+    assert_eq!(db.count("alerts").await, 0);
+}

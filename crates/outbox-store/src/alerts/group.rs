@@ -20,7 +20,8 @@
 //! positions are taken one identity at a time, under the lane's lock), an identity the
 //! group's snapshot could not answer for (approved twice within the group, or committed
 //! by another writer while the group waited for it), and, when the group's statement
-//! fails, every approval of the group, so that one bad approval costs the others nothing.
+//! fails, every approval of the group, so that one bad approval costs the others nothing;
+//! unless the database is unavailable, when each is answered with that.
 
 use outbox_core::trace_context::TraceContext;
 use outbox_core::{CheckedPayloadBuf, Ordering};
@@ -192,6 +193,15 @@ impl ApprovalGroups {
             approvals.iter().map(HeldApproval::as_checked).collect();
         match approve_group(&self.pool, &checked).await {
             Ok(answers) => answers,
+            // The database is away (busy, the connection lost, a failover under way):
+            // written one by one, each would wait for it again in turn, and the last
+            // client would wait for them all. Each is answered with the group's error,
+            // which the API turns into `503`, retry with the same identity (the group may
+            // have been committed before the connection was lost).
+            Err(err) if err.is_unavailable() => approvals
+                .iter()
+                .map(|_| Err(err.unavailable_again()))
+                .collect(),
             Err(_) => {
                 // The group's statement failed as a whole: each approval is written alone,
                 // and answered with its own result or error.
