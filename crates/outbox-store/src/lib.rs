@@ -11,8 +11,9 @@
 //! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts (tokens with expiry
 //!   and revocation), and where alerts go (with signing secrets as stored, their rotation,
 //!   and re-sealing under a new key); an account's tenant grant ([`tenants::Scope`]).
-//! - [`alerts`]: the decider's write path (approve, revise, in one transaction each) and
-//!   the read model of an alert with its attempts and evidence trail.
+//! - [`alerts`]: the decider's write path (approve, revise, in one transaction each; the
+//!   API's concurrent approvals written in groups, one transaction per group) and the read
+//!   model of an alert with its attempts and evidence trail.
 //! - [`lifecycle`]: every transition of an alert, written once: settle, requeue, the
 //!   evidence line, and the operator transitions (replay, resolve) with their refusals;
 //!   the dispatcher's batch completion is built from the same pieces.
