@@ -152,32 +152,31 @@ impl ApprovalGroups {
     /// A writer: takes what waits (at most [`MAX_GROUP`]), writes it, answers each, and
     /// goes on until nothing waits.
     async fn write_while_waiting(self) {
-        // Counts this writer out however it ends, a panic included, so that later
-        // approvals start another.
-        struct Leaving(ApprovalGroups);
-        impl Drop for Leaving {
-            fn drop(&mut self) {
-                self.0.lock().writers -= 1;
-            }
-        }
-        let writer = Leaving(self);
+        let mut writer = Writer {
+            groups: self,
+            counted_out: false,
+        };
         loop {
             let group: Vec<Waiting> = {
-                let mut queue = writer.0.lock();
+                let mut queue = writer.groups.lock();
+                if queue.waiting.is_empty() {
+                    // Counted out under the same lock that saw nothing waiting: an
+                    // approval queued after this sees one writer fewer and starts its own.
+                    // (Counted out after releasing it, one could be queued in between,
+                    // find every writer busy, and wait for one that never comes.)
+                    queue.writers -= 1;
+                    drop(queue);
+                    writer.counted_out = true;
+                    return;
+                }
                 let take = queue.waiting.len().min(MAX_GROUP);
                 queue.waiting.drain(..take).collect()
             };
-            if group.is_empty() {
-                // The count goes down under the same lock that saw nothing waiting (in
-                // `Leaving`'s drop, after this guard is released): an approval queued
-                // after this check sees one writer fewer and starts its own.
-                return;
-            }
             let (approvals, answers): (Vec<HeldApproval>, Vec<_>) = group
                 .into_iter()
                 .map(|waiting| (waiting.approval, waiting.answer))
                 .unzip();
-            let results = writer.0.write(&approvals).await;
+            let results = writer.groups.write(&approvals).await;
             for (answer, result) in answers.into_iter().zip(results) {
                 let _ = answer.send(result);
             }
@@ -210,6 +209,38 @@ impl ApprovalGroups {
                     answers.push(approve_checked(&self.pool, approval).await);
                 }
                 answers
+            }
+        }
+    }
+}
+
+/// A running writer. One that ends other than by finding nothing waiting (its task
+/// panicked or was dropped) is counted out as it goes, and starts another writer when
+/// approvals are still waiting, so that none is left without one.
+struct Writer {
+    groups: ApprovalGroups,
+    counted_out: bool,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if self.counted_out {
+            return;
+        }
+        let restart = {
+            let queue = &mut *self.groups.lock();
+            queue.writers -= 1;
+            let restart = !queue.waiting.is_empty() && queue.writers < MAX_WRITERS;
+            if restart {
+                queue.writers += 1;
+            }
+            restart
+        };
+        if restart {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(self.groups.clone().write_while_waiting());
+            } else {
+                self.groups.lock().writers -= 1;
             }
         }
     }
