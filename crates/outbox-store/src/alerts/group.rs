@@ -39,6 +39,10 @@ use crate::StoreError;
 /// what it saves per approval levels off well before this.
 pub const MAX_GROUP: usize = 64;
 
+/// Longest an approval waits for its group to be written before its caller is told the
+/// database is busy: the pool's own wait for a free connection.
+pub const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Most groups being written at once: each holds a connection, and two keep both of a
 /// small server's cores busy while the next group gathers.
 pub const MAX_WRITERS: usize = 2;
@@ -136,26 +140,31 @@ impl ApprovalGroups {
             start
         };
         if start_writer {
-            tokio::spawn(self.clone().write_while_waiting());
+            // The writer is counted out by its guard however its task ends, even dropped
+            // before it ever ran.
+            let writer = Writer::counted_in(self.clone());
+            tokio::spawn(ApprovalGroups::write_while_waiting(writer));
         }
-        // A writer that panicked dropped the answer: the approval may or may not have been
-        // committed, as when a connection is lost.
-        answered
-            .await
-            .unwrap_or(Err(StoreError::Database(sqlx::Error::WorkerCrashed)))
+        match tokio::time::timeout(MAX_WAIT, answered).await {
+            Ok(Ok(answer)) => answer,
+            // A writer that panicked dropped the answer: the approval may or may not have
+            // been committed, as when a connection is lost.
+            Ok(Err(_)) => Err(StoreError::Database(sqlx::Error::WorkerCrashed)),
+            // The database is too slow to take it (or the group waits on a lock): the
+            // caller is told busy, as a single approval is when no connection comes free;
+            // the approval may still be written, and a retry with the same identity
+            // finds it.
+            Err(_) => Err(StoreError::Database(sqlx::Error::PoolTimedOut)),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A writer: takes what waits (at most [`MAX_GROUP`]), writes it, answers each, and
-    /// goes on until nothing waits.
-    async fn write_while_waiting(self) {
-        let mut writer = Writer {
-            groups: self,
-            counted_out: false,
-        };
+    /// A writer (counted in by `writer`): takes what waits (at most [`MAX_GROUP`]),
+    /// writes it, answers each, and goes on until nothing waits.
+    async fn write_while_waiting(mut writer: Writer) {
         loop {
             let group: Vec<Waiting> = {
                 let mut queue = writer.groups.lock();
@@ -194,13 +203,16 @@ impl ApprovalGroups {
             Ok(answers) => answers,
             // The database is away (busy, the connection lost, a failover under way):
             // written one by one, each would wait for it again in turn, and the last
-            // client would wait for them all. Each is answered with the group's error,
-            // which the API turns into `503`, retry with the same identity (the group may
-            // have been committed before the connection was lost).
-            Err(err) if err.is_unavailable() => approvals
-                .iter()
-                .map(|_| Err(err.unavailable_again()))
-                .collect(),
+            // client would wait for them all. Or the group was committed and its answer
+            // does not add up: written again, each would read as already there. Each is
+            // answered with the group's error, which the API turns into `503`, retry with
+            // the same identity (the group may have been committed).
+            Err(err) if err.is_unavailable() || matches!(err, StoreError::Inconsistent(_)) => {
+                approvals
+                    .iter()
+                    .map(|_| Err(err.unavailable_again()))
+                    .collect()
+            }
             Err(_) => {
                 // The group's statement failed as a whole: each approval is written alone,
                 // and answered with its own result or error.
@@ -214,34 +226,30 @@ impl ApprovalGroups {
     }
 }
 
-/// A running writer. One that ends other than by finding nothing waiting (its task
-/// panicked or was dropped) is counted out as it goes, and starts another writer when
-/// approvals are still waiting, so that none is left without one.
+/// A running writer, counted in the queue's `writers`. One that ends other than by
+/// finding nothing waiting (dropped with its runtime, even before it first ran, or
+/// panicking) is counted out as it goes, so that the next approval starts another. The
+/// approvals it leaves waiting are answered busy after [`MAX_WAIT`] unless a writer takes
+/// them first.
 struct Writer {
     groups: ApprovalGroups,
     counted_out: bool,
 }
 
+impl Writer {
+    /// A writer for `groups`, which the caller has already counted in.
+    fn counted_in(groups: ApprovalGroups) -> Self {
+        Writer {
+            groups,
+            counted_out: false,
+        }
+    }
+}
+
 impl Drop for Writer {
     fn drop(&mut self) {
-        if self.counted_out {
-            return;
-        }
-        let restart = {
-            let queue = &mut *self.groups.lock();
-            queue.writers -= 1;
-            let restart = !queue.waiting.is_empty() && queue.writers < MAX_WRITERS;
-            if restart {
-                queue.writers += 1;
-            }
-            restart
-        };
-        if restart {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(self.groups.clone().write_while_waiting());
-            } else {
-                self.groups.lock().writers -= 1;
-            }
+        if !self.counted_out {
+            self.groups.lock().writers -= 1;
         }
     }
 }
@@ -259,7 +267,8 @@ struct GroupRow {
 /// `APPROVE`) over arrays, with the approvals numbered in the order given (`n`).
 ///
 /// Locking: alerts are inserted in identity order (tenant, then subject, occurrence and
-/// destination in byte order), the order of the monitors' bulk approval too, so two
+/// destination in byte order; of an identity given twice, the first given is the one
+/// inserted), the order of the monitors' bulk approval too, so two
 /// groups, or a group and a monitor's batch, that approve overlapping identities wait for
 /// each other instead of deadlocking; a single approval inserts one identity and holds no
 /// other. Destinations that order per key are left out (see the module's notes).
@@ -285,7 +294,7 @@ static APPROVE_GROUP: LazyLock<String> = LazyLock::new(|| {
                     g.actor, g.traceparent, g.tracestate, g.ordering_key \
              FROM given g JOIN dest d ON d.n = g.n \
              WHERE NOT d.in_lane \
-             ORDER BY g.tenant_id, g.subject COLLATE \"C\", g.occurrence COLLATE \"C\", d.id \
+             ORDER BY g.tenant_id, g.subject COLLATE \"C\", g.occurrence COLLATE \"C\", d.id, g.n \
              ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
              RETURNING id, destination_id, created_at, traceparent, {trace_id} AS trace_id, \
                        evidence_genesis(alerts) AS genesis \
