@@ -172,6 +172,82 @@ async fn deleting_alerts_is_refused() {
     assert_eq!((alerts, queued), (1, 1));
 }
 
+/// An alert belongs to a destination of its own tenant, checked once per statement: a
+/// monitor's batch with one alert for another tenant's destination is refused whole (the
+/// foreign-key error code) and writes nothing. What makes that check hold without a lock
+/// is refused too: deleting a destination, moving one to another tenant, and moving an
+/// alert to another tenant or destination.
+#[tokio::test]
+async fn an_alert_for_another_tenants_destination_is_refused() {
+    let db = TestDb::new().await;
+    let claimed = claimed_alerts(&db, 1).await;
+    let ours: (Uuid, Uuid) =
+        sqlx::query_as("SELECT tenant_id, destination_id FROM alerts WHERE id = $1")
+            .bind(claimed[0].alert_id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let other = crate::tenants::create(&db.pool, "globex", "UTC", None)
+        .await
+        .unwrap();
+    let alert = |destination_id: Uuid, subject: &str| crate::monitors::MonitorAlert {
+        destination_id,
+        subject: subject.to_owned(),
+        occurrence: "2027-01-31/30d".to_owned(),
+        payload_json: r#"{"a": 1}"#.to_owned(),
+    };
+    let before = db.count("alerts").await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    let refused = crate::monitors::approve_batch(
+        &mut conn,
+        other,
+        &[
+            alert(ours.1, "contract:theirs"),
+            alert(ours.1, "contract:z"),
+        ],
+        "test",
+        None,
+    )
+    .await
+    .unwrap_err();
+    let crate::StoreError::Database(sqlx::Error::Database(refused)) = refused else {
+        panic!("not a database error: {refused:?}");
+    };
+    assert_eq!(refused.code().as_deref(), Some("23503"), "{refused}");
+    assert!(refused.message().contains("not its tenant's"), "{refused}");
+    assert_eq!(db.count("alerts").await, before);
+    assert_eq!(db.count("outbox").await, 1);
+    for statement in [
+        format!("DELETE FROM destinations WHERE id = '{}'", ours.1),
+        "TRUNCATE destinations CASCADE".to_owned(),
+        format!(
+            "UPDATE destinations SET tenant_id = '{other}' WHERE id = '{}'",
+            ours.1
+        ),
+        format!(
+            "UPDATE alerts SET tenant_id = '{other}' WHERE id = '{}'",
+            claimed[0].alert_id
+        ),
+    ] {
+        let refused = sqlx::query(&statement).execute(&db.pool).await.unwrap_err();
+        let refused = refused.to_string();
+        assert!(
+            refused.contains("never deleted") || refused.contains("never change"),
+            "{statement}: {refused}"
+        );
+    }
+    let (destinations, alert_tenant): (i64, Uuid) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM destinations WHERE tenant_id = $1), \
+                (SELECT tenant_id FROM alerts WHERE id = $2)",
+    )
+    .bind(ours.0)
+    .bind(claimed[0].alert_id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((destinations, alert_tenant), (1, ours.0));
+}
+
 /// What settling leaves, as every reader reads it: the alert's resting place, reference
 /// and time, and whether it is still queued.
 async fn settled_row(db: &TestDb, id: Uuid) -> (Option<String>, Option<String>, bool, bool) {
