@@ -12,7 +12,7 @@
 --    check below sound without any lock: a destination seen once stays.
 -- 2. After each statement that inserts alerts, one anti-join over the statement's new rows
 --    refuses the statement when any names a destination that is not its tenant's, with
---    the foreign-key error code and the message a key would give.
+--    the foreign-key error code and the detail a key would give.
 -- 3. An alert's tenant and destination never change either.
 ALTER TABLE alerts DROP CONSTRAINT alerts_tenant_id_destination_id_fkey;
 

@@ -176,7 +176,7 @@ async fn deleting_alerts_is_refused() {
 /// monitor's batch with one alert for another tenant's destination is refused whole (the
 /// foreign-key error code) and writes nothing. What makes that check hold without a lock
 /// is refused too: deleting a destination, moving one to another tenant, and moving an
-/// alert to another tenant or destination.
+/// alert to another tenant (the same trigger refuses a change of its destination).
 #[tokio::test]
 async fn an_alert_for_another_tenants_destination_is_refused() {
     let db = TestDb::new().await;
