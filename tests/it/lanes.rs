@@ -19,7 +19,12 @@ use std::collections::HashMap;
 use uuid::Uuid;
 
 /// Makes `destination` of tenant `tenant` order per key, with `on_head_failed`.
-async fn order_per_key(db: &TestDb, tenant: Uuid, destination: &str, on_head_failed: OnHeadFailed) {
+pub(crate) async fn order_per_key(
+    db: &TestDb,
+    tenant: Uuid,
+    destination: &str,
+    on_head_failed: OnHeadFailed,
+) {
     let id = outbox_store::destinations::id_by_name(&db.pool, tenant, destination)
         .await
         .unwrap();

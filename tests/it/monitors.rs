@@ -289,6 +289,83 @@ async fn cron_firing_fifty_times_and_four_deciders_at_once_make_one_alert_per_id
     assert_eq!(most, 1);
 }
 
+/// A run of thousands of alerts is approved in transactions of at most 500, two in flight,
+/// while two other deciders approve the same run: every due alert is created once with
+/// its outbox row, nobody deadlocks, and at a destination that orders per key each
+/// contract's lane takes its alerts in run order (the 30-day alert waits behind the
+/// 60-day one), whichever transaction carried them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_of_thousands_creates_each_alert_once_and_keeps_each_lane_in_order() {
+    const CONTRACTS: usize = 1_300;
+    let db = TestDb::new().await;
+    let t = tenant(&db, "acme", "UTC").await;
+    crate::lanes::order_per_key(&db, t, "ops", outbox_core::OnHeadFailed::Block).await;
+    let ops = outbox_store::destinations::id_by_name(&db.pool, t, "ops")
+        .await
+        .unwrap();
+    let mut csv =
+        String::from("external_id,vendor,amount,currency,renewal_date,notice_days,destinations\n");
+    for n in 0..CONTRACTS {
+        csv.push_str(&format!(
+            "C-{n:04},Vendor {n},100.00,EUR,2027-03-31,0,ops;finance\n"
+        ));
+    }
+    import(&db, t, &csv).await;
+    assert_eq!(
+        run(&db, noon_before("2027-03-31", 60)).await,
+        2 * CONTRACTS as u64
+    );
+
+    // The 30-day run, three times at once: two decider processes and this one.
+    let now = noon_before("2027-03-31", 30).to_string();
+    let others: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(decider::run_once(&db.url).args(["--now", &now]).output()))
+        .collect();
+    outbox_decider::run_once(&db.pool, now.parse().unwrap(), None)
+        .await
+        .unwrap();
+    for other in others {
+        let output = other.await.unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    assert_eq!(db.count("alerts").await, 4 * CONTRACTS as i64);
+    assert_eq!(db.count("outbox").await, 4 * CONTRACTS as i64);
+    // Per contract at `ops`: the 60-day alert heads the lane (position 1, behind nobody),
+    // the 30-day one is position 2 behind it.
+    let lanes_in_order: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM alerts first JOIN outbox fo ON fo.alert_id = first.id \
+         JOIN alerts second ON second.subject = first.subject \
+              AND second.destination_id = first.destination_id \
+              AND second.occurrence = '2027-03-31/30d' \
+         JOIN outbox so ON so.alert_id = second.id \
+         WHERE first.destination_id = $1 AND first.occurrence = '2027-03-31/60d' \
+           AND first.lane_seq = 1 AND fo.lane_after IS NULL \
+           AND second.lane_seq = 2 AND so.lane_after = first.id",
+    )
+    .bind(ops)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(lanes_in_order, CONTRACTS as i64);
+    let lanes: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT last_seq, count(*) FROM alert_lanes WHERE destination_id = $1 GROUP BY 1",
+    )
+    .bind(ops)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        lanes,
+        [(2, CONTRACTS as i64)],
+        "one lane per contract, two alerts each"
+    );
+}
+
 const ARTICLES: &str = include_str!("../fixtures/articles.json");
 
 async fn watchlist(db: &TestDb, t: uuid::Uuid, name: &str, query: &str, group: bool) {

@@ -79,7 +79,7 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    outbox_runtime::init_tracing_quiet("bench");
+    outbox_runtime::init_tracing_for_benchmarks("bench");
     match cli.command {
         Command::Run {
             quick,

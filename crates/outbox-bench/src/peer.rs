@@ -84,7 +84,7 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
         .await
         .context("resetting the sink")?
         .error_for_status()?;
-    let enqueue = workload.approve_bulk(0, args.n).await?;
+    let enqueue = workload.approve_bulk_one_at_a_time(0, args.n).await?;
     crate::db::vacuum_analyze(&pool).await?;
 
     let discard = dispatchers == Dispatchers::InProcess(Transport::Discard);

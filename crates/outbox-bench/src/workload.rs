@@ -1,11 +1,13 @@
 //! The work every measurement uses: one tenant, one destination (signed, so every send
 //! pays for its signature), and ~500-byte alerts with unique identities, approved in bulk
-//! through the monitors' path (one statement per chunk, one alert per identity). The
-//! ordered-lanes phase adds destinations of the same tenant and alerts spread over a set
-//! of subjects ([`Workload::keyed_alert`]).
+//! as the decider approves a monitor run's alerts (sorted by identity, one statement per
+//! chunk, two chunks in flight, one alert per identity). The ordered-lanes phase adds
+//! destinations of the same tenant and alerts spread over a set of subjects
+//! ([`Workload::keyed_alert`]).
 
 use anyhow::Context;
 use base64::Engine;
+use outbox_store::approval_plan::{self, ApprovalPlan};
 use outbox_store::destinations::NewDestination;
 use outbox_store::monitors::{self, MonitorAlert};
 use outbox_store::PgPool;
@@ -14,6 +16,15 @@ use uuid::Uuid;
 
 /// Alerts per bulk approval statement (the peers' harness enqueues in chunks of 5,000).
 pub const APPROVAL_CHUNK: usize = 5_000;
+
+/// How many bulk approval statements are in flight at once.
+#[derive(Debug, Clone, Copy)]
+enum InFlight {
+    /// One after another, as the peers' harness enqueues.
+    One,
+    /// Two, as the decider approves a monitor run's alerts.
+    Two,
+}
 
 /// A migrated database with the benchmark's tenant and destination.
 #[derive(Debug, Clone)]
@@ -106,42 +117,85 @@ impl Workload {
         Ok(())
     }
 
-    /// Approves alerts `from..from + count` in bulk, [`APPROVAL_CHUNK`] per statement.
-    /// Returns the time it took.
+    /// Approves alerts `from..from + count` in bulk as the decider does (see
+    /// [`Workload::approve_bulk_as`]). Returns the time it took.
     pub async fn approve_bulk(&self, from: u64, count: u64) -> anyhow::Result<Duration> {
-        self.approve_bulk_as(from, count, |i| self.alert(i)).await
+        self.approve_planned(from, count, |i| self.alert(i), InFlight::Two)
+            .await
+    }
+
+    /// Approves alerts `from..from + count` in bulk as the peers' harness enqueues its
+    /// jobs: chunks of [`APPROVAL_CHUNK`], one after another on one connection, so that
+    /// the harness's enqueue times compare like with like. Returns the time it took.
+    pub async fn approve_bulk_one_at_a_time(
+        &self,
+        from: u64,
+        count: u64,
+    ) -> anyhow::Result<Duration> {
+        self.approve_planned(from, count, |i| self.alert(i), InFlight::One)
+            .await
     }
 
     /// Approves alerts `from..from + count` in bulk as `alert(i)` makes them (each a new
-    /// identity), [`APPROVAL_CHUNK`] per statement. Returns the time it took.
+    /// identity), as the decider approves a monitor run's alerts: sorted by identity, in
+    /// statements of at most [`APPROVAL_CHUNK`] that share no subject, two in flight at
+    /// once ([`ApprovalPlan`]). Returns the time it took, making the alerts included.
     pub async fn approve_bulk_as(
         &self,
         from: u64,
         count: u64,
         alert: impl Fn(u64) -> MonitorAlert,
     ) -> anyhow::Result<Duration> {
+        self.approve_planned(from, count, alert, InFlight::Two)
+            .await
+    }
+
+    async fn approve_planned(
+        &self,
+        from: u64,
+        count: u64,
+        alert: impl Fn(u64) -> MonitorAlert,
+        in_flight: InFlight,
+    ) -> anyhow::Result<Duration> {
         let started = Instant::now();
-        let mut i = from;
-        while i < from + count {
-            let end = (i + APPROVAL_CHUNK as u64).min(from + count);
-            let chunk: Vec<MonitorAlert> = (i..end).map(&alert).collect();
-            let created = monitors::approve_batch(
-                &mut *self.pool.acquire().await?,
-                self.tenant_id,
-                &chunk,
-                "benchmark",
-                Some(&self.trace),
-            )
-            .await?;
-            anyhow::ensure!(
-                created.len() == chunk.len(),
-                "approved {} of {} new identities",
-                created.len(),
-                chunk.len()
-            );
-            i = end;
+        let mut alerts: Vec<MonitorAlert> = (from..from + count).map(alert).collect();
+        approval_plan::sort_by_identity(&mut alerts);
+        anyhow::ensure!(
+            alerts.len() as u64 == count,
+            "{count} alerts have {} identities",
+            alerts.len()
+        );
+        let plan = ApprovalPlan::new(&alerts, APPROVAL_CHUNK);
+        match in_flight {
+            InFlight::Two => {
+                plan.run(|chunk| self.approve_chunk(chunk)).await?;
+            }
+            InFlight::One => {
+                for chunk in plan.units().iter().flatten() {
+                    self.approve_chunk(chunk).await?;
+                }
+            }
         }
         Ok(started.elapsed())
+    }
+
+    /// Approves one chunk of new identities in one statement. Returns how many.
+    async fn approve_chunk(&self, chunk: &[MonitorAlert]) -> anyhow::Result<u64> {
+        let created = monitors::approve_batch(
+            &mut *self.pool.acquire().await?,
+            self.tenant_id,
+            chunk,
+            "benchmark",
+            Some(&self.trace),
+        )
+        .await?;
+        anyhow::ensure!(
+            created.len() == chunk.len(),
+            "approved {} of {} new identities",
+            created.len(),
+            chunk.len()
+        );
+        Ok(chunk.len() as u64)
     }
 
     /// Alert `i` as a monitor decides it.

@@ -25,6 +25,7 @@ pub mod serve;
 use jiff::Timestamp;
 use outbox_core::trace_context::{TraceContext, TraceParent};
 use outbox_runtime::telemetry;
+use outbox_store::approval_plan::{self, ApprovalPlan};
 use outbox_store::monitors::MonitorAlert;
 use outbox_store::PgPool;
 use std::collections::HashMap;
@@ -61,8 +62,9 @@ impl DecideError {
 /// ever wait briefly for each other.
 const BATCH: usize = 500;
 
-/// Approves the alerts per tenant in batches, each sorted by identity. Returns how many
-/// were created.
+/// Approves the alerts per tenant, sorted by identity, in transactions of at most
+/// [`BATCH`] alerts, two in flight at once on two connections
+/// ([`ApprovalPlan`]: they share no identity and no lane). Returns how many were created.
 pub(crate) async fn approve_in_batches(
     pool: &PgPool,
     due: HashMap<Uuid, Vec<MonitorAlert>>,
@@ -70,12 +72,17 @@ pub(crate) async fn approve_in_batches(
     run: &MonitorRun,
 ) -> Result<u64, DecideError> {
     let mut created = 0;
-    for (tenant_id, alerts) in due {
-        let mut conn = pool
-            .acquire()
-            .await
-            .map_err(outbox_store::StoreError::from)?;
-        created += approve_sorted(&mut conn, tenant_id, alerts, actor, run).await?;
+    for (tenant_id, mut alerts) in due {
+        approval_plan::sort_by_identity(&mut alerts);
+        created += ApprovalPlan::new(&alerts, BATCH)
+            .run(|chunk| async move {
+                let mut conn = pool
+                    .acquire()
+                    .await
+                    .map_err(outbox_store::StoreError::from)?;
+                approve_chunk(&mut conn, tenant_id, chunk, actor, run).await
+            })
+            .await?;
     }
     if created > 0 {
         outbox_store::wake_ups::notify_due(pool).await?;
@@ -83,42 +90,37 @@ pub(crate) async fn approve_in_batches(
     Ok(created)
 }
 
-/// Sorts a tenant's alerts by identity, drops repeats, and approves them in chunks on
-/// `conn` (in autocommit, or inside the caller's transaction).
+/// Sorts a tenant's alerts by identity, drops repeats, and approves them in chunks one
+/// after another inside the caller's transaction `tx` (all of them or none).
 pub(crate) async fn approve_sorted(
-    conn: &mut outbox_store::PgConnection,
+    tx: &mut outbox_store::PgConnection,
     tenant_id: Uuid,
     mut alerts: Vec<MonitorAlert>,
     actor: &str,
     run: &MonitorRun,
 ) -> Result<u64, DecideError> {
-    alerts.sort_by(|a, b| {
-        (&a.subject, &a.occurrence, a.destination_id).cmp(&(
-            &b.subject,
-            &b.occurrence,
-            b.destination_id,
-        ))
-    });
-    alerts.dedup_by(|a, b| {
-        a.subject == b.subject
-            && a.occurrence == b.occurrence
-            && a.destination_id == b.destination_id
-    });
+    approval_plan::sort_by_identity(&mut alerts);
     let mut created = 0;
     for chunk in alerts.chunks(BATCH) {
-        let (span, trace) = run.approval(tenant_id, chunk.len());
-        let ids = outbox_store::monitors::approve_batch(
-            &mut *conn,
-            tenant_id,
-            chunk,
-            actor,
-            Some(&trace),
-        )
-        .instrument(span)
-        .await?;
-        created += ids.len() as u64;
+        created += approve_chunk(&mut *tx, tenant_id, chunk, actor, run).await?;
     }
     Ok(created)
+}
+
+/// Approves one chunk of a tenant's alerts in one statement, in a span of the monitor
+/// run. Returns how many were created.
+async fn approve_chunk(
+    conn: &mut outbox_store::PgConnection,
+    tenant_id: Uuid,
+    chunk: &[MonitorAlert],
+    actor: &str,
+    run: &MonitorRun,
+) -> Result<u64, DecideError> {
+    let (span, trace) = run.approval(tenant_id, chunk.len());
+    let ids = outbox_store::monitors::approve_batch(conn, tenant_id, chunk, actor, Some(&trace))
+        .instrument(span)
+        .await?;
+    Ok(ids.len() as u64)
 }
 
 /// One run of a monitor in the trace it starts: a root span (no approval of a monitor

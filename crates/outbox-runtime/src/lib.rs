@@ -1,8 +1,9 @@
 //! What every binary of the alert outbox shares.
 //!
-//! Layout: [`init_tracing`] / [`init_tracing_quiet`] (human or JSON logs, and span export
-//! when the `OTEL_*` variables ask for it; `log_fields`: human lines leave out spans'
-//! OpenTelemetry attributes), [`telemetry`] (that export, its figures for
+//! Layout: [`init_tracing`] / [`init_tracing_quiet`] / [`init_tracing_for_benchmarks`]
+//! (human or JSON logs, and span export when the `OTEL_*` variables ask for it;
+//! `log_fields`: human lines leave out spans' OpenTelemetry attributes), [`telemetry`]
+//! (that export, its figures for
 //! `/metrics`, and the W3C trace context of spans), [`shutdown_signal`] (SIGTERM/SIGINT),
 //! [`shutdown`] (the one stop signal every listener and loop of a process is given),
 //! [`failpoints`] (crash points for tests, compiled in only with the `failpoints` feature),
@@ -75,6 +76,14 @@ pub fn init_tracing(service: &str) {
 /// for command-line tools, whose output is the answer.
 pub fn init_tracing_quiet(service: &str) {
     init_tracing_with_default("warn", service);
+}
+
+/// Like [`init_tracing_quiet`], without sqlx's slow-statement warnings unless `RUST_LOG`
+/// asks for them: for the benchmark, whose own statements (bulk loads of 100,000 alerts,
+/// reading a drain's WAL records, dropping its databases) take seconds by design, and
+/// whose figures are the report on speed.
+pub fn init_tracing_for_benchmarks(service: &str) {
+    init_tracing_with_default("warn,sqlx::query=error", service);
 }
 
 fn init_tracing_with_default(default_filter: &str, service: &str) {

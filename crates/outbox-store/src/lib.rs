@@ -31,7 +31,9 @@
 //! - [`health`]: destination health: dispatchers' tallies of their sends merged per
 //!   destination, and the automatic disable of one failing for longer than its window;
 //!   each destination's last hour of sends and its recent errors.
-//! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval.
+//! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval;
+//!   [`approval_plan`]: a large bulk approval cut into transactions that share no
+//!   identity and no lane, two in flight at once.
 //! - [`operator`]: operators' actions (replay, all-or-nothing replay of many, resolve, in
 //!   a transaction each around the lifecycle's transitions; destinations on and off),
 //!   statistics and retention.
@@ -56,6 +58,7 @@
 //! a transaction; functions that must be atomic open their own transaction on a pool.
 
 pub mod alerts;
+pub mod approval_plan;
 pub mod audit;
 pub mod bulk_replays;
 pub mod committed;

@@ -484,7 +484,7 @@ impl fmt::Display for LanesReport {
         writeln!(
             out,
             "WAL B: per delivery, {wal_kind}; rw: row writes per delivery; appr/s: bulk \
-             approvals (5,000 per statement)"
+             approvals (5,000 per statement, two in flight)"
         )?;
         if let Some(last) = self.rounds.last() {
             writeln!(

@@ -168,7 +168,7 @@ impl SuiteReport {
         let a = &self.approvals_bulk;
         writeln!(
             out,
-            "approvals, bulk (monitor path, 5,000 per statement): {:.0}/s ({} in {:.2}s)",
+            "approvals, bulk (monitor path, 5,000 per statement, two in flight): {:.0}/s ({} in {:.2}s)",
             a.per_sec, a.n, a.seconds
         )?;
         let a = &self.approvals_api;
