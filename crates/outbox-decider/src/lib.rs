@@ -15,7 +15,9 @@
 //! - `cli`: the `decider` program's command line, and what each command runs.
 //!
 //! Any number of deciders may run at once: the alerts' UNIQUE identity is the only guard,
-//! and batches are approved in identity order so they never deadlock.
+//! and batches are approved in identity order so they never deadlock. One decider keeps
+//! two batches of a run in flight (`outbox_store::approval_plan`), which share no identity
+//! and no subject.
 
 pub mod cli;
 pub mod contracts;
