@@ -120,8 +120,7 @@ impl Workload {
     /// Approves alerts `from..from + count` in bulk as the decider does (see
     /// [`Workload::approve_bulk_as`]). Returns the time it took.
     pub async fn approve_bulk(&self, from: u64, count: u64) -> anyhow::Result<Duration> {
-        self.approve_planned(from, count, |i| self.alert(i), InFlight::Two)
-            .await
+        self.approve_bulk_as(from, count, |i| self.alert(i)).await
     }
 
     /// Approves alerts `from..from + count` in bulk as the peers' harness enqueues its

@@ -3,8 +3,8 @@
 //! Layout: [`init_tracing`] / [`init_tracing_quiet`] / [`init_tracing_for_benchmarks`]
 //! (human or JSON logs, and span export when the `OTEL_*` variables ask for it;
 //! `log_fields`: human lines leave out spans' OpenTelemetry attributes), [`telemetry`]
-//! (that export, its figures for
-//! `/metrics`, and the W3C trace context of spans), [`shutdown_signal`] (SIGTERM/SIGINT),
+//! (that export, its figures for `/metrics`, and the W3C trace context of spans),
+//! [`shutdown_signal`] (SIGTERM/SIGINT),
 //! [`shutdown`] (the one stop signal every listener and loop of a process is given),
 //! [`failpoints`] (crash points for tests, compiled in only with the `failpoints` feature),
 //! [`prometheus`] (histograms and queue figures in the Prometheus text format),
