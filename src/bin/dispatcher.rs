@@ -142,6 +142,7 @@ async fn run() -> anyhow::Result<()> {
         &cli.database_url,
         "dispatcher",
         cli.max_connections,
+        outbox_dispatcher::POOL_PLANS,
         Duration::from_secs(60),
     )
     .await?;

@@ -70,7 +70,13 @@ impl Running {
     ) -> anyhow::Result<Running> {
         match settings.dispatchers {
             Dispatchers::InProcess(transport) => {
-                let dispatcher_pool = outbox_store::connect(database_url, "dispatcher", 16).await?;
+                let dispatcher_pool = outbox_store::connect_planned(
+                    database_url,
+                    "dispatcher",
+                    16,
+                    outbox_dispatcher::POOL_PLANS,
+                )
+                .await?;
                 let config = outbox_dispatcher::Config {
                     worker_id: outbox_dispatcher::default_worker_id(),
                     batch_size: settings.batch_size,

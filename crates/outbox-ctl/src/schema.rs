@@ -8,9 +8,14 @@ use crate::table::Table;
 
 /// Applies migrations, waiting up to a minute for a database that is still starting.
 pub(crate) async fn migrate(database_url: &str) -> anyhow::Result<()> {
-    let pool =
-        outbox_store::connect_with_retry(database_url, "outboxctl", 2, Duration::from_secs(60))
-            .await?;
+    let pool = outbox_store::connect_with_retry(
+        database_url,
+        "outboxctl",
+        2,
+        outbox_store::Plans::Chosen,
+        Duration::from_secs(60),
+    )
+    .await?;
     outbox_store::MIGRATOR.run(&pool).await?;
     pool.close().await;
     eprintln!("schema is up to date");

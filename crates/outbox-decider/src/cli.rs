@@ -219,6 +219,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         &cli.database_url,
         "decider",
         cli.max_connections,
+        outbox_store::Plans::Chosen,
         Duration::from_secs(60),
     )
     .await?;

@@ -3,7 +3,8 @@
 //! confirmed. Any number run side by side on one database.
 //!
 //! Layout:
-//! - `config`: [`Config`] and [`Transport`], how a dispatcher runs.
+//! - `config`: [`Config`] and [`Transport`], how a dispatcher runs, and [`POOL_PLANS`],
+//!   how its pool plans statements.
 //! - `run`: [`run`], a dispatcher from start to stop (its helpers started, the claim
 //!   loop run, shutdown), and [`DispatchError`].
 //! - `shared`: what every task of a running dispatcher shares (pool, clients, stop
@@ -95,7 +96,7 @@ mod wake_ups;
 mod work;
 
 pub use classify::{classify, Exchange, SmtpPhase, Verdict};
-pub use config::{default_worker_id, Config, Transport, DEFAULT_QUEUE_VACUUM_AFTER};
+pub use config::{default_worker_id, Config, Transport, DEFAULT_QUEUE_VACUUM_AFTER, POOL_PLANS};
 pub use metrics::Metrics;
 pub use run::{run, DispatchError};
 pub(crate) use shared::Shared;

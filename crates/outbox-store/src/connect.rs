@@ -43,12 +43,55 @@ pub async fn connect(
     application_name: &str,
     max_connections: u32,
 ) -> Result<PgPool, StoreError> {
+    connect_planned(
+        database_url,
+        application_name,
+        max_connections,
+        Plans::Chosen,
+    )
+    .await
+}
+
+/// How a pool's sessions plan the statements they prepare (PostgreSQL's
+/// `plan_cache_mode`). sqlx prepares every statement once per connection and executes it
+/// again and again; what changes is whether each execution is planned anew.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plans {
+    /// PostgreSQL's own choice (`auto`): a prepared statement's first five executions are
+    /// each planned for their values, and after that the generic plan is kept only if its
+    /// estimate is no worse than theirs. Right where a value can change the best plan: an
+    /// operator's search pattern, or a state given as a parameter that only a partial
+    /// index whose predicate names it serves.
+    Chosen,
+    /// The generic plan from the first execution on (`force_generic_plan`): each statement
+    /// is planned once per connection. For a process whose statements are a fixed set
+    /// written so that no value changes their plan: the states a partial index selects on
+    /// are literals (`crate::sql_names`), and the rest are ids, arrays of ids and limits.
+    Generic,
+}
+
+impl Plans {
+    fn setting(self) -> &'static str {
+        match self {
+            Plans::Chosen => "auto",
+            Plans::Generic => "force_generic_plan",
+        }
+    }
+}
+
+/// [`connect`], with the statements planned as `plans` says.
+pub async fn connect_planned(
+    database_url: &str,
+    application_name: &str,
+    max_connections: u32,
+    plans: Plans,
+) -> Result<PgPool, StoreError> {
     let servers = ServerList::parse(database_url)?;
     let application_name = application_name.to_owned();
     let prepare = move |options: PgConnectOptions| {
         options
             .application_name(&application_name)
-            .options([("jit", "off")])
+            .options([("jit", "off"), ("plan_cache_mode", plans.setting())])
     };
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
@@ -184,7 +227,7 @@ async fn follow(
     }
 }
 
-/// Like [`connect`], but waits for a database that is still starting (as under
+/// Like [`connect_planned`], but waits for a database that is still starting (as under
 /// `docker compose up`), retrying with exponential backoff for up to about `patience`.
 /// Errors that waiting cannot fix (a malformed URL, bad credentials, a missing database)
 /// are returned at once.
@@ -192,6 +235,7 @@ pub async fn connect_with_retry(
     database_url: &str,
     application_name: &str,
     max_connections: u32,
+    plans: Plans,
     patience: Duration,
 ) -> Result<PgPool, StoreError> {
     let backoff = ExponentialBuilder::default()
@@ -200,7 +244,7 @@ pub async fn connect_with_retry(
         .with_total_delay(Some(patience))
         .without_max_times()
         .with_jitter();
-    (|| connect(database_url, application_name, max_connections))
+    (|| connect_planned(database_url, application_name, max_connections, plans))
         .retry(backoff)
         .when(is_worth_waiting_for)
         .notify(|err, wait| {

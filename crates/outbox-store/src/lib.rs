@@ -4,7 +4,7 @@
 //!
 //! Layout:
 //! - [`connect`]: pools (with a bounded wait for the database at start-up, following the
-//!   writable server of several) and [`MIGRATOR`]; [`servers`]: libpq's multi-host URLs;
+//!   writable server of several, statements planned per execution or once: [`Plans`]) and [`MIGRATOR`]; [`servers`]: libpq's multi-host URLs;
 //!   `server_role`: what a server's session is and whether it satisfies
 //!   `target_session_attrs` (its types are re-exported by [`servers`]); [`schema`]: the
 //!   schema version a build expects, and which migrations a database has applied.
@@ -85,6 +85,6 @@ pub mod tokens;
 pub mod upkeep;
 pub mod wake_ups;
 
-pub use connect::{connect, connect_with_retry, MIGRATOR};
+pub use connect::{connect, connect_planned, connect_with_retry, Plans, MIGRATOR};
 pub use error::StoreError;
 pub use sqlx::{PgConnection, PgPool};

@@ -442,4 +442,38 @@ mod tests {
         let plan = plan.join("\n");
         assert!(plan.contains("outbox_due_idx"), "{plan}");
     }
+
+    /// A dispatcher's pool plans generically (`outbox_dispatcher::POOL_PLANS`): the plan
+    /// made without the values must reach the due rows through the partial index too,
+    /// which it can only because the states it names are literals.
+    #[tokio::test]
+    async fn the_claims_generic_plan_can_use_the_due_index() {
+        let db = TestDb::new().await;
+        let mut tx = db.pool.begin().await.unwrap();
+        for setting in [
+            "SET LOCAL enable_seqscan = off",
+            "SET LOCAL plan_cache_mode = force_generic_plan",
+        ] {
+            sqlx::query(setting).execute(&mut *tx).await.unwrap();
+        }
+        sqlx::raw_sql(&format!(
+            "PREPARE claim_probe(int8, text, int8, uuid[]) AS {}",
+            *CLAIM
+        ))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let plan: Vec<String> = sqlx::raw_sql("EXPLAIN EXECUTE claim_probe(10, 'w', 60000, '{}')")
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| sqlx::Row::get(row, 0))
+            .collect();
+        tx.rollback().await.unwrap();
+        let plan = plan.join("\n");
+        // `$1` in the plan: it was made without the values.
+        assert!(plan.contains("$1"), "not a generic plan: {plan}");
+        assert!(plan.contains("outbox_due_idx"), "{plan}");
+    }
 }

@@ -83,10 +83,14 @@ pub async fn queue_figures(pool: &PgPool) -> Result<QueueFigures, StoreError> {
     let oldest: Option<f64> = sqlx::query_scalar(&OLDEST_DUE_AGE_SECS)
         .fetch_one(pool)
         .await?;
-    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM alert_outcomes WHERE outcome = $1")
-        .bind(Outcome::Held)
-        .fetch_one(pool)
-        .await?;
+    // The state as a literal: the partial index on held and failed outcomes serves the
+    // count under a generic plan too (a dispatcher's pool plans generically).
+    let held: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM alert_outcomes WHERE outcome = {held}",
+        held = Outcome::Held.sql()
+    ))
+    .fetch_one(pool)
+    .await?;
     let lanes = crate::lanes::counts(pool).await?;
     Ok(QueueFigures {
         live,
