@@ -66,8 +66,8 @@ pub const DEFAULT_QUEUE_VACUUM_AFTER: u64 = 50_000;
 /// so PostgreSQL never switched. Planning took longer than running them on a quiet
 /// system (about 0.8 ms for the claim, 1.1 to 1.6 ms for a one-row completion, against
 /// 0.2 to 0.3 ms of execution each), and an idle approval waits for a claim: from
-/// approval to the destination's receipt, the p50 went from 3.9 ms to 1.9 ms with the
-/// generic plans. Every statement a dispatcher runs is written for them: the states that
+/// approval to the destination's receipt, the p50 went from 3.6–4.1 ms to 2.2–2.7 ms
+/// with the generic plans (`bench run --only approvals`, the two builds alternated). Every statement a dispatcher runs is written for them: the states that
 /// select partial indexes are literals, and the rest are ids, arrays and limits, whose
 /// values do not change the best plan (`bench explain-lanes` compares both plans of the
 /// claim over a million waiting rows).

@@ -4,10 +4,11 @@
 //!
 //! Layout:
 //! - [`connect`]: pools (with a bounded wait for the database at start-up, following the
-//!   writable server of several, statements planned per execution or once: [`Plans`]) and [`MIGRATOR`]; [`servers`]: libpq's multi-host URLs;
-//!   `server_role`: what a server's session is and whether it satisfies
-//!   `target_session_attrs` (its types are re-exported by [`servers`]); [`schema`]: the
-//!   schema version a build expects, and which migrations a database has applied.
+//!   writable server of several, statements planned per execution or once: [`Plans`]) and
+//!   [`MIGRATOR`]; [`servers`]: libpq's multi-host URLs; `server_role`: what a server's
+//!   session is and whether it satisfies `target_session_attrs` (its types are
+//!   re-exported by [`servers`]); [`schema`]: the schema version a build expects, and which
+//!   migrations a database has applied.
 //! - [`tenants`], [`tokens`], [`destinations`]: who may approve alerts (tokens with expiry
 //!   and revocation), and where alerts go (with signing secrets as stored, their rotation,
 //!   and re-sealing under a new key); an account's tenant grant ([`tenants::Scope`]).

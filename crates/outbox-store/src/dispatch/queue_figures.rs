@@ -36,6 +36,16 @@ pub async fn work_due_within(
     Ok(due)
 }
 
+/// How many alerts are held. The state is a literal so that the partial index on held
+/// and failed outcomes serves the count under a generic plan too (a dispatcher's pool
+/// plans generically: `outbox_dispatcher::POOL_PLANS`).
+static HELD_COUNT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT count(*) FROM alert_outcomes WHERE outcome = {held}",
+        held = Outcome::Held.sql()
+    )
+});
+
 /// The age in seconds of the oldest row that is due and that no dispatcher holds (NULL
 /// when there is none): `/metrics` and `outboxctl stats` both show it.
 pub(crate) static OLDEST_DUE_AGE_SECS: LazyLock<String> = LazyLock::new(|| {
@@ -83,14 +93,7 @@ pub async fn queue_figures(pool: &PgPool) -> Result<QueueFigures, StoreError> {
     let oldest: Option<f64> = sqlx::query_scalar(&OLDEST_DUE_AGE_SECS)
         .fetch_one(pool)
         .await?;
-    // The state as a literal: the partial index on held and failed outcomes serves the
-    // count under a generic plan too (a dispatcher's pool plans generically).
-    let held: i64 = sqlx::query_scalar(&format!(
-        "SELECT count(*) FROM alert_outcomes WHERE outcome = {held}",
-        held = Outcome::Held.sql()
-    ))
-    .fetch_one(pool)
-    .await?;
+    let held: i64 = sqlx::query_scalar(&HELD_COUNT).fetch_one(pool).await?;
     let lanes = crate::lanes::counts(pool).await?;
     Ok(QueueFigures {
         live,
