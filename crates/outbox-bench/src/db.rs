@@ -1,8 +1,8 @@
 //! The benchmark's own statements, besides the product's: server counters (commits, WAL
 //! position, dead tuples), queue samples, a synthetic history of settled alerts, the claim
 //! timed on its own, a synthetic backlog of ordered lanes with the claim's plan over it,
-//! what an ordered drain left (lane positions, attempt times), and a reset of the
-//! `public` schema. They live here, not in
+//! what an ordered drain left (lane positions, attempt times), a reset of the
+//! `public` schema, and the queue copy of `bench hot-claim` (`hot_claim`). They live here, not in
 //! `outbox-store`, so that no product binary can link them: a feature of the store would
 //! be unified into every binary built alongside the benchmark.
 
@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use outbox_store::StoreError;
+
+pub mod hot_claim;
 
 /// Empties the connected database's `public` schema, so that the benchmark can migrate it
 /// from scratch. Only for a database given to the benchmark.

@@ -15,6 +15,8 @@
 //!   interval (`bench run --only sustained`).
 //! - `explain_lanes`: the claim's plan over a backlog of a million alerts in ordered lanes
 //!   (`bench explain-lanes`).
+//! - `hot_claim`: what a claim that is a HOT update would save, on the claim's and the
+//!   completion's row work alone (`bench hot-claim`).
 //! - what both runs use: `own_sink` (our sink on a thread of its own), `api` (the approval
 //!   API served from this process, and its client), `scratch` (a database of the run's
 //!   own) and `progress` (the progress lines on stderr).
@@ -29,6 +31,7 @@ pub mod db;
 pub mod dispatchers;
 pub mod drain;
 pub mod explain_lanes;
+pub mod hot_claim;
 pub mod measure;
 pub mod own_sink;
 pub mod peer;

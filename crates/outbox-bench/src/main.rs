@@ -74,6 +74,19 @@ enum Command {
         #[arg(long, env = "DATABASE_URL", default_value = outbox_runtime::DEFAULT_DATABASE_URL, hide_env_values = true)]
         server_url: String,
     },
+    /// What a claim that is a HOT update would save: the claim's and the completion's row
+    /// work over a copy of the queue table with today's indexes and with none on what a
+    /// claim sets, in rotating order, per row (time, WAL, HOT share).
+    HotClaim {
+        #[command(flatten)]
+        settings: outbox_bench::hot_claim::HotClaimSettings,
+        /// One JSON array of the drains instead of the tables.
+        #[arg(long)]
+        json: bool,
+        /// The PostgreSQL server (the run creates and drops its own database there).
+        #[arg(long, env = "DATABASE_URL", default_value = outbox_runtime::DEFAULT_DATABASE_URL, hide_env_values = true)]
+        server_url: String,
+    },
 }
 
 #[tokio::main]
@@ -177,6 +190,18 @@ async fn main() -> anyhow::Result<()> {
                     "{}",
                     outbox_bench::explain_lanes::render(&cases, settings.limit)
                 );
+            }
+        }
+        Command::HotClaim {
+            settings,
+            json,
+            server_url,
+        } => {
+            let drains = outbox_bench::hot_claim::run(&server_url, &settings).await?;
+            if json {
+                println!("{}", serde_json::to_string(&drains)?);
+            } else {
+                print!("{}", outbox_bench::hot_claim::render(&drains));
             }
         }
         Command::PeerDriver(run) => {

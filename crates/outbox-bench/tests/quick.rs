@@ -13,15 +13,7 @@ use serde_json::Value;
 
 #[tokio::test]
 async fn the_quick_benchmark_delivers_everything_once() {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(["run", "--quick", "--json"])
-        .env("DATABASE_URL", outbox_testkit::server_url())
-        .output()
-        .await
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let (report, stderr): (Value, _) = bench(&["run", "--quick", "--json"]).await;
     let n = report["settings"]["n"].as_u64().unwrap();
     let mut drains = vec![&report["deliveries_http"], &report["deliveries_noop"]];
     drains.extend(report["horizontal"].as_array().unwrap());
@@ -93,4 +85,52 @@ async fn the_quick_benchmark_delivers_everything_once() {
     let claim = &report["claim_cost"];
     assert_eq!(claim["pruned_alerts"], claim["history"], "{claim}");
     assert!(stderr.contains("bench: claim cost"), "{stderr}");
+}
+
+/// `bench hot-claim` on a small backlog: every case drains the whole backlog, today's
+/// layout never updates in place (a claim sets `status`, which its indexes name), and the
+/// layout without those indexes does once its pages have room: the figures its report
+/// rests on come from the server's own counters.
+#[tokio::test]
+async fn the_hot_claim_probe_drains_each_layout_and_tells_them_apart() {
+    let (drains, _): (Vec<Value>, _) = bench(&[
+        "hot-claim",
+        "--rows",
+        "2000",
+        "--batch",
+        "100",
+        "--rounds",
+        "1",
+        "--json",
+    ])
+    .await;
+    assert_eq!(drains.len(), 3, "one drain per case: {drains:?}");
+    for drain in &drains {
+        assert_eq!(drain["rows"].as_u64(), Some(2000), "{drain}");
+        assert!(drain["wal_bytes"].as_f64().unwrap() > 0.0, "{drain}");
+        let hot = drain["hot_pct"].as_f64().unwrap();
+        match (
+            drain["case"]["layout"].as_str().unwrap(),
+            drain["case"]["fillfactor"].as_u64().unwrap(),
+        ) {
+            ("Today", _) => assert_eq!(hot, 0.0, "{drain}"),
+            ("Hot", 50) => assert!(hot > 50.0, "{drain}"),
+            ("Hot", _) => {}
+            other => panic!("unexpected case {other:?}"),
+        }
+    }
+}
+
+/// Runs `bench` with `args` against the test server and reads its JSON report and its
+/// progress lines, after checking that it succeeded (the progress lines shown if not).
+async fn bench<T: serde::de::DeserializeOwned>(args: &[&str]) -> (T, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(args)
+        .env("DATABASE_URL", outbox_testkit::server_url())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    (serde_json::from_slice(&output.stdout).unwrap(), stderr)
 }
