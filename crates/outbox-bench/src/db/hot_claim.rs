@@ -144,7 +144,8 @@ pub async fn wal_position(conn: &mut PgConnection) -> Result<i64, StoreError> {
 }
 
 /// The queue copy's updates and HOT updates so far, with this session's own counters
-/// published first (`pg_stat_force_next_flush`, then a transaction end).
+/// published first (`pg_stat_force_next_flush`, PostgreSQL 15 and later, then a
+/// transaction end): a backend otherwise publishes them at most once a second.
 pub async fn updates(conn: &mut PgConnection) -> Result<(i64, i64), StoreError> {
     sqlx::query("SELECT pg_stat_force_next_flush()")
         .execute(&mut *conn)
