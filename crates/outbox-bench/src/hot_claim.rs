@@ -128,7 +128,7 @@ async fn drain_once(
 ) -> anyhow::Result<Drain> {
     let ids: Vec<Uuid> = (0..settings.rows).map(|_| Uuid::now_v7()).collect();
     statements::create_queue(conn, case.layout, case.fillfactor, &ids).await?;
-    let wal_before = statements::wal_position(conn).await?;
+    let wal_before = crate::db::server_counters(&mut *conn).await?.wal_lsn;
     let (mut claiming, mut completing) = (Duration::ZERO, Duration::ZERO);
     let mut rows = 0u64;
     let mut in_flight: Option<(Vec<Uuid>, Vec<i64>)> = None;
@@ -144,7 +144,7 @@ async fn drain_once(
         }
         in_flight = Some((ids, tokens));
     }
-    let wal = statements::wal_position(conn).await? - wal_before;
+    let wal = crate::db::server_counters(&mut *conn).await?.wal_lsn - wal_before;
     let (updates, hot) = statements::updates(conn).await?;
     anyhow::ensure!(
         rows == settings.rows,

@@ -134,15 +134,6 @@ pub async fn complete(
     Ok(started.elapsed())
 }
 
-/// The server's WAL insert position, in bytes.
-pub async fn wal_position(conn: &mut PgConnection) -> Result<i64, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT (pg_current_wal_insert_lsn() - '0/0')::int8")
-            .fetch_one(&mut *conn)
-            .await?,
-    )
-}
-
 /// The queue copy's updates and HOT updates so far, with this session's own counters
 /// published first (`pg_stat_force_next_flush`, PostgreSQL 15 and later, then a
 /// transaction end): a backend otherwise publishes them at most once a second.
