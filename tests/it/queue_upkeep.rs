@@ -1,6 +1,8 @@
-//! The live queue's own vacuum: a dispatcher vacuums `outbox` once its dead tuples pass
-//! `--queue-vacuum-after`, whether or not autovacuum would. Read from the server's own
-//! statistics (`pg_stat_user_tables`), which count manual vacuums apart from autovacuum's.
+//! Upkeep by dispatchers. The live queue's own vacuum: a dispatcher vacuums `outbox` once
+//! its dead tuples pass `--queue-vacuum-after`, whether or not autovacuum would. Read from
+//! the server's own statistics (`pg_stat_user_tables`), which count manual vacuums apart
+//! from autovacuum's. The subject index's pending list: a dispatcher merges it while
+//! approvals fill it. Read from the index itself (`pgstattuple`'s `pgstatginindex`).
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
@@ -50,6 +52,49 @@ async fn a_dispatcher_vacuums_the_queue_once_its_dead_tuples_pass_the_threshold(
     .unwrap();
     assert!(dead < 300, "{dead} dead tuples left after the vacuum");
     assert_eq!(autovacuums, 0, "the dispatcher's vacuum, not autovacuum's");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_merges_the_subject_index_pending_list_and_the_search_still_finds_every_alert()
+{
+    let sink = Sink::start(&[]).await;
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
+    // Autovacuum merges the list too: it must not be what empties it here.
+    sqlx::query("ALTER TABLE alerts SET (autovacuum_enabled = false)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query("CREATE EXTENSION pgstattuple")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let pending = "SELECT pending_tuples FROM pgstatginindex('alerts_subject_trgm_idx')";
+    approve_many(&db, tenant_id, "ops", 300).await;
+    let before: i64 = sqlx::query_scalar(pending)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    // Each subject (`contract:A-<n>`) has a dozen trigrams, each an entry of the list.
+    assert!(
+        before >= 300,
+        "{before} entries pending after 300 approvals"
+    );
+
+    let _dispatcher = spawn_dispatcher(&dispatcher_args(&db, "merge", &[]), None);
+    wait_for_db(&db, pending, |n| n == 0).await;
+    // Merged into the index, not lost: the search by a part of the subject, which reads
+    // the trigram index, finds every alert.
+    let mut conn = db.pool.acquire().await.unwrap();
+    sqlx::query("SET enable_seqscan = off")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let found: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM alerts WHERE subject LIKE '%ntract:A-%'")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+    assert_eq!(found, 300);
 }
 
 #[tokio::test]

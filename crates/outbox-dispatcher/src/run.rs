@@ -92,6 +92,10 @@ pub async fn run(
             stop.clone(),
         ));
     }
+    tokio::spawn(upkeep::merge_subject_index_while_approvals_arrive(
+        shared.clone(),
+        stop.clone(),
+    ));
     if let Some(settings) = shared.config.evidence.clone() {
         tokio::spawn(outbox_evidence::checkpoint::run(
             shared.pool.clone(),

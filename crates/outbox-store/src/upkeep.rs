@@ -8,6 +8,15 @@
 //! `VACUUM` needs the table's owner (or a superuser); [`may_vacuum_queue`] says whether
 //! this connection's role is one, so a dispatcher running as a lesser role leaves the
 //! table to autovacuum instead of failing every time.
+//!
+//! The subject index's pending list: the console's subject search is a GIN trigram index
+//! on `alerts.subject` (`alerts_subject_trgm_idx`). GIN adds new entries to a pending list
+//! and merges that list into the index once it passes `gin_pending_list_limit` (4 MB by
+//! default), and the merge runs inside whichever statement crossed the limit: an approval
+//! of a few dozen alerts that should take 10 ms then takes 40 to 60 ms, every few
+//! thousand alerts. [`clean_subject_index`] merges the list from a dispatcher instead,
+//! often enough that approvals seldom cross the limit; the work is the same, but no
+//! approval waits for it. It needs the index's owner too ([`may_clean_subject_index`]).
 
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{ConnectOptions, PgExecutor, PgPool};
@@ -17,11 +26,18 @@ use crate::StoreError;
 /// Whether this connection's role may vacuum `outbox`: it owns the table (directly or
 /// through a role it belongs to) or is a superuser.
 pub async fn may_vacuum_queue(db: impl PgExecutor<'_>) -> Result<bool, StoreError> {
+    owns_or_is_superuser(db, "outbox").await
+}
+
+/// Whether this connection's role owns `relation` (directly or through a role it belongs
+/// to) or is a superuser: what `VACUUM` and `gin_clean_pending_list` ask of it.
+async fn owns_or_is_superuser(db: impl PgExecutor<'_>, relation: &str) -> Result<bool, StoreError> {
     Ok(sqlx::query_scalar(
         "SELECT pg_has_role(current_user, c.relowner, 'USAGE') \
              OR (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = current_user) \
-         FROM pg_class c WHERE c.oid = 'outbox'::regclass",
+         FROM pg_class c WHERE c.oid = $1::regclass",
     )
+    .bind(relation)
     .fetch_one(db)
     .await?)
 }
@@ -66,4 +82,26 @@ pub async fn vacuum_queue(pool: &PgPool) -> Result<(), StoreError> {
     own.close().await;
     vacuumed?;
     Ok(())
+}
+
+/// Whether this connection's role may merge the subject index's pending list
+/// (`gin_clean_pending_list` asks for the index's owner).
+pub async fn may_clean_subject_index(db: impl PgExecutor<'_>) -> Result<bool, StoreError> {
+    owns_or_is_superuser(db, "alerts_subject_trgm_idx").await
+}
+
+/// Merges the subject index's pending list into the index, unless another dispatcher is
+/// doing so this moment (then it returns at once rather than wait for that one's lock on
+/// the list). Returns the pending pages merged: 0 when the list was empty or another had
+/// it.
+pub async fn clean_subject_index(db: impl PgExecutor<'_>) -> Result<i64, StoreError> {
+    // One statement, one transaction: the advisory lock ends with it. CASE evaluates its
+    // condition first, so only the lock's holder calls the merge.
+    Ok(sqlx::query_scalar(
+        "SELECT CASE WHEN pg_try_advisory_xact_lock(hashtext('outbox.upkeep.subject_index')) \
+                     THEN gin_clean_pending_list('alerts_subject_trgm_idx'::regclass) \
+                     ELSE 0 END",
+    )
+    .fetch_one(db)
+    .await?)
 }
