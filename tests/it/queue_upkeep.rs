@@ -14,7 +14,8 @@ use common::procs::*;
 use outbox_testkit::TestDb;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dispatcher_vacuums_the_queue_once_its_dead_tuples_pass_the_threshold() {
+async fn a_dispatcher_vacuums_the_queue_once_its_dead_tuples_pass_the_threshold_and_keeps_its_pages(
+) {
     let sink = Sink::start(&[]).await;
     let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
     // Autovacuum must not be what clears them, wherever the server runs it.
@@ -52,6 +53,18 @@ async fn a_dispatcher_vacuums_the_queue_once_its_dead_tuples_pass_the_threshold(
     .unwrap();
     assert!(dead < 300, "{dead} dead tuples left after the vacuum");
     assert_eq!(autovacuums, 0, "the dispatcher's vacuum, not autovacuum's");
+    // Every row is gone, so a vacuum that truncates would have given back every page,
+    // under the table's ACCESS EXCLUSIVE lock; the dispatcher's keeps them for the next rows.
+    let pages: i64 = sqlx::query_scalar(
+        "SELECT pg_relation_size('outbox') / current_setting('block_size')::int8",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        pages > 0,
+        "the dispatcher's vacuum truncated the queue table"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
