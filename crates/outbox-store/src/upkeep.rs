@@ -61,7 +61,7 @@ pub async fn queue_dead_tuples(db: impl PgExecutor<'_>) -> Result<i64, StoreErro
 ///
 /// It leaves the table's empty pages at its end in place (`TRUNCATE false`): giving them
 /// back takes the table's `ACCESS EXCLUSIVE` lock, which stops every claim, completion
-/// and approval meanwhile (5 to 14 ms waits in `bench run`'s loaded phase), and which a
+/// and approval meanwhile (6 to 14 ms waits in `bench run --only approvals`), and which a
 /// hot standby replays, cancelling its readers; the next rows fill those pages anyway.
 /// Autovacuum, far rarer, still gives them back.
 ///
