@@ -48,8 +48,9 @@
 //!   seconds; a destination whose every send has failed for its window is disabled by
 //!   the report (never on a delivery's own path).
 //! - `upkeep`: the live queue's own vacuum, once its dead tuples pass
-//!   `--queue-vacuum-after` (autovacuum may visit too rarely, or not at all), and the
-//!   merge of the subject index's pending list while approvals arrive.
+//!   `--queue-vacuum-after` (autovacuum may visit too rarely, or not at all), the
+//!   merge of the subject index's pending list while approvals arrive, and the
+//!   summaries of the attempts' time index as its page ranges fill.
 //! - `metrics`, `server`: `/metrics`, `/healthz`, `/readyz`.
 //!
 //! Bounds: a claim never leaves more than a destination's `max_in_flight` rows in

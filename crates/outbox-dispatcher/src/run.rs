@@ -96,6 +96,10 @@ pub async fn run(
         shared.clone(),
         stop.clone(),
     ));
+    tokio::spawn(upkeep::summarize_attempt_ranges_as_they_fill(
+        shared.clone(),
+        stop.clone(),
+    ));
     if let Some(settings) = shared.config.evidence.clone() {
         tokio::spawn(outbox_evidence::checkpoint::run(
             shared.pool.clone(),

@@ -28,8 +28,9 @@
 //! - [`wake_ups`]: approvals waking idle dispatchers (`NOTIFY`, folded under load), and
 //!   dispatchers listening for them.
 //! - [`upkeep`]: the live queue's own vacuum, which dispatchers run once its dead tuples
-//!   pass a threshold, and the merge of the subject index's pending list, which they run
-//!   while approvals arrive.
+//!   pass a threshold, the merge of the subject index's pending list, which they run
+//!   while approvals arrive, and the summaries of the attempts' time index, which they
+//!   write as its page ranges fill.
 //! - [`health`]: destination health: dispatchers' tallies of their sends merged per
 //!   destination, and the automatic disable of one failing for longer than its window;
 //!   each destination's last hour of sends and its recent errors.

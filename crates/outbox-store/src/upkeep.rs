@@ -17,6 +17,16 @@
 //! thousand alerts. [`clean_subject_index`] merges the list from a dispatcher instead,
 //! often enough that approvals seldom cross the limit; the work is the same, but no
 //! approval waits for it. It needs the index's owner too ([`may_clean_subject_index`]).
+//!
+//! The attempts' time index: operators' statistics find recent attempt rows through a
+//! BRIN index on `delivery_attempts.finished_at`, and a range of pages not yet summarized
+//! is read whole by every such query. PostgreSQL's own `autosummarize` asks autovacuum to
+//! summarize each range as it fills, but that request goes into a list of 256 for the
+//! whole server, served once per `autovacuum_naptime`: at thousands of deliveries a
+//! second the list overflows, every lost request is a line in the server's log, and the
+//! ranges wait for the next vacuum. So the index has `autosummarize` off and dispatchers
+//! summarize each filled range themselves ([`summarize_filled_attempt_ranges`]), which
+//! needs the index's owner ([`may_summarize_attempt_ranges`]).
 
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{ConnectOptions, PgExecutor, PgPool};
@@ -30,7 +40,8 @@ pub async fn may_vacuum_queue(db: impl PgExecutor<'_>) -> Result<bool, StoreErro
 }
 
 /// Whether this connection's role owns `relation` (directly or through a role it belongs
-/// to) or is a superuser: what `VACUUM` and `gin_clean_pending_list` ask of it.
+/// to) or is a superuser: what `VACUUM`, `gin_clean_pending_list` and
+/// `brin_summarize_range` ask of it.
 async fn owns_or_is_superuser(db: impl PgExecutor<'_>, relation: &str) -> Result<bool, StoreError> {
     Ok(sqlx::query_scalar(
         "SELECT pg_has_role(current_user, c.relowner, 'USAGE') \
@@ -110,4 +121,103 @@ pub async fn clean_subject_index(db: impl PgExecutor<'_>) -> Result<i64, StoreEr
     )
     .fetch_one(db)
     .await?)
+}
+
+/// The BRIN index on the attempts' finish time, which [`summarize_filled_attempt_ranges`]
+/// keeps summarized.
+const ATTEMPT_TIME_INDEX: &str = "delivery_attempts_finished_brin";
+
+/// The most page ranges one [`summarize_filled_attempt_ranges`] call looks at: summarizing
+/// a range reads its pages (128 of them, 1 MB, by default), so one call reads at most
+/// 32 MB of the table, well under the second after which sqlx reports a statement as slow.
+const RANGES_PER_CALL: i64 = 32;
+
+/// Whether this connection's role may summarize the attempts' time index
+/// (`brin_summarize_range` asks for the index's owner).
+pub async fn may_summarize_attempt_ranges(db: impl PgExecutor<'_>) -> Result<bool, StoreError> {
+    owns_or_is_superuser(db, ATTEMPT_TIME_INDEX).await
+}
+
+/// What one [`summarize_filled_attempt_ranges`] call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RangesSummarized {
+    /// Ranges summarized by this call (a range summarized already is passed over).
+    pub summarized: i64,
+    /// The first block after the ranges this call looked at: where the next call starts.
+    pub next_block: i64,
+    /// Whether filled ranges remain past `next_block` (the call stopped at
+    /// [`RANGES_PER_CALL`]).
+    pub more: bool,
+}
+
+/// Summarizes the filled page ranges of `delivery_attempts` in the attempts' time index,
+/// from the range holding `from_block` on, at most [`RANGES_PER_CALL`] of them. `None` when
+/// another dispatcher is summarizing this moment (it does the work; this call waits for
+/// nothing).
+///
+/// Only filled ranges: `brin_summarize_new_values` would summarize the table's last,
+/// partial range too, and every later insert into a summarized range widens its summary,
+/// a write to the index with its WAL record per delivery until the range fills. A range
+/// left unsummarized costs an insert nothing, so the last range waits until it is full,
+/// as `autosummarize` would have it. A range summarized already is a lookup in the
+/// index's range map, so the caller may start from 0 (and does, once, at start); after
+/// that it passes the returned `next_block`. Should the table shrink (a vacuum giving back
+/// the pages that retention emptied), `next_block` comes back to its new end.
+///
+/// Locking: summarizing takes `SHARE UPDATE EXCLUSIVE` on the table, which inserts do
+/// not wait for but a vacuum of it holds. Waiting behind an autovacuum for longer than
+/// `deadlock_timeout` (a second by default) would make the server cancel that autovacuum
+/// for us, so this call waits at most 50 ms for the lock and otherwise fails, to be tried
+/// again on the caller's next turn.
+pub async fn summarize_filled_attempt_ranges(
+    pool: &PgPool,
+    from_block: i64,
+) -> Result<Option<RangesSummarized>, StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL lock_timeout = '50ms'")
+        .execute(&mut *tx)
+        .await?;
+    // One summarizer at a time, ended with the transaction: two would queue for the
+    // table's lock, which conflicts with itself.
+    let ours: bool = sqlx::query_scalar(
+        "SELECT pg_try_advisory_xact_lock(hashtext('outbox.upkeep.attempt_ranges'))",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if !ours {
+        return Ok(None);
+    }
+    let (summarized, next_block, filled_to): (i64, i64, i64) = sqlx::query_as(
+        "WITH shape AS ( \
+             SELECT coalesce((SELECT o.option_value::int8 FROM pg_options_to_table(c.reloptions) o \
+                              WHERE o.option_name = 'pages_per_range'), 128) AS per_range, \
+                    pg_relation_size('delivery_attempts') \
+                        / current_setting('block_size')::int8 AS pages \
+             FROM pg_class c WHERE c.oid = $1::regclass \
+         ), span AS ( \
+             SELECT per_range, \
+                    $2 / per_range * per_range AS first_block, \
+                    pages / per_range * per_range AS filled_to \
+             FROM shape \
+         ), upto AS ( \
+             SELECT per_range, first_block, filled_to, \
+                    least(filled_to, first_block + $3 * per_range) AS next_block \
+             FROM span \
+         ) \
+         SELECT (SELECT coalesce(sum(brin_summarize_range($1::regclass, block)), 0)::int8 \
+                 FROM generate_series(first_block, next_block - 1, per_range) block), \
+                next_block, filled_to \
+         FROM upto",
+    )
+    .bind(ATTEMPT_TIME_INDEX)
+    .bind(from_block.max(0))
+    .bind(RANGES_PER_CALL)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some(RangesSummarized {
+        summarized,
+        next_block,
+        more: next_block < filled_to,
+    }))
 }

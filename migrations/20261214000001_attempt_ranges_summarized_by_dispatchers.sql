@@ -1,0 +1,11 @@
+-- The attempts' time index summarizes its page ranges without autovacuum's help.
+-- `autosummarize` put a request in autovacuum's work-item list each time a range filled;
+-- that list holds 256 requests for the whole server and is served only when an
+-- autovacuum worker visits the database (once a `autovacuum_naptime`). At thousands of
+-- deliveries a second a range fills several times a second, so the list overflowed: each
+-- lost request was a line in the server's log ("request for BRIN range summarization ...
+-- was not recorded"), and those ranges stayed unsummarized, read whole by every query on
+-- the index, until the next vacuum. Dispatchers now summarize each range once it has
+-- filled (`outbox_store::upkeep::summarize_filled_attempt_ranges`); a role that may not
+-- leaves the ranges to vacuum, as the index's other settings do.
+ALTER INDEX delivery_attempts_finished_brin SET (autosummarize = off);
