@@ -151,14 +151,18 @@ impl TraceContext {
 
 /// The version-00 header form (a later version's extra fields are not kept).
 impl fmt::Display for TraceParent {
+    /// `00-<trace id>-<parent id>-<flags>`, written in one piece from a buffer on the
+    /// stack: every attempt sends one, and formatting it a byte at a time cost a
+    /// dispatcher 3 % of its CPU in the HTTP drain (24 small strings per attempt).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "00-{}-{}-{:02x}",
-            hex(&self.trace_id),
-            hex(&self.parent_id),
-            self.flags
-        )
+        let mut out = [0u8; 55];
+        out[..3].copy_from_slice(b"00-");
+        hex_into(&mut out[3..35], &self.trace_id);
+        out[35] = b'-';
+        hex_into(&mut out[36..52], &self.parent_id);
+        out[52] = b'-';
+        hex_into(&mut out[53..55], &[self.flags]);
+        f.write_str(std::str::from_utf8(&out).expect("hex digits and dashes are ASCII"))
     }
 }
 
@@ -286,8 +290,20 @@ fn hex_byte(pair: &[u8]) -> Option<u8> {
     Some(digit(pair[0])? << 4 | digit(pair[1])?)
 }
 
+/// Writes `bytes` as lowercase hex digits into `out`, two per byte (`out` is exactly
+/// twice as long).
+fn hex_into(out: &mut [u8], bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0x0f)];
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    let mut out = vec![0u8; bytes.len() * 2];
+    hex_into(&mut out, bytes);
+    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
 #[cfg(test)]
