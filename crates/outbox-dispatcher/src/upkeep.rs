@@ -10,7 +10,8 @@
 //!   every [`SUMMARIZE_QUIET`]. One dispatcher summarizes at a time; the others skip.
 //!
 //! Each task needs the owner of what it tends; a dispatcher whose role is not says so once
-//! at start and leaves that task to the server ([`may_tend`]).
+//! at start and leaves the work where PostgreSQL would have it (autovacuum, the
+//! approvals, the next vacuum): [`may_tend`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
