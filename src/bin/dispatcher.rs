@@ -146,6 +146,17 @@ async fn run() -> anyhow::Result<()> {
         Duration::from_secs(60),
     )
     .await?;
+    let ran = deliver(cli, templates, pool.clone()).await;
+    outbox_store::close_at_exit(&pool, outbox_store::CLOSE_PATIENCE).await;
+    ran
+}
+
+/// Everything from the schema check to the end of the dispatcher's run, on `pool`.
+async fn deliver(
+    cli: Cli,
+    templates: outbox_dispatcher::TenantTemplates,
+    pool: outbox_store::PgPool,
+) -> anyhow::Result<()> {
     outbox_store::schema::check_current(&pool).await?;
     let config = outbox_dispatcher::Config {
         worker_id: cli

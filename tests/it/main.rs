@@ -22,6 +22,7 @@ mod email;
 mod email_api;
 mod evidence;
 mod failover;
+mod goodbye;
 mod hostile_input;
 mod in_flight;
 mod lanes;

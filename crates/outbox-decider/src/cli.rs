@@ -223,8 +223,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Duration::from_secs(60),
     )
     .await?;
-    outbox_store::schema::check_current(&pool).await?;
-    match cli.command {
+    let ran = run_on(&pool, cli.command, news).await;
+    outbox_store::close_at_exit(&pool, outbox_store::CLOSE_PATIENCE).await;
+    ran
+}
+
+/// Runs `command` on `pool`, once the schema is the one this build expects.
+async fn run_on(
+    pool: &outbox_store::PgPool,
+    command: Command,
+    news: Option<crate::news::NewsSource>,
+) -> anyhow::Result<()> {
+    outbox_store::schema::check_current(pool).await?;
+    match command {
         Command::Serve {
             listen,
             metrics_listen,
@@ -247,11 +258,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 news,
                 evidence,
             };
-            serve::serve(pool, config, outbox_runtime::shutdown_signal()).await
+            serve::serve(pool.clone(), config, outbox_runtime::shutdown_signal()).await
         }
         Command::RunOnce { now, news: _ } => {
             let now = now.unwrap_or_else(jiff::Timestamp::now);
-            let summary = crate::run_once(&pool, now, news.as_ref()).await?;
+            let summary = crate::run_once(pool, now, news.as_ref()).await?;
             println!(
                 "{} renewal alert(s), {} news alert(s), {} article(s) ingested",
                 summary.renewal_alerts, summary.news_alerts, summary.articles_ingested

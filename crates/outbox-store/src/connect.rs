@@ -182,8 +182,13 @@ async fn follow(
 ) {
     let attrs = servers.attrs();
     let mut watch: Option<sqlx::PgConnection> = None;
-    while !pool.is_closed() {
-        tokio::time::sleep(FOLLOW_EVERY).await;
+    loop {
+        // The pool's closing ends the watch at once, so that its connection too is
+        // closed properly while the process ends (see [`close_at_exit`]).
+        tokio::select! {
+            () = tokio::time::sleep(FOLLOW_EVERY) => {}
+            () = pool.close_event() => break,
+        }
         let label = &servers.servers()[current].label;
         let options = prepare(servers.servers()[current].options.clone());
         let role = match watch.as_mut() {
@@ -225,6 +230,45 @@ async fn follow(
             }
         }
     }
+    if let Some(conn) = watch {
+        let _ = sqlx::Connection::close(conn).await;
+    }
+}
+
+/// How long a process waits at its end for the connections its tasks still hold.
+pub const CLOSE_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Closes a process's pool as the process ends. Each connection is ended with the
+/// protocol's goodbye (`Terminate`) rather than dropped with the process: a server that
+/// sees a connection vanish logs `could not receive data from client: Connection reset by
+/// peer` for it, one line per connection at every stop, which an operator reading the
+/// server's log cannot tell from a network fault. Idle connections are closed at once;
+/// connections still held by a task that is finishing (a last report, a listener giving
+/// its connection back) are waited for, at most `patience`: past it, the process ends
+/// anyway and those few are dropped. Returns whether every connection was closed.
+pub async fn close_at_exit(pool: &PgPool, patience: Duration) -> bool {
+    let close = async {
+        // sqlx closes the idle connections and then waits for the others, but it can
+        // return while one is still on its way back (a connection given back is checked
+        // with a round trip before it is idle again), which would then be dropped with
+        // the process. So: again, until none is left.
+        loop {
+            pool.close().await;
+            if pool.size() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    let closed = tokio::time::timeout(patience, close).await.is_ok();
+    if !closed {
+        tracing::debug!(
+            still_held = pool.size(),
+            ?patience,
+            "connections still in use at exit are dropped with the process"
+        );
+    }
+    closed
 }
 
 /// Like [`connect_planned`], but waits for a database that is still starting (as under
