@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
 use crate::common;
+use base64::Engine;
 
 use common::add_tenant;
 use common::alerts::{approve_many, evidence, outbox_rows_in, state_of, states};
@@ -324,6 +325,33 @@ async fn signatures_verify_at_the_receiver_and_rotation_sends_both() {
             "no valid signature for {secret}"
         );
     }
+}
+
+/// Credentials in a destination's URL are sent as its `Basic` authorization, decoded, and
+/// never in the request itself; the request says what sent it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_the_url_travel_as_basic_authorization() {
+    let captured = common::capture::Capture::start().await;
+    let url = captured
+        .url()
+        .replacen("http://", "http://ops%20user:p%40ss@", 1);
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &[]).await;
+    add_destination(&db, tenant.id, "ops", &url, |_| {}).await;
+    let id = approve_many(&db, tenant.id, "ops", 1).await[0];
+    drain(&db, "w", &[]).await;
+    assert_eq!(state_of(&db, id).await, "accepted");
+
+    let request = captured.take_one().await;
+    let expected = base64::engine::general_purpose::STANDARD.encode("ops user:p@ss");
+    assert_eq!(request.header("authorization"), format!("Basic {expected}"));
+    let host = request.header("host");
+    assert!(host.starts_with("127.0.0.1:"), "{host}");
+    assert!(
+        request.header("user-agent").starts_with("alert-outbox/"),
+        "{}",
+        request.header("user-agent")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -133,7 +133,7 @@ pub(crate) fn step_span(name: &'static str) -> Span {
 
 /// The client span of one HTTP request to a destination (`method`: `POST` for a send,
 /// `GET` for a lookup): where it went by host and port only.
-pub(crate) fn http_client_span(method: &'static str, url: &reqwest::Url) -> Span {
+pub(crate) fn http_client_span(method: &str, url: &url::Url) -> Span {
     if !telemetry::enabled() {
         return Span::none();
     }

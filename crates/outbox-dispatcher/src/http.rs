@@ -1,13 +1,26 @@
 //! The HTTP side: one pooled keep-alive client behind the egress guard that never follows
-//! redirects, the request every attempt sends (same id, key, payload bytes; fresh timestamp
-//! and signatures), and lookups by key.
+//! redirects ([`outbox_egress::DeliveryClient`]), the request every attempt sends (same id,
+//! key, payload bytes; fresh timestamp and signatures), and lookups by key. Each exchange,
+//! from connecting to the last byte of the answer read, is bounded by the destination's
+//! timeout.
 
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{
+    HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, LOCATION, RETRY_AFTER,
+    USER_AGENT,
+};
+use hyper::Method;
 use outbox_core::retry::parse_retry_after;
 use outbox_core::sealing::SealingKeys;
 use outbox_core::signing;
+use outbox_egress::tls::RelayTrust;
+use outbox_egress::{DeliveryClient, RequestBody, RequestError};
 use outbox_store::dispatch::ClaimedAlert;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use std::time::Duration;
+use tokio::time::Instant;
+use url::Url;
 
 use crate::attempt_trace;
 use crate::classify::Exchange;
@@ -20,22 +33,20 @@ const EXCERPT_BYTES: usize = 512;
 /// Largest answer body read (for the reference); the rest is ignored.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
+/// What every request says it comes from.
+const USER_AGENT_VALUE: &str = concat!("alert-outbox/", env!("CARGO_PKG_VERSION"));
+
 /// Builds the shared client: connects only to addresses the guard accepts, keep-alive
 /// pool, no redirects, a connect timeout.
-pub fn client(guard: &Guard, connect_timeout: Duration) -> reqwest::Client {
-    guard
-        .client_builder()
-        .connect_timeout(connect_timeout)
-        .user_agent(concat!("alert-outbox/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .expect("a client with these settings always builds")
+pub fn client(guard: &Guard, connect_timeout: Duration) -> DeliveryClient {
+    DeliveryClient::new(guard, connect_timeout, &RelayTrust::PublicRoots)
 }
 
 /// Sends one attempt of `alert` to a vetted address: `body` (the stored payload's bytes,
 /// or the stored rendered request body of an email API), signed with its destination's
 /// secrets opened by `keys`, with its API key when it has one.
 pub async fn send(
-    http: &reqwest::Client,
+    http: &DeliveryClient,
     guard: &Guard,
     alert: &ClaimedAlert,
     keys: &SealingKeys,
@@ -103,20 +114,11 @@ pub async fn send(
             );
         };
         value.set_sensitive(true);
-        headers.insert(reqwest::header::AUTHORIZATION, value);
+        headers.insert(AUTHORIZATION, value);
     }
     insert_trace_headers(&mut headers, trace);
-    let span = attempt_trace::http_client_span("POST", &url);
-    let request = http
-        .post(url)
-        .headers(headers)
-        .timeout(timeout_of(alert))
-        .body(body);
-    let answer = exchange(request, alert.reference_header.as_deref())
-        .instrument(span.clone())
-        .await;
-    attempt_trace::record_exchange(&span, &answer);
-    answer
+    let body = Full::new(Bytes::from(body));
+    traced_exchange(http, alert, Method::POST, url, headers, body).await
 }
 
 /// Adds the attempt's `traceparent` (and `tracestate`) to a request's headers.
@@ -132,7 +134,7 @@ fn insert_trace_headers(headers: &mut HeaderMap, trace: Option<&TraceContext>) {
 
 /// Asks the destination whether it has `alert` (its lookup URL with the key filled in).
 pub async fn lookup(
-    http: &reqwest::Client,
+    http: &DeliveryClient,
     guard: &Guard,
     alert: &ClaimedAlert,
     template: &str,
@@ -147,19 +149,40 @@ pub async fn lookup(
     };
     let mut headers = HeaderMap::new();
     insert_trace_headers(&mut headers, trace);
-    let span = attempt_trace::http_client_span("GET", &url);
-    let request = http.get(url).headers(headers).timeout(timeout_of(alert));
-    let answer = exchange(request, alert.reference_header.as_deref())
-        .instrument(span.clone())
-        .await;
+    traced_exchange(http, alert, Method::GET, url, headers, Full::default()).await
+}
+
+/// One request about `alert` to its destination, inside the request's client span, which
+/// records how it ended.
+async fn traced_exchange(
+    http: &DeliveryClient,
+    alert: &ClaimedAlert,
+    method: Method,
+    url: Url,
+    headers: HeaderMap,
+    body: RequestBody,
+) -> Exchange {
+    let span = attempt_trace::http_client_span(method.as_str(), &url);
+    let request = match request_to(method, url, headers, body) {
+        Ok(request) => request,
+        Err(unsendable) => return unsendable,
+    };
+    let answer = exchange(
+        http,
+        request,
+        timeout_of(alert),
+        alert.reference_header.as_deref(),
+    )
+    .instrument(span.clone())
+    .await;
     attempt_trace::record_exchange(&span, &answer);
     answer
 }
 
 /// Parses a URL and checks an IP-literal host against the guard (literals never reach
 /// the client's resolver, which checks names).
-fn checked_url(guard: &Guard, text: &str) -> Result<reqwest::Url, Exchange> {
-    let url = reqwest::Url::parse(text)
+fn checked_url(guard: &Guard, text: &str) -> Result<Url, Exchange> {
+    let url = Url::parse(text)
         .map_err(|err| Exchange::Unsendable(format!("the URL does not parse: {err}")))?;
     match guard.check_url(&url) {
         Ok(()) => Ok(url),
@@ -172,10 +195,67 @@ fn timeout_of(alert: &ClaimedAlert) -> Duration {
     Duration::from_millis(u64::try_from(alert.timeout_ms).unwrap_or(10_000))
 }
 
-async fn exchange(request: reqwest::RequestBuilder, reference_header: Option<&str>) -> Exchange {
-    let response = match request.send().await {
-        Ok(response) => response,
-        Err(err) => return transport_failure(&err),
+/// The request to `url`: its credentials, if it has any, moved into a `Basic`
+/// authorization (unless the destination's API key already set one) rather than sent in
+/// the URL; the user agent and `headers` set.
+fn request_to(
+    method: Method,
+    mut url: Url,
+    mut headers: HeaderMap,
+    body: RequestBody,
+) -> Result<hyper::Request<RequestBody>, Exchange> {
+    if let Some(basic) = basic_credentials(&mut url) {
+        if !headers.contains_key(AUTHORIZATION) {
+            headers.insert(AUTHORIZATION, basic);
+        }
+    }
+    headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+    let uri = hyper::Uri::try_from(url.as_str())
+        .map_err(|err| Exchange::Unsendable(format!("the URL cannot be sent: {err}")))?;
+    let mut request = hyper::Request::new(body);
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.headers_mut() = headers;
+    Ok(request)
+}
+
+/// Takes `user:password@` out of `url`, as the `Basic` authorization it stands for
+/// (percent-decoded, as browsers and curl read it).
+fn basic_credentials(url: &mut Url) -> Option<HeaderValue> {
+    if url.username().is_empty() && url.password().is_none() {
+        return None;
+    }
+    let decode = |text: &str| percent_encoding::percent_decode_str(text).collect::<Vec<u8>>();
+    let mut pair = decode(url.username());
+    pair.push(b':');
+    pair.extend(url.password().map(decode).unwrap_or_default());
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+    let mut value =
+        HeaderValue::from_str(&format!("Basic {encoded}")).expect("base64 is a valid header value");
+    value.set_sensitive(true);
+    Some(value)
+}
+
+/// One exchange, connecting included, within `timeout`: the answer's status, the headers
+/// that matter and the start of its body; or why there is none.
+async fn exchange(
+    http: &DeliveryClient,
+    request: hyper::Request<RequestBody>,
+    timeout: Duration,
+    reference_header: Option<&str>,
+) -> Exchange {
+    let deadline = Instant::now() + timeout;
+    let response = match tokio::time::timeout_at(deadline, http.request(request)).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(err)) => return transport_failure(&err),
+        Err(_) => {
+            return Exchange::TimedOut(format!(
+                "timed out: no answer within {}",
+                humantime::format_duration(timeout)
+            ))
+        }
     };
     let status = response.status().as_u16();
     let header = |name: &str| {
@@ -189,8 +269,9 @@ async fn exchange(request: reqwest::RequestBuilder, reference_header: Option<&st
         .and_then(|v| parse_retry_after(&v, chrono::Utc::now().timestamp()));
     let location = header(LOCATION.as_str());
     let header_reference = reference_header.and_then(header);
-    // The status is what counts; a body that fails to arrive only costs the reference.
-    let body = read_limited(response).await;
+    // The status is what counts; a body that fails to arrive (or to arrive in time) only
+    // costs the reference.
+    let body = read_limited(response.into_body(), deadline).await;
     let reference = header_reference.or_else(|| {
         serde_json::from_slice::<serde_json::Value>(&body)
             .ok()
@@ -212,27 +293,31 @@ async fn exchange(request: reqwest::RequestBuilder, reference_header: Option<&st
     }
 }
 
-async fn read_limited(mut response: reqwest::Response) -> Vec<u8> {
-    let mut body = Vec::new();
-    while let Ok(Some(chunk)) = response.chunk().await {
-        body.extend_from_slice(&chunk);
-        if body.len() >= MAX_ANSWER_BYTES {
-            break;
+/// The answer's body up to [`MAX_ANSWER_BYTES`], as much of it as arrives by `deadline`.
+async fn read_limited(mut body: hyper::body::Incoming, deadline: Instant) -> Vec<u8> {
+    let mut read = Vec::new();
+    while let Ok(Some(Ok(frame))) = tokio::time::timeout_at(deadline, body.frame()).await {
+        if let Ok(chunk) = frame.into_data() {
+            read.extend_from_slice(&chunk);
+            if read.len() >= MAX_ANSWER_BYTES {
+                break;
+            }
         }
     }
-    body
+    read
 }
 
-fn transport_failure(err: &reqwest::Error) -> Exchange {
+fn transport_failure(err: &RequestError) -> Exchange {
     // A refusal by the guard's resolver: the name resolves to a blocked address.
     if let Some(refused) = outbox_egress::refusal_of(err) {
         return Exchange::Blocked(refused.to_string());
     }
     // The source chain says what failed ("connection refused", "dns error", ...). The
     // URL is left out: it is known from the destination, and may carry credentials.
-    let mut why = if err.is_timeout() {
-        "timed out".to_owned()
-    } else if err.is_connect() {
+    // Failing to connect (the connect timeout included) means nothing was sent; anything
+    // else may have happened after the request left.
+    let connect = err.is_connect();
+    let mut why = if connect {
         "could not connect".to_owned()
     } else {
         "request failed".to_owned()
@@ -243,12 +328,8 @@ fn transport_failure(err: &reqwest::Error) -> Exchange {
         why.push_str(&cause.to_string());
         source = cause.source();
     }
-    if err.is_builder() {
-        Exchange::Unsendable(why)
-    } else if err.is_connect() {
+    if connect {
         Exchange::NotConnected(why)
-    } else if err.is_timeout() {
-        Exchange::TimedOut(why)
     } else {
         Exchange::Broken(why)
     }

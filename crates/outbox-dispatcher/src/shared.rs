@@ -13,7 +13,7 @@ use uuid::Uuid;
 /// What every worker task shares.
 pub(crate) struct Shared {
     pub pool: PgPool,
-    pub http: reqwest::Client,
+    pub http: outbox_egress::DeliveryClient,
     pub config: Config,
     pub metrics: Arc<Metrics>,
     pub(crate) recorder: recorder::Recorder,

@@ -11,17 +11,21 @@
 //! - `resolve`: the DNS resolver the client uses: it resolves once, refuses the name when
 //!   ANY of its addresses is blocked, and hands the connector only the vetted addresses,
 //!   so a second resolution (DNS rebinding) never happens.
+//! - [`DeliveryClient`] (`client`): the lean HTTP/1.1 client deliveries use, on the same
+//!   resolver.
 //! - [`tls`]: whom a TLS connection to a mail relay trusts (the public roots, or the
 //!   destination's own CA) and the name its certificate must carry.
 //!
-//! A refusal is a [`Refused`] error; code that gets a `reqwest::Error` finds it in the
-//! error's source chain with [`refusal_of`].
+//! A refusal is a [`Refused`] error; code that gets a `reqwest::Error` or a
+//! [`RequestError`] finds it in the error's source chain with [`refusal_of`].
 
 mod address;
+mod client;
 mod resolve;
 pub mod tls;
 
 pub use address::{classify, Blocked, Reason};
+pub use client::{DeliveryClient, RequestBody, RequestError};
 pub use resolve::{Lookup, SystemLookup};
 
 use ipnet::IpNet;
@@ -227,7 +231,8 @@ enum ResolveError {
 }
 
 /// The guard's refusal inside an error's source chain (a `reqwest::Error` from a client
-/// built by [`Guard::client_builder`]), if that is what it is.
+/// built by [`Guard::client_builder`], or a [`DeliveryClient`]'s [`RequestError`]), if
+/// that is what it is.
 pub fn refusal_of(err: &(dyn std::error::Error + 'static)) -> Option<Refused> {
     let mut current = Some(err);
     while let Some(err) = current {

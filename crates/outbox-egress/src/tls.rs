@@ -1,4 +1,5 @@
-//! Whom a TLS connection to a mail relay trusts, and the name it checks.
+//! Whom a TLS connection to a mail relay trusts (and, with the public roots, a webhook
+//! destination: see `DeliveryClient`), and the name it checks.
 //!
 //! By default a relay's certificate must chain to the public web PKI (the Mozilla root
 //! program, compiled in from `webpki-roots`, so a container without a CA bundle verifies
