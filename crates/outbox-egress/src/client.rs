@@ -3,8 +3,8 @@
 //!
 //! Deliveries use it instead of reqwest (which the news poller and the CLI keep): one
 //! request per delivery, thousands a second, and reqwest's layers over this same client
-//! (its redirect policy, re-parsing each answer's URL, boxing) cost about 10 µs of CPU
-//! per request, 25 µs against 15 µs in a client that does nothing else. None of those
+//! (its redirect policy, re-parsing each answer's URL, boxing) cost about 12 µs of CPU
+//! per request: a median 30 µs against 17 µs in a client that does nothing else. None of those
 //! layers does anything for deliveries: they follow no redirect, use no proxy and no
 //! cookie, and time out as a whole (the caller's deadline).
 
