@@ -112,9 +112,17 @@ impl Running {
                     .unwrap_or_default(),
                 };
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-                let task = tokio::spawn(outbox_dispatcher::run(dispatcher_pool, config, async {
-                    let _ = stopped.await;
-                }));
+                let task = tokio::spawn(async move {
+                    let closing = dispatcher_pool.clone();
+                    let ran = outbox_dispatcher::run(dispatcher_pool, config, async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+                    // As the `dispatcher` binary does: no connection left for the server
+                    // to log as reset.
+                    outbox_store::close_at_exit(&closing, outbox_store::CLOSE_PATIENCE).await;
+                    ran
+                });
                 Ok(Running::InProcess { stop, task })
             }
             Dispatchers::Processes(k) => {
