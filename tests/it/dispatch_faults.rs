@@ -352,6 +352,7 @@ async fn credentials_in_the_url_travel_as_basic_authorization() {
         "{}",
         request.header("user-agent")
     );
+    assert_eq!(request.header("accept"), "*/*");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use base64::Engine;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{
-    HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, LOCATION, RETRY_AFTER,
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION, RETRY_AFTER,
     USER_AGENT,
 };
 use hyper::Method;
@@ -197,7 +197,8 @@ fn timeout_of(alert: &ClaimedAlert) -> Duration {
 
 /// The request to `url`: its credentials, if it has any, moved into a `Basic`
 /// authorization (unless the destination's API key already set one) rather than sent in
-/// the URL; the user agent and `headers` set.
+/// the URL; the user agent, `Accept: */*` (what the requests always said) and `headers`
+/// set.
 fn request_to(
     method: Method,
     mut url: Url,
@@ -210,6 +211,7 @@ fn request_to(
         }
     }
     headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+    headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
     let uri = hyper::Uri::try_from(url.as_str())
         .map_err(|err| Exchange::Unsendable(format!("the URL cannot be sent: {err}")))?;
     let mut request = hyper::Request::new(body);
