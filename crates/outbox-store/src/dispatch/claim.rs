@@ -153,7 +153,7 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
                  JOIN destinations d ON d.id = s.destination_id \
                  WHERE s.in_flight >= d.max_in_flight \
              ), candidates AS ( \
-                 SELECT o.alert_id, o.destination_id, o.next_attempt_at \
+                 SELECT o.ctid, o.alert_id, o.destination_id, o.next_attempt_at \
                  FROM outbox o JOIN destinations d ON d.id = o.destination_id \
                  WHERE {due} AND o.next_attempt_at <= now() \
                    AND d.enabled AND o.destination_id <> ALL($4::uuid[]) \
@@ -167,15 +167,15 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
                  FROM (SELECT DISTINCT destination_id FROM candidates) c \
                  JOIN destinations d ON d.id = c.destination_id \
              ), chosen AS ( \
-                 SELECT c.alert_id \
-                 FROM (SELECT alert_id, destination_id, row_number() OVER ( \
+                 SELECT c.ctid \
+                 FROM (SELECT ctid, destination_id, row_number() OVER ( \
                            PARTITION BY destination_id ORDER BY next_attempt_at, alert_id) AS place \
                        FROM candidates) c \
                  JOIN room r ON r.destination_id = c.destination_id \
                  WHERE c.place <= r.room \
              ), due AS ( \
-                 SELECT o.alert_id FROM outbox o \
-                 WHERE o.alert_id = ANY(ARRAY(SELECT alert_id FROM chosen)) \
+                 SELECT o.ctid FROM outbox o \
+                 WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM chosen)) \
                    AND {due} AND o.next_attempt_at <= now() \
                  FOR UPDATE OF o SKIP LOCKED \
              ), claimed AS ( \
@@ -188,7 +188,7 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
                      fencing_token = nextval('outbox_fencing_token_seq'), \
                      send_started_at = CASE WHEN o.status = {pending} THEN now() END, \
                      attempts = o.attempts + CASE WHEN o.status = {pending} THEN 1 ELSE 0 END \
-                 WHERE o.alert_id = ANY(ARRAY(SELECT alert_id FROM due)) \
+                 WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM due)) \
                  RETURNING o.alert_id, o.fencing_token, o.attempts, o.lease_expires_at, \
                      o.budget_since, o.budget_base_attempts, o.chain_head, \
                      CASE WHEN o.send_started_at IS NOT NULL THEN {pending} ELSE {uncertain} END \
@@ -322,6 +322,17 @@ static HANDED_ON_CLAIMS: LazyLock<String> = LazyLock::new(|| {
 /// 3. `chosen`: each destination's oldest candidates, as many as its room.
 /// 4. `due`: those rows locked (`SKIP LOCKED`), the due condition checked again on the
 ///    newest row version (a row another claim took since the snapshot is skipped).
+///
+/// **Rows found by their address.** After `candidates` found the rows through the due
+/// index, `due` and the update reach them by `ctid` (a TID scan) rather than by alert id,
+/// which searched the primary key once per row, twice: a claim of 500 rows took about a
+/// tenth less time (`pgbench`, the statement alone, alternated; docs/performance.md). A
+/// row's address cannot change under the claim: `due` holds its lock until the statement
+/// commits, and the update reaches the version `due` locked. A row another transaction
+/// changed after this statement's snapshot is locked in its newest version (the due
+/// condition checked on it), which the update's scan, with that snapshot, does not see:
+/// it stays locked, unclaimed, until this statement commits, and is due for the next
+/// claim. Only the returned rows are claimed.
 ///
 /// So claims may come back smaller than `limit` (or empty) while rows are due: a
 /// destination's rows wait in `pending` rather than in `sending`.
