@@ -147,7 +147,7 @@ async fn run() -> anyhow::Result<()> {
     )
     .await?;
     let ran = deliver(cli, templates, pool.clone()).await;
-    outbox_store::close_at_exit(&pool, outbox_store::CLOSE_PATIENCE).await;
+    outbox_store::close_at_exit(&pool).await;
     ran
 }
 

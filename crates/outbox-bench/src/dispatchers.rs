@@ -120,7 +120,7 @@ impl Running {
                     .await;
                     // As the `dispatcher` binary does: no connection left for the server
                     // to log as reset.
-                    outbox_store::close_at_exit(&closing, outbox_store::CLOSE_PATIENCE).await;
+                    outbox_store::close_at_exit(&closing).await;
                     ran
                 });
                 Ok(Running::InProcess { stop, task })

@@ -103,7 +103,7 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
         (!discard).then_some(stats_url.as_str()),
     )
     .await?;
-    outbox_store::close_at_exit(&pool, outbox_store::CLOSE_PATIENCE).await;
+    outbox_store::close_at_exit(&pool).await;
     crate::drain::check(&report, args.n, !discard)?;
     let evidence = report.evidence;
     Ok(json!({

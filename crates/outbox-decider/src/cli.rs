@@ -224,7 +224,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     )
     .await?;
     let ran = run_on(&pool, cli.command, news).await;
-    outbox_store::close_at_exit(&pool, outbox_store::CLOSE_PATIENCE).await;
+    outbox_store::close_at_exit(&pool).await;
     ran
 }
 

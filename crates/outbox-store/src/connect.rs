@@ -236,7 +236,7 @@ async fn follow(
 }
 
 /// How long a process waits at its end for the connections its tasks still hold.
-pub const CLOSE_PATIENCE: Duration = Duration::from_secs(5);
+const CLOSE_PATIENCE: Duration = Duration::from_secs(5);
 
 /// Closes a process's pool as the process ends. Each connection is ended with the
 /// protocol's goodbye (`Terminate`) rather than dropped with the process: a server that
@@ -244,9 +244,9 @@ pub const CLOSE_PATIENCE: Duration = Duration::from_secs(5);
 /// peer` for it, one line per connection at every stop, which an operator reading the
 /// server's log cannot tell from a network fault. Idle connections are closed at once;
 /// connections still held by a task that is finishing (a last report, a listener giving
-/// its connection back) are waited for, at most `patience`: past it, the process ends
-/// anyway and those few are dropped. Returns whether every connection was closed.
-pub async fn close_at_exit(pool: &PgPool, patience: Duration) -> bool {
+/// its connection back) are waited for, at most five seconds: past them, the process
+/// ends anyway and those few are dropped.
+pub async fn close_at_exit(pool: &PgPool) {
     let close = async {
         // sqlx closes the idle connections and then waits for the others, but it can
         // return while one is still on its way back (a connection given back is checked
@@ -260,15 +260,13 @@ pub async fn close_at_exit(pool: &PgPool, patience: Duration) -> bool {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     };
-    let closed = tokio::time::timeout(patience, close).await.is_ok();
-    if !closed {
+    if tokio::time::timeout(CLOSE_PATIENCE, close).await.is_err() {
         tracing::debug!(
             still_held = pool.size(),
-            ?patience,
+            patience = ?CLOSE_PATIENCE,
             "connections still in use at exit are dropped with the process"
         );
     }
-    closed
 }
 
 /// Like [`connect_planned`], but waits for a database that is still starting (as under

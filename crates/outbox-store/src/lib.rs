@@ -88,8 +88,6 @@ pub mod tokens;
 pub mod upkeep;
 pub mod wake_ups;
 
-pub use connect::{
-    close_at_exit, connect, connect_planned, connect_with_retry, Plans, CLOSE_PATIENCE, MIGRATOR,
-};
+pub use connect::{close_at_exit, connect, connect_planned, connect_with_retry, Plans, MIGRATOR};
 pub use error::StoreError;
 pub use sqlx::{PgConnection, PgPool};
