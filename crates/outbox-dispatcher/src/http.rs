@@ -4,16 +4,13 @@
 //! from connecting to the last byte of the answer read, is bounded by the destination's
 //! timeout.
 
-use base64::Engine;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION, RETRY_AFTER,
-    USER_AGENT,
+    HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION, RETRY_AFTER, USER_AGENT,
 };
 use hyper::Method;
 use outbox_core::retry::parse_retry_after;
-use outbox_core::sealing::SealingKeys;
 use outbox_core::signing;
 use outbox_egress::tls::RelayTrust;
 use outbox_egress::{DeliveryClient, RequestBody, RequestError};
@@ -24,8 +21,9 @@ use url::Url;
 
 use crate::attempt_trace;
 use crate::classify::Exchange;
+use crate::prepared::{basic_credentials, checked_url, Prepared};
 use outbox_core::trace_context::TraceContext;
-use outbox_egress::{Guard, UrlError};
+use outbox_egress::Guard;
 use tracing::Instrument;
 
 /// Longest part of an answer kept as evidence.
@@ -44,81 +42,47 @@ pub fn client(guard: &Guard, connect_timeout: Duration) -> DeliveryClient {
 
 /// Sends one attempt of `alert` to a vetted address: `body` (the stored payload's bytes,
 /// or the stored rendered request body of an email API), signed with its destination's
-/// secrets opened by `keys`, with its API key when it has one.
-pub async fn send(
+/// keys, with its API key when it has one. `prepared` is what every request to the
+/// destination shares ([`crate::prepared`]), or why none can be sent.
+pub(crate) async fn send(
     http: &DeliveryClient,
-    guard: &Guard,
+    prepared: &Prepared,
     alert: &ClaimedAlert,
-    keys: &SealingKeys,
     body: Vec<u8>,
     trace: Option<&TraceContext>,
 ) -> Exchange {
+    let parts = match prepared {
+        Ok(parts) => parts,
+        Err(refusal) => return refusal.clone(),
+    };
     let id = alert.alert_id.to_string();
     let timestamp = chrono::Utc::now().timestamp();
-    let url = match checked_url(guard, &alert.url) {
-        Ok(url) => url,
-        Err(refusal) => return refusal,
-    };
-    // The same rule as when the destination was added, in case the row was written by
-    // other means: a framing header would corrupt the request.
-    if let Err(err) = outbox_core::headers::check_idempotency_header(&alert.idempotency_header) {
-        return Exchange::Unsendable(format!("idempotency header: {err}"));
-    }
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let Ok(key_header) = HeaderName::from_bytes(alert.idempotency_header.as_bytes()) else {
-        return Exchange::Unsendable(format!(
-            "idempotency header `{}` is not a valid header name",
-            alert.idempotency_header
-        ));
-    };
     let id_value = HeaderValue::from_str(&id).expect("a uuid is a valid header value");
-    headers.insert(key_header, id_value.clone());
+    headers.insert(parts.key_header.clone(), id_value.clone());
     headers.insert("webhook-id", id_value);
     headers.insert("webhook-timestamp", HeaderValue::from(timestamp));
-    if !alert.signing_secrets.is_empty() {
-        // A secret that does not open (key missing or wrong, value altered or copied from
-        // another destination) is a configuration error: nothing is sent unsigned.
-        let keys: Result<Vec<_>, String> = alert
-            .signing_secrets
-            .iter()
-            .map(|stored| {
-                let secret = keys
-                    .open(alert.destination_id, stored)
-                    .map_err(|err| format!("a signing secret of the destination: {err}"))?;
-                signing::decode_secret(&secret)
-                    .map_err(|_| "a signing secret of the destination is malformed".to_owned())
-            })
-            .collect();
-        let keys = match keys {
-            Ok(keys) => keys,
-            Err(why) => return Exchange::Unsendable(why),
-        };
-        let signature = signing::signature_header(&keys, &id, timestamp, &body);
+    if !parts.signing_keys.is_empty() {
+        let signature = signing::signature_header(&parts.signing_keys, &id, timestamp, &body);
         headers.insert(
             "webhook-signature",
             HeaderValue::from_str(&signature).expect("base64 is a valid header value"),
         );
     }
-    if let Some(stored) = &alert.bearer_token {
-        // Like a signing secret: one that does not open is a configuration error.
-        let token = match keys.open(alert.destination_id, stored) {
-            Ok(token) => token,
-            Err(err) => {
-                return Exchange::Unsendable(format!("the API key of the destination: {err}"))
-            }
-        };
-        let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {token}")) else {
-            return Exchange::Unsendable(
-                "the API key of the destination is not a valid header value".into(),
-            );
-        };
-        value.set_sensitive(true);
-        headers.insert(AUTHORIZATION, value);
+    // The API key's authorization wins over the URL's credentials.
+    if let Some(authorization) = parts.bearer.as_ref().or(parts.basic.as_ref()) {
+        headers.insert(AUTHORIZATION, authorization.clone());
     }
     insert_trace_headers(&mut headers, trace);
-    let body = Full::new(Bytes::from(body));
-    traced_exchange(http, alert, Method::POST, url, headers, body).await
+    let span = attempt_trace::http_client_span(Method::POST.as_str(), &parts.url);
+    let request = request(
+        Method::POST,
+        parts.uri.clone(),
+        headers,
+        Full::new(Bytes::from(body)),
+    );
+    exchange_in(http, alert, request, span).await
 }
 
 /// Adds the attempt's `traceparent` (and `tracestate`) to a request's headers.
@@ -152,21 +116,35 @@ pub async fn lookup(
     traced_exchange(http, alert, Method::GET, url, headers, Full::default()).await
 }
 
-/// One request about `alert` to its destination, inside the request's client span, which
-/// records how it ended.
+/// One request about `alert` to `url` (a lookup), inside the request's client span.
 async fn traced_exchange(
     http: &DeliveryClient,
     alert: &ClaimedAlert,
     method: Method,
-    url: Url,
-    headers: HeaderMap,
+    mut url: Url,
+    mut headers: HeaderMap,
     body: RequestBody,
 ) -> Exchange {
     let span = attempt_trace::http_client_span(method.as_str(), &url);
-    let request = match request_to(method, url, headers, body) {
-        Ok(request) => request,
-        Err(unsendable) => return unsendable,
+    if let Some(basic) = basic_credentials(&mut url) {
+        if !headers.contains_key(AUTHORIZATION) {
+            headers.insert(AUTHORIZATION, basic);
+        }
+    }
+    let uri = match hyper::Uri::try_from(url.as_str()) {
+        Ok(uri) => uri,
+        Err(err) => return Exchange::Unsendable(format!("the URL cannot be sent: {err}")),
     };
+    exchange_in(http, alert, request(method, uri, headers, body), span).await
+}
+
+/// The exchange of `request` inside `span`, which records how it ended.
+async fn exchange_in(
+    http: &DeliveryClient,
+    alert: &ClaimedAlert,
+    request: hyper::Request<RequestBody>,
+    span: tracing::Span,
+) -> Exchange {
     let answer = exchange(
         http,
         request,
@@ -179,65 +157,25 @@ async fn traced_exchange(
     answer
 }
 
-/// Parses a URL and checks an IP-literal host against the guard (literals never reach
-/// the client's resolver, which checks names).
-fn checked_url(guard: &Guard, text: &str) -> Result<Url, Exchange> {
-    let url = Url::parse(text)
-        .map_err(|err| Exchange::Unsendable(format!("the URL does not parse: {err}")))?;
-    match guard.check_url(&url) {
-        Ok(()) => Ok(url),
-        Err(UrlError::Refused(refused)) => Err(Exchange::Blocked(refused.to_string())),
-        Err(err) => Err(Exchange::Unsendable(err.to_string())),
-    }
-}
-
 fn timeout_of(alert: &ClaimedAlert) -> Duration {
     Duration::from_millis(u64::try_from(alert.timeout_ms).unwrap_or(10_000))
 }
 
-/// The request to `url`: its credentials, if it has any, moved into a `Basic`
-/// authorization (unless the destination's API key already set one) rather than sent in
-/// the URL; the user agent, `Accept: */*` (what the requests always said) and `headers`
-/// set.
-fn request_to(
+/// The request to `uri`, with the user agent, `Accept: */*` (what the requests always
+/// said) and `headers` set.
+fn request(
     method: Method,
-    mut url: Url,
+    uri: hyper::Uri,
     mut headers: HeaderMap,
     body: RequestBody,
-) -> Result<hyper::Request<RequestBody>, Exchange> {
-    if let Some(basic) = basic_credentials(&mut url) {
-        if !headers.contains_key(AUTHORIZATION) {
-            headers.insert(AUTHORIZATION, basic);
-        }
-    }
+) -> hyper::Request<RequestBody> {
     headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
     headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
-    let uri = hyper::Uri::try_from(url.as_str())
-        .map_err(|err| Exchange::Unsendable(format!("the URL cannot be sent: {err}")))?;
     let mut request = hyper::Request::new(body);
     *request.method_mut() = method;
     *request.uri_mut() = uri;
     *request.headers_mut() = headers;
-    Ok(request)
-}
-
-/// Takes `user:password@` out of `url`, as the `Basic` authorization it stands for
-/// (percent-decoded, as browsers and curl read it).
-fn basic_credentials(url: &mut Url) -> Option<HeaderValue> {
-    if url.username().is_empty() && url.password().is_none() {
-        return None;
-    }
-    let decode = |text: &str| percent_encoding::percent_decode_str(text).collect::<Vec<u8>>();
-    let mut pair = decode(url.username());
-    pair.push(b':');
-    pair.extend(url.password().map(decode).unwrap_or_default());
-    let _ = url.set_username("");
-    let _ = url.set_password(None);
-    let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
-    let mut value =
-        HeaderValue::from_str(&format!("Basic {encoded}")).expect("base64 is a valid header value");
-    value.set_sensitive(true);
-    Some(value)
+    request
 }
 
 /// One exchange, connecting included, within `timeout`: the answer's status, the headers

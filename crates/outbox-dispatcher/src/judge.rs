@@ -725,4 +725,4 @@ pub(crate) fn resend_refusal(j: &Judging<'_>, lookup: Option<AttemptRecord>) -> 
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

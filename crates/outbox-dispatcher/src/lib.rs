@@ -84,6 +84,7 @@ mod health;
 mod http;
 mod judge;
 mod metrics;
+mod prepared;
 mod recorder;
 mod relay;
 mod reload;

@@ -2,6 +2,7 @@
 //! signal (or the end of a drain), then shut down; and the errors that stop it.
 
 use crate::claim_loop::ClaimLoop;
+use crate::prepared::PreparedDestinations;
 use crate::summary::RunSummary;
 use crate::{health, http, recorder, reload, server, upkeep, wake_ups, Config, Metrics, Shared};
 use outbox_runtime::shutdown::Shutdown;
@@ -79,6 +80,7 @@ pub async fn run(
         stop: stop.clone(),
         claims_ended,
         tallies: health::Tallies::default(),
+        prepared: PreparedDestinations::default(),
     });
     tokio::spawn(health::report_every(
         shared.clone(),

@@ -1,8 +1,11 @@
 //! What every task of a running dispatcher shares ([`Shared`]): the pool, the clients,
-//! the stop signals, the templates, the send permits and the destinations marked gone.
+//! the stop signals, the templates, the send permits, the destinations marked gone and the
+//! destinations' prepared request parts.
 
+use crate::prepared::{Prepared, PreparedDestinations};
 use crate::{health, recorder, Config, Metrics, TenantTemplates};
 use outbox_runtime::shutdown::Shutdown;
+use outbox_store::dispatch::ClaimedAlert;
 use outbox_store::PgPool;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -40,6 +43,9 @@ pub(crate) struct Shared {
     pub(crate) sends: Arc<Semaphore>,
     /// Sends counted per destination since the last health report.
     pub(crate) tallies: health::Tallies,
+    /// What every request to a webhook destination shares, prepared once per destination
+    /// and settings.
+    pub(crate) prepared: PreparedDestinations,
 }
 
 impl Shared {
@@ -49,6 +55,12 @@ impl Shared {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The request parts of `row`'s destination, as `row` states its settings.
+    pub(crate) fn prepared_of(&self, row: &ClaimedAlert) -> Arc<Prepared> {
+        self.prepared
+            .of(&self.config.egress, &self.config.secret_keys, row)
     }
 
     pub(crate) fn stopping(&self) -> bool {

@@ -145,15 +145,7 @@ async fn exchange(
             // An email API: the request body rendered once and stored, sent as stored.
             match crate::email_api::stored_body(shared, row).await {
                 Ok((body, note)) => (
-                    http::send(
-                        &shared.http,
-                        &shared.config.egress,
-                        row,
-                        &shared.config.secret_keys,
-                        body,
-                        trace,
-                    )
-                    .await,
+                    http::send(&shared.http, &shared.prepared_of(row), row, body, trace).await,
                     Some(note),
                 ),
                 Err(exchange) => (exchange, None),
@@ -162,9 +154,8 @@ async fn exchange(
         (crate::Transport::Http, DestinationKind::Webhook) => (
             http::send(
                 &shared.http,
-                &shared.config.egress,
+                &shared.prepared_of(row),
                 row,
-                &shared.config.secret_keys,
                 row.payload.clone().into_bytes(),
                 trace,
             )

@@ -20,7 +20,7 @@ fn now() -> DateTime<Utc> {
 
 /// A plain webhook claim of a pending alert's first attempt: no lookup, no
 /// de-duplication window, policy `hold`, 12 attempts over a 3-day window.
-fn claim() -> ClaimedAlert {
+pub(crate) fn claim() -> ClaimedAlert {
     ClaimedAlert {
         alert_id: Uuid::nil(),
         fencing_token: 7,
