@@ -8,7 +8,7 @@ use crate::common;
 use base64::Engine;
 
 use common::add_tenant;
-use common::alerts::{approve_many, evidence, outbox_rows_in, state_of, states};
+use common::alerts::{approve_many, approve_one, evidence, outbox_rows_in, state_of, states};
 use common::destinations::{acme_with_ops_at, add_destination};
 use common::procs::*;
 use outbox_testkit::process::Process;
@@ -325,6 +325,57 @@ async fn signatures_verify_at_the_receiver_and_rotation_sends_both() {
             "no valid signature for {secret}"
         );
     }
+}
+
+/// A dispatcher prepares a destination's signing keys once, not per attempt: a running one
+/// signs with the new secret alone from the first claim after a rotation without overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_dispatcher_signs_with_the_rotated_secret_from_its_next_claim() {
+    const OLD: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const NEW: &str = "whsec_dGhpcyBpcyB0aGUgbmV3IHNlY3JldCBrZXkgISE=";
+    let captured = common::capture::Capture::start().await;
+    let db = TestDb::new().await;
+    let tenant = add_tenant(&db, "acme", &[]).await;
+    add_destination(&db, tenant.id, "ops", &captured.url(), |d| {
+        d.signing_secrets = vec![OLD.to_owned()];
+    })
+    .await;
+    let destination = outbox_store::destinations::id_by_name(&db.pool, tenant.id, "ops")
+        .await
+        .unwrap();
+    let accepted = "SELECT count(*) FROM delivery_attempts WHERE outcome = 'accepted'";
+    let approve = |subject: &'static str| {
+        approve_one(
+            &db,
+            tenant.id,
+            "ops",
+            subject,
+            "2027-01",
+            r#"{"text":"renewal due"}"#,
+        )
+    };
+    let _dispatcher = spawn_dispatcher(&dispatcher_args(&db, "w", &[]), None);
+    approve("contract:A-1").await;
+    wait_for_db(&db, accepted, |n| n == 1).await;
+
+    outbox_store::destinations::rotate_secret(&db.pool, destination, NEW, Duration::ZERO)
+        .await
+        .unwrap();
+    approve("contract:A-2").await;
+    wait_for_db(&db, accepted, |n| n == 2).await;
+
+    let requests = captured.all();
+    assert_eq!(requests.len(), 2, "one request per alert");
+    let signed_with = |secret, request| common::capture::expected_signature(secret, request);
+    assert_eq!(
+        requests[0].header("webhook-signature"),
+        signed_with(OLD, &requests[0])
+    );
+    assert_eq!(
+        requests[1].header("webhook-signature"),
+        signed_with(NEW, &requests[1]),
+        "the second request is signed with the new secret alone"
+    );
 }
 
 /// Credentials in a destination's URL are sent as its `Basic` authorization, decoded, and

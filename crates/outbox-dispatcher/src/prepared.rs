@@ -77,7 +77,8 @@ impl Settings {
 }
 
 /// The process's prepared destinations, by destination id: one entry each, replaced when
-/// a claim carries other settings.
+/// a claim carries other settings, kept for the process's life (one per destination it
+/// has sent to).
 #[derive(Debug, Default)]
 pub(crate) struct PreparedDestinations {
     entries: Mutex<HashMap<Uuid, (Settings, Arc<Prepared>)>>,
@@ -231,7 +232,12 @@ mod tests {
 
         // A rotation added a secret: the requests are signed with both.
         row.signing_secrets.push(SECRET.replace('M', "N"));
-        assert_eq!(parts(&destinations.of(&guard, &keys, &row)).signing_keys.len(), 2);
+        assert_eq!(
+            parts(&destinations.of(&guard, &keys, &row))
+                .signing_keys
+                .len(),
+            2
+        );
 
         // Another destination has an entry of its own.
         let mut other = claim();
@@ -239,7 +245,12 @@ mod tests {
         assert!(parts(&destinations.of(&guard, &keys, &other))
             .signing_keys
             .is_empty());
-        assert_eq!(parts(&destinations.of(&guard, &keys, &row)).signing_keys.len(), 2);
+        assert_eq!(
+            parts(&destinations.of(&guard, &keys, &row))
+                .signing_keys
+                .len(),
+            2
+        );
     }
 
     #[test]
