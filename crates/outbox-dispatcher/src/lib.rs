@@ -8,7 +8,7 @@
 //! - `run`: [`run`], a dispatcher from start to stop (its helpers started, the claim
 //!   loop run, shutdown), and [`DispatchError`].
 //! - `shared`: what every task of a running dispatcher shares (pool, clients, stop
-//!   signals, templates, send permits, destinations marked gone).
+//!   signals, templates, send permits, destinations marked gone, prepared destinations).
 //! - `claim_loop`: the claim loop (capacity, destination slots, lease sweep, drain,
 //!   shutdown).
 //! - `delivery`: one claim's work, from its turn to send to its recorded outcome or its
@@ -29,6 +29,9 @@
 //! - `http`: the request every attempt sends, and lookups, through the egress guard
 //!   (`outbox_egress`): a destination whose address is not allowed is never connected
 //!   to; its alert fails and the destination is disabled, as after a 410.
+//! - `prepared`: what every request to one webhook destination shares (URL checked,
+//!   target, authorization, key header, signing keys), prepared once per destination and
+//!   settings, and again when a claim reads other settings.
 //! - `smtp`: email destinations: the message rendered once and stored before the first
 //!   send, then sent byte for byte on every attempt over an SMTP dialogue driven command
 //!   by command (so a lost final reply is told apart from a refusal before the data), to
