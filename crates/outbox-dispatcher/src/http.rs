@@ -21,7 +21,7 @@ use url::Url;
 
 use crate::attempt_trace;
 use crate::classify::Exchange;
-use crate::prepared::{basic_credentials, checked_url, Prepared};
+use crate::prepared::{checked_url, request_target, Prepared};
 use outbox_core::trace_context::TraceContext;
 use outbox_egress::Guard;
 use tracing::Instrument;
@@ -126,15 +126,15 @@ async fn traced_exchange(
     body: RequestBody,
 ) -> Exchange {
     let span = attempt_trace::http_client_span(method.as_str(), &url);
-    if let Some(basic) = basic_credentials(&mut url) {
+    let (uri, basic) = match request_target(&mut url) {
+        Ok(target) => target,
+        Err(unsendable) => return unsendable,
+    };
+    if let Some(basic) = basic {
         if !headers.contains_key(AUTHORIZATION) {
             headers.insert(AUTHORIZATION, basic);
         }
     }
-    let uri = match hyper::Uri::try_from(url.as_str()) {
-        Ok(uri) => uri,
-        Err(err) => return Exchange::Unsendable(format!("the URL cannot be sent: {err}")),
-    };
     exchange_in(http, alert, request(method, uri, headers, body), span).await
 }
 

@@ -172,9 +172,7 @@ fn prepare(guard: &Guard, keys: &SealingKeys, row: &ClaimedAlert) -> Prepared {
             Some(value)
         }
     };
-    let basic = basic_credentials(&mut url);
-    let uri = hyper::Uri::try_from(url.as_str())
-        .map_err(|err| Exchange::Unsendable(format!("the URL cannot be sent: {err}")))?;
+    let (uri, basic) = request_target(&mut url)?;
     Ok(RequestParts {
         url,
         uri,
@@ -197,9 +195,19 @@ pub(crate) fn checked_url(guard: &Guard, text: &str) -> Result<Url, Exchange> {
     }
 }
 
+/// The request target of `url` without its `user:password@`, and the `Basic`
+/// authorization those stood for: credentials travel in that header, never in the
+/// request's target.
+pub(crate) fn request_target(url: &mut Url) -> Result<(hyper::Uri, Option<HeaderValue>), Exchange> {
+    let basic = basic_credentials(url);
+    let uri = hyper::Uri::try_from(url.as_str())
+        .map_err(|err| Exchange::Unsendable(format!("the URL cannot be sent: {err}")))?;
+    Ok((uri, basic))
+}
+
 /// Takes `user:password@` out of `url`, as the `Basic` authorization it stands for
 /// (percent-decoded, as browsers and curl read it).
-pub(crate) fn basic_credentials(url: &mut Url) -> Option<HeaderValue> {
+fn basic_credentials(url: &mut Url) -> Option<HeaderValue> {
     if url.username().is_empty() && url.password().is_none() {
         return None;
     }
