@@ -40,6 +40,24 @@ pub struct PeerRun {
     /// Requests in flight to the sink per dispatcher (`--max-concurrent-sends`).
     #[arg(long, default_value_t = CONCURRENT_SENDS)]
     pub concurrent_sends: u32,
+    /// The database connection's `sslmode` when `--db` names none. The peers' drivers
+    /// (node-postgres) connect without TLS unless told to, so by default this driver does
+    /// too, and every system in the harness talks to the database over the same transport;
+    /// `prefer` measures with TLS wherever the server offers it, as the product connects
+    /// by default.
+    #[arg(long, default_value = "disable")]
+    pub db_sslmode: String,
+}
+
+impl PeerRun {
+    /// `--db` with `sslmode` set to `--db-sslmode`, unless the URL sets it itself.
+    pub fn database_url(&self) -> String {
+        if self.db.contains("sslmode=") {
+            return self.db.clone();
+        }
+        let separator = if self.db.contains('?') { '&' } else { '?' };
+        format!("{}{separator}sslmode={}", self.db, self.db_sslmode)
+    }
 }
 
 /// Default dispatcher settings of the benchmark: claims of 500, at most 1,000 rows in
@@ -66,7 +84,8 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
         other => anyhow::bail!("unknown variant `{other}`: use default, noop, p1, p2 or p4"),
     };
     let sink = args.sink.trim_end_matches('/');
-    let pool = outbox_store::connect(&args.db, "benchmark", 4)
+    let db = args.database_url();
+    let pool = outbox_store::connect(&db, "benchmark", 4)
         .await
         .with_context(|| "connecting to the harness's database".to_owned())?;
     crate::db::reset_public_schema(&pool).await?;
@@ -91,7 +110,7 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
     let stats_url = format!("{sink}/stats");
     let report = drain(
         &pool,
-        &args.db,
+        &db,
         args.n,
         DrainSettings {
             dispatchers,
@@ -121,9 +140,48 @@ pub async fn run(args: &PeerRun) -> anyhow::Result<serde_json::Value> {
         "driver_cpu_s": report.driver_cpu_s,
         "batch_size": args.batch_size,
         "concurrent_sends": args.concurrent_sends,
+        "db_sslmode": db.split("sslmode=").nth(1).and_then(|rest| rest.split('&').next()),
         "max_in_flight": report.sending_bound,
         "max_sending_seen": report.max_sending,
         "attempt_rows": evidence.attempt_rows,
         "evidence_lines": evidence.evidence_lines,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: PeerRun,
+    }
+
+    fn url_of(args: &[&str]) -> String {
+        let base = ["bench", "--n", "1", "--sink", "http://127.0.0.1:1"];
+        Cli::parse_from(base.iter().chain(args)).run.database_url()
+    }
+
+    #[test]
+    fn the_driver_connects_as_the_peers_do_unless_the_url_or_the_flag_says_otherwise() {
+        assert_eq!(
+            url_of(&["--db", "postgresql://u@h/bench_ext"]),
+            "postgresql://u@h/bench_ext?sslmode=disable"
+        );
+        assert_eq!(
+            url_of(&[
+                "--db",
+                "postgresql://u@h/b?application_name=x",
+                "--db-sslmode",
+                "prefer"
+            ]),
+            "postgresql://u@h/b?application_name=x&sslmode=prefer"
+        );
+        assert_eq!(
+            url_of(&["--db", "postgresql://u@h/b?sslmode=require"]),
+            "postgresql://u@h/b?sslmode=require"
+        );
+    }
 }
