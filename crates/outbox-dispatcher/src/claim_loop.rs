@@ -222,13 +222,15 @@ impl ClaimLoop {
     ) {
         let limit = destination_limit(&self.destination_limits, &row);
         let (span, trace) = attempt_span(&row, &self.shared.config.worker_id, batch);
-        // Boxed: a delivery's future (the whole request and its recording, about 15 KB) is
-        // then moved once, into its box, instead of by value into the task, into its cell,
-        // and out of it again when the task is joined (10 % of a dispatcher's CPU in `perf`
-        // was such copies).
-        self.tasks.spawn(Box::pin(
-            work_one(self.shared.clone(), row, trace, claimed_at, limit, permit).instrument(span),
-        ));
+        // Boxed: a delivery's future (the whole request and its recording, about 15 KB)
+        // is never moved by value into the task, into its cell, and out of it again when
+        // the task is joined (10 % of a dispatcher's CPU in `perf` was such copies). And
+        // written straight into its box, which is only then wrapped in its span: built on
+        // the stack and moved into the box, it cost one 15 KB copy per delivery, 3 % of a
+        // dispatcher's CPU in an HTTP drain.
+        let work =
+            boxed_in_place(|| work_one(self.shared.clone(), row, trace, claimed_at, limit, permit));
+        self.tasks.spawn(Box::into_pin(work).instrument(span));
     }
 
     /// With `--drain`: whether nothing is due now or within the horizon, so the run ends.
@@ -328,4 +330,10 @@ fn destination_limit(
         .entry(row.destination_id)
         .or_insert_with(|| Arc::new(Semaphore::new(row.max_in_flight.max(1) as usize)))
         .clone()
+}
+
+/// `make()`'s value in a box of its own. Writing it into memory allocated first lets the
+/// compiler build it there, where `Box::new(make())` builds it on the stack and copies it.
+fn boxed_in_place<T>(make: impl FnOnce() -> T) -> Box<T> {
+    Box::write(Box::new_uninit(), make())
 }
