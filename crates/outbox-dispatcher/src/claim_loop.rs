@@ -144,7 +144,10 @@ impl ClaimLoop {
             )
             .await
             {
-                Ok(rows) => claimed = rows,
+                Ok(rows) => {
+                    self.shared.metrics.claim_ran();
+                    claimed = rows;
+                }
                 Err(err) => {
                     tracing::error!(error = %err, "claim failed; retrying");
                     tokio::time::sleep(config.poll_interval).await;

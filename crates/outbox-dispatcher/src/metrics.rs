@@ -16,6 +16,7 @@ pub struct Metrics {
     delivery: Mutex<BTreeMap<String, Histogram>>,
     disabled: Mutex<BTreeMap<(String, &'static str), u64>>,
     queue_vacuums: std::sync::atomic::AtomicU64,
+    claims: std::sync::atomic::AtomicU64,
 }
 
 impl Metrics {
@@ -51,6 +52,12 @@ impl Metrics {
         *disabled
             .entry((destination.to_owned(), reason))
             .or_default() += 1;
+    }
+
+    /// Counts a claim statement this process ran, whether it found work or not.
+    pub fn claim_ran(&self) {
+        self.claims
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Counts a vacuum of the outbox table run by this process.
@@ -98,6 +105,16 @@ impl Metrics {
                 prometheus::escape(destination)
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP outbox_claims_total Claim statements this dispatcher ran, whether they found work or not (a count that stops while the process runs: its claim loop is stuck)."
+        );
+        let _ = writeln!(out, "# TYPE outbox_claims_total counter");
+        let _ = writeln!(
+            out,
+            "outbox_claims_total {}",
+            self.claims.load(std::sync::atomic::Ordering::Relaxed)
+        );
         let _ = writeln!(
             out,
             "# HELP outbox_queue_vacuums_total Vacuums of the outbox table this dispatcher ran (its dead tuples had passed --queue-vacuum-after)."
