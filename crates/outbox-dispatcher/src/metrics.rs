@@ -105,26 +105,20 @@ impl Metrics {
                 prometheus::escape(destination)
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP outbox_claims_total Claim statements this dispatcher ran, whether they found work or not (a count that stops while the process runs: its claim loop is stuck)."
+        prometheus::render_one(
+            &mut out,
+            "outbox_claims_total",
+            "counter",
+            "Claim statements this dispatcher ran, whether they found work or not (a count that stops while the process runs: its claim loop is stuck).",
+            self.claims.load(std::sync::atomic::Ordering::Relaxed),
         );
-        let _ = writeln!(out, "# TYPE outbox_claims_total counter");
-        let _ = writeln!(
-            out,
-            "outbox_claims_total {}",
-            self.claims.load(std::sync::atomic::Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP outbox_queue_vacuums_total Vacuums of the outbox table this dispatcher ran (its dead tuples had passed --queue-vacuum-after)."
-        );
-        let _ = writeln!(out, "# TYPE outbox_queue_vacuums_total counter");
-        let _ = writeln!(
-            out,
-            "outbox_queue_vacuums_total {}",
+        prometheus::render_one(
+            &mut out,
+            "outbox_queue_vacuums_total",
+            "counter",
+            "Vacuums of the outbox table this dispatcher ran (its dead tuples had passed --queue-vacuum-after).",
             self.queue_vacuums
-                .load(std::sync::atomic::Ordering::Relaxed)
+                .load(std::sync::atomic::Ordering::Relaxed),
         );
         let _ = writeln!(
             out,

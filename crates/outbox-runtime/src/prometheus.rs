@@ -213,15 +213,26 @@ pub fn render_queue(
         let _ = writeln!(out, "outbox_depth{{state=\"{state}\"}} {n}");
     }
     let _ = writeln!(out, "outbox_depth{{state=\"{}\"}} {held}", AlertState::Held);
-    let _ = writeln!(
+    render_one(
         out,
-        "# HELP outbox_oldest_due_age_seconds Age of the oldest due row nobody works on."
+        "outbox_oldest_due_age_seconds",
+        "gauge",
+        "Age of the oldest due row nobody works on.",
+        format_args!("{oldest_due_age_secs:.3}"),
     );
-    let _ = writeln!(out, "# TYPE outbox_oldest_due_age_seconds gauge");
-    let _ = writeln!(
-        out,
-        "outbox_oldest_due_age_seconds {oldest_due_age_secs:.3}"
-    );
+}
+
+/// One series without labels, with its `HELP` and `TYPE` lines.
+pub fn render_one(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    value: impl std::fmt::Display,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    let _ = writeln!(out, "{name} {value}");
 }
 
 /// Ordered lanes per destination (`tenant`, `destination`, open lanes, blocked lanes):
