@@ -195,10 +195,15 @@ fn free_port() -> u16 {
 /// `outboxctl demo` with `DATABASE_URL` unset and `PGPORT` on a port where nothing
 /// listens: as `postgres` when the tests run as root (PostgreSQL refuses root), as the
 /// current user otherwise.
-fn demo_without_a_server(port: u16, extra_env: &[(&str, &str)]) -> std::process::Command {
+fn demo_without_a_server(
+    port: u16,
+    extra_env: &[(&str, &str)],
+) -> (std::process::Command, BinaryCopies) {
     // The demo runs as `postgres`, which may not be able to reach the build directory (a
-    // clone in a private temporary directory): it runs copies of the binaries it needs.
-    let copies = std::env::temp_dir().join(format!("outbox-demo-bins-{}", std::process::id()));
+    // clone in a private temporary directory): it runs copies of the binaries it needs,
+    // in a folder of this call's own (its port is unique among the calls running now).
+    let copies =
+        std::env::temp_dir().join(format!("outbox-demo-bins-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&copies).unwrap();
     for binary in [
         env!("CARGO_BIN_EXE_outboxctl"),
@@ -228,16 +233,28 @@ fn demo_without_a_server(port: u16, extra_env: &[(&str, &str)]) -> std::process:
         .env("PGPORT", port.to_string())
         .env("HOME", std::env::temp_dir())
         .envs(extra_env.iter().copied());
-    command
+    (command, BinaryCopies(copies))
+}
+
+/// The folder of binaries a demo ran from, removed when dropped (some 180 MB a call).
+struct BinaryCopies(std::path::PathBuf);
+
+impl Drop for BinaryCopies {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_server_the_demo_runs_on_a_private_one_and_leaves_nothing_behind() {
     let port = free_port();
-    let output = tokio::task::spawn_blocking(move || demo_without_a_server(port, &[]).output())
-        .await
-        .unwrap()
-        .unwrap();
+    let output = tokio::task::spawn_blocking(move || {
+        let (mut demo, _copies) = demo_without_a_server(port, &[]);
+        demo.output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
     let stdout = String::from_utf8(output.stdout).unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(output.status.success(), "{stdout}\n{stderr}");
@@ -277,10 +294,9 @@ async fn without_a_server_or_postgresql_installed_the_demo_says_how_to_get_one()
     let nowhere_str = nowhere.display().to_string();
     let port = free_port();
     // PostgreSQL's programs hidden: PG_BINDIR names a folder without them, PATH too.
-    let output =
-        demo_without_a_server(port, &[("PG_BINDIR", &nowhere_str), ("PATH", &nowhere_str)])
-            .output()
-            .unwrap();
+    let (mut demo, _copies) =
+        demo_without_a_server(port, &[("PG_BINDIR", &nowhere_str), ("PATH", &nowhere_str)]);
+    let output = demo.output().unwrap();
     let _ = std::fs::remove_dir(&nowhere);
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert_eq!(output.status.code(), Some(1), "{stderr}");
