@@ -194,15 +194,10 @@ async fn an_approval_wakes_an_idle_dispatcher_and_metrics_show_the_work() {
     )
     .await;
     let http = reqwest::Client::new();
-    let deadline = std::time::Instant::now() + DEADLINE;
-    while !metrics_text(&http, &metrics)
-        .await
-        .lines()
-        .any(|line| line.starts_with("outbox_claims_total ") && line != "outbox_claims_total 0")
-    {
-        assert!(std::time::Instant::now() < deadline, "no claim ran");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_series(&http, &metrics, "outbox_claims_total", |claims| {
+        claims >= 1.0
+    })
+    .await;
 
     let mut approval = common::renewal(1);
     approval["destination"] = serde_json::json!("hooks");

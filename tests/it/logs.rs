@@ -75,15 +75,13 @@ async fn logs_carry_the_alert_and_never_a_token_or_a_secret() {
         "{decider_text}"
     );
     // The dispatcher counts a delivery once its record is committed; poll for it.
-    let started = std::time::Instant::now();
-    loop {
-        let text = metrics_text(&http, &metrics).await;
-        if text.contains("outbox_approval_to_acceptance_seconds_count{destination=\"ops\"} 1") {
-            break;
-        }
-        assert!(started.elapsed() < DEADLINE, "{text}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_for_series(
+        &http,
+        &metrics,
+        "outbox_approval_to_acceptance_seconds_count{destination=\"ops\"}",
+        |count| count == 1.0,
+    )
+    .await;
 
     let decider_logs = decider.log_lines().join("\n");
     let dispatcher_logs = dispatcher.log_lines().join("\n");

@@ -8,7 +8,7 @@ use crate::common::decider::DeciderServe;
 use crate::common::destinations::add_destination;
 use crate::common::destinations::DestinationAdd;
 use crate::common::procs::{
-    dispatcher_args, metrics_text, spawn_dispatcher_with_metrics, wait_for_db, Sink, SmtpSink,
+    dispatcher_args, spawn_dispatcher_with_metrics, wait_for_db, wait_for_series, Sink, SmtpSink,
 };
 use crate::common::{add_tenant, renewal, Api};
 use outbox_core::trace_context::{TraceContext, TraceParent, TraceState};
@@ -299,21 +299,14 @@ async fn a_collector_that_is_down_slows_and_fails_nothing() {
     assert_eq!(sink.stats().await["applied"], 20);
 
     // The spans of those deliveries could not be exported: counted, not lost silently.
-    let started = std::time::Instant::now();
-    let dropped = loop {
-        let text = metrics_text(&http, &metrics).await;
-        let dropped = text
-            .lines()
-            .find_map(|line| line.strip_prefix("outbox_trace_spans_dropped_total "))
-            .map(|n| n.trim().parse::<u64>().unwrap())
-            .unwrap_or_else(|| panic!("no dropped-span counter in {text}"));
-        if dropped > 0 {
-            break dropped;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "{text}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert!(dropped > 0);
+    let dropped = wait_for_series(
+        &http,
+        &metrics,
+        "outbox_trace_spans_dropped_total",
+        |dropped| dropped > 0.0,
+    )
+    .await;
+    assert!(dropped > 0.0);
     for process in [&dispatcher, &decider.process] {
         let lines = process.log_lines();
         assert!(

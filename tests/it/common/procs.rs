@@ -174,6 +174,29 @@ pub async fn metrics_text(http: &reqwest::Client, base: &str) -> String {
     response.text().await.unwrap()
 }
 
+/// Polls `/metrics` at `base` until `series` (its name and labels, as the text writes
+/// them) is there with a value that satisfies `done`, and returns that value.
+pub async fn wait_for_series(
+    http: &reqwest::Client,
+    base: &str,
+    series: &str,
+    done: impl Fn(f64) -> bool,
+) -> f64 {
+    let started = Instant::now();
+    loop {
+        let text = metrics_text(http, base).await;
+        let value = text.lines().find_map(|line| {
+            let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+            value.trim().parse::<f64>().ok()
+        });
+        if let Some(value) = value.filter(|value| done(*value)) {
+            return value;
+        }
+        assert!(started.elapsed() < DEADLINE, "`{series}` stuck in {text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Dispatcher arguments for tests: quick retries and polls, and loopback opened in the
 /// egress guard ([`TEST_ALLOW_PRIVATE`]), unless `extra` sets them.
 pub fn dispatcher_args<'a>(db: &'a TestDb, worker: &'a str, extra: &[&'a str]) -> Vec<String> {
