@@ -71,7 +71,7 @@ async fn claim_plans(pool: &sqlx::PgPool, claims: usize) -> (i64, i64) {
     }
     sqlx::query_as(
         "SELECT custom_plans, generic_plans FROM pg_prepared_statements \
-         WHERE statement LIKE 'WITH full_destinations AS%'",
+         WHERE statement LIKE 'WITH unclaimable AS%'",
     )
     .fetch_one(pool)
     .await
