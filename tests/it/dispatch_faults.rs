@@ -612,3 +612,72 @@ async fn a_resend_is_not_sent_after_its_deduplication_window_closed_during_a_sta
         "{lines:?}"
     );
 }
+
+/// A completion whose statement waits on a row another transaction holds (an operator's
+/// statement, the lease sweep) holds up its own batch only: the dispatcher's recorders take
+/// turns, and the other one writes beside a recorder held up this way, so later deliveries
+/// are still recorded while the lock is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_waiting_on_a_locked_row_holds_up_only_its_own_batch() {
+    let sink = Sink::start(&[]).await;
+    let (db, tenant) = acme_with_ops_at(&sink, |d| d.timeout = Duration::from_secs(10)).await;
+    let held = approve_many(&db, tenant, "ops", 1).await[0];
+    sink.faults(json!({"latency_ms": 1500})).await;
+    let dispatcher = spawn_dispatcher(&dispatcher_args(&db, "turns", &[]), None);
+    sink.wait_for("the first request", |s| s["requests"] == 1)
+        .await;
+    // The claim has committed; take the row's lock as an operator's statement would.
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM outbox WHERE alert_id = $1 FOR UPDATE")
+        .bind(held)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    sink.faults(json!({"latency_ms": 0})).await;
+    // The sink answers after its latency; the completion then waits for the lock.
+    wait_for_db(
+        &db,
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock' \
+           AND query LIKE 'WITH input AS%'",
+        |waiting| waiting == 1,
+    )
+    .await;
+    for i in 0..5 {
+        approve_one(
+            &db,
+            tenant,
+            "ops",
+            &format!("contract:B-{i}"),
+            "2027-01-31/30d",
+            r#"{"text": "renewal due"}"#,
+        )
+        .await;
+    }
+    wait_for_db(
+        &db,
+        &format!(
+            "SELECT count(*) FROM delivery_attempts \
+             WHERE alert_id <> '{held}' AND outcome = 'accepted'"
+        ),
+        |recorded| recorded == 5,
+    )
+    .await;
+    assert_eq!(
+        state_of(&db, held).await,
+        "sending",
+        "the held row's completion still waits for its lock"
+    );
+    holder.rollback().await.unwrap();
+    wait_for_db(
+        &db,
+        &format!("SELECT count(*) FROM delivery_attempts WHERE alert_id = '{held}'"),
+        |recorded| recorded == 1,
+    )
+    .await;
+    assert_eq!(states(&db).await.get("accepted"), Some(&6));
+    let stats = sink.stats().await;
+    assert_eq!(stats["requests"], 6, "{stats}");
+    assert_eq!(stats["distinct_keys"], 6, "{stats}");
+    drop(dispatcher);
+}
