@@ -13,9 +13,9 @@
 //! constraint, say) cannot take the outcomes of its neighbours down with it.
 //!
 //! The two recorders take turns writing ([`TURN_WAIT`]): under load, one gathers what
-//! queued up while the other wrote, so the batches are twice as large and the database
-//! does each statement's fixed work (starting its plan, its commit) half as often per
-//! delivery. A recorder whose statement waits on a row another transaction holds (an
+//! queued up while the other wrote, so the batches are larger and the database does
+//! each statement's fixed work (starting its plan, its commit) less often per delivery,
+//! and the two no longer insert into the same last pages of the attempts table at once. A recorder whose statement waits on a row another transaction holds (an
 //! operator's, the lease sweep's) keeps its turn only for [`TURN_WAIT`]: then the other
 //! writes beside it, so one locked row holds up only its own batch.
 
