@@ -57,8 +57,16 @@ impl Trail {
         )
         .await;
         // Gone before the next alerts are approved: a dispatcher still dying could claim
-        // one and leave it sending under a lease nobody renews.
+        // one and leave it sending under a lease nobody renews. Its database sessions too:
+        // a claim it sent before the kill still runs, and commits, on the server.
         dispatcher.kill().await.unwrap();
+        wait_for_db(
+            &db,
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND application_name = 'dispatcher'",
+            |sessions| sessions == 0,
+        )
+        .await;
         // Two alerts whose answers are lost: held.
         sink.faults(json!({"drop_response_rate": 1.0})).await;
         let held = approve_one_more(&db, tenant, "held-1").await;
