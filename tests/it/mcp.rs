@@ -64,11 +64,12 @@ async fn an_agent_approves_once_revises_and_reads_its_trail_and_no_other_tenant_
         ]
     );
     assert!(alerts_of(&db, globex.id).await.is_empty());
-    let amount: String = sqlx::query_scalar("SELECT payload->>'amount' FROM alerts WHERE id = $1")
-        .bind(revision)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let amount: String =
+        sqlx::query_scalar("SELECT payload::jsonb->>'amount' FROM alerts WHERE id = $1")
+            .bind(revision)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(amount, "12500.00");
     let evidence: Vec<String> =
         sqlx::query_scalar("SELECT actor FROM alert_events WHERE alert_id = $1")

@@ -167,7 +167,7 @@ async fn nothing_after_the_date_and_notice_moves_the_tiers() {
     assert_eq!(run(&db, noon_before("2027-03-01", 61)).await, 0);
     assert_eq!(run(&db, noon_before("2027-03-01", 60)).await, 1);
     assert_eq!(occurrences(&db).await, ["2027-03-31/60d"]);
-    let action: String = sqlx::query_scalar("SELECT payload->>'action_date' FROM alerts")
+    let action: String = sqlx::query_scalar("SELECT payload::jsonb->>'action_date' FROM alerts")
         .fetch_one(&db.pool)
         .await
         .unwrap();
@@ -206,7 +206,7 @@ async fn days_are_counted_in_each_tenants_time_zone() {
     let instant: Timestamp = "2027-01-01T12:00:00Z".parse().unwrap();
     assert_eq!(run(&db, instant).await, 2);
     let rows: Vec<(String, String, i64)> = sqlx::query_as(
-        "SELECT t.name, a.occurrence, (a.payload->>'days_remaining')::int8 \
+        "SELECT t.name, a.occurrence, (a.payload::jsonb->>'days_remaining')::int8 \
          FROM alerts a JOIN tenants t ON t.id = a.tenant_id ORDER BY t.name",
     )
     .fetch_all(&db.pool)
@@ -236,7 +236,7 @@ async fn a_dst_change_does_not_shift_a_tier_by_a_day() {
         "the 30-day alert, on 31 October"
     );
     let last: i64 = sqlx::query_scalar(
-        "SELECT (payload->>'days_remaining')::int8 FROM alerts WHERE occurrence = '2027-11-30/30d'",
+        "SELECT (payload::jsonb->>'days_remaining')::int8 FROM alerts WHERE occurrence = '2027-11-30/30d'",
     )
     .fetch_one(&db.pool)
     .await

@@ -310,7 +310,7 @@ pub async fn seed_history(
                     now() - interval '40 days' + i * interval '1 millisecond' AS at, \
                     jsonb_build_object('alert_id', 'history-' || i, 'severity', 'warning', \
                         'title', 'renewal due for contract ' || i, \
-                        'note', repeat('x', 400)) AS payload \
+                        'note', repeat('x', 400))::text AS payload \
              FROM generate_series($3::int8, $3::int8 + $4::int8 - 1) AS i \
          ), alerted AS ( \
              INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
@@ -318,7 +318,7 @@ pub async fn seed_history(
              SELECT (lpad(to_hex((extract(epoch FROM at) * 1000)::int8), 12, '0') \
                         || '7' || substr(md5(i::text), 1, 3) || '8' || substr(md5(i::text), 4, 15))::uuid, \
                     $1, 'history:' || i, 'due', $2, 0, payload, \
-                    sha256(convert_to(payload::text, 'UTF8')), at, 'benchmark' \
+                    sha256(convert_to(payload, 'UTF8')), at, 'benchmark' \
              FROM made \
              RETURNING id, payload_sha256, created_at \
          ) \
@@ -513,11 +513,11 @@ pub async fn seed_lane_backlog(
              INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
                  payload, payload_sha256, created_at, created_by, lane_seq) \
              SELECT {id}, $1, 'lane:' || k, lpad(i::text, 12, '0'), $2, 0, p.payload, \
-                    sha256(convert_to(p.payload::text, 'UTF8')), at, 'benchmark', \
+                    sha256(convert_to(p.payload, 'UTF8')), at, 'benchmark', \
                     CASE WHEN $7 THEN place + 1 END \
              FROM made, LATERAL (SELECT jsonb_build_object('alert_id', 'lane-' || i, \
                  'severity', 'warning', 'title', 'lane ' || k || ' alert ' || place, \
-                 'note', repeat('x', 400)) AS payload) p \
+                 'note', repeat('x', 400))::text AS payload) p \
          ) \
          INSERT INTO outbox (alert_id, destination_id, next_attempt_at, budget_since, lane_after) \
          SELECT {id}, $2, at, at, CASE WHEN $7 AND place > 0 THEN {before} END \

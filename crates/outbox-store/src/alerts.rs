@@ -11,9 +11,10 @@
 //! never part of its identity or fingerprint; a repeated approval keeps the first one
 //! ([`note_repeated_trace`] says so in the evidence when another came).
 //!
-//! Payloads are stored as JSONB and always sent as `payload::text`; their fingerprint is
-//! the SHA-256 of exactly those bytes, computed by PostgreSQL in the same statement, so
-//! "same payload" means "same bytes on the wire".
+//! A payload is stored as the text every attempt sends: the approved JSON object parsed
+//! as `jsonb` and rendered back once, at approval (so key order and whitespace do not
+//! matter). Its fingerprint is the SHA-256 of exactly those bytes, computed by PostgreSQL
+//! in the same statement, so "same payload" means "same bytes on the wire".
 //!
 //! One file per subject: `approve` (an identity's first alert), `group` (the API's
 //! concurrent approvals written together, one statement and one commit per group),

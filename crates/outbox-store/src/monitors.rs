@@ -277,12 +277,14 @@ pub async fn approve_batch(
     .bind(&occurrences)
     .execute(&mut *tx)
     .await?;
-    // Each payload is parsed once (the `jsonb[]` cast) and rendered once for its
-    // fingerprint; each destination's evidence line is formatted once. Sorting with the
-    // "C" collation is byte order, whatever the database's.
+    // Each payload is parsed once (the `jsonb[]` cast) and rendered once (`input`, used
+    // twice, is computed once): the text stored, sent and fingerprinted. Each
+    // destination's evidence line is formatted once. Sorting with the "C" collation is
+    // byte order, whatever the database's.
     let created = sqlx::query_scalar::<_, Uuid>(&format!(
         "WITH input AS ( \
-             SELECT * FROM unnest($1::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[]) \
+             SELECT i.id, i.destination_id, i.subject, i.occurrence, i.payload::text AS payload \
+             FROM unnest($1::uuid[], $3::uuid[], $4::text[], $5::text[], $6::jsonb[]) \
                  AS i(id, destination_id, subject, occurrence, payload) \
          ), ordered AS ( \
              SELECT i.id, i.destination_id, i.subject, \
@@ -330,7 +332,7 @@ pub async fn approve_batch(
                                  payload, payload_sha256, created_by, traceparent, tracestate, \
                                  lane_seq) \
              SELECT i.id, $2, i.subject, i.occurrence, i.destination_id, 0, i.payload, \
-                    sha256(convert_to(i.payload::text, 'UTF8')), $7, $8, $9, p.seq \
+                    sha256(convert_to(i.payload, 'UTF8')), $7, $8, $9, p.seq \
              FROM input i LEFT JOIN place p ON p.id = i.id \
              ORDER BY i.subject COLLATE \"C\", i.occurrence COLLATE \"C\", i.destination_id, \
                       p.id IS NULL \

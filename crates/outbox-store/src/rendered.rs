@@ -60,7 +60,7 @@ pub async fn email_job(
     alert_id: Uuid,
 ) -> Result<Option<EmailJob>, StoreError> {
     Ok(sqlx::query_as::<_, EmailJob>(
-        "SELECT a.id AS alert_id, a.payload::text AS payload, a.occurrence, a.revision, \
+        "SELECT a.id AS alert_id, a.payload, a.occurrence, a.revision, \
                 ARRAY(SELECT e.id FROM alerts e \
                       WHERE e.tenant_id = a.tenant_id AND e.subject = a.subject \
                         AND e.occurrence = a.occurrence AND e.destination_id = a.destination_id \
@@ -110,7 +110,7 @@ pub async fn body_job(
     alert_id: Uuid,
 ) -> Result<Option<BodyJob>, StoreError> {
     Ok(sqlx::query_as::<_, BodyJob>(
-        "SELECT a.id AS alert_id, a.payload::text AS payload, a.occurrence, a.revision, \
+        "SELECT a.id AS alert_id, a.payload, a.occurrence, a.revision, \
                 d.body_template, d.body_template_text, d.mail_from, d.mail_to, d.locale, \
                 t.locale AS tenant_locale \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \

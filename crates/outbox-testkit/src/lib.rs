@@ -81,6 +81,25 @@ impl TestDb {
 
     /// Like [`TestDb::new`], with a pool of up to `max_connections`.
     pub async fn with_pool_size(max_connections: u32) -> Self {
+        Self::migrated_by(max_connections, &outbox_store::MIGRATOR).await
+    }
+
+    /// A database migrated only as far as the migrations before `version`, as a database of
+    /// an earlier release is: a test of an upgrade writes what that release wrote, then
+    /// runs [`outbox_store::MIGRATOR`] on it as `outboxctl migrate` does.
+    pub async fn migrated_before(version: i64) -> Self {
+        let earlier = sqlx::migrate::Migrator {
+            migrations: outbox_store::MIGRATOR
+                .iter()
+                .filter(|migration| migration.version < version)
+                .cloned()
+                .collect(),
+            ..sqlx::migrate::Migrator::DEFAULT
+        };
+        Self::migrated_by(10, &earlier).await
+    }
+
+    async fn migrated_by(max_connections: u32, migrator: &sqlx::migrate::Migrator) -> Self {
         let admin = PgConnectOptions::from_str(&server_url()).expect("DATABASE_URL must be a URL");
         let name = format!("outbox_test_{}", uuid::Uuid::new_v4().simple());
         let mut conn = admin.connect().await.expect("connect to the test server");
@@ -97,7 +116,7 @@ impl TestDb {
             .connect_with(options)
             .await
             .expect("connect to the test database");
-        outbox_store::MIGRATOR
+        migrator
             .run(&pool)
             .await
             .expect("migrate the test database");

@@ -14,7 +14,8 @@ use crate::lifecycle::{EvidenceLine, ENQUEUE, EVENT_INSERT, STATE, STATE_JOINS};
 use crate::sql_names::SqlName;
 use crate::StoreError;
 
-/// SQL for the fingerprint of a JSON text parameter; must match how payloads are sent.
+/// SQL for the fingerprint of a JSON text parameter: of its `jsonb` rendering, the text
+/// a payload is stored and sent as (the approval's `given`, [`revise`](super::revise)).
 pub(super) const FINGERPRINT_OF_PARAM: &str = "sha256(convert_to($1::jsonb::text, 'UTF8'))";
 
 /// An approval as the decider (API or monitor) makes it. Fields are validated by the caller.
@@ -164,8 +165,8 @@ pub(super) struct ApprovalRow {
 static APPROVE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH given AS ( \
-        SELECT p AS payload, t AS text, sha256(convert_to(t, 'UTF8')) AS sha256 \
-        FROM (SELECT p, p::text AS t FROM (SELECT $1::jsonb AS p OFFSET 0) parsed OFFSET 0) \
+        SELECT t AS text, sha256(convert_to(t, 'UTF8')) AS sha256 \
+        FROM (SELECT p::text AS t FROM (SELECT $1::jsonb AS p OFFSET 0) parsed OFFSET 0) \
              AS rendered \
     ), dest AS ( \
         SELECT id, ordering FROM destinations WHERE tenant_id = $3 AND name = $4 \
@@ -177,7 +178,7 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
         INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
                             payload, payload_sha256, created_by, traceparent, tracestate, \
                             ordering_key, lane_seq) \
-        SELECT $2, $3, $5, $6, d.id, 0, g.payload, g.sha256, $7, $10, $11, $12, \
+        SELECT $2, $3, $5, $6, d.id, 0, g.text, g.sha256, $7, $10, $11, $12, \
                (SELECT seq FROM lane) \
         FROM dest d, given g \
         ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \

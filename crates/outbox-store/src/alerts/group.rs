@@ -290,7 +290,7 @@ static APPROVE_GROUP: LazyLock<String> = LazyLock::new(|| {
              INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
                                  payload, payload_sha256, created_by, traceparent, tracestate, \
                                  ordering_key) \
-             SELECT g.id, g.tenant_id, g.subject, g.occurrence, d.id, 0, g.payload, g.sha256, \
+             SELECT g.id, g.tenant_id, g.subject, g.occurrence, d.id, 0, g.text, g.sha256, \
                     g.actor, g.traceparent, g.tracestate, g.ordering_key \
              FROM given g JOIN dest d ON d.n = g.n \
              WHERE NOT d.in_lane \

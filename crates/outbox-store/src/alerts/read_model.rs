@@ -186,7 +186,7 @@ pub async fn detail(
     let row = sqlx::query_as::<_, AlertRow>(&format!(
         "SELECT a.id, a.tenant_id, t.name AS tenant, a.subject, a.occurrence, a.destination_id, \
                 d.name AS destination, a.revision, {STATE} AS state, \
-                a.possible_duplicate, a.payload::text AS payload, \
+                a.possible_duplicate, a.payload, \
                 encode(a.payload_sha256, 'hex') AS payload_sha256, a.reason, \
                 {DESTINATION_REFERENCE} AS destination_reference, a.created_at, a.created_by, \
                 {SETTLED_AT} AS settled_at, \

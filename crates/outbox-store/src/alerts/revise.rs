@@ -247,7 +247,7 @@ async fn insert_revision(
         "INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
                              payload, payload_sha256, reason, created_by, traceparent, \
                              tracestate, ordering_key, lane_seq) \
-         VALUES ($2, $3, $4, $5, $6, $7, $1::jsonb, {FINGERPRINT_OF_PARAM}, $8, $9, $10, $11, \
+         VALUES ($2, $3, $4, $5, $6, $7, $1::jsonb::text, {FINGERPRINT_OF_PARAM}, $8, $9, $10, $11, \
                  $12, $13)"
     ))
     .bind(rev.payload_json)

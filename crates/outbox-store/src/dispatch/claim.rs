@@ -220,7 +220,7 @@ static CLAIMED_ROWS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT c.alert_id, c.fencing_token, c.attempts, c.claimed_from, c.lease_expires_at, \
                     now() AS db_now, \
-                    a.payload::text AS payload, c.budget_since, \
+                    a.payload, c.budget_since, \
                     c.budget_base_attempts, a.created_at AS alert_created_at, \
                     CASE WHEN c.claimed_from = {uncertain} THEN \
                         (SELECT min(da.started_at) FROM delivery_attempts da \
