@@ -981,7 +981,7 @@ async fn a_contracts_owners_get_its_renewal_alert_beside_the_destinations_recipi
         .status;
     assert!(decided.success());
     let (id, payload): (Uuid, Value) =
-        sqlx::query_as("SELECT id, payload FROM alerts WHERE subject = 'contract:A-17'")
+        sqlx::query_as("SELECT id, payload::jsonb FROM alerts WHERE subject = 'contract:A-17'")
             .fetch_one(&db.pool)
             .await
             .unwrap();

@@ -135,7 +135,7 @@ async fn a_contract_imported_ten_days_before_gets_one_15_day_alert() {
         run(&db, noon_before("2027-03-31", day)).await;
     }
     assert_eq!(occurrences(&db).await, ["2027-03-31/15d"]);
-    let payload: serde_json::Value = sqlx::query_scalar("SELECT payload FROM alerts")
+    let payload: serde_json::Value = sqlx::query_scalar("SELECT payload::jsonb FROM alerts")
         .fetch_one(&db.pool)
         .await
         .unwrap();
@@ -448,7 +448,7 @@ async fn news_ingested_twice_and_two_deciders_give_one_alert_per_entry_article_a
         ]
     );
     let payload: serde_json::Value =
-        sqlx::query_scalar("SELECT payload FROM alerts WHERE occurrence = 'article:a-002'")
+        sqlx::query_scalar("SELECT payload::jsonb FROM alerts WHERE occurrence = 'article:a-002'")
             .fetch_one(&db.pool)
             .await
             .unwrap();

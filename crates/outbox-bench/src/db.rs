@@ -351,8 +351,8 @@ pub async fn time_claims(
     for _ in 0..rounds {
         let mut tx = pool.begin().await?;
         let started = Instant::now();
-        let claimed = outbox_store::dispatch::claim(
-            &mut *tx,
+        let claimed = outbox_store::dispatch::claim_on(
+            &mut tx,
             "benchmark",
             batch,
             Duration::from_secs(60),

@@ -465,7 +465,7 @@ async fn settle_due(db: &TestDb, outcome: outbox_core::Outcome) -> Vec<Uuid> {
             disable_destination: None,
             lane: row.lane_key.clone().map(|key| dispatch::LaneHead {
                 key,
-                skips_failed: row.lane_skips_failed,
+                skips_failed: row.destination.lane_skips_failed,
             }),
             chain_seen: row.chain_seen(),
         };

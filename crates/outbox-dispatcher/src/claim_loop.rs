@@ -330,8 +330,8 @@ fn destination_limit(
 ) -> Arc<Semaphore> {
     let mut limits = limits.lock().unwrap_or_else(|e| e.into_inner());
     limits
-        .entry(row.destination_id)
-        .or_insert_with(|| Arc::new(Semaphore::new(row.max_in_flight.max(1) as usize)))
+        .entry(row.destination.id)
+        .or_insert_with(|| Arc::new(Semaphore::new(row.destination.max_in_flight.max(1) as usize)))
         .clone()
 }
 

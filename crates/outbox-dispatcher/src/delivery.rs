@@ -66,7 +66,7 @@ async fn work_in_turn(
     let Some(_turn) = turn else {
         return work::Finished::Release(work::SHUTTING_DOWN.to_owned());
     };
-    if shared.is_disabled(claim.row.destination_id) {
+    if shared.is_disabled(claim.row.destination.id) {
         return work::Finished::Release(
             "the destination was disabled while this claim waited".to_owned(),
         );
@@ -83,10 +83,10 @@ async fn work_in_turn(
 fn mark_gone_if_told(shared: &Shared, claim: &work::Claim, finished: &work::Finished) {
     if let work::Finished::Done(completion) = finished {
         if completion.disable_destination.is_some() {
-            shared.mark_disabled(claim.row.destination_id);
+            shared.mark_disabled(claim.row.destination.id);
             shared
                 .metrics
-                .destination_disabled(&claim.row.destination, "gone");
+                .destination_disabled(&claim.row.destination.name, "gone");
         }
     }
 }
@@ -130,7 +130,7 @@ async fn record_done(
             if delivered(completion) {
                 let waited = chrono::Utc::now() - claim.row.alert_created_at;
                 shared.metrics.delivered_after(
-                    &claim.row.destination,
+                    &claim.row.destination.name,
                     waited.num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6,
                 );
             }

@@ -149,7 +149,7 @@ async fn exchange_in(
         http,
         request,
         timeout_of(alert),
-        alert.reference_header.as_deref(),
+        alert.destination.reference_header.as_deref(),
     )
     .instrument(span.clone())
     .await;
@@ -158,7 +158,7 @@ async fn exchange_in(
 }
 
 fn timeout_of(alert: &ClaimedAlert) -> Duration {
-    Duration::from_millis(u64::try_from(alert.timeout_ms).unwrap_or(10_000))
+    Duration::from_millis(u64::try_from(alert.destination.timeout_ms).unwrap_or(10_000))
 }
 
 /// The request to `uri`, with the user agent, `Accept: */*` (what the requests always

@@ -52,7 +52,7 @@ impl Judging<'_> {
     ) -> Completion {
         let lane = self.row.lane_key.clone().map(|key| LaneHead {
             key,
-            skips_failed: self.row.lane_skips_failed,
+            skips_failed: self.row.destination.lane_skips_failed,
         });
         let line = match (&lane, &next) {
             (Some(lane), Next::Settle { outcome, .. }) => {
@@ -76,7 +76,9 @@ impl Judging<'_> {
     /// The end of the alert's retry window: the budget's start plus the destination's.
     fn window_end(&self) -> DateTime<Utc> {
         self.row.budget_since
-            + chrono_duration(Duration::from_secs_f64(self.row.max_retry_window_secs))
+            + chrono_duration(Duration::from_secs_f64(
+                self.row.destination.max_retry_window_secs,
+            ))
     }
 }
 
@@ -94,7 +96,7 @@ fn lane_note(lane: &LaneHead, outcome: Outcome) -> &'static str {
 
 /// The destination's request timeout.
 pub(crate) fn timeout(row: &ClaimedAlert) -> Duration {
-    Duration::from_millis(u64::try_from(row.timeout_ms).unwrap_or(10_000))
+    Duration::from_millis(u64::try_from(row.destination.timeout_ms).unwrap_or(10_000))
 }
 
 fn chrono_duration(d: Duration) -> chrono::Duration {
@@ -122,7 +124,7 @@ pub(crate) fn judge_send(
     note: Option<&str>,
 ) -> Completion {
     let row = j.row;
-    let deduplicates = row.idempotency_retention_secs.is_some();
+    let deduplicates = row.destination.idempotency_retention_secs.is_some();
     let verdict = classify(exchange, deduplicates);
     let record = attempt_record(exchange, &verdict, attempt, started_at);
     let status = record.http_status;
@@ -279,9 +281,12 @@ fn retry_or_exhaust(
         .delay(attempt.unsigned_abs(), j.unit, retry_after);
     let at = j.now + chrono_duration(delay);
     let used = attempt - row.budget_base_attempts;
-    if used >= row.max_attempts || at > j.window_end() {
-        let why = if used >= row.max_attempts {
-            format!("exhausted: {used} of {} attempts used", row.max_attempts)
+    if used >= row.destination.max_attempts || at > j.window_end() {
+        let why = if used >= row.destination.max_attempts {
+            format!(
+                "exhausted: {used} of {} attempts used",
+                row.destination.max_attempts
+            )
         } else {
             "exhausted: the retry window has closed".to_owned()
         };
@@ -463,7 +468,7 @@ pub(crate) fn judge_lookup(
             let budget = LookupBudget {
                 failed_before: row.failed_lookups,
                 first_failed_at: row.first_failed_lookup_at.unwrap_or(started_at),
-                max_failures: row.max_attempts,
+                max_failures: row.destination.max_attempts,
                 window_end: j.window_end(),
             };
             let (next, line) =
@@ -631,11 +636,15 @@ pub(crate) fn settlement(
     first_send: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> Settlement {
-    let email = row.kind == DestinationKind::Email;
-    if row.lookup_url_template.is_some() && !email {
+    let email = row.destination.kind == DestinationKind::Email;
+    if row.destination.lookup_url_template.is_some() && !email {
         return Settlement::Lookup;
     }
-    if let Some(secs) = row.idempotency_retention_secs.filter(|_| !email) {
+    if let Some(secs) = row
+        .destination
+        .idempotency_retention_secs
+        .filter(|_| !email)
+    {
         let retention = Duration::from_secs_f64(secs);
         let margin = (retention / 10).min(Duration::from_secs(300));
         let safe_until = first_send + chrono_duration(retention - margin);
@@ -650,7 +659,7 @@ pub(crate) fn settlement(
             };
         }
     }
-    match row.on_uncertain {
+    match row.destination.on_uncertain {
         OnUncertain::Retry => Settlement::Resend {
             window_left: None,
             why: "no lookup and no de-duplication window to rule out a duplicate; resending (on_uncertain = retry), possible duplicate".to_owned(),
@@ -707,7 +716,9 @@ pub(crate) fn without_lookup(j: &Judging<'_>) -> WithoutLookup {
 /// the alert, or `None` when a resend may start.
 pub(crate) fn resend_refusal(j: &Judging<'_>, lookup: Option<AttemptRecord>) -> Option<Completion> {
     let row = j.row;
-    if row.attempts - row.budget_base_attempts >= row.max_attempts || j.now > j.window_end() {
+    if row.attempts - row.budget_base_attempts >= row.destination.max_attempts
+        || j.now > j.window_end()
+    {
         return Some(j.completion(
             lookup,
             Next::Settle {

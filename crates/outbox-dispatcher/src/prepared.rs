@@ -71,18 +71,18 @@ struct Settings {
 
 impl Settings {
     fn matches(&self, row: &ClaimedAlert) -> bool {
-        self.url == row.url
-            && self.idempotency_header == row.idempotency_header
-            && self.signing_secrets == row.signing_secrets
-            && self.bearer_token == row.bearer_token
+        self.url == row.destination.url
+            && self.idempotency_header == row.destination.idempotency_header
+            && self.signing_secrets == row.destination.signing_secrets
+            && self.bearer_token == row.destination.bearer_token
     }
 
     fn of(row: &ClaimedAlert) -> Self {
         Settings {
-            url: row.url.clone(),
-            idempotency_header: row.idempotency_header.clone(),
-            signing_secrets: row.signing_secrets.clone(),
-            bearer_token: row.bearer_token.clone(),
+            url: row.destination.url.clone(),
+            idempotency_header: row.destination.idempotency_header.clone(),
+            signing_secrets: row.destination.signing_secrets.clone(),
+            bearer_token: row.destination.bearer_token.clone(),
         }
     }
 }
@@ -111,7 +111,7 @@ impl PreparedDestinations {
         keys: &SealingKeys,
         row: &ClaimedAlert,
     ) -> Arc<Prepared> {
-        if let Some((settings, prepared)) = self.lock().get(&row.destination_id) {
+        if let Some((settings, prepared)) = self.lock().get(&row.destination.id) {
             if settings.matches(row) {
                 return prepared.clone();
             }
@@ -119,7 +119,7 @@ impl PreparedDestinations {
         // Prepared outside the lock: opening sealed secrets is the slow part.
         let prepared = Arc::new(prepare(guard, keys, row));
         self.lock()
-            .insert(row.destination_id, (Settings::of(row), prepared.clone()));
+            .insert(row.destination.id, (Settings::of(row), prepared.clone()));
         prepared
     }
 
@@ -130,37 +130,41 @@ impl PreparedDestinations {
 
 /// Prepares `row`'s destination: the checks in the order each attempt made them.
 fn prepare(guard: &Guard, keys: &SealingKeys, row: &ClaimedAlert) -> Prepared {
-    let mut url = checked_url(guard, &row.url)?;
+    let mut url = checked_url(guard, &row.destination.url)?;
     // The same rule as when the destination was added, in case the row was written by
     // other means: a framing header would corrupt the request.
-    if let Err(err) = outbox_core::headers::check_idempotency_header(&row.idempotency_header) {
+    if let Err(err) =
+        outbox_core::headers::check_idempotency_header(&row.destination.idempotency_header)
+    {
         return Err(Exchange::Unsendable(format!("idempotency header: {err}")));
     }
-    let Ok(key_header) = HeaderName::from_bytes(row.idempotency_header.as_bytes()) else {
+    let Ok(key_header) = HeaderName::from_bytes(row.destination.idempotency_header.as_bytes())
+    else {
         return Err(Exchange::Unsendable(format!(
             "idempotency header `{}` is not a valid header name",
-            row.idempotency_header
+            row.destination.idempotency_header
         )));
     };
     // A secret that does not open (key missing or wrong, value altered or copied from
     // another destination) is a configuration error: nothing is sent unsigned.
     let signing_keys = row
+        .destination
         .signing_secrets
         .iter()
         .map(|stored| {
             let secret = keys
-                .open(row.destination_id, stored)
+                .open(row.destination.id, stored)
                 .map_err(|err| format!("a signing secret of the destination: {err}"))?;
             signing::decode_secret(&secret)
                 .map_err(|_| "a signing secret of the destination is malformed".to_owned())
         })
         .collect::<Result<Vec<_>, String>>()
         .map_err(Exchange::Unsendable)?;
-    let bearer = match &row.bearer_token {
+    let bearer = match &row.destination.bearer_token {
         None => None,
         // Like a signing secret: one that does not open is a configuration error.
         Some(stored) => {
-            let token = keys.open(row.destination_id, stored).map_err(|err| {
+            let token = keys.open(row.destination.id, stored).map_err(|err| {
                 Exchange::Unsendable(format!("the API key of the destination: {err}"))
             })?;
             let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {token}")) else {
@@ -247,18 +251,20 @@ mod tests {
         let destinations = PreparedDestinations::default();
         let (guard, keys) = (Guard::default(), SealingKeys::default());
         let mut row = claim();
-        row.signing_secrets = vec![SECRET.to_owned()];
+        Arc::make_mut(&mut row.destination).signing_secrets = vec![SECRET.to_owned()];
         let first = destinations.of(&guard, &keys, &row);
         assert!(Arc::ptr_eq(&first, &destinations.of(&guard, &keys, &row)));
         assert_eq!(parts(&first).uri, "https://hooks.example/x");
 
         // The URL changed: the next claim's requests go to the new one.
-        row.url = "https://hooks.example/y".to_owned();
+        Arc::make_mut(&mut row.destination).url = "https://hooks.example/y".to_owned();
         let moved = destinations.of(&guard, &keys, &row);
         assert_eq!(parts(&moved).uri, "https://hooks.example/y");
 
         // A rotation added a secret: the requests are signed with both.
-        row.signing_secrets.push(SECRET.replace('M', "N"));
+        Arc::make_mut(&mut row.destination)
+            .signing_secrets
+            .push(SECRET.replace('M', "N"));
         assert_eq!(
             parts(&destinations.of(&guard, &keys, &row))
                 .signing_keys
@@ -268,7 +274,7 @@ mod tests {
 
         // Another destination has an entry of its own.
         let mut other = claim();
-        other.destination_id = Uuid::from_u128(1);
+        Arc::make_mut(&mut other.destination).id = Uuid::from_u128(1);
         assert!(parts(&destinations.of(&guard, &keys, &other))
             .signing_keys
             .is_empty());
@@ -290,27 +296,29 @@ mod tests {
             refusal(&destinations.of(&guard, &keys, &row)).clone()
         };
         assert!(matches!(
-            refused(&|row| row.url = "not a url".to_owned()),
+            refused(&|row| Arc::make_mut(&mut row.destination).url = "not a url".to_owned()),
             Exchange::Unsendable(why) if why.starts_with("the URL does not parse")
         ));
         // An address literal the guard keeps closed never reaches the resolver.
         assert!(matches!(
-            refused(&|row| row.url = "http://10.1.2.3/hook".to_owned()),
+            refused(
+                &|row| Arc::make_mut(&mut row.destination).url = "http://10.1.2.3/hook".to_owned()
+            ),
             Exchange::Blocked(_)
         ));
         assert!(matches!(
-            refused(&|row| row.idempotency_header = "Content-Length".to_owned()),
+            refused(&|row| Arc::make_mut(&mut row.destination).idempotency_header = "Content-Length".to_owned()),
             Exchange::Unsendable(why) if why.starts_with("idempotency header")
         ));
         assert!(matches!(
-            refused(&|row| row.signing_secrets = vec!["whsec_short".to_owned()]),
+            refused(&|row| Arc::make_mut(&mut row.destination).signing_secrets = vec!["whsec_short".to_owned()]),
             Exchange::Unsendable(why) if why == "a signing secret of the destination is malformed"
         ));
         // The first failing check is the one named, as before: the URL is checked first.
         assert!(matches!(
             refused(&|row| {
-                row.url = "not a url".to_owned();
-                row.signing_secrets = vec!["whsec_short".to_owned()];
+                Arc::make_mut(&mut row.destination).url = "not a url".to_owned();
+                Arc::make_mut(&mut row.destination).signing_secrets = vec!["whsec_short".to_owned()];
             }),
             Exchange::Unsendable(why) if why.starts_with("the URL does not parse")
         ));
@@ -321,7 +329,8 @@ mod tests {
         let destinations = PreparedDestinations::default();
         let (guard, keys) = (Guard::default(), SealingKeys::default());
         let mut row = claim();
-        row.url = "https://ops%40acme:p%3Ass@hooks.example/x".to_owned();
+        Arc::make_mut(&mut row.destination).url =
+            "https://ops%40acme:p%3Ass@hooks.example/x".to_owned();
         let prepared = destinations.of(&guard, &keys, &row);
         let with_url_credentials = parts(&prepared);
         assert_eq!(with_url_credentials.uri, "https://hooks.example/x");
@@ -332,7 +341,7 @@ mod tests {
         );
         assert!(with_url_credentials.bearer.is_none());
 
-        row.bearer_token = Some("key-1".to_owned());
+        Arc::make_mut(&mut row.destination).bearer_token = Some("key-1".to_owned());
         let prepared = destinations.of(&guard, &keys, &row);
         assert_eq!(parts(&prepared).bearer.as_ref().unwrap(), "Bearer key-1");
         assert!(parts(&prepared).bearer.as_ref().unwrap().is_sensitive());

@@ -61,9 +61,10 @@ pub(crate) async fn send(
         "message {} sha256:{} rendered with templates {}",
         message.message_id, message.sha256, message.template_version
     );
-    let timeout = Duration::from_millis(u64::try_from(row.timeout_ms).unwrap_or(10_000));
+    let timeout =
+        Duration::from_millis(u64::try_from(row.destination.timeout_ms).unwrap_or(10_000));
     let bytes = with_trace_field(&message.bytes, trace);
-    let span = attempt_trace::smtp_client_span(relay(&row.url));
+    let span = attempt_trace::smtp_client_span(relay(&row.destination.url));
     let exchange = deliver(shared, row, &job, &bytes, timeout)
         .instrument(span.clone())
         .await;
@@ -309,10 +310,10 @@ impl Dialogue {
         job: &EmailJob,
         bytes: &[u8],
     ) -> Result<Dialogue, Exchange> {
-        let Some((host, port)) = relay(&row.url) else {
+        let Some((host, port)) = relay(&row.destination.url) else {
             return Err(Exchange::Unsendable(format!(
                 "`{}` is not an smtp://host:port relay",
-                row.url
+                row.destination.url
             )));
         };
         let security = Security::of(&job.smtp_tls, job.smtp_ca_pem.as_deref(), &host)
@@ -323,7 +324,7 @@ impl Dialogue {
                 shared
                     .config
                     .secret_keys
-                    .open(row.destination_id, stored)
+                    .open(row.destination.id, stored)
                     .map_err(|err| {
                         Exchange::Unsendable(format!("the SMTP password of the destination: {err}"))
                     })?,

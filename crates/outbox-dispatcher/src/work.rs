@@ -108,7 +108,7 @@ async fn send(
     let (exchange, note) = exchange(shared, row, claim.outgoing_trace.as_ref()).await;
     shared
         .metrics
-        .send_latency(&row.destination, started.elapsed());
+        .send_latency(&row.destination.name, started.elapsed());
     fail_point_after_send();
     let completion = judge::judge_send(
         &claim.judging(shared),
@@ -122,10 +122,10 @@ async fn send(
         attempt_trace::record_attempt(record);
         shared
             .metrics
-            .attempt(&row.destination, record.outcome.as_str());
+            .attempt(&row.destination.name, record.outcome.as_str());
         shared
             .tallies
-            .count(row.destination_id, &row.destination, record);
+            .count(row.destination.id, &row.destination.name, record);
     }
     Finished::Done(Box::new(completion))
 }
@@ -137,11 +137,13 @@ async fn exchange(
     row: &ClaimedAlert,
     trace: Option<&TraceContext>,
 ) -> (Exchange, Option<String>) {
-    match (shared.config.transport, row.kind) {
+    match (shared.config.transport, row.destination.kind) {
         (crate::Transport::Http, DestinationKind::Email) => {
             crate::smtp::send(shared, row, trace).await
         }
-        (crate::Transport::Http, DestinationKind::Webhook) if row.body_template.is_some() => {
+        (crate::Transport::Http, DestinationKind::Webhook)
+            if row.destination.body_template.is_some() =>
+        {
             // An email API: the request body rendered once and stored, sent as stored.
             match crate::email_api::stored_body(shared, row).await {
                 Ok((body, note)) => (
@@ -180,9 +182,10 @@ async fn exchange(
 async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
     let row = &claim.row;
     let lookup_template = row
+        .destination
         .lookup_url_template
         .as_ref()
-        .filter(|_| row.kind != DestinationKind::Email);
+        .filter(|_| row.destination.kind != DestinationKind::Email);
     if let Some(template) = lookup_template {
         if !claim.lease_allows_request() {
             return Finished::Release(LEASE_TOO_SHORT.to_owned());
@@ -203,14 +206,14 @@ async fn settle_uncertain(shared: &Shared, claim: &Claim) -> Finished {
                     attempt_trace::record_attempt(record);
                     shared
                         .metrics
-                        .attempt(&row.destination, lookup_metric(record));
+                        .attempt(&row.destination.name, lookup_metric(record));
                 }
                 Finished::Done(completion)
             }
             AfterLookup::Resend { lookup, why } => {
                 shared
                     .metrics
-                    .attempt(&row.destination, lookup_metric(&lookup));
+                    .attempt(&row.destination.name, lookup_metric(&lookup));
                 resend(shared, claim, Some(lookup), &why, false, None).await
             }
         };

@@ -20,7 +20,7 @@ mod leases;
 mod queue_figures;
 
 pub(crate) use claim::due_status;
-pub use claim::{claim, claim_sql, ClaimedAlert, FAILED_LOOKUP};
+pub use claim::{claim, claim_on, claim_sql, ClaimedAlert, ClaimedDestination, FAILED_LOOKUP};
 pub use completion::{
     complete, complete_batch, complete_batch_handing_on, record_attempt, AttemptRecord, ChainSeen,
     Completion, LaneHead, Next, Recorded,

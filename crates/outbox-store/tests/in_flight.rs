@@ -90,7 +90,7 @@ async fn claims_racing_from_many_connections_never_overshoot_the_bound() {
                 barrier.wait().await;
                 let mut tx = conn.begin().await.unwrap();
                 claimed.extend(
-                    dispatch::claim(&mut *tx, &format!("w{c}"), 10, LEASE, &[])
+                    dispatch::claim_on(&mut tx, &format!("w{c}"), 10, LEASE, &[])
                         .await
                         .unwrap(),
                 );
@@ -107,7 +107,7 @@ async fn claims_racing_from_many_connections_never_overshoot_the_bound() {
     let of = |destination: Uuid| {
         claimed
             .iter()
-            .filter(|row| row.destination_id == destination)
+            .filter(|row| row.destination.id == destination)
             .count() as i64
     };
     // Nothing completed, so every claim of `plain` is still in flight: all of them
@@ -135,13 +135,13 @@ async fn a_claim_under_way_keeps_a_second_one_off_the_destination_until_it_commi
     let mut second = PgConnection::connect(&db.url).await.unwrap();
     let of_plain = |rows: Vec<dispatch::ClaimedAlert>| -> Vec<dispatch::ClaimedAlert> {
         rows.into_iter()
-            .filter(|row| row.destination_id == plain)
+            .filter(|row| row.destination.id == plain)
             .collect()
     };
 
     // Two rows already in flight.
     let earlier = of_plain(
-        dispatch::claim(&mut first, "w0", 2, LEASE, &[])
+        dispatch::claim_on(&mut first, "w0", 2, LEASE, &[])
             .await
             .unwrap(),
     );
@@ -149,7 +149,7 @@ async fn a_claim_under_way_keeps_a_second_one_off_the_destination_until_it_commi
     // A claim still open (as if its statement were running) takes the room left: 2.
     let mut open = first.begin().await.unwrap();
     let taken = of_plain(
-        dispatch::claim(&mut *open, "w1", 10, LEASE, &[])
+        dispatch::claim_on(&mut open, "w1", 10, LEASE, &[])
             .await
             .unwrap(),
     );
@@ -180,7 +180,7 @@ async fn a_claim_under_way_keeps_a_second_one_off_the_destination_until_it_commi
     .await
     .unwrap();
     let skipped = of_plain(
-        dispatch::claim(&mut second, "w2", 10, LEASE, &[])
+        dispatch::claim_on(&mut second, "w2", 10, LEASE, &[])
             .await
             .unwrap(),
     );
@@ -194,7 +194,7 @@ async fn a_claim_under_way_keeps_a_second_one_off_the_destination_until_it_commi
 
     // Once it committed, the destination is full for everyone.
     assert!(of_plain(
-        dispatch::claim(&mut second, "w2", 10, LEASE, &[])
+        dispatch::claim_on(&mut second, "w2", 10, LEASE, &[])
             .await
             .unwrap()
     )
@@ -205,7 +205,7 @@ async fn a_claim_under_way_keeps_a_second_one_off_the_destination_until_it_commi
         .await
         .unwrap());
     let again = of_plain(
-        dispatch::claim(&mut second, "w2", 10, LEASE, &[])
+        dispatch::claim_on(&mut second, "w2", 10, LEASE, &[])
             .await
             .unwrap(),
     );

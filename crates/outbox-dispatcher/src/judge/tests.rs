@@ -5,6 +5,8 @@
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
 use super::*;
+use outbox_store::dispatch::ClaimedDestination;
+use std::sync::Arc;
 use uuid::Uuid;
 
 fn at(text: &str) -> DateTime<Utc> {
@@ -41,24 +43,26 @@ pub(crate) fn claim() -> ClaimedAlert {
         tracestate: None,
         chain_head: None,
         payload_sha256: vec![0; 32],
-        destination_id: Uuid::nil(),
-        destination: "ops".to_owned(),
-        kind: DestinationKind::Webhook,
-        url: "https://hooks.example/x".to_owned(),
-        signing_secrets: vec![],
-        idempotency_header: "Idempotency-Key".to_owned(),
-        idempotency_retention_secs: None,
-        lookup_url_template: None,
-        reference_header: None,
-        on_uncertain: OnUncertain::Hold,
-        timeout_ms: 1000,
-        max_in_flight: 16,
-        max_attempts: 12,
-        max_retry_window_secs: 3.0 * 86_400.0,
-        body_template: None,
-        bearer_token: None,
+        destination: Arc::new(ClaimedDestination {
+            id: Uuid::nil(),
+            name: "ops".to_owned(),
+            kind: DestinationKind::Webhook,
+            url: "https://hooks.example/x".to_owned(),
+            signing_secrets: vec![],
+            idempotency_header: "Idempotency-Key".to_owned(),
+            idempotency_retention_secs: None,
+            lookup_url_template: None,
+            reference_header: None,
+            on_uncertain: OnUncertain::Hold,
+            timeout_ms: 1000,
+            max_in_flight: 16,
+            max_attempts: 12,
+            max_retry_window_secs: 3.0 * 86_400.0,
+            body_template: None,
+            bearer_token: None,
+            lane_skips_failed: false,
+        }),
         lane_key: None,
-        lane_skips_failed: false,
     }
 }
 
@@ -181,7 +185,8 @@ fn a_5xx_without_key_deduplication_is_uncertain() {
 
 #[test]
 fn a_5xx_at_a_deduplicating_destination_is_retried_through_the_settling_order() {
-    let row = with(|r| r.idempotency_retention_secs = Some(86_400.0));
+    let row =
+        with(|r| Arc::make_mut(&mut r.destination).idempotency_retention_secs = Some(86_400.0));
     let done = send(&row, &answered(500));
     // Not processed, but the destination may have acted: the retry stays uncertain, so
     // the next claim checks the de-duplication window before resending.
@@ -216,7 +221,10 @@ fn nothing_sent_is_retried_and_a_lost_answer_is_uncertain() {
 #[test]
 fn a_lost_answer_is_planned_by_the_destination_capabilities() {
     let timed_out = Exchange::TimedOut("no answer in 1s".into());
-    let lookup = with(|r| r.lookup_url_template = Some("https://hooks.example/k/{key}".into()));
+    let lookup = with(|r| {
+        Arc::make_mut(&mut r.destination).lookup_url_template =
+            Some("https://hooks.example/k/{key}".into())
+    });
     let done = send(&lookup, &timed_out);
     assert!(
         done.line.ends_with("will look it up at the destination"),
@@ -228,7 +236,7 @@ fn a_lost_answer_is_planned_by_the_destination_capabilities() {
         unreachable!()
     };
     assert_eq!(at - now(), chrono::Duration::seconds(2));
-    let retry = with(|r| r.on_uncertain = OnUncertain::Retry);
+    let retry = with(|r| Arc::make_mut(&mut r.destination).on_uncertain = OnUncertain::Retry);
     let done = send(&retry, &timed_out);
     assert!(done.line.contains("will resend"), "{}", done.line);
     let hold = send(&claim(), &timed_out);
@@ -253,7 +261,7 @@ fn an_uncertain_send_without_lookup_follows_the_policy() {
         panic!("policy hold holds");
     };
     assert!(settled(Outcome::Held)(&held));
-    let retry = uncertain(|r| r.on_uncertain = OnUncertain::Retry);
+    let retry = uncertain(|r| Arc::make_mut(&mut r.destination).on_uncertain = OnUncertain::Retry);
     assert!(matches!(
         without_lookup(&judging(&retry, &schedule)),
         WithoutLookup::Resend {
@@ -267,7 +275,8 @@ fn an_uncertain_send_without_lookup_follows_the_policy() {
 #[test]
 fn an_uncertain_send_inside_the_deduplication_window_is_resent_safely() {
     let schedule = schedule();
-    let inside = uncertain(|r| r.idempotency_retention_secs = Some(3600.0));
+    let inside =
+        uncertain(|r| Arc::make_mut(&mut r.destination).idempotency_retention_secs = Some(3600.0));
     let WithoutLookup::Resend {
         possible_duplicate,
         window_left,
@@ -280,7 +289,8 @@ fn an_uncertain_send_inside_the_deduplication_window_is_resent_safely() {
     // One hour minus a margin (a tenth, at most five minutes), from a minute ago.
     assert_eq!(window_left, Some(Duration::from_secs(3600 - 300 - 60)));
     // Past the window (minus its margin), the policy decides.
-    let outside = uncertain(|r| r.idempotency_retention_secs = Some(60.0));
+    let outside =
+        uncertain(|r| Arc::make_mut(&mut r.destination).idempotency_retention_secs = Some(60.0));
     assert!(matches!(
         without_lookup(&judging(&outside, &schedule)),
         WithoutLookup::Held(_)
@@ -291,9 +301,10 @@ fn an_uncertain_send_inside_the_deduplication_window_is_resent_safely() {
 fn email_is_settled_by_policy_alone() {
     let schedule = schedule();
     let email = uncertain(|r| {
-        r.kind = DestinationKind::Email;
-        r.idempotency_retention_secs = Some(3600.0);
-        r.lookup_url_template = Some("https://hooks.example/k/{key}".into());
+        Arc::make_mut(&mut r.destination).kind = DestinationKind::Email;
+        Arc::make_mut(&mut r.destination).idempotency_retention_secs = Some(3600.0);
+        Arc::make_mut(&mut r.destination).lookup_url_template =
+            Some("https://hooks.example/k/{key}".into());
     });
     assert_eq!(
         settlement(&email, now(), now()),
@@ -308,7 +319,7 @@ fn email_is_settled_by_policy_alone() {
 
 #[test]
 fn email_classes_follow_the_relay() {
-    let row = with(|r| r.kind = DestinationKind::Email);
+    let row = with(|r| Arc::make_mut(&mut r.destination).kind = DestinationKind::Email);
     let accepted = send(
         &row,
         &Exchange::SmtpAccepted {
@@ -362,7 +373,7 @@ fn a_spent_budget_fails_the_alert_or_holds_it_when_an_attempt_is_unknown() {
     );
     assert!(settled(Outcome::Held)(&held), "{held:?}");
     // The retry window counts from the budget's start (a replay starts a new one).
-    let closing = with(|r| r.max_retry_window_secs = 60.05);
+    let closing = with(|r| Arc::make_mut(&mut r.destination).max_retry_window_secs = 60.05);
     let window = send(&closing, &answered(429));
     assert!(settled(Outcome::Failed)(&window), "{window:?}");
     assert_line_has(&window, "retry window has closed");
@@ -398,7 +409,10 @@ fn lookup(row: &ClaimedAlert, exchange: &Exchange) -> AfterLookup {
 
 #[test]
 fn lookup_outcomes() {
-    let row = uncertain(|r| r.lookup_url_template = Some("https://hooks.example/k/{key}".into()));
+    let row = uncertain(|r| {
+        Arc::make_mut(&mut r.destination).lookup_url_template =
+            Some("https://hooks.example/k/{key}".into())
+    });
     // Found: accepted, with the lookup's reference.
     let AfterLookup::Done(found) = lookup(&row, &answered(200)) else {
         panic!("found settles");
@@ -413,7 +427,8 @@ fn lookup_outcomes() {
     assert_eq!(record.outcome, AttemptOutcome::NotFound);
     // Not found within the grace period: ask again once it is over.
     let recent = uncertain(|r| {
-        r.lookup_url_template = Some("https://hooks.example/k/{key}".into());
+        Arc::make_mut(&mut r.destination).lookup_url_template =
+            Some("https://hooks.example/k/{key}".into());
         r.last_send_started_at = Some(now() - chrono::Duration::milliseconds(500));
     });
     let AfterLookup::Done(early) = lookup(&recent, &answered(404)) else {

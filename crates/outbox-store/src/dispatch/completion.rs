@@ -235,7 +235,7 @@ async fn record_batch(
     let mut next: HashMap<Uuid, ClaimedAlert> = if next_alerts.is_empty() {
         HashMap::new()
     } else {
-        super::claim::handed_on_claims(&mut *tx, &next_alerts, &next_tokens)
+        super::claim::handed_on_claims(&mut tx, &next_alerts, &next_tokens)
             .await?
             .into_iter()
             .map(|row| (row.alert_id, row))
