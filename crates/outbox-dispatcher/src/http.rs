@@ -7,7 +7,8 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{
-    HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION, RETRY_AFTER, USER_AGENT,
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION, RETRY_AFTER,
+    USER_AGENT,
 };
 use hyper::Method;
 use outbox_core::retry::parse_retry_after;
@@ -30,6 +31,13 @@ use tracing::Instrument;
 const EXCERPT_BYTES: usize = 512;
 /// Largest answer body read (for the reference); the rest is ignored.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// The Standard Webhooks headers' names, made once: a name given as text is copied into
+/// a new buffer at every insert (three allocations a request); a clone of these copies
+/// nothing.
+static WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
+static WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
+static WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
 
 /// What every request says it comes from.
 const USER_AGENT_VALUE: &str = concat!("alert-outbox/", env!("CARGO_PKG_VERSION"));
@@ -61,12 +69,12 @@ pub(crate) async fn send(
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let id_value = HeaderValue::from_str(&id).expect("a uuid is a valid header value");
     headers.insert(parts.key_header.clone(), id_value.clone());
-    headers.insert("webhook-id", id_value);
-    headers.insert("webhook-timestamp", HeaderValue::from(timestamp));
+    headers.insert(WEBHOOK_ID.clone(), id_value);
+    headers.insert(WEBHOOK_TIMESTAMP.clone(), HeaderValue::from(timestamp));
     if !parts.signing_keys.is_empty() {
         let signature = signing::signature_header(&parts.signing_keys, &id, timestamp, &body);
         headers.insert(
-            "webhook-signature",
+            WEBHOOK_SIGNATURE.clone(),
             HeaderValue::from_str(&signature).expect("base64 is a valid header value"),
         );
     }

@@ -81,7 +81,7 @@ pub struct ClaimedAlert {
 /// A destination's settings as a claim read them: what its rows are sent with. A claim
 /// reads each destination once and its rows share it, rather than each row carrying
 /// the seventeen columns again (a claim of 500 rows to one destination decoded them 500
-/// times: about a third of the time spent turning a claimed row into a [`ClaimedAlert`],
+/// times: nearly half of the time spent turning claimed rows into [`ClaimedAlert`]s,
 /// docs/performance.md, item 26). Its `Debug` leaves out the secrets and the URL's
 /// credentials.
 #[derive(Clone, sqlx::FromRow)]
