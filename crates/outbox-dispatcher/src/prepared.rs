@@ -21,7 +21,7 @@ use hyper::header::{HeaderName, HeaderValue};
 use outbox_core::sealing::SealingKeys;
 use outbox_core::signing;
 use outbox_egress::{Guard, UrlError};
-use outbox_store::dispatch::ClaimedAlert;
+use outbox_store::dispatch::{ClaimedAlert, ClaimedDestination};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use url::Url;
@@ -61,29 +61,24 @@ impl std::fmt::Debug for RequestParts {
     }
 }
 
-/// The stored settings an entry was prepared from.
-struct Settings {
-    url: String,
-    idempotency_header: String,
-    signing_secrets: Vec<String>,
-    bearer_token: Option<String>,
-}
+/// The destination's settings an entry was prepared from, as the claim that prepared it
+/// read them. Every row of one claim shares that claim's settings, so a row usually
+/// carries the very same ones; otherwise the stored values that go into a request are
+/// compared.
+struct Settings(Arc<ClaimedDestination>);
 
 impl Settings {
     fn matches(&self, row: &ClaimedAlert) -> bool {
-        self.url == row.destination.url
-            && self.idempotency_header == row.destination.idempotency_header
-            && self.signing_secrets == row.destination.signing_secrets
-            && self.bearer_token == row.destination.bearer_token
+        let (was, now) = (&self.0, &row.destination);
+        Arc::ptr_eq(was, now)
+            || (was.url == now.url
+                && was.idempotency_header == now.idempotency_header
+                && was.signing_secrets == now.signing_secrets
+                && was.bearer_token == now.bearer_token)
     }
 
     fn of(row: &ClaimedAlert) -> Self {
-        Settings {
-            url: row.destination.url.clone(),
-            idempotency_header: row.destination.idempotency_header.clone(),
-            signing_secrets: row.destination.signing_secrets.clone(),
-            bearer_token: row.destination.bearer_token.clone(),
-        }
+        Settings(row.destination.clone())
     }
 }
 

@@ -306,10 +306,11 @@ async fn with_destinations(
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    let mut ids: Vec<Uuid> = rows
+    let row_destinations: Vec<Uuid> = rows
         .iter()
         .map(|row| row.try_get("destination_id"))
         .collect::<Result<_, _>>()?;
+    let mut ids = row_destinations.clone();
     ids.sort_unstable();
     ids.dedup();
     let destinations: HashMap<Uuid, Arc<ClaimedDestination>> =
@@ -321,8 +322,8 @@ async fn with_destinations(
             .map(|destination| (destination.id, Arc::new(destination)))
             .collect();
     rows.iter()
-        .map(|row| {
-            let destination_id: Uuid = row.try_get("destination_id")?;
+        .zip(row_destinations)
+        .map(|(row, destination_id)| {
             let destination = destinations.get(&destination_id).cloned().ok_or_else(|| {
                 StoreError::Inconsistent(format!(
                     "destination {destination_id} of a claimed row was not found"
