@@ -32,6 +32,7 @@ mod mcp;
 mod monitors;
 mod operators;
 mod outboxctl;
+mod private_server;
 mod product_binaries;
 mod queue_upkeep;
 mod retention;

@@ -1,7 +1,14 @@
 //! A private, throwaway PostgreSQL server, for the demo and the tests when no server answers
 //! at the default address and `DATABASE_URL` was not given: made with the `initdb` and
-//! `pg_ctl` installed on the machine (never downloaded), in a directory of its own on a
-//! free port, trusting local connections only, and stopped and removed at the end.
+//! `pg_ctl` installed on the machine (never downloaded), in a directory of its own, and
+//! stopped and removed at the end.
+//!
+//! "Private" means only the user who started it (and root) can connect: the server listens
+//! on no TCP address at all, only on a Unix socket inside its own directory, which is made
+//! with a random name, exclusively (an existing directory or a planted symlink is never
+//! taken over), with mode 0700. Trust authentication is safe there because nobody else can
+//! reach the socket to be trusted; a server on `127.0.0.1` would trust every local user,
+//! and a superuser can run programs (`COPY ... TO PROGRAM`) as whoever started it.
 //!
 //! "At the end" includes the ends a process does not choose: a watcher (a shell loop in a
 //! process group of its own, so a terminal's Ctrl-C does not reach it) waits for the
@@ -117,8 +124,10 @@ pub enum PrivateServerError {
 pub struct PrivateServer {
     root: PathBuf,
     bin: PathBuf,
-    port: u16,
     run_as_postgres: bool,
+    /// The watcher that removes the server should this process end without dropping it;
+    /// ended by the drop, which does its work at once.
+    watcher: Option<std::process::Child>,
     /// The server's version (`PostgreSQL 15.4`), for the line that names it.
     pub version: String,
     /// How long making and starting it took.
@@ -126,8 +135,8 @@ pub struct PrivateServer {
 }
 
 impl PrivateServer {
-    /// Makes and starts a server in a new directory under `parent` (the system's temporary
-    /// directory when `parent` cannot be written), on a free port.
+    /// Makes and starts a server in a new private directory under `parent` (the system's
+    /// temporary directory when `parent` cannot be written or is too deep for a socket).
     pub fn start(parent: &Path, run_as: RunAs) -> Result<PrivateServer, PrivateServerError> {
         let started = Instant::now();
         let (host, port) = default_address();
@@ -140,24 +149,26 @@ impl PrivateServer {
         let mut server = PrivateServer {
             root: server_dir(parent)?,
             bin,
-            port: free_port()?,
             run_as_postgres: root_user,
+            watcher: None,
             version: String::new(),
             started_in: std::time::Duration::ZERO,
         };
         if server.run_as_postgres {
             server.hand_to_postgres()?;
         }
-        server.watch_owner()?;
+        server.watcher = Some(server.watch_owner()?);
         server.init_and_start()?;
         server.version = server.read_version();
         server.started_in = started.elapsed();
         Ok(server)
     }
 
-    /// Makes the cluster with trust authentication and starts it on its port, listening on
-    /// 127.0.0.1 and on a socket in its own directory. `fsync` is off: the server holds a
-    /// demo's or a test's data, which nobody wants back after a crash.
+    /// Makes the cluster and starts it listening on a socket in its own directory and on no
+    /// TCP address. Local (socket) connections are trusted, which only the directory's owner
+    /// can make; TCP is rejected in `pg_hba.conf` too, should anything ever open a port.
+    /// `fsync` is off: the server holds a demo's or a test's data, which nobody wants back
+    /// after a crash.
     fn init_and_start(&self) -> Result<(), PrivateServerError> {
         let data = self.root.join("data");
         self.run(
@@ -167,14 +178,17 @@ impl PrivateServer {
                 data.as_os_str(),
                 "-U".as_ref(),
                 "postgres".as_ref(),
-                "--auth=trust".as_ref(),
+                "--auth-local=trust".as_ref(),
+                "--auth-host=reject".as_ref(),
                 "--no-sync".as_ref(),
                 "--no-instructions".as_ref(),
             ],
         )?;
+        // The socket directory is the server's own (mode 0700), and the socket itself is
+        // made 0700 as well. The port only names the socket file.
         let options = format!(
-            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off",
-            self.port,
+            "-p {SOCKET_PORT} -c listen_addresses='' -c unix_socket_directories='{}' \
+             -c unix_socket_permissions=0700 -c fsync=off",
             self.root.display()
         );
         let log = self.root.join("server.log");
@@ -221,9 +235,19 @@ impl PrivateServer {
         version.replace("postgres (PostgreSQL) ", "PostgreSQL ")
     }
 
-    /// A URL for `database` on this server.
+    /// A URL for `database` on this server: its socket directory, percent-encoded, as the
+    /// host (libpq and sqlx read a host that starts with `/` as a socket directory).
     pub fn url(&self, database: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+        let dir = self.root.to_string_lossy();
+        let mut host = String::with_capacity(dir.len() * 3);
+        for byte in dir.bytes() {
+            if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.') {
+                host.push(char::from(byte));
+            } else {
+                host.push_str(&format!("%{byte:02X}"));
+            }
+        }
+        format!("postgres://postgres@{host}:{SOCKET_PORT}/{database}")
     }
 
     /// Where it lives, for the line that names it.
@@ -231,12 +255,11 @@ impl PrivateServer {
         &self.root
     }
 
-    /// `PostgreSQL 15.4 at 127.0.0.1:PORT (DIR)`.
+    /// `PostgreSQL 15.4 on a socket in DIR only`.
     pub fn describe(&self) -> String {
         format!(
-            "{} at 127.0.0.1:{} ({})",
+            "{} on a socket in {} only",
             self.version,
-            self.port,
             self.root.display()
         )
     }
@@ -276,7 +299,7 @@ impl PrivateServer {
 
     /// Starts the watcher that stops the server and removes its directory once this process
     /// is gone, however it ended.
-    fn watch_owner(&self) -> Result<(), PrivateServerError> {
+    fn watch_owner(&self) -> Result<std::process::Child, PrivateServerError> {
         let pg_ctl = self.bin.join("pg_ctl");
         let stop = if self.run_as_postgres {
             format!(
@@ -301,7 +324,6 @@ impl PrivateServer {
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()
-            .map(drop)
             .map_err(|err| PrivateServerError::Failed(format!("starting its watcher: {err}")))
     }
 }
@@ -317,6 +339,10 @@ impl Drop for PrivateServer {
             .stderr(Stdio::null())
             .status();
         let _ = std::fs::remove_dir_all(&self.root);
+        if let Some(mut watcher) = self.watcher.take() {
+            let _ = watcher.kill();
+            let _ = watcher.wait();
+        }
     }
 }
 
@@ -373,21 +399,56 @@ pub fn is_root() -> bool {
         .is_ok_and(|out| out.stdout.trim_ascii() == b"0")
 }
 
+/// The port the private server's socket file is named after (`.s.PGSQL.5432`): it listens on
+/// no TCP port, and its socket directory is its own, so no other server can clash.
+const SOCKET_PORT: u16 = 5432;
+
+/// The longest socket directory that leaves room for the socket's file name within the
+/// 107 bytes PostgreSQL allows a socket path (`sun_path` less its terminating NUL).
+const LONGEST_SOCKET_DIR: usize = 107 - "/.s.PGSQL.5432".len();
+
 /// A new directory for the server under `parent`, or under the system's temporary
-/// directory when `parent` cannot be written.
+/// directory when `parent` cannot be written or is too deep for a socket path.
 fn server_dir(parent: &Path) -> Result<PathBuf, PrivateServerError> {
-    let name = format!("private-postgres-{}", std::process::id());
-    if std::fs::create_dir_all(parent.join(&name)).is_ok() {
-        return Ok(parent.join(&name));
+    if let Ok(dir) = private_dir_in(parent) {
+        return Ok(dir);
     }
-    let fallback = std::env::temp_dir().join(format!("outbox-{name}"));
-    std::fs::create_dir_all(&fallback)
-        .map_err(|err| PrivateServerError::Failed(format!("{}: {err}", fallback.display())))?;
-    Ok(fallback)
+    let fallback = std::env::temp_dir();
+    private_dir_in(&fallback)
+        .map_err(|err| PrivateServerError::Failed(format!("{}: {err}", fallback.display())))
 }
 
-fn free_port() -> Result<u16, PrivateServerError> {
-    unused_port().ok_or_else(|| PrivateServerError::Failed("no free port".to_owned()))
+/// Makes `parent/private-postgres-RANDOM` with mode 0700, exclusively: `mkdir` fails on
+/// anything already there, a symlink included, so a directory (or a planted `server.log`
+/// link inside one) prepared by another user is never used; a name taken is retried with
+/// another random one. Nothing but the owner (and root) can then enter it, which is what
+/// keeps the trusted socket and the log inside it private.
+pub fn private_dir_in(parent: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut last = None;
+    for _ in 0..8 {
+        let dir = parent.join(format!("private-postgres-{}", random_hex(8)?));
+        if dir.as_os_str().len() > LONGEST_SOCKET_DIR {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "too deep for a socket path",
+            ));
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => last = Some(err),
+            Err(err) => return Err(err),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free name")))
+}
+
+/// `bytes` random bytes from the kernel, as lowercase hex.
+fn random_hex(bytes: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// A TCP port on 127.0.0.1 that nothing listens on now, for a server that will listen
