@@ -33,15 +33,30 @@ async fn the_demo_runs_its_invariants_hold_and_each_email_arrives_once_in_its_la
     // data is built in and the other binaries are found beside outboxctl.
     let elsewhere = std::env::temp_dir().join(format!("outbox-demo-cwd-{}", std::process::id()));
     std::fs::create_dir_all(&elsewhere).unwrap();
+    // A URL with a password, as a real one has (the test server trusts local connections
+    // and ignores it): the demo must not show it to other users on the processes' command
+    // lines, nor print it.
+    let password = format!("DemoPw{}", uuid::Uuid::new_v4().simple());
+    let url = with_password(&outbox_testkit::server_url(), &password);
+    let watching = CommandLineWatch::start(&password);
     let output = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_outboxctl"))
         .args(["demo", "--eml-dir", eml_dir.to_str().unwrap()])
         .current_dir(&elsewhere)
-        .env("DATABASE_URL", outbox_testkit::server_url())
+        .env("DATABASE_URL", &url)
         .output()
         .await;
+    let exposed = watching.stop().await;
     let _ = std::fs::remove_dir(&elsewhere);
     let stdout = String::from_utf8(output.stdout).unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        exposed.is_empty(),
+        "the password was on command lines: {exposed:?}"
+    );
+    assert!(
+        !stdout.contains(&password) && !stderr.contains(&password),
+        "the demo printed the password:\n{stdout}\n{stderr}"
+    );
     // The demo keeps its database for a look around; this test looks, then drops it.
     let database = stderr
         .lines()
@@ -88,6 +103,51 @@ async fn the_demo_runs_its_invariants_hold_and_each_email_arrives_once_in_its_la
     assert!(stdout.contains("Subject: Event on northwind: "), "{stdout}");
     assert!(stdout.contains("Matched terms: "), "{stdout}");
     assert!(stdout.contains("the inbox has it once"), "{stdout}");
+}
+
+/// `url` with `password` for its user.
+fn with_password(url: &str, password: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (user, server) = rest.split_once('@').unwrap();
+    format!("{scheme}://{user}:{password}@{server}")
+}
+
+/// Reads every process's command line, over and over, until stopped, keeping those that
+/// hold `secret`: what `ps` shows every user of the machine.
+struct CommandLineWatch {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl CommandLineWatch {
+    fn start(secret: &str) -> CommandLineWatch {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let secret = secret.to_owned();
+        let task = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !*stopped.borrow() {
+                for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+                    let Ok(line) = std::fs::read(entry.path().join("cmdline")) else {
+                        continue;
+                    };
+                    let line = String::from_utf8_lossy(&line).replace('\0', " ");
+                    if line.contains(&secret) && !seen.contains(&line) {
+                        seen.push(line);
+                    }
+                }
+                let _ =
+                    tokio::time::timeout(std::time::Duration::from_millis(20), stopped.changed())
+                        .await;
+            }
+            seen
+        });
+        CommandLineWatch { stop, task }
+    }
+
+    async fn stop(self) -> Vec<String> {
+        self.stop.send(true).unwrap();
+        self.task.await.unwrap()
+    }
 }
 
 /// Every accepted email alert is in the inbox exactly once by Message-ID, the held one is
@@ -270,14 +330,14 @@ async fn without_a_server_the_demo_runs_on_a_private_one_and_leaves_nothing_behi
         "{stderr}"
     );
     let dir = named[0]
-        .split_once(" (")
-        .and_then(|(_, rest)| rest.split_once("), started"))
+        .split_once(" on a socket in ")
+        .and_then(|(_, rest)| rest.split_once(" only, started"))
         .map(|(dir, _)| std::path::PathBuf::from(dir))
         .unwrap_or_else(|| panic!("no directory in {}", named[0]));
     // Nothing left behind: the directory is gone and no server runs from it.
     assert!(!dir.exists(), "{} is still there", dir.display());
     let still_running = std::process::Command::new("pgrep")
-        .args(["-f", &dir.display().to_string()])
+        .args(["-a", "-f", &dir.display().to_string()])
         .output()
         .unwrap();
     assert!(

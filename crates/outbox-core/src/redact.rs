@@ -23,6 +23,31 @@ pub fn url(url: &str) -> String {
     query(&userinfo(url))
 }
 
+/// A database URL with its password, if it has one, shown as `***` and the rest as given
+/// (`postgres://app:***@db:5432/outbox`): the user and the server stay readable, so the line
+/// still says where to look. Credential query values (`?password=...`) are hidden as in
+/// [`url`]. Only the authority's last `@` ends the userinfo, as in every parser of these URLs.
+pub fn database_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let authority_start = scheme_end + 3;
+    let rest = &url[authority_start..];
+    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let masked = match rest[..authority_len].rfind('@') {
+        Some(at) => match rest[..at].split_once(':') {
+            Some((user, _password)) => format!(
+                "{}{user}:***{}",
+                &url[..authority_start],
+                &url[authority_start + at..]
+            ),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    };
+    query(&masked)
+}
+
 /// `url` with any `userinfo@` part of its authority replaced by `***@`.
 fn userinfo(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
@@ -94,7 +119,31 @@ fn names_a_credential(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::url;
+    use super::{database_url, url};
+
+    #[test]
+    fn a_database_urls_password_is_hidden_and_its_user_and_server_kept() {
+        assert_eq!(
+            database_url("postgres://app:S3cret@db.example:5432/outbox"),
+            "postgres://app:***@db.example:5432/outbox"
+        );
+        // The last `@` of the authority ends the userinfo: a password may hold one.
+        assert_eq!(
+            database_url("postgres://app:p@ss@h1:5432,h2/outbox?sslmode=require"),
+            "postgres://app:***@h1:5432,h2/outbox?sslmode=require"
+        );
+        assert_eq!(
+            database_url("postgres://app@h/outbox?password=S3cret&application_name=x"),
+            "postgres://app@h/outbox?password=***&application_name=x"
+        );
+        for unchanged in [
+            "postgres://postgres@127.0.0.1:5432/postgres",
+            "postgres://postgres@%2Ftmp%2Fprivate-postgres-ab%2F:5432/postgres",
+            "not a url",
+        ] {
+            assert_eq!(database_url(unchanged), unchanged);
+        }
+    }
 
     #[test]
     fn credentials_are_hidden() {

@@ -144,8 +144,11 @@ async fn leave_database(
     } else if drop {
         outbox_store::connect::drop_database(database_url, demo_name).await?;
     } else {
+        // The URL as given, its password (if any) shown as `***`: this line is kept in
+        // terminals' scrollback and CI logs.
         println!(
-            "the demo's database is kept; look around with DATABASE_URL='{demo_url}' outboxctl outbox list --status held"
+            "the demo's database is kept; look around with DATABASE_URL='{}' outboxctl outbox list --status held",
+            outbox_core::redact::database_url(demo_url)
         );
     }
     Ok(())

@@ -36,7 +36,10 @@ pub(super) async fn decide(binaries: &Path, demo_url: &str, pool: &PgPool) -> an
     let deciders: Vec<Child> = (0..2)
         .map(|_| {
             Command::new(binaries.join("decider"))
-                .args(["run-once", "--now", DEMO_NOW, "--database-url", demo_url])
+                .args(["run-once", "--now", DEMO_NOW])
+                // Through the environment, never the command line: `ps` shows every
+                // user a command line, password included.
+                .env("DATABASE_URL", demo_url)
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::piped())
                 .kill_on_drop(true)
@@ -72,8 +75,6 @@ pub(super) fn start_dispatchers(
         .map(|n| {
             Command::new(binaries.join("dispatcher"))
                 .args([
-                    "--database-url",
-                    demo_url,
                     "--worker-id",
                     &format!("demo-{n}"),
                     "--drain",
@@ -88,6 +89,8 @@ pub(super) fn start_dispatchers(
                     "--allow-private",
                     sink_ip,
                 ])
+                // As for the deciders: the URL may hold a password.
+                .env("DATABASE_URL", demo_url)
                 .env("RUST_LOG", "error")
                 .kill_on_drop(true)
                 .spawn()
