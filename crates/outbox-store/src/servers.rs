@@ -46,8 +46,8 @@ impl ServerList {
                 "scheme `{scheme}`: expected postgres:// or postgresql://"
             )));
         }
-        // The authority ends at the first '/' or '?'; the user part at its last '@'.
-        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        // The authority ends at the first '/', '?' or '#'; the user part at its last '@'.
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let (authority, tail) = rest.split_at(authority_end);
         let (userinfo, hosts) = match authority.rfind('@') {
             Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
@@ -72,19 +72,34 @@ impl ServerList {
             format!("?{}", kept.join("&"))
         };
         let user = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+        // An `@` past the authority, with none in it, is most likely a password holding an
+        // unescaped `/`, `?` or `#`, which cut the authority short: what was read as the
+        // host list then starts with `user:pass...`. Such hosts are never echoed, in errors
+        // or in logs; they are named by their place in the list.
+        let may_hold_userinfo = userinfo.is_none() && rest.contains('@');
         let mut servers = Vec::new();
-        for host in hosts.split(',') {
+        for (index, host) in hosts.split(',').enumerate() {
             if host.is_empty() {
                 return Err(bad("an empty host in the host list"));
             }
+            let label = if may_hold_userinfo {
+                format!("host {}", index + 1)
+            } else {
+                host.to_owned()
+            };
             let single = format!("{scheme}://{user}{host}{path}{query}");
             let options = PgConnectOptions::from_str(&single).map_err(|err| {
-                StoreError::BadDatabaseUrl(format!("host `{host}`: {}", crate::error::cause(&err)))
+                let cause = crate::error::cause(&err);
+                StoreError::BadDatabaseUrl(if may_hold_userinfo {
+                    format!(
+                        "{label}: {cause} (a `/`, `?` or `#` in the user name or password must \
+                         be percent-encoded: %2F, %3F, %23)"
+                    )
+                } else {
+                    format!("host `{host}`: {cause}")
+                })
             })?;
-            servers.push(Server {
-                options,
-                label: host.to_owned(),
-            });
+            servers.push(Server { options, label });
         }
         Ok(ServerList { servers, attrs })
     }
@@ -216,6 +231,25 @@ mod tests {
             ServerList::parse("postgresql://postgres@127.0.0.1/postgres?target_session_attrs=any")
                 .unwrap();
         assert!(list.is_single());
+    }
+
+    #[test]
+    fn a_password_that_cut_the_authority_short_is_never_echoed() {
+        for url in [
+            "postgres://app:Pa55/w0rd@db.example:5432/outbox",
+            "postgres://app:Pa55?w0rd@db.example:5432/outbox",
+            "postgres://app:Pa55#w0rd@h1,h2/outbox?target_session_attrs=read-write",
+            "postgres://app:Pa55w0rd/x@h1,h2/outbox",
+        ] {
+            let err = ServerList::parse(url).unwrap_err().to_string();
+            for secret in ["Pa55", "w0rd", "app:"] {
+                assert!(!err.contains(secret), "{url}: {err}");
+            }
+            assert!(err.contains("percent-encoded"), "{url}: {err}");
+        }
+        // A password of digits parses as a port: the host's label must not show it either.
+        let list = ServerList::parse("postgres://app:1234/9@db.example/outbox").unwrap();
+        assert_eq!(list.servers()[0].label, "host 1");
     }
 
     #[test]
