@@ -66,7 +66,8 @@ pub(crate) fn line_for(command: &Command) -> Option<Line> {
             destination_line(&invoker(), args.audited(), "destination added")
         }
         Command::Destination(DestinationCommand::Update(args)) => {
-            destination_line(&invoker(), args.audited(), "destination updated")
+            // `--actor`, as the evidence of the alerts the update lets go records it.
+            destination_line(&args.actor(), args.audited(), "destination updated")
         }
         Command::Destination(DestinationCommand::RotateSecret(args)) => {
             destination_line(&invoker(), args.audited(), "destination secret rotated")

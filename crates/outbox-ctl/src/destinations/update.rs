@@ -32,7 +32,8 @@ pub struct UpdateArgs {
     /// held or failed heads are released and sent.
     #[arg(long)]
     force: bool,
-    /// Who: recorded in the evidence of alerts a change lets go (switching to `skip`).
+    /// Who: recorded in the audit log, and in the evidence of alerts a change lets go
+    /// (switching to `skip`).
     #[arg(long, env = "USER", default_value = "operator")]
     actor: String,
 }
@@ -41,6 +42,11 @@ impl UpdateArgs {
     /// The tenant and the destination's name, as given, for the audit log.
     pub(crate) fn audited(&self) -> (&str, &str) {
         (&self.tenant, &self.name)
+    }
+
+    /// Who made the change, as both the audit log and the evidence record it (`cli:NAME`).
+    pub(crate) fn actor(&self) -> String {
+        crate::operate::actor_name(&self.actor)
     }
 }
 
@@ -60,8 +66,8 @@ pub(super) async fn update_destination(pool: &PgPool, args: UpdateArgs) -> anyho
             ordering: args.ordering.unwrap_or(current.ordering),
             on_head_failed: args.on_head_failed.unwrap_or(current.on_head_failed),
         };
-        let actor = crate::operate::actor_name(&args.actor);
-        let change = lanes::set_ordering(pool, destination_id, wanted, args.force, &actor).await?;
+        let change =
+            lanes::set_ordering(pool, destination_id, wanted, args.force, &args.actor()).await?;
         eprintln!("destination `{}`: {}", args.name, ordering_text(wanted));
         if change.released > 0 {
             eprintln!(
