@@ -284,3 +284,58 @@ async fn a_routine_delivery_leaves_the_alert_row_alone_and_reads_as_before() {
         show.stdout
     );
 }
+
+/// A payload changed in the database after approval is never sent. The payload column is
+/// outside the evidence chain's hashes and its fingerprint inside, so an edit there would
+/// otherwise deliver bytes nobody approved under the approved fingerprint: the dispatcher
+/// fingerprints what it is about to send, and refuses. The alert fails with both
+/// fingerprints in its evidence, the destination (not at fault) stays enabled, and the
+/// sink's own records hold only the untouched alert.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_changed_after_approval_is_never_sent() {
+    let sink = Sink::start(&[]).await;
+    let (db, tenant_id) = acme_with_ops_at(&sink, |_| {}).await;
+    let ids = approve_many(&db, tenant_id, "ops", 2).await;
+    sqlx::query("UPDATE alerts SET payload = '{\"alert\": 0, \"amount\": 1000000}' WHERE id = $1")
+        .bind(ids[0])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    drain(&db, "w1", &[]).await;
+    assert_eq!(state_of(&db, ids[0]).await, "failed");
+    assert_eq!(state_of(&db, ids[1]).await, "accepted");
+    let records = sink.all_records().await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    let untouched: String =
+        sqlx::query_scalar("SELECT encode(payload_sha256, 'hex') FROM alerts WHERE id = $1")
+            .bind(ids[1])
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        records[0]["payload_sha256"],
+        untouched.as_str(),
+        "{records:?}"
+    );
+    let lines = evidence(&db, ids[0]).await;
+    let last = lines.last().unwrap();
+    assert!(
+        last.contains("not sent") && last.contains("changed after approval"),
+        "{lines:?}"
+    );
+    let (class, enabled): (Option<String>, bool) = sqlx::query_as(
+        "SELECT d.error_class, dest.enabled FROM delivery_attempts d \
+         JOIN alerts a ON a.id = d.alert_id JOIN destinations dest ON dest.id = a.destination_id \
+         WHERE d.alert_id = $1",
+    )
+    .bind(ids[0])
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(class.as_deref(), Some("altered"));
+    assert!(
+        enabled,
+        "the destination was disabled for an altered payload"
+    );
+}

@@ -186,6 +186,7 @@ pub(crate) fn record_exchange(span: &Span, exchange: &Exchange) {
         Exchange::Broken(_) => Some("broken".to_owned()),
         Exchange::Unsendable(_) => Some("unsendable".to_owned()),
         Exchange::Blocked(_) => Some("blocked".to_owned()),
+        Exchange::Altered(_) => Some("altered".to_owned()),
         Exchange::SmtpAccepted { .. } => None,
         Exchange::SmtpRefused { code, .. } => Some(code.to_string()),
         Exchange::SmtpNotSent { .. } => Some("smtp_not_sent".to_owned()),

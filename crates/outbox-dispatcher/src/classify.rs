@@ -56,6 +56,9 @@ pub enum Exchange {
     /// a configuration error, worded apart from refused/timed out/closed so that it says
     /// nothing about what listens at that address.
     Blocked(String),
+    /// The stored payload no longer has the fingerprint approved with it: it was changed
+    /// after approval, behind the product's back. Nothing was sent.
+    Altered(String),
 }
 
 /// The phases of an SMTP dialogue before the message data, each its own error class, so
@@ -138,6 +141,12 @@ pub enum Verdict {
         /// Why, for the evidence line.
         why: String,
     },
+    /// The payload is not what was approved: the alert fails (or is held, when an earlier
+    /// attempt's outcome is unknown) and nothing is sent, now or on any retry.
+    Altered {
+        /// Why, for the evidence line.
+        why: String,
+    },
 }
 
 /// Classifies an exchange. `deduplicates` says whether the destination de-duplicates by
@@ -215,6 +224,7 @@ pub fn classify(exchange: &Exchange, deduplicates: bool) -> Verdict {
             why: why.clone(),
         },
         Exchange::Blocked(why) => Verdict::Blocked { why: why.clone() },
+        Exchange::Altered(why) => Verdict::Altered { why: why.clone() },
     }
 }
 

@@ -165,6 +165,7 @@ pub(crate) fn judge_send(
             (next, format!("{prefix} not sent ({why}); {plan}"), None)
         }
         Verdict::Blocked { why } => blocked_send(j, &prefix, resending, &why),
+        Verdict::Altered { why } => altered_send(&prefix, resending, &why),
         Verdict::Uncertain { why } => {
             let (next, plan) = after_uncertain_send(j, attempt, started_at);
             (
@@ -233,6 +234,32 @@ fn blocked_send(
             }
         ),
         Some(format!("{why} (alert {})", j.row.alert_id)),
+    )
+}
+
+/// A payload changed after approval: sending it would deliver what nobody approved under
+/// the approved fingerprint, so nothing is sent, and no retry can help. The destination is
+/// not at fault and stays enabled. When an earlier attempt's outcome is unknown, the
+/// approved payload may have arrived: the alert is held for reconciliation instead.
+fn altered_send(prefix: &str, resending: bool, why: &str) -> (Next, String, Option<String>) {
+    (
+        Next::Settle {
+            outcome: if resending {
+                Outcome::Held
+            } else {
+                Outcome::Failed
+            },
+            reference: None,
+        },
+        format!(
+            "{prefix} not sent: {why}{}",
+            if resending {
+                "; held for reconciliation, an earlier attempt's outcome is unknown"
+            } else {
+                ""
+            }
+        ),
+        None,
     )
 }
 
@@ -336,7 +363,9 @@ fn attempt_record(
         Verdict::Accepted { .. } => AttemptOutcome::Accepted,
         Verdict::Rejected { .. } => AttemptOutcome::Rejected,
         Verdict::NotProcessed { .. } => AttemptOutcome::NotProcessed,
-        Verdict::NotSent { .. } | Verdict::Blocked { .. } => AttemptOutcome::NotSent,
+        Verdict::NotSent { .. } | Verdict::Blocked { .. } | Verdict::Altered { .. } => {
+            AttemptOutcome::NotSent
+        }
         Verdict::Uncertain { .. } => AttemptOutcome::Uncertain,
     };
     let (http_status, destination_reference, error_class, response_excerpt) = match exchange {
@@ -373,6 +402,7 @@ fn attempt_record(
         ),
         Exchange::Unsendable(why) => (None, None, Some("configuration".into()), Some(why.clone())),
         Exchange::Blocked(why) => (None, None, Some("blocked".into()), Some(why.clone())),
+        Exchange::Altered(why) => (None, None, Some("altered".into()), Some(why.clone())),
     };
     AttemptRecord {
         kind: AttemptKind::Send,
@@ -520,7 +550,8 @@ fn failed_lookup_answer(exchange: &Exchange) -> (String, Option<u16>, Option<Dur
         | Exchange::TimedOut(w)
         | Exchange::Broken(w)
         | Exchange::Unsendable(w)
-        | Exchange::Blocked(w) => (w.clone(), None, None),
+        | Exchange::Blocked(w)
+        | Exchange::Altered(w) => (w.clone(), None, None),
     }
 }
 

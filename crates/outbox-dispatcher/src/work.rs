@@ -137,6 +137,11 @@ async fn exchange(
     row: &ClaimedAlert,
     trace: Option<&TraceContext>,
 ) -> (Exchange, Option<String>) {
+    if shared.config.transport == crate::Transport::Http {
+        if let Some(altered) = altered_payload(row) {
+            return (altered, None);
+        }
+    }
     match (shared.config.transport, row.destination.kind) {
         (crate::Transport::Http, DestinationKind::Email) => {
             crate::smtp::send(shared, row, trace).await
@@ -175,6 +180,25 @@ async fn exchange(
             None,
         ),
     }
+}
+
+/// The payload, checked against the fingerprint approved with it before anything is made
+/// of it (a webhook's body, an email's first rendering): the payload column is outside
+/// every hash of the evidence chain, and the fingerprint is inside it, so bytes changed
+/// in the database after approval are caught here and never sent under the approved
+/// fingerprint. About a microsecond for a 0.5 kB payload.
+fn altered_payload(row: &ClaimedAlert) -> Option<Exchange> {
+    use sha2::{Digest, Sha256};
+    let actual = Sha256::digest(row.payload.as_bytes());
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    (actual.as_slice() != row.payload_sha256.as_slice()).then(|| {
+        Exchange::Altered(format!(
+            "the stored payload's SHA-256 is {}, not the {} approved: it was changed after \
+             approval",
+            hex(&actual),
+            hex(&row.payload_sha256)
+        ))
+    })
 }
 
 /// Settles an uncertain attempt by evidence, in order: lookup at the destination; a resend

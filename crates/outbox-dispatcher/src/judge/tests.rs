@@ -402,6 +402,31 @@ fn a_blocked_address_fails_and_disables_or_holds_a_resend() {
     assert!(settled(Outcome::Held)(&resend), "{resend:?}");
 }
 
+#[test]
+fn an_altered_payload_fails_without_disabling_or_holds_a_resend() {
+    let altered =
+        Exchange::Altered("the stored payload's SHA-256 is 00, not the 11 approved".into());
+    let done = send(&claim(), &altered);
+    assert!(settled(Outcome::Failed)(&done), "{done:?}");
+    assert_eq!(attempt_outcome(&done), AttemptOutcome::NotSent);
+    assert_eq!(
+        done.attempt.as_ref().and_then(|a| a.error_class.as_deref()),
+        Some("altered")
+    );
+    // The destination did nothing wrong.
+    assert!(done.disable_destination.is_none());
+    let schedule = schedule();
+    let resend = judge_send(
+        &judging(&claim(), &schedule),
+        2,
+        true,
+        now(),
+        &altered,
+        None,
+    );
+    assert!(settled(Outcome::Held)(&resend), "{resend:?}");
+}
+
 fn lookup(row: &ClaimedAlert, exchange: &Exchange) -> AfterLookup {
     let schedule = schedule();
     judge_lookup(&judging(row, &schedule), now(), exchange)
