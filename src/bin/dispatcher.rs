@@ -92,6 +92,12 @@ struct Cli {
     /// lock makes it), or `off`. Signed with `OUTBOX_EVIDENCE_SIGNING_KEY` when it is set.
     #[arg(long, env = "OUTBOX_CHECKPOINT_INTERVAL", default_value_t = CheckpointInterval(Some(checkpoint::DEFAULT_INTERVAL)), value_name = "DURATION|off", value_parser = checkpoint::parse_interval)]
     checkpoint_interval: CheckpointInterval,
+    /// Append every checkpoint, as a signed note, to this file (made if missing): a
+    /// record outside the database that `outboxctl evidence verify --checkpoints`
+    /// holds the database to. Stops, with an ERROR, when the database no longer holds
+    /// what it published.
+    #[arg(long, env = "OUTBOX_CHECKPOINT_LOG", value_name = "FILE")]
+    checkpoint_log: Option<std::path::PathBuf>,
 }
 
 /// `--queue-vacuum-after`: a number of dead tuples, or `off`.
@@ -179,10 +185,7 @@ async fn deliver(
         templates_dir: cli.templates_dir,
         health_report_interval: cli.health_report_interval,
         queue_vacuum_after: cli.queue_vacuum_after.0,
-        evidence: cli
-            .checkpoint_interval
-            .settings()
-            .map_err(|err| anyhow::anyhow!("{}: {err}", checkpoint::SIGNING_KEY_VARIABLE))?,
+        evidence: cli.checkpoint_interval.settings(cli.checkpoint_log)?,
     };
     outbox_dispatcher::run(pool, config, outbox_runtime::shutdown_signal()).await?;
     Ok(())

@@ -108,7 +108,7 @@ impl Running {
                     evidence: outbox_evidence::checkpoint::CheckpointInterval(Some(
                         outbox_evidence::checkpoint::DEFAULT_INTERVAL,
                     ))
-                    .settings()
+                    .settings(None)
                     .unwrap_or_default(),
                 };
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -84,6 +84,14 @@ impl CheckpointSigner {
     pub fn sign(&self, checkpoint: &Checkpoint) -> [u8; 64] {
         self.key.sign(&checkpoint.signed_bytes()).to_bytes()
     }
+
+    /// The signature of a signed note's text ([`crate::evidence_note`]). A note's text
+    /// holds no control character, and a checkpoint's signed bytes always hold a NUL, so
+    /// neither signature can stand for the other.
+    pub fn sign_note(&self, text: &[u8]) -> [u8; 64] {
+        assert!(!text.contains(&0), "a note's text holds no NUL");
+        self.key.sign(text).to_bytes()
+    }
 }
 
 /// A public key that verifies checkpoints.
@@ -116,6 +124,19 @@ impl PublicKey {
     /// The key's id.
     pub fn key_id(&self) -> &str {
         &self.id
+    }
+
+    /// The key's 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        self.key.as_bytes()
+    }
+
+    /// Whether `signature` is this key's signature of a note's `text` (strict).
+    pub fn verifies_note(&self, text: &[u8], signature: &[u8]) -> bool {
+        let Ok(signature) = ed25519_dalek::Signature::from_slice(signature) else {
+            return false;
+        };
+        self.key.verify_strict(text, &signature).is_ok()
     }
 
     /// Whether `signature` is this key's signature of `checkpoint` (strict verification:

@@ -35,6 +35,8 @@
 //!   sign, with inclusion proofs (RFC 9162's tree).
 //! - [`evidence_entries`]: what the chain records of an alert and of each kind of
 //!   evidence entry, field by field.
+//! - [`evidence_note`]: a checkpoint as a signed note, the text kept outside the
+//!   database (the checkpoint log) and read back by the checks.
 //! - [`evidence_signing`]: checkpoints signed with Ed25519: key texts, key ids, signing
 //!   and strict verification.
 
@@ -42,6 +44,7 @@ pub mod client;
 pub mod duration;
 pub mod evidence_chain;
 pub mod evidence_entries;
+pub mod evidence_note;
 pub mod evidence_signing;
 pub mod headers;
 pub mod identity;

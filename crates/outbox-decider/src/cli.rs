@@ -1,7 +1,6 @@
 //! The `decider` program's command line (`decider serve`, `decider run-once`), and what
 //! each command runs once the database is reached.
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 use outbox_evidence::checkpoint::{self, CheckpointInterval};
 use std::net::SocketAddr;
@@ -65,6 +64,12 @@ enum Command {
         /// a lock makes it), or `off`. Signed with `OUTBOX_EVIDENCE_SIGNING_KEY` when set.
         #[arg(long, env = "OUTBOX_CHECKPOINT_INTERVAL", default_value_t = CheckpointInterval(Some(checkpoint::DEFAULT_INTERVAL)), value_name = "DURATION|off", value_parser = checkpoint::parse_interval)]
         checkpoint_interval: CheckpointInterval,
+        /// Append every checkpoint, as a signed note, to this file (made if missing): a
+        /// record outside the database that `outboxctl evidence verify --checkpoints`
+        /// holds the database to. Stops, with an ERROR, when the database no longer holds
+        /// what it published.
+        #[arg(long, env = "OUTBOX_CHECKPOINT_LOG", value_name = "FILE")]
+        checkpoint_log: Option<std::path::PathBuf>,
     },
     /// Evaluate every monitor once and exit (for cron).
     RunOnce {
@@ -244,11 +249,11 @@ async fn run_on(
             interval,
             news: _,
             checkpoint_interval,
+            checkpoint_log,
         } => {
-            // Before serving: a malformed key is a configuration error to fix first.
-            let evidence = checkpoint_interval
-                .settings()
-                .with_context(|| checkpoint::SIGNING_KEY_VARIABLE.to_owned())?;
+            // Before serving: a malformed key or a log that cannot be kept is a
+            // configuration error to fix first.
+            let evidence = checkpoint_interval.settings(checkpoint_log)?;
             let config = ServeConfig {
                 listen,
                 metrics_listen,

@@ -64,6 +64,7 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
     };
     outbox_runtime::prometheus::Figures::render(&*state.database, &mut out);
     outbox_runtime::telemetry::render_metrics(&mut out);
+    outbox_evidence::published::render_metrics(&mut out);
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

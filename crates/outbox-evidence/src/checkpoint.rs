@@ -192,6 +192,9 @@ pub struct Settings {
     pub signer: Option<std::sync::Arc<CheckpointSigner>>,
     /// Alerts the backfill chains per step.
     pub backfill_batch: i32,
+    /// The checkpoint log every checkpoint is appended to, if one is kept
+    /// ([`crate::published`]).
+    pub log: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -203,6 +206,7 @@ impl std::fmt::Debug for Settings {
                 &self.signer.as_ref().map(|s| s.key_id().to_owned()),
             )
             .field("backfill_batch", &self.backfill_batch)
+            .field("log", &self.log)
             .finish()
     }
 }
@@ -236,16 +240,42 @@ impl std::fmt::Display for CheckpointInterval {
     }
 }
 
+/// Why the checkpoint loop's settings were refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// The signing key's text.
+    #[error("{SIGNING_KEY_VARIABLE}: {0}")]
+    Key(#[from] KeyError),
+    /// A checkpoint log that cannot be read or appended to.
+    #[error(transparent)]
+    Log(#[from] crate::published::LogError),
+    /// A checkpoint log without checkpoints to append.
+    #[error("--checkpoint-log needs checkpoints: give a --checkpoint-interval other than `off`")]
+    LogWithoutCheckpoints,
+}
+
 impl CheckpointInterval {
-    /// The loop's settings, with the signing key from the environment; `None` when off.
-    pub fn settings(self) -> Result<Option<Settings>, KeyError> {
+    /// The loop's settings, with the signing key from the environment and the checkpoint
+    /// log at `log` (read now, so that an unreadable, unwritable or damaged log stops the
+    /// process at start); `None` when off.
+    pub fn settings(
+        self,
+        log: Option<std::path::PathBuf>,
+    ) -> Result<Option<Settings>, SettingsError> {
         let Some(interval) = self.0 else {
-            return Ok(None);
+            return match log {
+                Some(_) => Err(SettingsError::LogWithoutCheckpoints),
+                None => Ok(None),
+            };
         };
+        if let Some(path) = &log {
+            crate::published::CheckpointLog::open(path)?.check_writable()?;
+        }
         Ok(Some(Settings {
             interval,
             signer: signer_from_env()?.map(std::sync::Arc::new),
             backfill_batch: BACKFILL_BATCH,
+            log,
         }))
     }
 }
@@ -267,6 +297,11 @@ pub async fn run(pool: PgPool, settings: Settings, mut stop: Shutdown) {
     }
     let mut registered = false;
     let mut warned_open: bool = false;
+    let mut log = settings.log.as_deref().and_then(|path| {
+        crate::published::CheckpointLog::open(path)
+            .map_err(|err| tracing::error!(error = %err, "evidence checkpoint log not kept"))
+            .ok()
+    });
     loop {
         tokio::select! {
             _ = stop.wait() => return,
@@ -307,6 +342,32 @@ pub async fn run(pool: PgPool, settings: Settings, mut stop: Shutdown) {
                 Ok(Err(_)) => {}
                 Err(err) => tracing::warn!(error = %err, "evidence checkpoint failed; will retry"),
             }
+        }
+        if let Some(log) = &mut log {
+            publish(log, &pool, settings.signer.as_deref()).await;
+        }
+    }
+}
+
+/// Appends what is new to the checkpoint log. A log that disagrees with the database is
+/// said once, at ERROR, and counted; other failures are retried at the next round.
+async fn publish(
+    log: &mut crate::published::CheckpointLog,
+    pool: &PgPool,
+    signer: Option<&CheckpointSigner>,
+) {
+    use crate::published::LogError;
+    let already_stopped = log.is_stopped();
+    match log.publish_new(pool, signer).await {
+        Ok(_) => {}
+        Err(err @ LogError::Disagrees(_)) => {
+            if !already_stopped {
+                crate::published::count_disagreement();
+                tracing::error!(error = %err, "evidence checkpoint log stopped");
+            }
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "evidence checkpoint log not appended; will retry")
         }
     }
 }

@@ -12,9 +12,13 @@
 //!   memory; every finding names its place.
 //! - [`bundle`]: one alert's proof as a self-contained JSON document, checked with no
 //!   database.
+//! - [`published`]: the checkpoint log, every checkpoint as a signed note in a file
+//!   outside the database, appended by the processes that make checkpoints and held
+//!   against the database as it is.
 //!
 //! What this proves and what it does not is docs/auditing.md's subject.
 
 pub mod bundle;
 pub mod checkpoint;
+pub mod published;
 pub mod verify;

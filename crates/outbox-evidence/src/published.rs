@@ -1,0 +1,281 @@
+//! The checkpoint log: every checkpoint, as a signed note ([`outbox_core::evidence_note`]),
+//! appended to a file outside the database (`--checkpoint-log FILE` on `decider serve` and
+//! `dispatcher`), where the database's administrator cannot rewrite it. `verify` and
+//! `check` read it back (`--checkpoints FILE`) and refuse any history that disagrees.
+//!
+//! **Whichever process made a checkpoint, every log gets it.** After each round of the
+//! checkpoint loop, a process with a log appends the checkpoints the database holds past
+//! the newest one in its file, in order, so each log is complete on its own; point every
+//! process's log at a place you keep (a file shipped to a log store, a volume you back up).
+//!
+//! **A log is a witness.** Before appending, the process holds the database to what the
+//! log already says: the newest published checkpoint must still be stored with the same
+//! hash, and the next one must chain from it. A checkpoint deleted or made again, or a
+//! chain rewritten, stops the log there with an ERROR line (`evidence checkpoint log
+//! disagrees with the database`) and the metric, instead of publishing the new history
+//! beside the old; the file keeps what was published, for the auditor.
+//!
+//! Appends are one `write` of a whole note to a file opened for appending, then `fsync`.
+//! A crash can still leave the last note cut short: then the log is not appended to
+//! until an operator looks (the ERROR names the byte where the cut note starts).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use outbox_core::evidence_chain::{hex, Hash};
+use outbox_core::evidence_note::{self, write_note, ParsedLog};
+use outbox_core::evidence_signing::CheckpointSigner;
+use outbox_store::evidence_chain as stored;
+use outbox_store::StoreError;
+use sqlx::PgPool;
+
+use crate::checkpoint::checkpoint_of;
+
+/// Checkpoints appended per round at most (the rest go in the next round).
+const BATCH: i64 = 1_000;
+
+/// Why a log was not appended to.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// The file could not be read or written.
+    #[error("checkpoint log {path}: {source}")]
+    Io {
+        /// The log.
+        path: String,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// The file is not a checkpoint log, or holds a malformed note.
+    #[error("checkpoint log {path}: {why}")]
+    Malformed {
+        /// The log.
+        path: String,
+        /// What is wrong, and where.
+        why: String,
+    },
+    /// The database no longer holds the history the log published.
+    #[error("evidence checkpoint log disagrees with the database: {0}")]
+    Disagrees(String),
+    /// The database could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A checkpoint log being appended to.
+#[derive(Debug)]
+pub struct CheckpointLog {
+    path: PathBuf,
+    /// The newest checkpoint in the file: its number and hash.
+    newest: Option<(u64, Hash)>,
+    /// Set once the log disagreed with the database: nothing more is appended.
+    stopped: Option<String>,
+}
+
+impl CheckpointLog {
+    /// Opens the log at `path` (made if missing), reading what it already holds.
+    pub fn open(path: &Path) -> Result<CheckpointLog, LogError> {
+        let parsed = read_log(path)?;
+        if let Some(at) = parsed.torn_tail {
+            return Err(LogError::Malformed {
+                path: path.display().to_string(),
+                why: format!(
+                    "the last note, from byte {at}, was cut short (a crash while it was \
+                     written); nothing is appended until it is looked at and removed"
+                ),
+            });
+        }
+        Ok(CheckpointLog {
+            path: path.to_path_buf(),
+            newest: parsed
+                .checkpoints
+                .last()
+                .map(|p| (p.checkpoint.seq, p.hash())),
+            stopped: None,
+        })
+    }
+
+    /// The newest checkpoint the log holds, if any.
+    pub fn newest(&self) -> Option<(u64, Hash)> {
+        self.newest
+    }
+
+    /// Appends every checkpoint the database holds past the log's newest, each signed as a
+    /// note by `writer` when given; returns how many. Fails, and appends nothing then or
+    /// ever after in this process, when the database disagrees with what the log holds.
+    pub async fn publish_new(
+        &mut self,
+        pool: &PgPool,
+        writer: Option<&CheckpointSigner>,
+    ) -> Result<usize, LogError> {
+        if let Some(why) = &self.stopped {
+            return Err(LogError::Disagrees(why.clone()));
+        }
+        let (after, expected) = match self.newest {
+            Some((seq, hash)) => (i64::try_from(seq).unwrap_or(i64::MAX), Some(hash)),
+            None => (0, None),
+        };
+        // The newest published checkpoint itself, then those after it.
+        let rows = stored::checkpoints_after(pool, after - 1, BATCH + 1, false).await?;
+        let mut rows = rows.into_iter().peekable();
+        if let (Some((seq, published)), Some(_)) = (self.newest, expected) {
+            let stored_hash = match rows.peek() {
+                Some(row) if row.seq == after => {
+                    let hash = checkpoint_of(row).hash();
+                    rows.next();
+                    Some(hash)
+                }
+                _ => None,
+            };
+            match stored_hash {
+                Some(hash) if hash == published => {}
+                Some(hash) => {
+                    return Err(self.stop(format!(
+                        "checkpoint {seq} was published with hash {}, the database now holds \
+                         hash {}",
+                        hex(&published),
+                        hex(&hash)
+                    )))
+                }
+                None => {
+                    return Err(self.stop(format!(
+                        "checkpoint {seq}, published with hash {}, is no longer in the database",
+                        hex(&published)
+                    )))
+                }
+            }
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.path)
+            .map_err(|source| self.io(source))?;
+        let mut appended = 0;
+        for row in rows {
+            let checkpoint = checkpoint_of(&row);
+            let previous = self.newest.map_or([0u8; 32], |(_, hash)| hash);
+            let expected_seq = self.newest.map_or(1, |(seq, _)| seq + 1);
+            if checkpoint.seq != expected_seq || checkpoint.previous != previous {
+                return Err(self.stop(format!(
+                    "checkpoint {} does not follow checkpoint {} as published (it chains from \
+                     {})",
+                    checkpoint.seq,
+                    expected_seq - 1,
+                    hex(&checkpoint.previous)
+                )));
+            }
+            let signed_by = row.key_id.as_deref().zip(row.signature.as_deref());
+            let note = write_note(&checkpoint, signed_by, writer);
+            file.write_all(note.as_bytes())
+                .and_then(|()| file.sync_data())
+                .map_err(|source| self.io(source))?;
+            self.newest = Some((checkpoint.seq, checkpoint.hash()));
+            appended += 1;
+        }
+        Ok(appended)
+    }
+
+    /// Whether the log stopped, having disagreed with the database.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.is_some()
+    }
+
+    /// Whether the log's file can be appended to (made if missing).
+    pub fn check_writable(&self) -> Result<(), LogError> {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.path)
+            .map(drop)
+            .map_err(|source| self.io(source))
+    }
+
+    fn stop(&mut self, why: String) -> LogError {
+        self.stopped = Some(why.clone());
+        LogError::Disagrees(why)
+    }
+
+    fn io(&self, source: std::io::Error) -> LogError {
+        LogError::Io {
+            path: self.path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// Reads the checkpoint log at `path` (empty when it does not exist yet), refusing one
+/// larger than [`evidence_note::MAX_LOG_BYTES`].
+pub fn read_log(path: &Path) -> Result<ParsedLog, LogError> {
+    let io = |source| LogError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let bytes = match std::fs::metadata(path) {
+        Ok(meta) if meta.len() > evidence_note::MAX_LOG_BYTES => {
+            return Err(LogError::Malformed {
+                path: path.display().to_string(),
+                why: format!(
+                    "{} bytes, more than the {} a log may hold",
+                    meta.len(),
+                    evidence_note::MAX_LOG_BYTES
+                ),
+            })
+        }
+        Ok(_) => std::fs::read(path).map_err(io)?,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(err) => return Err(io(err)),
+    };
+    // A crash may cut the last note inside a character: text up to there, and the cut
+    // note is a torn tail. Invalid bytes anywhere else are not a log.
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(text) => text,
+        Err(err) if err.error_len().is_none() => {
+            std::str::from_utf8(&bytes[..err.valid_up_to()]).unwrap_or_default()
+        }
+        Err(err) => {
+            return Err(LogError::Malformed {
+                path: path.display().to_string(),
+                why: format!("not UTF-8 at byte {}", err.valid_up_to()),
+            })
+        }
+    };
+    let mut parsed = evidence_note::parse_log(text).map_err(|why| LogError::Malformed {
+        path: path.display().to_string(),
+        why,
+    })?;
+    if text.len() < bytes.len() && parsed.torn_tail.is_none() {
+        parsed.torn_tail = Some(text.len());
+    }
+    Ok(parsed)
+}
+
+/// Times a checkpoint log found the database disagreeing with what it published, in this
+/// process (`outbox_evidence_checkpoint_log_disagreements_total`).
+static DISAGREEMENTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts one disagreement.
+pub(crate) fn count_disagreement() {
+    DISAGREEMENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The checkpoint log's figures, for a process's `/metrics`.
+#[derive(Debug, Default)]
+pub struct LogFigures;
+
+impl outbox_runtime::prometheus::Figures for LogFigures {
+    fn render(&self, out: &mut String) {
+        render_metrics(out);
+    }
+}
+
+/// The checkpoint log's figures in Prometheus' text format, for a process's `/metrics`.
+pub fn render_metrics(out: &mut String) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "# HELP outbox_evidence_checkpoint_log_disagreements_total Times the checkpoint log \
+         found the database no longer holding the history it published (the log then stops).\n\
+         # TYPE outbox_evidence_checkpoint_log_disagreements_total counter\n\
+         outbox_evidence_checkpoint_log_disagreements_total {}",
+        DISAGREEMENTS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
