@@ -65,6 +65,12 @@ enum Command {
         /// a lock makes it), or `off`. Signed with `OUTBOX_EVIDENCE_SIGNING_KEY` when set.
         #[arg(long, env = "OUTBOX_CHECKPOINT_INTERVAL", default_value_t = CheckpointInterval(Some(checkpoint::DEFAULT_INTERVAL)), value_name = "DURATION|off", value_parser = checkpoint::parse_interval)]
         checkpoint_interval: CheckpointInterval,
+        /// Browser origins whose pages may call `/mcp` (comma-separated, as browsers send
+        /// them: `https://agents.example.com`). A request with any other `Origin` header is
+        /// refused with 403, against DNS rebinding; clients that are not browsers send no
+        /// `Origin` and are served. Default: none.
+        #[arg(long, env = "DECIDER_MCP_ALLOWED_ORIGINS", default_value = "", value_name = "ORIGIN,...", value_parser = outbox_api::mcp::AllowedOrigins::parse)]
+        mcp_allowed_origins: outbox_api::mcp::AllowedOrigins,
     },
     /// Evaluate every monitor once and exit (for cron).
     RunOnce {
@@ -244,6 +250,7 @@ async fn run_on(
             interval,
             news: _,
             checkpoint_interval,
+            mcp_allowed_origins,
         } => {
             // Before serving: a malformed key is a configuration error to fix first.
             let evidence = checkpoint_interval
@@ -257,6 +264,7 @@ async fn run_on(
                 interval,
                 news,
                 evidence,
+                mcp_allowed_origins,
             };
             serve::serve(pool.clone(), config, outbox_runtime::shutdown_signal()).await
         }

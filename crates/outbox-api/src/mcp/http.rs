@@ -7,12 +7,13 @@
 //! served the same way, one request at a time.)
 //!
 //! Before the protocol sees a request, this module does what the rest of the API does:
-//! the bearer token of *this* request is authenticated (401 problem+json otherwise), the
-//! body is bounded by the API's own limit (413 problem+json), anything but a POST of JSON
-//! is refused as the API refuses it (405, 415 problem+json), and a body that is not JSON,
-//! or not JSON-RPC, gets the protocol's parse or invalid-request error with a sentence
-//! saying which. The authenticated caller travels in the request's extensions, where the
-//! tools find it (rmcp hands each handler the HTTP request's parts).
+//! a browser page's `Origin` must be one the operator allows (403 problem+json, see
+//! `origin`), the bearer token of *this* request is authenticated (401 problem+json
+//! otherwise), the body is bounded by the API's own limit (413 problem+json), anything but
+//! a POST of JSON is refused as the API refuses it (405, 415 problem+json), and a body that
+//! is not JSON, or not JSON-RPC, gets the protocol's parse or invalid-request error with a
+//! sentence saying which. The authenticated caller travels in the request's extensions,
+//! where the tools find it (rmcp hands each handler the HTTP request's parts).
 
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Request};
@@ -53,6 +54,9 @@ pub(crate) fn service(state: &AppState) -> McpService {
 /// Serves one HTTP request to `/mcp`.
 pub(crate) async fn serve(mut service: McpService, state: AppState, request: Request) -> Response {
     let (mut parts, request_body) = request.into_parts();
+    if let Some(refusal) = state.mcp_allowed_origins.refusal(&parts.headers) {
+        return refusal.into_response();
+    }
     let caller = match Caller::from_request_parts(&mut parts, &state).await {
         Ok(caller) => caller,
         Err(problem) => return problem.into_response(),
