@@ -412,3 +412,63 @@ async fn browser_pages_reach_mcp_only_from_the_origins_the_operator_allows() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transport_refusals_are_problems_that_quote_nothing_the_client_sent() {
+    let db = TestDb::new().await;
+    let acme = add_tenant(&db, "acme", &["ops"]).await;
+    let decider = DeciderServe::on(&db.url).start().await;
+    let url = format!("{}/mcp", decider.api);
+    let http = reqwest::Client::new();
+    const MARKER: &str = "marker<script>";
+    let list_tools = r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}"#;
+    let post = |accept: &str, version: Option<&str>| {
+        let mut request = http
+            .post(&url)
+            .bearer_auth(&acme.token)
+            .header("content-type", "application/json")
+            .header("accept", accept)
+            .body(list_tools);
+        if let Some(version) = version {
+            request = request.header("mcp-protocol-version", version);
+        }
+        request.send()
+    };
+
+    for (accept, version, status, kind) in [
+        (
+            format!("text/html, {MARKER}/x"),
+            None,
+            406,
+            "not-acceptable",
+        ),
+        (
+            "application/json, text/event-stream".to_owned(),
+            Some(format!("2099-01-01 {MARKER}")),
+            400,
+            "unsupported-protocol-version",
+        ),
+    ] {
+        let response = post(&accept, version.as_deref()).await.unwrap();
+        assert_eq!(response.status(), status, "{kind}");
+        let content_type = response.headers().get("content-type").cloned();
+        let text = response.text().await.unwrap();
+        assert_eq!(
+            content_type.as_ref().and_then(|v| v.to_str().ok()),
+            Some("application/problem+json"),
+            "{kind}: {text}"
+        );
+        assert!(
+            !text.contains("marker"),
+            "{kind} quotes the request: {text}"
+        );
+        let problem: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(problem["type"], format!("/problems/{kind}"), "{problem}");
+        assert_eq!(problem["status"], status);
+    }
+    // The versions this server speaks are served.
+    let response = post("application/json, text/event-stream", Some("2025-06-18"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
