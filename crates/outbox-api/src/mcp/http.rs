@@ -82,7 +82,7 @@ pub(crate) async fn serve(mut service: McpService, state: AppState, request: Req
     }
     let message = match json_rpc_message(&bytes) {
         Ok(message) => message,
-        Err(refusal) => return refusal,
+        Err(unreadable) => return unreadable.into_response(),
     };
     if let Some(refusal) = unspoken_protocol_version(&parts.headers, &message) {
         return refusal.into_response();
@@ -136,39 +136,51 @@ fn not_a_json_post(parts: &axum::http::request::Parts) -> Option<Response> {
     None
 }
 
-/// The body as one JSON-RPC message (what it asks for is the server's business), or the
-/// protocol's error for a body that is not one.
-fn json_rpc_message(bytes: &[u8]) -> Result<ClientJsonRpcMessage, Response> {
-    let (code, message) = match serde_json::from_slice::<Value>(bytes) {
-        Err(err) => (
-            ErrorCode::PARSE_ERROR,
-            format!(
+/// The body as one JSON-RPC message (what it asks for is the server's business), or why
+/// it is not one.
+fn json_rpc_message(bytes: &[u8]) -> Result<ClientJsonRpcMessage, Unreadable> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Err(err) => Err(Unreadable {
+            code: ErrorCode::PARSE_ERROR,
+            message: format!(
                 "Parse error: the body is not valid JSON ({err}); send one JSON-RPC 2.0 message"
             ),
-        ),
-        Ok(value) => match serde_json::from_value::<ClientJsonRpcMessage>(value) {
-            Ok(message) => return Ok(message),
-            Err(err) => (
-                ErrorCode::INVALID_REQUEST,
-                format!(
+        }),
+        Ok(value) => {
+            serde_json::from_value::<ClientJsonRpcMessage>(value).map_err(|err| Unreadable {
+                code: ErrorCode::INVALID_REQUEST,
+                message: format!(
                     "Invalid Request: the body is JSON but not a JSON-RPC 2.0 message this \
                      server reads ({err}); send one request or notification, with \
                      \"jsonrpc\": \"2.0\", a method and its params"
                 ),
-            ),
-        },
-    };
-    let document = json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": code.0, "message": message},
-    });
-    let mut response = (StatusCode::BAD_REQUEST, document.to_string()).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    Err(response)
+            })
+        }
+    }
+}
+
+/// A body that is not one JSON-RPC message: the protocol's error code and a sentence
+/// saying why, answered as the protocol's error.
+#[derive(Debug)]
+struct Unreadable {
+    code: ErrorCode,
+    message: String,
+}
+
+impl IntoResponse for Unreadable {
+    fn into_response(self) -> Response {
+        let document = json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": self.code.0, "message": self.message},
+        });
+        let mut response = (StatusCode::BAD_REQUEST, document.to_string()).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
+    }
 }
 
 /// The API's problem for an `MCP-Protocol-Version` header that names no version this
@@ -253,7 +265,7 @@ mod tests {
     fn error_code(body: &[u8]) -> Option<StatusCode> {
         json_rpc_message(body)
             .err()
-            .map(|response| response.status())
+            .map(|unreadable| unreadable.into_response().status())
     }
 
     fn message(text: &str) -> ClientJsonRpcMessage {
