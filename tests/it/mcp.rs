@@ -289,3 +289,186 @@ async fn every_mcp_request_is_authenticated_so_a_revoked_token_stops_mid_convers
     let (_, problem) = crate::common::read(refused).await;
     assert_eq!(problem["type"], "/problems/unauthorized");
 }
+
+/// A `tools/call` of `name` with `arguments`, as a browser page at `origin` (if any) would
+/// send it to `url`.
+fn call_from(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    origin: Option<&str>,
+    name: &str,
+    arguments: Value,
+) -> reqwest::RequestBuilder {
+    let message = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+    });
+    let mut request = http
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .json(&message);
+    if let Some(origin) = origin {
+        request = request.header("origin", origin);
+    }
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_pages_reach_mcp_only_from_the_origins_the_operator_allows() {
+    let db = TestDb::new().await;
+    let acme = add_tenant(&db, "acme", &["ops"]).await;
+    let decider = DeciderServe::on(&db.url)
+        .flags(&["--mcp-allowed-origins", "https://agents.example.com"])
+        .start()
+        .await;
+    let url = format!("{}/mcp", decider.api);
+    let http = reqwest::Client::new();
+    let approval = serde_json::json!({
+        "destination": "ops",
+        "subject": "contract:ORIGIN-1",
+        "occurrence": "2027-01-31/30d",
+        "payload": {"amount": "1.00"},
+    });
+
+    // A page elsewhere, and a rebinding page (its name now points here, so its origin is
+    // this server's own address), are refused before their call runs.
+    let own = decider.api.clone();
+    for origin in ["https://evil.example", own.as_str(), "null"] {
+        let response = call_from(
+            &http,
+            &url,
+            &acme.token,
+            Some(origin),
+            "approve_alert",
+            approval.clone(),
+        )
+        .send()
+        .await
+        .unwrap();
+        let (status, problem) = crate::common::read(response).await;
+        assert_eq!(status, 403, "{origin}: {problem}");
+        assert_eq!(problem["type"], "/problems/origin-not-allowed");
+        assert!(!problem.to_string().contains("evil"), "{problem}");
+    }
+    assert_eq!(counts(&db).await, (0, 0, 0), "a refused call wrote nothing");
+
+    // The allowed page, and clients that are not browsers (no Origin), are served.
+    for origin in [Some("https://agents.example.com"), None] {
+        let answer: Value = call_from(
+            &http,
+            &url,
+            &acme.token,
+            origin,
+            "list_destinations",
+            serde_json::json!({}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        assert_eq!(answer["result"]["isError"], false, "{origin:?}: {answer}");
+    }
+
+    // Without the setting, no page is served.
+    let default = DeciderServe::on(&db.url).start().await;
+    let response = call_from(
+        &http,
+        &format!("{}/mcp", default.api),
+        &acme.token,
+        Some("https://agents.example.com"),
+        "list_destinations",
+        serde_json::json!({}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 403);
+
+    // And an entry that is no origin stops the decider at start, naming it.
+    let refused = outbox_testkit::process::Run::new(env!("CARGO_BIN_EXE_decider"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            &db.url,
+        ])
+        .args([
+            "--mcp-allowed-origins",
+            "https://ok.example,agents.example.com",
+        ])
+        .output()
+        .await;
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("`agents.example.com` is not an origin"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transport_refusals_are_problems_that_quote_nothing_the_client_sent() {
+    let db = TestDb::new().await;
+    let acme = add_tenant(&db, "acme", &["ops"]).await;
+    let decider = DeciderServe::on(&db.url).start().await;
+    let url = format!("{}/mcp", decider.api);
+    let http = reqwest::Client::new();
+    const MARKER: &str = "marker<script>";
+    let list_tools = r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}"#;
+    let post = |accept: &str, version: Option<&str>| {
+        let mut request = http
+            .post(&url)
+            .bearer_auth(&acme.token)
+            .header("content-type", "application/json")
+            .header("accept", accept)
+            .body(list_tools);
+        if let Some(version) = version {
+            request = request.header("mcp-protocol-version", version);
+        }
+        request.send()
+    };
+
+    for (accept, version, status, kind) in [
+        (
+            format!("text/html, {MARKER}/x"),
+            None,
+            406,
+            "not-acceptable",
+        ),
+        (
+            "application/json, text/event-stream".to_owned(),
+            Some(format!("2099-01-01 {MARKER}")),
+            400,
+            "unsupported-protocol-version",
+        ),
+    ] {
+        let response = post(&accept, version.as_deref()).await.unwrap();
+        assert_eq!(response.status(), status, "{kind}");
+        let content_type = response.headers().get("content-type").cloned();
+        let text = response.text().await.unwrap();
+        assert_eq!(
+            content_type.as_ref().and_then(|v| v.to_str().ok()),
+            Some("application/problem+json"),
+            "{kind}: {text}"
+        );
+        assert!(
+            !text.contains("marker"),
+            "{kind} quotes the request: {text}"
+        );
+        let problem: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(problem["type"], format!("/problems/{kind}"), "{problem}");
+        assert_eq!(problem["status"], status);
+    }
+    // The versions this server speaks are served.
+    let response = post("application/json, text/event-stream", Some("2025-06-18"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}

@@ -1,9 +1,9 @@
 //! The decider's approval API, served by `decider serve`, and its operations endpoints.
 //!
 //! Layout:
-//! - [`router`] / [`serve`] / [`serve_with`] / [`serve_with_figures`]: the routes and the
+//! - [`router`] / [`serve`] / [`serve_with`] / [`serve_with_settings`]: the routes and the
 //!   servers (graceful shutdown, deadlines for slow clients and a cap on connections from
-//!   `outbox_runtime::http_server`).
+//!   `outbox_runtime::http_server`, the browser origins `/mcp` serves: [`ApiSettings`]).
 //! - `alerts`: `POST /v1/alerts`, `GET /v1/alerts/{id}`, `POST /v1/alerts/{id}/revisions`:
 //!   each a thin handler over one operation (`approve_alert`, `alert`, `revise_alert`).
 //! - `listings`: `GET /v1/destinations` and `GET /v1/alerts` (filtered, keyset-paged).
@@ -71,6 +71,8 @@ pub struct AppState {
     figures: Vec<std::sync::Arc<dyn Figures>>,
     /// Whether the database took writes at the last readiness check or scrape.
     database: std::sync::Arc<outbox_runtime::prometheus::DatabaseWritable>,
+    /// The browser origins `/mcp` serves.
+    mcp_allowed_origins: std::sync::Arc<mcp::AllowedOrigins>,
 }
 
 impl AppState {
@@ -82,6 +84,7 @@ impl AppState {
             tokens: std::sync::Arc::new(auth::TokenCache::new(TOKEN_CACHE_TTL)),
             figures: Vec::new(),
             database: std::sync::Arc::default(),
+            mcp_allowed_origins: std::sync::Arc::default(),
             pool,
         }
     }
@@ -170,20 +173,40 @@ pub async fn serve_with(
     limits: ServerLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_with_figures(listeners, pool, limits, Vec::new(), shutdown).await
+    let settings = ApiSettings {
+        limits,
+        ..ApiSettings::default()
+    };
+    serve_with_settings(listeners, pool, settings, shutdown).await
 }
 
-/// [`serve_with`], with `/metrics` also showing `figures`: those of other parts of the
-/// same process (the console's password checks, when `decider serve` runs it).
-pub async fn serve_with_figures(
+/// How the API is served beyond its routes.
+#[derive(Debug, Default)]
+pub struct ApiSettings {
+    /// How long clients may take and how many may connect, on both listeners.
+    pub limits: ServerLimits,
+    /// Figures of other parts of the same process that `/metrics` shows too (the
+    /// console's password checks, when `decider serve` runs it).
+    pub figures: Vec<std::sync::Arc<dyn Figures>>,
+    /// The browser origins `/mcp` serves (`decider serve --mcp-allowed-origins`).
+    pub mcp_allowed_origins: mcp::AllowedOrigins,
+}
+
+/// [`serve_with`], with all of [`ApiSettings`].
+pub async fn serve_with_settings(
     listeners: Listeners,
     pool: PgPool,
-    limits: ServerLimits,
-    figures: Vec<std::sync::Arc<dyn Figures>>,
+    settings: ApiSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let ApiSettings {
+        limits,
+        figures,
+        mcp_allowed_origins,
+    } = settings;
     let state = AppState {
         figures,
+        mcp_allowed_origins: std::sync::Arc::new(mcp_allowed_origins),
         ..AppState::new(pool)
     };
     // One shutdown for both servers.

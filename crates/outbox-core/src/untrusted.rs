@@ -8,7 +8,9 @@
 //! [`visible`], which shows these characters as escapes instead of sending them:
 //! `\x1b`, `\n`, `\u{202e}`. Nothing is dropped silently, so the operator sees that the
 //! text carried them. Machine-readable output (`--json`, the API) stays faithful; see
-//! [`to_json_line`] for the one extra care it takes.
+//! [`to_json_line`] for the one extra care it takes. Log lines take the same care, whichever
+//! library writes them (`outbox-runtime` formats every line): human lines through
+//! [`visible`], JSON lines through [`json_escaped`].
 
 use std::borrow::Cow;
 
@@ -93,6 +95,27 @@ pub fn to_json_pretty<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Re
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
+/// `json` (JSON text, or text inside a JSON string) with every character that
+/// [`is_unsafe_on_terminal`] written as a `\uXXXX` escape. Outside strings JSON has only
+/// ASCII punctuation, digits and letters, so applied to a whole compact document (without
+/// its line end) it changes only what strings hold raw, and every parser reads the same
+/// strings back. Text without such characters is returned as it is, without copying.
+pub fn json_escaped(json: &str) -> Cow<'_, str> {
+    if !json.chars().any(is_unsafe_on_terminal) {
+        return Cow::Borrowed(json);
+    }
+    let mut escaped = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if is_unsafe_on_terminal(c) {
+            // Every such character is below U+10000: one escape, never a surrogate pair.
+            escaped.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            escaped.push(c);
+        }
+    }
+    Cow::Owned(escaped)
+}
+
 use serde_json::ser::{CompactFormatter, Formatter};
 
 /// Wraps a formatter and escapes, inside strings, what serde_json leaves raw but a
@@ -105,15 +128,7 @@ impl<F: Formatter> Formatter for EscapingFormatter<F> {
         writer: &mut W,
         fragment: &str,
     ) -> std::io::Result<()> {
-        let mut start = 0;
-        for (at, c) in fragment.char_indices() {
-            if is_unsafe_on_terminal(c) {
-                writer.write_all(&fragment.as_bytes()[start..at])?;
-                write!(writer, "\\u{:04x}", c as u32)?;
-                start = at + c.len_utf8();
-            }
-        }
-        writer.write_all(&fragment.as_bytes()[start..])
+        writer.write_all(json_escaped(fragment).as_bytes())
     }
 
     // Everything else is the wrapped formatter's.
@@ -209,6 +224,22 @@ mod tests {
     fn ordinary_text_is_untouched_and_not_copied() {
         let text = "Acme GmbH – Preiserhöhung 12 % → 2027 «ok» مرحبا";
         assert!(matches!(visible(text), Cow::Borrowed(t) if t == text));
+    }
+
+    #[test]
+    fn json_text_keeps_its_meaning_and_loses_its_raw_controls() {
+        let value = serde_json::json!({"id": "a\u{9b}b\u{202e}c\u{7f}\u{2028}é", "n": 1});
+        let line = serde_json::to_string(&value).unwrap();
+        let escaped = json_escaped(&line);
+        assert!(!escaped.chars().any(is_unsafe_on_terminal), "{escaped}");
+        assert!(
+            escaped.contains("\\u009b") && escaped.contains("\\u202e"),
+            "{escaped}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&escaped).unwrap();
+        assert_eq!(back, value);
+        let plain = r#"{"message":"approval API listening"}"#;
+        assert!(matches!(json_escaped(plain), Cow::Borrowed(t) if t == plain));
     }
 
     #[test]

@@ -70,6 +70,12 @@ enum Command {
         /// what it published.
         #[arg(long, env = "OUTBOX_CHECKPOINT_LOG", value_name = "FILE")]
         checkpoint_log: Option<std::path::PathBuf>,
+        /// Browser origins whose pages may call `/mcp` (comma-separated, as browsers send
+        /// them: `https://agents.example.com`). A request with any other `Origin` header is
+        /// refused with 403, against DNS rebinding; clients that are not browsers send no
+        /// `Origin` and are served. Default: none.
+        #[arg(long, env = "DECIDER_MCP_ALLOWED_ORIGINS", default_value = "", value_name = "ORIGIN,...", value_parser = outbox_api::mcp::AllowedOrigins::parse)]
+        mcp_allowed_origins: outbox_api::mcp::AllowedOrigins,
     },
     /// Evaluate every monitor once and exit (for cron).
     RunOnce {
@@ -250,6 +256,7 @@ async fn run_on(
             news: _,
             checkpoint_interval,
             checkpoint_log,
+            mcp_allowed_origins,
         } => {
             // Before serving: a malformed key or a log that cannot be kept is a
             // configuration error to fix first.
@@ -262,6 +269,7 @@ async fn run_on(
                 interval,
                 news,
                 evidence,
+                mcp_allowed_origins,
             };
             serve::serve(pool.clone(), config, outbox_runtime::shutdown_signal()).await
         }

@@ -31,6 +31,8 @@ pub struct ServeConfig {
     pub news: Option<NewsSource>,
     /// Evidence checkpoints made by this process when it wins their lock (`None`: never).
     pub evidence: Option<outbox_evidence::checkpoint::Settings>,
+    /// The browser origins `/mcp` serves.
+    pub mcp_allowed_origins: outbox_api::mcp::AllowedOrigins,
 }
 
 /// The operator console's address and sign-in settings.
@@ -102,11 +104,15 @@ pub async fn serve(
         config.news,
         stopped.clone().until_set(),
     ));
-    outbox_api::serve_with_figures(
+    let settings = outbox_api::ApiSettings {
+        limits: config.limits,
+        figures,
+        mcp_allowed_origins: config.mcp_allowed_origins,
+    };
+    outbox_api::serve_with_settings(
         outbox_api::Listeners { api, operations },
         pool,
-        config.limits,
-        figures,
+        settings,
         stopped.until_set(),
     )
     .await?;

@@ -2,8 +2,10 @@
 //!
 //! Layout: [`init_tracing`] / [`init_tracing_quiet`] / [`init_tracing_for_benchmarks`]
 //! (human or JSON logs, and span export when the `OTEL_*` variables ask for it;
-//! `log_fields`: human lines leave out spans' OpenTelemetry attributes), [`telemetry`]
-//! (that export, its figures for `/metrics`, and the W3C trace context of spans),
+//! `log_fields` and `log_json`: every value of every line, whichever crate logs it, shown
+//! as text and bounded, and human lines leave out spans' OpenTelemetry attributes),
+//! [`telemetry`] (that export, its figures for `/metrics`, and the W3C trace context of
+//! spans),
 //! [`shutdown_signal`] (SIGTERM/SIGINT),
 //! [`shutdown`] (the one stop signal every listener and loop of a process is given),
 //! [`failpoints`] (crash points for tests, compiled in only with the `failpoints` feature),
@@ -18,6 +20,7 @@
 
 pub mod http_server;
 mod log_fields;
+mod log_json;
 pub mod private_postgres;
 pub mod process;
 pub mod prometheus;
@@ -59,8 +62,10 @@ pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postg
 
 /// Installs the global log subscriber: human-readable lines by default, one JSON object per
 /// line with `LOG_FORMAT=json` (with the `trace_id` and `span_id` of the current span when
-/// spans are exported). Verbosity comes from `RUST_LOG` (default `info`). Logs go to
-/// stderr, so stdout stays clean for commands whose output is captured by scripts.
+/// spans are exported). Verbosity comes from `RUST_LOG` (default `info`), except for the
+/// MCP library's debug and trace events, which are never logged (see [`never_logged`]).
+/// Every value is shown as text and cut at 512 bytes (`log_fields`, `log_json`). Logs go
+/// to stderr, so stdout stays clean for commands whose output is captured by scripts.
 ///
 /// Spans are exported over OTLP when the standard `OTEL_*` variables ask for it (see
 /// [`telemetry`]): those at info and above, whatever `RUST_LOG` says. `service` is the
@@ -87,6 +92,7 @@ pub fn init_tracing_for_benchmarks(service: &str) {
 }
 
 fn init_tracing_with_default(default_filter: &str, service: &str) {
+    use tracing_subscriber::filter::FilterExt;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{fmt, EnvFilter, Layer};
@@ -99,14 +105,14 @@ fn init_tracing_with_default(default_filter: &str, service: &str) {
         let layer = fmt::layer()
             .json()
             .with_current_span(true)
-            .map_event_format(telemetry::json::WithTraceIds)
+            .map_event_format(|json| telemetry::json::WithTraceIds(log_json::Bounded(json)))
             .with_writer(std::io::stderr);
-        (None, Some(layer.with_filter(filter)))
+        (None, Some(layer.with_filter(filter.and(never_logged()))))
     } else {
         let layer = fmt::layer()
             .fmt_fields(log_fields::HumanFields)
             .with_writer(std::io::stderr);
-        (Some(layer.with_filter(filter)), None)
+        (Some(layer.with_filter(filter.and(never_logged()))), None)
     };
     let (export, warnings) = telemetry::from_env(service);
     let (otel, pipeline) = export.unzip();
@@ -126,6 +132,18 @@ fn init_tracing_with_default(default_filter: &str, service: &str) {
     for warning in warnings {
         tracing::warn!(target: "outbox_runtime::telemetry", "{warning}");
     }
+}
+
+/// What no `RUST_LOG` turns on: the MCP library's (rmcp's) debug and trace events. They
+/// hold every request and result whole (`received request` with a tool call's arguments,
+/// `response message` with its result: an alert's payload, its evidence), and the
+/// transport's messages as read and written. Its info, warning and error lines stay under
+/// `RUST_LOG` (`rmcp=info` shows each request's start and end).
+fn never_logged() -> tracing_subscriber::filter::Targets {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    Targets::new()
+        .with_default(LevelFilter::TRACE)
+        .with_target("rmcp", LevelFilter::INFO)
 }
 
 /// Largest secret file read, in bytes: a secret is one line.

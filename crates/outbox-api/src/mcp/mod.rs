@@ -1,8 +1,9 @@
 //! The approval API as an MCP (Model Context Protocol) server, for agents that speak MCP
 //! rather than HTTP: five tools (approve, revise, read and list alerts, list
 //! destinations) and two resources (the tenant's destinations and each alert's trail),
-//! served by `decider serve` at `/mcp` (Streamable HTTP, [`http`]) and by `outboxctl mcp`
-//! over standard input and output ([`serve_stdio`]).
+//! served by `decider serve` at `/mcp` (Streamable HTTP, [`http`], to browser pages only
+//! from the [`AllowedOrigins`]) and by `outboxctl mcp` over standard input and output
+//! ([`serve_stdio`]).
 //!
 //! Every tool is a thin layer over the operation its HTTP handler runs (`alerts::
 //! approve_alert`, `revise_alert`, `alert`, `listings::destinations`, `alerts`): the
@@ -15,6 +16,7 @@
 //! protocol's own errors.
 
 pub(crate) mod http;
+mod origin;
 mod stdio;
 mod tools;
 
@@ -35,6 +37,7 @@ use crate::listings::{self, AlertQuery};
 use crate::trace::IncomingTrace;
 use crate::{body, AppState, Problem};
 
+pub use origin::AllowedOrigins;
 pub use stdio::serve_stdio;
 
 /// What the server tells an agent when it connects: the rules the tools' descriptions
