@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use clap::Subcommand;
 use outbox_core::evidence_chain::hex;
 use outbox_core::evidence_signing::{CheckpointSigner, PublicKey};
 use outbox_evidence::verify::{self, Problem, Trust};
-use outbox_evidence::{bundle, checkpoint};
+use outbox_evidence::{bundle, checkpoint, trusted_keys};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -26,16 +26,10 @@ pub enum EvidenceCommand {
         #[arg(long)]
         alert: Uuid,
     },
-    /// Verify a proof bundle offline.
-    Check {
-        /// The bundle (`evidence export`'s output).
-        file: PathBuf,
-        /// A public key the checkpoint must be signed with (`ed25519-pub:…`); repeat for
-        /// several. Without one, the bundle's own key is used, which proves only that the
-        /// bundle is consistent.
-        #[arg(long = "public-key", value_name = "KEY")]
-        public_keys: Vec<String>,
-    },
+    /// Verify a proof bundle offline. Exits 0 only when the bundle holds together and a
+    /// checkpoint signed by a key you trust covers it (or when a flag below accepts less,
+    /// and the output says so).
+    Check(CheckArgs),
     /// Make a checkpoint now (deciders and dispatchers make one every
     /// `--checkpoint-interval`), signed with `OUTBOX_EVIDENCE_SIGNING_KEY` when set. While
     /// another process is making one, waits for it (up to a minute), then covers the rest.
@@ -65,14 +59,10 @@ pub struct VerifyArgs {
     #[arg(long)]
     all: bool,
     /// Trust only checkpoints signed by this public key (`ed25519-pub:…`); repeat for
-    /// several (rotated keys). Without one, keys are read from the database, which a
+    /// several (rotated keys). Without one, the keys in OUTBOX_EVIDENCE_PUBLIC_KEYS
+    /// (comma-separated); without those, keys are read from the database, which a
     /// database administrator could have replaced.
-    #[arg(
-        long = "public-key",
-        value_name = "KEY",
-        env = "OUTBOX_EVIDENCE_PUBLIC_KEYS",
-        value_delimiter = ','
-    )]
+    #[arg(long = "public-key", value_name = "KEY")]
     public_keys: Vec<String>,
     /// A checkpoint's number and hash kept outside the database (`N:HASH`, from the
     /// `evidence checkpoint made` log line or an earlier bundle), which must still be
@@ -84,27 +74,42 @@ pub struct VerifyArgs {
     json: bool,
 }
 
-fn parse_keys(texts: &[String]) -> anyhow::Result<Vec<PublicKey>> {
-    texts
-        .iter()
-        .map(|t| PublicKey::from_text(t.trim()).context("--public-key"))
-        .collect()
+/// `evidence check` flags.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The bundle (`evidence export`'s output), at most 64 MiB.
+    file: PathBuf,
+    /// A public key the checkpoint must be signed with (`ed25519-pub:…`); repeat for
+    /// several. Without one, the keys in OUTBOX_EVIDENCE_PUBLIC_KEYS (comma-separated).
+    #[arg(long = "public-key", value_name = "KEY")]
+    public_keys: Vec<String>,
+    /// Accept a bundle that no signed checkpoint covers (none yet, or an unsigned one):
+    /// says what its chain shows and that nothing anchors it, and exits 0.
+    #[arg(long)]
+    allow_unanchored: bool,
+    /// With no key given, check the signature with the public key inside the bundle:
+    /// says that this key is not one you trust, and exits 0.
+    #[arg(long)]
+    trust_embedded_key: bool,
+}
+
+/// The keys the auditor trusts, from the flags or the environment, read alike by
+/// `verify` and `check`.
+fn auditor_keys(given: &[String]) -> anyhow::Result<Vec<PublicKey>> {
+    trusted_keys::auditor_keys(given).map_err(anyhow::Error::msg)
 }
 
 impl EvidenceCommand {
     /// Whether the command needs no database (`check`, `keygen`).
     pub fn is_offline(&self) -> bool {
-        matches!(
-            self,
-            EvidenceCommand::Check { .. } | EvidenceCommand::Keygen
-        )
+        matches!(self, EvidenceCommand::Check(_) | EvidenceCommand::Keygen)
     }
 }
 
 /// Runs a command that needs no database.
 pub fn run_offline(command: &EvidenceCommand) -> anyhow::Result<()> {
     match command {
-        EvidenceCommand::Check { file, public_keys } => check(file, public_keys),
+        EvidenceCommand::Check(args) => check(args),
         EvidenceCommand::Keygen => keygen(),
         _ => unreachable!("run on the database by `run`"),
     }
@@ -116,14 +121,14 @@ pub async fn run(pool: &PgPool, command: EvidenceCommand) -> anyhow::Result<()> 
         EvidenceCommand::Verify(args) => verify(pool, args).await,
         EvidenceCommand::Export { alert } => export(pool, alert).await,
         EvidenceCommand::Checkpoint { backfill } => make_checkpoint(pool, backfill).await,
-        EvidenceCommand::Check { .. } | EvidenceCommand::Keygen => {
+        EvidenceCommand::Check(_) | EvidenceCommand::Keygen => {
             unreachable!("run offline by `run_offline`")
         }
     }
 }
 
 async fn verify(pool: &PgPool, args: VerifyArgs) -> anyhow::Result<()> {
-    let trust = Trust::load(pool, parse_keys(&args.public_keys)?).await?;
+    let trust = Trust::load(pool, auditor_keys(&args.public_keys)?).await?;
     let keys_note = if trust.pinned.is_empty() {
         "signatures checked with the keys stored in the database (pin yours with --public-key)"
     } else {
@@ -227,35 +232,70 @@ async fn export(pool: &PgPool, alert: Uuid) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn check(file: &PathBuf, public_keys: &[String]) -> anyhow::Result<()> {
-    let pinned = parse_keys(public_keys)?;
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    match bundle::check(&bytes, &pinned) {
-        Ok(proven) => {
-            let under = match &proven.checkpoint {
-                Some((seq, at, covered, key)) => format!(
-                    "its first {covered} are under checkpoint {seq} made at {}, {}",
-                    chrono::DateTime::from_timestamp_micros(*at)
-                        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-                        .unwrap_or_default(),
-                    match (key, pinned.is_empty()) {
-                        (Some(key), false) => format!("signed by key {key} (one of those given)"),
-                        (Some(key), true) => format!(
-                            "signed by key {key} (the bundle's own key: give --public-key to \
-                             check it is yours)"
-                        ),
-                        (None, _) => "unsigned".to_owned(),
-                    }
-                ),
-                None => "no checkpoint covers them yet".to_owned(),
-            };
-            println!(
-                "alert {}: {} entries chain correctly; {under}",
-                proven.alert_id, proven.entries
-            );
-            Ok(())
-        }
-        Err(reason) => bail!("the bundle does not verify: {reason}"),
+fn check(args: &CheckArgs) -> anyhow::Result<()> {
+    let keys = auditor_keys(&args.public_keys)?;
+    if args.trust_embedded_key && !keys.is_empty() {
+        bail!(
+            "--trust-embedded-key: keys to trust were given (--public-key or {}), and the \
+             bundle is checked against those",
+            trusted_keys::PUBLIC_KEYS_VARIABLE
+        );
+    }
+    let file = &args.file;
+    let bytes = std::fs::File::open(file)
+        .and_then(bundle::read)
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    let trusting = bundle::Trusting {
+        keys,
+        allow_unanchored: args.allow_unanchored,
+        trust_embedded_key: args.trust_embedded_key,
+    };
+    let proven = bundle::check(&bytes, &trusting)
+        .map_err(|reason| anyhow!("the bundle does not verify: {reason}"))?;
+    println!("{}", what_a_bundle_shows(&proven));
+    Ok(())
+}
+
+/// `check`'s line: what the bundle shows, and in capitals what it does not when it is not
+/// anchored under a key the auditor trusts.
+fn what_a_bundle_shows(proven: &bundle::Proven) -> String {
+    let chained = format!(
+        "alert {}: {} entries chain correctly",
+        proven.alert_id, proven.entries
+    );
+    let under = |c: &bundle::UnderCheckpoint| {
+        format!(
+            "its first {} are under checkpoint {} made at {}",
+            c.entries,
+            c.seq,
+            chrono::DateTime::from_timestamp_micros(c.made_at_micros)
+                .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+                .unwrap_or_default()
+        )
+    };
+    let key = |c: &bundle::UnderCheckpoint| c.key_id.clone().unwrap_or_default();
+    match &proven.standing {
+        bundle::Standing::Trusted(c) => format!(
+            "{chained}; {}, signed by key {} (one you trust)",
+            under(c),
+            key(c)
+        ),
+        bundle::Standing::EmbeddedKey(c) => format!(
+            "{chained}; {}, signed by key {}, the bundle's own key: NOT TRUSTED. This shows \
+             only that whoever holds that key signed it, which may be whoever wrote the \
+             bundle; check it again with --public-key and the key you hold",
+            under(c),
+            key(c)
+        ),
+        bundle::Standing::Unsigned(c) => format!(
+            "{chained}; {}, which is unsigned: NOT ANCHORED. Anyone can make an unsigned \
+             checkpoint, so this shows only that the bundle holds together",
+            under(c)
+        ),
+        bundle::Standing::NotCovered => format!(
+            "{chained}; no checkpoint covers them: NOT ANCHORED. This shows only that the \
+             bundle holds together, which whoever wrote it could have made so"
+        ),
     }
 }
 

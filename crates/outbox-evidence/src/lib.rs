@@ -12,9 +12,11 @@
 //!   memory; every finding names its place.
 //! - [`bundle`]: one alert's proof as a self-contained JSON document, checked with no
 //!   database.
+//! - [`trusted_keys`]: the public keys an auditor trusts, read alike by every check.
 //!
 //! What this proves and what it does not is docs/auditing.md's subject.
 
 pub mod bundle;
 pub mod checkpoint;
+pub mod trusted_keys;
 pub mod verify;
