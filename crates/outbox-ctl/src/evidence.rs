@@ -38,10 +38,10 @@ pub enum EvidenceCommand {
         #[arg(long)]
         backfill: bool,
     },
-    /// Create a signing key: prints the secret (`ed25519:…`, for
-    /// `OUTBOX_EVIDENCE_SIGNING_KEY`) on standard output, and its public key and key id on
-    /// standard error.
-    Keygen,
+    /// Create a signing key: its secret (`ed25519:…`, for `OUTBOX_EVIDENCE_SIGNING_KEY`)
+    /// goes to a new file only you can read (`--out`), or to standard output when that is a
+    /// terminal or `--stdout` says so; its public key and key id go to standard error.
+    Keygen(KeygenArgs),
 }
 
 /// `evidence verify` flags.
@@ -93,6 +93,19 @@ pub struct CheckArgs {
     trust_embedded_key: bool,
 }
 
+/// `evidence keygen` flags.
+#[derive(Debug, clap::Args)]
+pub struct KeygenArgs {
+    /// Write the secret to this file, created readable and writable by you alone (0600);
+    /// an existing file is never overwritten.
+    #[arg(long, value_name = "FILE", conflicts_with = "stdout")]
+    out: Option<PathBuf>,
+    /// Print the secret on standard output even when that is a pipe or a file (a file the
+    /// shell creates for `>` is readable by others under the usual umask).
+    #[arg(long)]
+    stdout: bool,
+}
+
 /// The keys the auditor trusts, from the flags or the environment, read alike by
 /// `verify` and `check`.
 fn auditor_keys(given: &[String]) -> anyhow::Result<Vec<PublicKey>> {
@@ -102,7 +115,7 @@ fn auditor_keys(given: &[String]) -> anyhow::Result<Vec<PublicKey>> {
 impl EvidenceCommand {
     /// Whether the command needs no database (`check`, `keygen`).
     pub fn is_offline(&self) -> bool {
-        matches!(self, EvidenceCommand::Check(_) | EvidenceCommand::Keygen)
+        matches!(self, EvidenceCommand::Check(_) | EvidenceCommand::Keygen(_))
     }
 }
 
@@ -110,7 +123,7 @@ impl EvidenceCommand {
 pub fn run_offline(command: &EvidenceCommand) -> anyhow::Result<()> {
     match command {
         EvidenceCommand::Check(args) => check(args),
-        EvidenceCommand::Keygen => keygen(),
+        EvidenceCommand::Keygen(args) => keygen(args),
         _ => unreachable!("run on the database by `run`"),
     }
 }
@@ -121,7 +134,7 @@ pub async fn run(pool: &PgPool, command: EvidenceCommand) -> anyhow::Result<()> 
         EvidenceCommand::Verify(args) => verify(pool, args).await,
         EvidenceCommand::Export { alert } => export(pool, alert).await,
         EvidenceCommand::Checkpoint { backfill } => make_checkpoint(pool, backfill).await,
-        EvidenceCommand::Check(_) | EvidenceCommand::Keygen => {
+        EvidenceCommand::Check(_) | EvidenceCommand::Keygen(_) => {
             unreachable!("run offline by `run_offline`")
         }
     }
@@ -226,9 +239,16 @@ async fn verify(pool: &PgPool, args: VerifyArgs) -> anyhow::Result<()> {
 }
 
 async fn export(pool: &PgPool, alert: Uuid) -> anyhow::Result<()> {
-    let bundle = bundle::export(pool, alert).await?;
+    let bundle = bundle::to_canonical(&bundle::export(pool, alert).await?);
+    if bundle.len() as u64 > bundle::MAX_BUNDLE_BYTES {
+        bail!(
+            "alert {alert}'s bundle would be {} MiB, more than `evidence check` reads ({} MiB)",
+            bundle.len() / (1024 * 1024),
+            bundle::MAX_BUNDLE_BYTES / (1024 * 1024)
+        );
+    }
     use std::io::Write;
-    std::io::stdout().write_all(&bundle::to_canonical(&bundle))?;
+    std::io::stdout().write_all(&bundle)?;
     Ok(())
 }
 
@@ -358,13 +378,53 @@ async fn make_checkpoint(pool: &PgPool, backfill: bool) -> anyhow::Result<()> {
     }
 }
 
-fn keygen() -> anyhow::Result<()> {
+fn keygen(args: &KeygenArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    // Refused before a key is made: `keygen > file` would leave the secret in a file the
+    // shell created readable by others.
+    if args.out.is_none() && !args.stdout && !std::io::stdout().is_terminal() {
+        bail!(
+            "standard output is not a terminal: the secret would go to a pipe or to a file \
+             others may read; write it with --out FILE (created 0600), or pass --stdout to \
+             send it there on purpose"
+        );
+    }
     let (signer, secret) = CheckpointSigner::generate();
-    println!("{secret}");
+    match &args.out {
+        Some(path) => write_secret_file(path, &secret)?,
+        None => println!("{secret}"),
+    }
     eprintln!(
         "public key {} (key id {}): give it to auditors for `evidence verify --public-key`",
         signer.public_key().to_text(),
         signer.key_id()
     );
+    Ok(())
+}
+
+/// Writes `secret` (and a newline) to a new file at `path` that only its owner can read
+/// and write; refuses a path that exists (a file, or a link to one).
+fn write_secret_file(path: &std::path::Path, secret: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| {
+            format!(
+                "cannot create {} (an existing file is never overwritten)",
+                path.display()
+            )
+        })?;
+    let written = file
+        .write_all(format!("{secret}\n").as_bytes())
+        .and_then(|()| file.sync_all());
+    if let Err(err) = written {
+        // A partial key is no key: nothing is left behind.
+        let _ = std::fs::remove_file(path);
+        return Err(err).with_context(|| format!("cannot write {}", path.display()));
+    }
     Ok(())
 }
