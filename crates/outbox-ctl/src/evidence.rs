@@ -33,10 +33,17 @@ pub enum EvidenceCommand {
     /// Make a checkpoint now (deciders and dispatchers make one every
     /// `--checkpoint-interval`), signed with `OUTBOX_EVIDENCE_SIGNING_KEY` when set. While
     /// another process is making one, waits for it (up to a minute), then covers the rest.
+    /// Refuses (exit 1) when the newest checkpoint was deleted or changed.
     Checkpoint {
         /// Chain the entries of alerts from before the chain existed first (all of them).
         #[arg(long)]
         backfill: bool,
+        /// After a refusal: go on after this checkpoint (`N:HASH`, the newest one made, as
+        /// your `evidence checkpoint made` log lines record it; not the database's word).
+        /// The next checkpoint is numbered N+1 and chains from HASH; `verify` goes on
+        /// naming the lost ones.
+        #[arg(long, value_name = "N:HASH")]
+        continue_after: Option<verify::Anchor>,
     },
     /// Create a signing key: its secret (`ed25519:…`, for `OUTBOX_EVIDENCE_SIGNING_KEY`)
     /// goes to a new file only you can read (`--out`), or to standard output when that is a
@@ -133,7 +140,10 @@ pub async fn run(pool: &PgPool, command: EvidenceCommand) -> anyhow::Result<()> 
     match command {
         EvidenceCommand::Verify(args) => verify(pool, args).await,
         EvidenceCommand::Export { alert } => export(pool, alert).await,
-        EvidenceCommand::Checkpoint { backfill } => make_checkpoint(pool, backfill).await,
+        EvidenceCommand::Checkpoint {
+            backfill,
+            continue_after,
+        } => make_checkpoint(pool, backfill, continue_after).await,
         EvidenceCommand::Check(_) | EvidenceCommand::Keygen(_) => {
             unreachable!("run offline by `run_offline`")
         }
@@ -322,7 +332,11 @@ fn what_a_bundle_shows(proven: &bundle::Proven) -> String {
 /// How long `evidence checkpoint` waits for another process's checkpoint to finish.
 const BUSY_WAIT: Duration = Duration::from_secs(60);
 
-async fn make_checkpoint(pool: &PgPool, backfill: bool) -> anyhow::Result<()> {
+async fn make_checkpoint(
+    pool: &PgPool,
+    backfill: bool,
+    continue_after: Option<verify::Anchor>,
+) -> anyhow::Result<()> {
     let settings = checkpoint::CheckpointInterval(Some(checkpoint::DEFAULT_INTERVAL))
         .settings()
         .context(checkpoint::SIGNING_KEY_VARIABLE)?
@@ -331,10 +345,14 @@ async fn make_checkpoint(pool: &PgPool, backfill: bool) -> anyhow::Result<()> {
     if backfill {
         checkpoint::backfill_all(pool).await?;
     }
+    let mut memory = continue_after.map_or_else(
+        checkpoint::Memory::default,
+        checkpoint::Memory::continuing_after,
+    );
     let mut made_any = false;
     let mut busy_deadline = None;
     loop {
-        match checkpoint::make_checkpoint(pool, settings.signer.as_deref()).await? {
+        match checkpoint::make_checkpoint(pool, settings.signer.as_deref(), &mut memory).await? {
             Ok(made) => {
                 made_any = true;
                 let signed = if made.signed { "signed" } else { "unsigned" };
@@ -369,6 +387,7 @@ async fn make_checkpoint(pool: &PgPool, backfill: bool) -> anyhow::Result<()> {
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            Err(checkpoint::Skipped::Refused(refused)) => bail!("no checkpoint made: {refused}"),
             Err(checkpoint::Skipped::WritersStillOpen(open)) => bail!(
                 "transactions open for longer than {}s may still write evidence ({}); try again",
                 checkpoint::WRITERS_WAIT.as_secs(),
