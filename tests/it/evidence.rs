@@ -9,10 +9,14 @@
 use crate::common;
 
 use common::alerts::{approve_many, states};
+use common::decider::DeciderServe;
 use common::destinations::acme_with_ops_at;
 use common::procs::*;
 use common::{outboxctl, outboxctl_ok, CliRun, Outboxctl};
+use outbox_core::evidence_chain::{genesis, link, merkle_root, Checkpoint, Leaf};
+use outbox_core::evidence_entries::EntryFacts;
 use outbox_core::evidence_signing::CheckpointSigner;
+use outbox_evidence::bundle::{Bundle, BundleCheckpoint};
 use outbox_testkit::TestDb;
 use serde_json::json;
 use uuid::Uuid;
@@ -75,7 +79,7 @@ impl Trail {
         assert_eq!(states(&db).await.get("held"), Some(&2));
         sink.faults(json!({"drop_response_rate": 0.0})).await;
 
-        let keygen = outboxctl_ok(&db, &["evidence", "keygen"]).await;
+        let keygen = outboxctl_ok(&db, &["evidence", "keygen", "--stdout"]).await;
         let secret = keygen.stdout.trim().to_owned();
         let public = keygen
             .stderr
@@ -179,8 +183,14 @@ async fn an_untampered_trail_verifies_and_its_bundle_checks_offline() {
     assert!(all.ok, "{}\n{}", all.stdout, all.stderr);
     assert!(all.stdout.contains("verified 7 alerts"), "{}", all.stdout);
     assert!(all.stdout.contains("and 2 checkpoints"), "{}", all.stdout);
+    // Each alert counted once, though `replayed` is under both checkpoints.
     let since = trail.verify_pinned(&["--since", "1h"]).await;
     assert!(since.ok, "{}\n{}", since.stdout, since.stderr);
+    assert!(
+        since.stdout.contains("verified 7 alerts"),
+        "{}",
+        since.stdout
+    );
     let one = trail
         .verify_pinned(&["--alert", &trail.replayed.to_string()])
         .await;
@@ -409,26 +419,31 @@ async fn a_consistently_rewritten_chain_is_named_by_its_checkpoint() {
                  WHERE alert_id = '{}' AND from_state IS NULL",
                 trail.retried
             ),
-            &format!(
-                "DO $$ DECLARE head bytea; e record; BEGIN \
-                   SELECT evidence_genesis(a) INTO head FROM alerts a WHERE a.id = '{0}'; \
-                   FOR e IN SELECT 0 AS t, id, chain_pos FROM alert_events WHERE alert_id = '{0}' \
-                            UNION ALL SELECT 1, id, chain_pos FROM delivery_attempts WHERE alert_id = '{0}' \
-                            ORDER BY chain_pos LOOP \
-                     IF e.t = 0 THEN \
-                       UPDATE alert_events x SET entry_hash = sha256(head || evidence_event_record(x)) \
-                        WHERE x.id = e.id RETURNING entry_hash INTO head; \
-                     ELSE \
-                       UPDATE delivery_attempts x SET entry_hash = sha256(head || evidence_attempt_record(x)) \
-                        WHERE x.id = e.id RETURNING entry_hash INTO head; \
-                     END IF; \
-                   END LOOP; END $$",
-                trail.retried
-            ),
+            &rehash_chain(trail.retried),
         ])
         .await;
     let place = format!("checkpoint 1: recorded alert {}", trail.retried);
     trail.both_verifies_name(trail.retried, &place).await;
+}
+
+/// A statement that recomputes every hash of `alert`'s chain with the product's own
+/// functions, as whoever rewrites a chain consistently would.
+fn rehash_chain(alert: Uuid) -> String {
+    format!(
+        "DO $$ DECLARE head bytea; e record; BEGIN \
+           SELECT evidence_genesis(a) INTO head FROM alerts a WHERE a.id = '{alert}'; \
+           FOR e IN SELECT 0 AS t, id, chain_pos FROM alert_events WHERE alert_id = '{alert}' \
+                    UNION ALL SELECT 1, id, chain_pos FROM delivery_attempts WHERE alert_id = '{alert}' \
+                    ORDER BY chain_pos LOOP \
+             IF e.t = 0 THEN \
+               UPDATE alert_events x SET entry_hash = sha256(head || evidence_event_record(x)) \
+                WHERE x.id = e.id RETURNING entry_hash INTO head; \
+             ELSE \
+               UPDATE delivery_attempts x SET entry_hash = sha256(head || evidence_attempt_record(x)) \
+                WHERE x.id = e.id RETURNING entry_hash INTO head; \
+             END IF; \
+           END LOOP; END $$"
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -729,4 +744,487 @@ async fn an_operators_checkpoint_waits_for_the_one_being_made_then_covers_the_re
     .await
     .unwrap();
     assert_eq!(covered, issued, "the checkpoint left entries uncovered");
+}
+
+/// `evidence checkpoint` signed with `secret` (and `args`), run to its end.
+async fn checkpoint_run(db: &TestDb, secret: &str, args: &[&str]) -> CliRun {
+    let mut all = vec!["evidence", "checkpoint"];
+    all.extend_from_slice(args);
+    Outboxctl::on(db)
+        .args(&all)
+        .env("OUTBOX_EVIDENCE_SIGNING_KEY", secret)
+        .run()
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_newest_checkpoint_is_refused_not_signed_again() {
+    let trail = Trail::build().await;
+    let stored = outbox_store::evidence_chain::checkpoints_after(&trail.db.pool, 0, 10, false)
+        .await
+        .unwrap();
+    let first = format!(
+        "1:{}",
+        outbox_core::evidence_chain::hex(
+            &outbox_evidence::checkpoint::checkpoint_of(&stored[0]).hash()
+        )
+    );
+    trail
+        .tamper(&["DELETE FROM evidence_checkpoints WHERE seq = 2"])
+        .await;
+    // The tip still names checkpoint 2: the key does not sign another checkpoint 2.
+    let refused = checkpoint_run(&trail.db, &trail.secret, &[]).await;
+    assert!(!refused.ok, "{}", refused.stdout);
+    assert_eq!(refused.stderr.lines().count(), 1, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("checkpoint 2 was deleted"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(trail.db.count("evidence_checkpoints").await, 1);
+    // Going on after checkpoint 1 would sign a second checkpoint 2 too.
+    let behind = checkpoint_run(&trail.db, &trail.secret, &["--continue-after", &first]).await;
+    assert!(!behind.ok, "{}", behind.stdout);
+    assert!(
+        behind.stderr.contains("would sign a number twice"),
+        "{}",
+        behind.stderr
+    );
+    assert_eq!(trail.db.count("evidence_checkpoints").await, 1);
+    // After the lost checkpoint as its maker printed it: numbered 3, chained from it, and
+    // `verify` goes on naming checkpoint 2 as missing.
+    let resumed = checkpoint_run(
+        &trail.db,
+        &trail.secret,
+        &["--continue-after", &trail.second_checkpoint],
+    )
+    .await;
+    assert!(resumed.ok, "{}", resumed.stderr);
+    assert!(
+        resumed.stdout.starts_with("checkpoint 3 "),
+        "{}",
+        resumed.stdout
+    );
+    let previous: Vec<u8> =
+        sqlx::query_scalar("SELECT previous FROM evidence_checkpoints WHERE seq = 3")
+            .fetch_one(&trail.db.pool)
+            .await
+            .unwrap();
+    let lost_hash = trail.second_checkpoint.split_once(':').unwrap().1;
+    assert_eq!(
+        outbox_core::evidence_chain::hex(&previous.try_into().unwrap()),
+        lost_hash
+    );
+    fails_naming(
+        &trail.verify_pinned(&["--all"]).await,
+        "checkpoint 2: is missing (checkpoint 3 chains from it)",
+    );
+    // From there on, checkpoints chain as usual.
+    outboxctl_ok(
+        &trail.db,
+        &["replay", &trail.held.to_string(), "--note", "again"],
+    )
+    .await;
+    let next = checkpoint_run(&trail.db, &trail.secret, &[]).await;
+    assert!(next.ok, "{}", next.stderr);
+    assert!(next.stdout.starts_with("checkpoint 4 "), "{}", next.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_maker_refuses_when_its_checkpoint_and_the_tip_are_both_rewritten() {
+    let db = TestDb::new().await;
+    let tenant = common::add_tenant(&db, "acme", &["ops"]).await;
+    approve_many(&db, tenant.id, "ops", 2).await;
+    let (signer, secret) = CheckpointSigner::generate();
+    let decider = DeciderServe::on(&db.url)
+        .with_metrics()
+        .env("OUTBOX_EVIDENCE_SIGNING_KEY", &secret)
+        .flags(&["--checkpoint-interval", "200ms"])
+        .start()
+        .await;
+    wait_for_db(&db, "SELECT count(*) FROM evidence_checkpoints", |n| n >= 1).await;
+    // Under the maker's lock, so that no checkpoint is being made meanwhile: the newest
+    // checkpoint deleted and the tip rewritten to the one before (or removed with it), so
+    // the database agrees with itself and only the maker's memory knows.
+    let mut tx = db.pool.begin().await.unwrap();
+    for sql in [
+        "SET LOCAL session_replication_role = replica",
+        "SELECT pg_advisory_xact_lock(hashtext('outbox.evidence.checkpoint'))",
+    ] {
+        sqlx::query(sql).execute(&mut *tx).await.unwrap();
+    }
+    let deleted: i64 = sqlx::query_scalar(
+        "DELETE FROM evidence_checkpoints WHERE seq = (SELECT max(seq) FROM evidence_checkpoints) \
+         RETURNING seq",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM evidence_checkpoint_tip")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    if let Some(before) = outbox_store::evidence_chain::newest_checkpoint(&mut *tx)
+        .await
+        .unwrap()
+    {
+        let hash = outbox_evidence::checkpoint::checkpoint_of(&before).hash();
+        sqlx::query("INSERT INTO evidence_checkpoint_tip (seq, hash) VALUES ($1, $2)")
+            .bind(before.seq)
+            .bind(hash.as_slice())
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let refused_line = |decider: &common::decider::Decider| {
+        decider
+            .log_lines()
+            .into_iter()
+            .find(|line| line.contains("ERROR") && line.contains("evidence checkpoint refused"))
+    };
+    let remade = format!("SELECT count(*) FROM evidence_checkpoints WHERE seq >= {deleted}");
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while refused_line(&decider).is_none() {
+        let count: i64 = sqlx::query_scalar(&remade)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(count, 0, "checkpoint {deleted} was signed a second time");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refusal was logged"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let line = refused_line(&decider).unwrap();
+    assert!(
+        line.contains(&format!("made or found checkpoint {deleted}:")),
+        "{line}"
+    );
+    let http = reqwest::Client::new();
+    wait_for_series(
+        &http,
+        decider.metrics(),
+        "outbox_evidence_checkpoints_refused_total",
+        |n| n >= 1.0,
+    )
+    .await;
+    let count: i64 = sqlx::query_scalar(&remade)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 0, "checkpoint {deleted} was signed a second time");
+    let _ = signer;
+}
+
+/// One approved alert under a checkpoint signed by a new key: the database, the alert's
+/// bundle as `evidence export` wrote it, and the key's public half.
+async fn one_signed_bundle() -> (TestDb, Vec<u8>, String) {
+    let db = TestDb::new().await;
+    let tenant = common::add_tenant(&db, "acme", &["ops"]).await;
+    let alert = approve_many(&db, tenant.id, "ops", 1).await[0];
+    let (signer, secret) = CheckpointSigner::generate();
+    checkpoint(&db, &secret).await;
+    let export = outboxctl_ok(&db, &["evidence", "export", "--alert", &alert.to_string()]).await;
+    (
+        db,
+        export.stdout.into_bytes(),
+        signer.public_key().to_text(),
+    )
+}
+
+/// `evidence check` on `bytes`, with `args` and `envs`, and no database to reach.
+async fn check_bundle(db: &TestDb, bytes: &[u8], args: &[&str], envs: &[(&str, &str)]) -> CliRun {
+    let dir = tempfile_dir();
+    let file = dir.join("proof.json");
+    std::fs::write(&file, bytes).unwrap();
+    let mut all = vec!["evidence", "check", file.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let run = Outboxctl::on(db)
+        .args(&all)
+        .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+        .envs(envs)
+        .run()
+        .await;
+    std::fs::remove_dir_all(&dir).unwrap();
+    run
+}
+
+/// `check` failed with a one-line reason naming `needle`, and printed nothing.
+fn check_refuses(run: &CliRun, needle: &str) {
+    assert!(!run.ok, "the bundle passed: {}", run.stdout);
+    assert_eq!(run.stdout, "");
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(needle),
+        "`{needle}` not in {}",
+        run.stderr
+    );
+}
+
+/// The bundle with its approval line reworded and every head recomputed: an alert's trail
+/// as whoever writes a bundle by hand can make it, without any checkpoint.
+fn reworded(bytes: &[u8]) -> Bundle {
+    let mut bundle: Bundle = serde_json::from_slice(bytes).unwrap();
+    let EntryFacts::Event(approval) = &mut bundle.entries[0].entry else {
+        panic!("the first entry is the approval line")
+    };
+    approval.line = "approved by the CFO".into();
+    let mut head = genesis(&bundle.alert.record()).unwrap();
+    for entry in &mut bundle.entries {
+        head = link(&head, &entry.entry.record()).unwrap();
+        entry.head = head;
+    }
+    bundle.checkpoint = None;
+    bundle
+}
+
+/// `bundle` under a one-leaf checkpoint that `forger` made and signed, its public key
+/// inside.
+fn signed_by(mut bundle: Bundle, forger: &CheckpointSigner) -> Bundle {
+    let leaf = Leaf {
+        alert_id: bundle.alert.id,
+        entries: bundle.entries.len() as u64,
+        head: bundle.entries.last().unwrap().head,
+    };
+    let checkpoint = Checkpoint {
+        seq: 1,
+        made_at_micros: chrono::Utc::now().timestamp_micros(),
+        size: 1,
+        root: merkle_root(&[leaf.hash()]),
+        previous: [0; 32],
+    };
+    let signature: String = forger
+        .sign(&checkpoint)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    bundle.checkpoint = Some(BundleCheckpoint {
+        seq: checkpoint.seq,
+        made_at_micros: checkpoint.made_at_micros,
+        size: checkpoint.size,
+        root: checkpoint.root,
+        previous: checkpoint.previous,
+        entries: leaf.entries,
+        leaf_index: 0,
+        inclusion_proof: vec![],
+        key_id: Some(forger.key_id().to_owned()),
+        signature: Some(signature),
+        public_key: Some(forger.public_key().to_text()),
+    });
+    bundle
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invented_bundle_under_no_checkpoint_fails_the_check() {
+    let (db, exported, public) = one_signed_bundle().await;
+    let invented = outbox_evidence::bundle::to_canonical(&reworded(&exported));
+    check_refuses(
+        &check_bundle(&db, &invented, &["--public-key", &public], &[]).await,
+        "the bundle is not anchored",
+    );
+    check_refuses(
+        &check_bundle(&db, &invented, &[], &[]).await,
+        "not anchored",
+    );
+    // Asked for, it says what it shows, and that this proves nothing.
+    let allowed = check_bundle(&db, &invented, &["--allow-unanchored"], &[]).await;
+    assert!(allowed.ok, "{}", allowed.stderr);
+    assert!(
+        allowed.stdout.contains("entries chain correctly")
+            && allowed.stdout.contains("NOT ANCHORED"),
+        "{}",
+        allowed.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_signed_with_its_own_key_fails_the_check() {
+    let (db, exported, public) = one_signed_bundle().await;
+    let (forger, _) = CheckpointSigner::generate();
+    let forged = outbox_evidence::bundle::to_canonical(&signed_by(reworded(&exported), &forger));
+    check_refuses(
+        &check_bundle(&db, &forged, &[], &[]).await,
+        "no key was given to check checkpoint 1's signature with",
+    );
+    check_refuses(
+        &check_bundle(&db, &forged, &["--public-key", &public], &[]).await,
+        "not one of the keys given",
+    );
+    let embedded = check_bundle(&db, &forged, &["--trust-embedded-key"], &[]).await;
+    assert!(embedded.ok, "{}", embedded.stderr);
+    assert!(
+        embedded.stdout.contains(&format!(
+            "signed by key {}, the bundle's own key: NOT TRUSTED",
+            forger.key_id()
+        )),
+        "{}",
+        embedded.stdout
+    );
+    // The genuine bundle, with the auditor's key, is the one that proves something.
+    let genuine = check_bundle(&db, &exported, &["--public-key", &public], &[]).await;
+    assert!(genuine.ok, "{}", genuine.stderr);
+    assert!(
+        genuine.stdout.contains("(one you trust)"),
+        "{}",
+        genuine.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_trusts_the_keys_in_the_environment_as_verify_does() {
+    let (db, exported, public) = one_signed_bundle().await;
+    let (forger, _) = CheckpointSigner::generate();
+    let forged = outbox_evidence::bundle::to_canonical(&signed_by(reworded(&exported), &forger));
+    let trusted = [("OUTBOX_EVIDENCE_PUBLIC_KEYS", public.as_str())];
+    check_refuses(
+        &check_bundle(&db, &forged, &[], &trusted).await,
+        "not one of the keys given",
+    );
+    check_refuses(
+        &check_bundle(&db, &forged, &["--trust-embedded-key"], &trusted).await,
+        "--trust-embedded-key: keys to trust were given",
+    );
+    let genuine = check_bundle(&db, &exported, &[], &trusted).await;
+    assert!(genuine.ok, "{}", genuine.stderr);
+    assert!(
+        genuine.stdout.contains("(one you trust)"),
+        "{}",
+        genuine.stdout
+    );
+    // A flag wins over the variable, as for `verify`.
+    let other = forger.public_key().to_text();
+    check_refuses(
+        &check_bundle(&db, &exported, &["--public-key", &other], &trusted).await,
+        "not one of the keys given",
+    );
+    let bad = [("OUTBOX_EVIDENCE_PUBLIC_KEYS", "ed25519-pub:nope")];
+    check_refuses(
+        &check_bundle(&db, &exported, &[], &bad).await,
+        "OUTBOX_EVIDENCE_PUBLIC_KEYS",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_whose_attempt_records_another_payload_fails_the_check() {
+    let trail = Trail::build().await;
+    let tenant: Uuid = sqlx::query_scalar("SELECT tenant_id FROM alerts LIMIT 1")
+        .fetch_one(&trail.db.pool)
+        .await
+        .unwrap();
+    let alert = approve_one_more(&trail.db, tenant, "another-payload").await;
+    drain(&trail.db, "w", &[]).await;
+    // Before the next checkpoint: its attempt made to say another payload was sent, and
+    // the chain rehashed to match. The checkpoint then signs the rewritten chain.
+    trail
+        .tamper(&[
+            &format!(
+                "UPDATE delivery_attempts SET payload_sha256 = '\\x{}' WHERE alert_id = '{alert}'",
+                "22".repeat(32)
+            ),
+            &rehash_chain(alert),
+        ])
+        .await;
+    checkpoint(&trail.db, &trail.secret).await;
+    let export = outboxctl_ok(
+        &trail.db,
+        &["evidence", "export", "--alert", &alert.to_string()],
+    )
+    .await;
+    let bundle: Bundle = serde_json::from_str(&export.stdout).unwrap();
+    assert!(bundle.checkpoint.is_some(), "{}", export.stdout);
+    check_refuses(
+        &check_bundle(
+            &trail.db,
+            export.stdout.as_bytes(),
+            &["--public-key", &trail.public],
+            &[],
+        )
+        .await,
+        &format!(
+            "records payload fingerprint {}, but the alert's payload is",
+            "22".repeat(32)
+        ),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_alert_is_named_by_the_checkpoints_that_record_it() {
+    let trail = Trail::build().await;
+    let alert = trail.replayed;
+    trail
+        .tamper(&[
+            &format!("DELETE FROM alert_events WHERE alert_id = '{alert}'"),
+            &format!("DELETE FROM delivery_attempts WHERE alert_id = '{alert}'"),
+            &format!("DELETE FROM alert_outcomes WHERE alert_id = '{alert}'"),
+            &format!("DELETE FROM outbox WHERE alert_id = '{alert}'"),
+            &format!("DELETE FROM alerts WHERE id = '{alert}'"),
+        ])
+        .await;
+    fails_naming(
+        &trail.verify(&["--alert", &alert.to_string()]).await,
+        &format!("alert {alert}: is not in the database, but checkpoints 1 to 2 record it: it was deleted"),
+    );
+    // An id no checkpoint records is only unknown.
+    let unknown = Uuid::now_v7();
+    let run = trail.verify(&["--alert", &unknown.to_string()]).await;
+    assert!(!run.ok);
+    assert!(
+        run.stderr.contains(&format!("no alert {unknown}")),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stdout.contains("mismatch"), "{}", run.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keygen_writes_the_secret_only_where_its_owner_alone_reads_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let db = TestDb::new().await;
+    // Standard output is a pipe here, as with `keygen > file` or `| tee`: refused.
+    let piped = outboxctl(&db, &["evidence", "keygen"]).await;
+    assert!(!piped.ok);
+    assert_eq!(piped.stdout, "", "the secret went to the pipe");
+    assert!(piped.stderr.contains("--out FILE"), "{}", piped.stderr);
+
+    let dir = tempfile_dir();
+    let file = dir.join("evidence-signing.key");
+    let path = file.to_str().unwrap();
+    let made = outboxctl_ok(&db, &["evidence", "keygen", "--out", path]).await;
+    assert_eq!(made.stdout, "");
+    assert!(made.stderr.contains("ed25519-pub:"), "{}", made.stderr);
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the key file is {mode:o}");
+    let secret = std::fs::read_to_string(&file).unwrap();
+    let signer = CheckpointSigner::from_text(&secret).unwrap();
+    assert!(made.stderr.contains(signer.key_id()), "{}", made.stderr);
+    // Never over an existing file.
+    let again = outboxctl(&db, &["evidence", "keygen", "--out", path]).await;
+    assert!(!again.ok);
+    assert!(
+        again.stderr.contains("never overwritten"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), secret);
+    // On purpose, to a pipe.
+    let sent = outboxctl_ok(&db, &["evidence", "keygen", "--stdout"]).await;
+    assert!(sent.stdout.starts_with("ed25519:"), "{}", sent.stdout);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_past_the_size_cap_is_refused_unread() {
+    let db = TestDb::new().await;
+    let dir = tempfile_dir();
+    let file = dir.join("proof.json");
+    // Sparse: 64 MiB and one byte, without writing them.
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(64 * 1024 * 1024 + 1)
+        .unwrap();
+    let run = outboxctl(&db, &["evidence", "check", file.to_str().unwrap()]).await;
+    check_refuses(&run, "larger than 64 MiB");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

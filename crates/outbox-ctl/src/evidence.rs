@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use clap::Subcommand;
 use outbox_core::evidence_chain::hex;
 use outbox_core::evidence_signing::{CheckpointSigner, PublicKey};
 use outbox_evidence::verify::{self, Problem, Trust};
-use outbox_evidence::{bundle, checkpoint};
+use outbox_evidence::{bundle, checkpoint, trusted_keys};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -26,28 +26,29 @@ pub enum EvidenceCommand {
         #[arg(long)]
         alert: Uuid,
     },
-    /// Verify a proof bundle offline.
-    Check {
-        /// The bundle (`evidence export`'s output).
-        file: PathBuf,
-        /// A public key the checkpoint must be signed with (`ed25519-pub:…`); repeat for
-        /// several. Without one, the bundle's own key is used, which proves only that the
-        /// bundle is consistent.
-        #[arg(long = "public-key", value_name = "KEY")]
-        public_keys: Vec<String>,
-    },
+    /// Verify a proof bundle offline. Exits 0 only when the bundle holds together and a
+    /// checkpoint signed by a key you trust covers it (or when a flag below accepts less,
+    /// and the output says so).
+    Check(CheckArgs),
     /// Make a checkpoint now (deciders and dispatchers make one every
     /// `--checkpoint-interval`), signed with `OUTBOX_EVIDENCE_SIGNING_KEY` when set. While
     /// another process is making one, waits for it (up to a minute), then covers the rest.
+    /// Refuses (exit 1) when the newest checkpoint was deleted or changed.
     Checkpoint {
         /// Chain the entries of alerts from before the chain existed first (all of them).
         #[arg(long)]
         backfill: bool,
+        /// After a refusal: go on after this checkpoint (`N:HASH`, the newest one made, as
+        /// your `evidence checkpoint made` log lines record it; not the database's word).
+        /// The next checkpoint is numbered N+1 and chains from HASH; `verify` goes on
+        /// naming the lost ones.
+        #[arg(long, value_name = "N:HASH")]
+        continue_after: Option<verify::Anchor>,
     },
-    /// Create a signing key: prints the secret (`ed25519:…`, for
-    /// `OUTBOX_EVIDENCE_SIGNING_KEY`) on standard output, and its public key and key id on
-    /// standard error.
-    Keygen,
+    /// Create a signing key: its secret (`ed25519:…`, for `OUTBOX_EVIDENCE_SIGNING_KEY`)
+    /// goes to a new file only you can read (`--out`), or to standard output when that is a
+    /// terminal or `--stdout` says so; its public key and key id go to standard error.
+    Keygen(KeygenArgs),
 }
 
 /// `evidence verify` flags.
@@ -65,14 +66,10 @@ pub struct VerifyArgs {
     #[arg(long)]
     all: bool,
     /// Trust only checkpoints signed by this public key (`ed25519-pub:…`); repeat for
-    /// several (rotated keys). Without one, keys are read from the database, which a
+    /// several (rotated keys). Without one, the keys in OUTBOX_EVIDENCE_PUBLIC_KEYS
+    /// (comma-separated); without those, keys are read from the database, which a
     /// database administrator could have replaced.
-    #[arg(
-        long = "public-key",
-        value_name = "KEY",
-        env = "OUTBOX_EVIDENCE_PUBLIC_KEYS",
-        value_delimiter = ','
-    )]
+    #[arg(long = "public-key", value_name = "KEY")]
     public_keys: Vec<String>,
     /// A checkpoint's number and hash kept outside the database (`N:HASH`, from the
     /// `evidence checkpoint made` log line or an earlier bundle), which must still be
@@ -84,28 +81,56 @@ pub struct VerifyArgs {
     json: bool,
 }
 
-fn parse_keys(texts: &[String]) -> anyhow::Result<Vec<PublicKey>> {
-    texts
-        .iter()
-        .map(|t| PublicKey::from_text(t.trim()).context("--public-key"))
-        .collect()
+/// `evidence check` flags.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The bundle (`evidence export`'s output), at most 64 MiB.
+    file: PathBuf,
+    /// A public key the checkpoint must be signed with (`ed25519-pub:…`); repeat for
+    /// several. Without one, the keys in OUTBOX_EVIDENCE_PUBLIC_KEYS (comma-separated).
+    #[arg(long = "public-key", value_name = "KEY")]
+    public_keys: Vec<String>,
+    /// Accept a bundle that no signed checkpoint covers (none yet, or an unsigned one):
+    /// says what its chain shows and that nothing anchors it, and exits 0.
+    #[arg(long)]
+    allow_unanchored: bool,
+    /// With no key given, check the signature with the public key inside the bundle:
+    /// says that this key is not one you trust, and exits 0.
+    #[arg(long)]
+    trust_embedded_key: bool,
+}
+
+/// `evidence keygen` flags.
+#[derive(Debug, clap::Args)]
+pub struct KeygenArgs {
+    /// Write the secret to this file, created readable and writable by you alone (0600);
+    /// an existing file is never overwritten.
+    #[arg(long, value_name = "FILE", conflicts_with = "stdout")]
+    out: Option<PathBuf>,
+    /// Print the secret on standard output even when that is a pipe or a file (a file the
+    /// shell creates for `>` is readable by others under the usual umask).
+    #[arg(long)]
+    stdout: bool,
+}
+
+/// The keys the auditor trusts, from the flags or the environment, read alike by
+/// `verify` and `check`.
+fn auditor_keys(given: &[String]) -> anyhow::Result<Vec<PublicKey>> {
+    trusted_keys::auditor_keys(given).map_err(anyhow::Error::msg)
 }
 
 impl EvidenceCommand {
     /// Whether the command needs no database (`check`, `keygen`).
     pub fn is_offline(&self) -> bool {
-        matches!(
-            self,
-            EvidenceCommand::Check { .. } | EvidenceCommand::Keygen
-        )
+        matches!(self, EvidenceCommand::Check(_) | EvidenceCommand::Keygen(_))
     }
 }
 
 /// Runs a command that needs no database.
 pub fn run_offline(command: &EvidenceCommand) -> anyhow::Result<()> {
     match command {
-        EvidenceCommand::Check { file, public_keys } => check(file, public_keys),
-        EvidenceCommand::Keygen => keygen(),
+        EvidenceCommand::Check(args) => check(args),
+        EvidenceCommand::Keygen(args) => keygen(args),
         _ => unreachable!("run on the database by `run`"),
     }
 }
@@ -115,15 +140,18 @@ pub async fn run(pool: &PgPool, command: EvidenceCommand) -> anyhow::Result<()> 
     match command {
         EvidenceCommand::Verify(args) => verify(pool, args).await,
         EvidenceCommand::Export { alert } => export(pool, alert).await,
-        EvidenceCommand::Checkpoint { backfill } => make_checkpoint(pool, backfill).await,
-        EvidenceCommand::Check { .. } | EvidenceCommand::Keygen => {
+        EvidenceCommand::Checkpoint {
+            backfill,
+            continue_after,
+        } => make_checkpoint(pool, backfill, continue_after).await,
+        EvidenceCommand::Check(_) | EvidenceCommand::Keygen(_) => {
             unreachable!("run offline by `run_offline`")
         }
     }
 }
 
 async fn verify(pool: &PgPool, args: VerifyArgs) -> anyhow::Result<()> {
-    let trust = Trust::load(pool, parse_keys(&args.public_keys)?).await?;
+    let trust = Trust::load(pool, auditor_keys(&args.public_keys)?).await?;
     let keys_note = if trust.pinned.is_empty() {
         "signatures checked with the keys stored in the database (pin yours with --public-key)"
     } else {
@@ -221,48 +249,94 @@ async fn verify(pool: &PgPool, args: VerifyArgs) -> anyhow::Result<()> {
 }
 
 async fn export(pool: &PgPool, alert: Uuid) -> anyhow::Result<()> {
-    let bundle = bundle::export(pool, alert).await?;
+    let bundle = bundle::to_canonical(&bundle::export(pool, alert).await?);
+    if bundle.len() as u64 > bundle::MAX_BUNDLE_BYTES {
+        bail!(
+            "alert {alert}'s bundle would be {} MiB, more than `evidence check` reads ({} MiB)",
+            bundle.len() / (1024 * 1024),
+            bundle::MAX_BUNDLE_BYTES / (1024 * 1024)
+        );
+    }
     use std::io::Write;
-    std::io::stdout().write_all(&bundle::to_canonical(&bundle))?;
+    std::io::stdout().write_all(&bundle)?;
     Ok(())
 }
 
-fn check(file: &PathBuf, public_keys: &[String]) -> anyhow::Result<()> {
-    let pinned = parse_keys(public_keys)?;
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    match bundle::check(&bytes, &pinned) {
-        Ok(proven) => {
-            let under = match &proven.checkpoint {
-                Some((seq, at, covered, key)) => format!(
-                    "its first {covered} are under checkpoint {seq} made at {}, {}",
-                    chrono::DateTime::from_timestamp_micros(*at)
-                        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-                        .unwrap_or_default(),
-                    match (key, pinned.is_empty()) {
-                        (Some(key), false) => format!("signed by key {key} (one of those given)"),
-                        (Some(key), true) => format!(
-                            "signed by key {key} (the bundle's own key: give --public-key to \
-                             check it is yours)"
-                        ),
-                        (None, _) => "unsigned".to_owned(),
-                    }
-                ),
-                None => "no checkpoint covers them yet".to_owned(),
-            };
-            println!(
-                "alert {}: {} entries chain correctly; {under}",
-                proven.alert_id, proven.entries
-            );
-            Ok(())
-        }
-        Err(reason) => bail!("the bundle does not verify: {reason}"),
+fn check(args: &CheckArgs) -> anyhow::Result<()> {
+    let keys = auditor_keys(&args.public_keys)?;
+    if args.trust_embedded_key && !keys.is_empty() {
+        bail!(
+            "--trust-embedded-key: keys to trust were given (--public-key or {}), and the \
+             bundle is checked against those",
+            trusted_keys::PUBLIC_KEYS_VARIABLE
+        );
+    }
+    let file = &args.file;
+    let bytes = std::fs::File::open(file)
+        .and_then(bundle::read)
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    let trusting = bundle::Trusting {
+        keys,
+        allow_unanchored: args.allow_unanchored,
+        trust_embedded_key: args.trust_embedded_key,
+    };
+    let proven = bundle::check(&bytes, &trusting)
+        .map_err(|reason| anyhow!("the bundle does not verify: {reason}"))?;
+    println!("{}", what_a_bundle_shows(&proven));
+    Ok(())
+}
+
+/// `check`'s line: what the bundle shows, and in capitals what it does not when it is not
+/// anchored under a key the auditor trusts.
+fn what_a_bundle_shows(proven: &bundle::Proven) -> String {
+    let chained = format!(
+        "alert {}: {} entries chain correctly",
+        proven.alert_id, proven.entries
+    );
+    let under = |c: &bundle::UnderCheckpoint| {
+        format!(
+            "its first {} are under checkpoint {} made at {}",
+            c.entries,
+            c.seq,
+            chrono::DateTime::from_timestamp_micros(c.made_at_micros)
+                .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+                .unwrap_or_default()
+        )
+    };
+    let key = |c: &bundle::UnderCheckpoint| c.key_id.clone().unwrap_or_default();
+    match &proven.standing {
+        bundle::Standing::Trusted(c) => format!(
+            "{chained}; {}, signed by key {} (one you trust)",
+            under(c),
+            key(c)
+        ),
+        bundle::Standing::EmbeddedKey(c) => format!(
+            "{chained}; {}, signed by key {}, the bundle's own key: NOT TRUSTED. This shows \
+             only that whoever holds that key signed it, which may be whoever wrote the \
+             bundle; check it again with --public-key and the key you hold",
+            under(c),
+            key(c)
+        ),
+        bundle::Standing::Unsigned(c) => format!(
+            "{chained}; {}, which is unsigned: NOT ANCHORED. Anyone can make an unsigned \
+             checkpoint, so this shows only that the bundle holds together",
+            under(c)
+        ),
+        bundle::Standing::NotCovered => format!(
+            "{chained}; no checkpoint covers them: NOT ANCHORED. This shows only that the \
+             bundle holds together, which whoever wrote it could have made so"
+        ),
     }
 }
 
 /// How long `evidence checkpoint` waits for another process's checkpoint to finish.
 const BUSY_WAIT: Duration = Duration::from_secs(60);
 
-async fn make_checkpoint(pool: &PgPool, backfill: bool) -> anyhow::Result<()> {
+async fn make_checkpoint(
+    pool: &PgPool,
+    backfill: bool,
+    continue_after: Option<verify::Anchor>,
+) -> anyhow::Result<()> {
     let settings = checkpoint::CheckpointInterval(Some(checkpoint::DEFAULT_INTERVAL))
         .settings(None)?
         .expect("an interval gives settings");
@@ -270,10 +344,14 @@ async fn make_checkpoint(pool: &PgPool, backfill: bool) -> anyhow::Result<()> {
     if backfill {
         checkpoint::backfill_all(pool).await?;
     }
+    let mut memory = continue_after.map_or_else(
+        checkpoint::Memory::default,
+        checkpoint::Memory::continuing_after,
+    );
     let mut made_any = false;
     let mut busy_deadline = None;
     loop {
-        match checkpoint::make_checkpoint(pool, settings.signer.as_deref()).await? {
+        match checkpoint::make_checkpoint(pool, settings.signer.as_deref(), &mut memory).await? {
             Ok(made) => {
                 made_any = true;
                 let signed = if made.signed { "signed" } else { "unsigned" };
@@ -308,6 +386,7 @@ async fn make_checkpoint(pool: &PgPool, backfill: bool) -> anyhow::Result<()> {
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            Err(checkpoint::Skipped::Refused(refused)) => bail!("no checkpoint made: {refused}"),
             Err(checkpoint::Skipped::WritersStillOpen(open)) => bail!(
                 "transactions open for longer than {}s may still write evidence ({}); try again",
                 checkpoint::WRITERS_WAIT.as_secs(),
@@ -317,13 +396,53 @@ async fn make_checkpoint(pool: &PgPool, backfill: bool) -> anyhow::Result<()> {
     }
 }
 
-fn keygen() -> anyhow::Result<()> {
+fn keygen(args: &KeygenArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    // Refused before a key is made: `keygen > file` would leave the secret in a file the
+    // shell created readable by others.
+    if args.out.is_none() && !args.stdout && !std::io::stdout().is_terminal() {
+        bail!(
+            "standard output is not a terminal: the secret would go to a pipe or to a file \
+             others may read; write it with --out FILE (created 0600), or pass --stdout to \
+             send it there on purpose"
+        );
+    }
     let (signer, secret) = CheckpointSigner::generate();
-    println!("{secret}");
+    match &args.out {
+        Some(path) => write_secret_file(path, &secret)?,
+        None => println!("{secret}"),
+    }
     eprintln!(
         "public key {} (key id {}): give it to auditors for `evidence verify --public-key`",
         signer.public_key().to_text(),
         signer.key_id()
     );
+    Ok(())
+}
+
+/// Writes `secret` (and a newline) to a new file at `path` that only its owner can read
+/// and write; refuses a path that exists (a file, or a link to one).
+fn write_secret_file(path: &std::path::Path, secret: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| {
+            format!(
+                "cannot create {} (an existing file is never overwritten)",
+                path.display()
+            )
+        })?;
+    let written = file
+        .write_all(format!("{secret}\n").as_bytes())
+        .and_then(|()| file.sync_all());
+    if let Err(err) = written {
+        // A partial key is no key: nothing is left behind.
+        let _ = std::fs::remove_file(path);
+        return Err(err).with_context(|| format!("cannot write {}", path.display()));
+    }
     Ok(())
 }

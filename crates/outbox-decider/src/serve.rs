@@ -69,7 +69,10 @@ pub async fn serve(
     };
     // One shutdown for the API, the monitors and the console.
     let stopped = Shutdown::on(shutdown);
-    let mut figures: Vec<Arc<dyn Figures>> = vec![Arc::new(outbox_evidence::published::LogFigures)];
+    let mut figures: Vec<Arc<dyn Figures>> = Vec::new();
+    if let Some(settings) = &config.evidence {
+        figures.push(settings.figures.clone());
+    }
     let console_server = match (console_listener, config.console) {
         (Some(listener), Some(settings)) => {
             let password_checks = password_checks(&settings);

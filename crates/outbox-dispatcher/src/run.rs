@@ -5,6 +5,7 @@ use crate::claim_loop::ClaimLoop;
 use crate::prepared::PreparedDestinations;
 use crate::summary::RunSummary;
 use crate::{health, http, recorder, reload, server, upkeep, wake_ups, Config, Metrics, Shared};
+use outbox_runtime::prometheus::Figures;
 use outbox_runtime::shutdown::Shutdown;
 use outbox_store::PgPool;
 use std::future::Future;
@@ -48,7 +49,17 @@ pub async fn run(
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| DispatchError::Listen { addr, source })?;
-        tokio::spawn(server::serve(listener, pool.clone(), metrics.clone()));
+        let figures = config
+            .evidence
+            .iter()
+            .map(|evidence| evidence.figures.clone() as Arc<dyn Figures>)
+            .collect();
+        tokio::spawn(server::serve(
+            listener,
+            pool.clone(),
+            metrics.clone(),
+            figures,
+        ));
     }
     let wake = Arc::new(Notify::new());
     tokio::spawn(wake_ups::listen_for_wake_ups(

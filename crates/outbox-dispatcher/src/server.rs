@@ -6,6 +6,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use outbox_runtime::prometheus::Figures;
 use outbox_store::PgPool;
 use std::sync::Arc;
 
@@ -16,10 +17,17 @@ struct AppState {
     pool: PgPool,
     metrics: Arc<Metrics>,
     database: Arc<outbox_runtime::prometheus::DatabaseWritable>,
+    /// The figures of the process's other parts (its evidence checkpoints).
+    figures: Vec<Arc<dyn Figures>>,
 }
 
 /// Serves until the process ends.
-pub(crate) async fn serve(listener: tokio::net::TcpListener, pool: PgPool, metrics: Arc<Metrics>) {
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    pool: PgPool,
+    metrics: Arc<Metrics>,
+    figures: Vec<Arc<dyn Figures>>,
+) {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "dispatcher metrics listening");
     }
@@ -31,6 +39,7 @@ pub(crate) async fn serve(listener: tokio::net::TcpListener, pool: PgPool, metri
             pool,
             metrics,
             database: Arc::default(),
+            figures,
         });
     let service = hyper::service::service_fn(
         move |request: hyper::Request<outbox_runtime::http_server::RequestBody>| {
@@ -62,9 +71,11 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
         Some(queue) => state.metrics.render(queue),
         None => "# queue figures unavailable: the database is not writable\n".to_owned(),
     };
-    outbox_runtime::prometheus::Figures::render(&*state.database, &mut out);
+    state.database.render(&mut out);
     outbox_runtime::telemetry::render_metrics(&mut out);
-    outbox_evidence::published::render_metrics(&mut out);
+    for figures in &state.figures {
+        figures.render(&mut out);
+    }
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -10,17 +10,32 @@
 //! position is then committed or gone for good, and the checkpoint covers exactly the
 //! positions after the previous checkpoint's, up to it. The next checkpoint starts where
 //! this one ends, so every entry is covered by exactly one checkpoint.
+//!
+//! **What a checkpoint chains from.** The number and hash of the newest checkpoint are
+//! written twice: in its row, and in the tip row the same transaction writes. The maker
+//! goes on only when the two agree, and when the database has not gone back behind the
+//! newest checkpoint this process has made or found ([`Memory`]). Otherwise a checkpoint
+//! was deleted or changed, and making the next one would give its number a second signed
+//! checkpoint: the maker refuses ([`Refused`]), with an ERROR line and
+//! `outbox_evidence_checkpoints_refused_total` in the loop and a failed
+//! `outboxctl evidence checkpoint`, until an operator restores the checkpoints or names the
+//! newest one made (`--continue-after`) from a record kept outside the database.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use outbox_core::evidence_chain::{merkle_root, Checkpoint, Hash, Leaf};
+use outbox_core::evidence_chain::{hex, merkle_root, Checkpoint, Hash, Leaf};
 use outbox_core::evidence_signing::{CheckpointSigner, KeyError};
+use outbox_runtime::prometheus::Figures;
 use outbox_runtime::shutdown::Shutdown;
 use outbox_store::evidence_chain as stored;
 use outbox_store::StoreError;
 use sqlx::PgPool;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use uuid::Uuid;
+
+use crate::verify::Anchor;
 
 /// A checkpoint just made.
 #[derive(Debug, Clone)]
@@ -50,6 +65,179 @@ pub enum Skipped {
     /// Transactions that may still commit entries of the range stayed open past the wait
     /// (their virtual transaction ids).
     WritersStillOpen(Vec<String>),
+    /// The newest checkpoint is not the one the next would chain from.
+    Refused(Refused),
+}
+
+/// Why the maker will not make the next checkpoint: the database's newest checkpoint is
+/// not the one that was made last (deleted, changed, or the tip rewritten), and a
+/// checkpoint made now would give a number that was already signed a second meaning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// What disagrees, in a sentence.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}; no checkpoint is made until this is looked into (`outboxctl evidence verify \
+             --all` names what is missing): restore the checkpoints from a backup, or go on \
+             with `outboxctl evidence checkpoint --continue-after N:HASH`, the newest \
+             checkpoint's number and hash as your `evidence checkpoint made` log lines \
+             record them",
+            self.reason
+        )
+    }
+}
+
+fn refused(reason: String) -> Refused {
+    Refused { reason }
+}
+
+/// What the maker holds the database's newest checkpoint to besides the tip row, which
+/// whoever deletes a checkpoint can rewrite too: the newest checkpoint this process has
+/// made or found in order (kept while it runs), and an operator's word to go on after a
+/// given checkpoint (`outboxctl evidence checkpoint --continue-after`).
+#[derive(Debug, Clone, Default)]
+pub struct Memory {
+    newest_known: Option<Anchor>,
+    continue_after: Option<Anchor>,
+}
+
+impl Memory {
+    /// The next checkpoint goes on after `anchor` (the newest checkpoint made, as a record
+    /// outside the database has it), whatever the database lost since.
+    pub fn continuing_after(anchor: Anchor) -> Memory {
+        Memory {
+            newest_known: None,
+            continue_after: Some(anchor),
+        }
+    }
+}
+
+/// Where the next checkpoint goes on from: its number, the last position before its range,
+/// and the hash it chains from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Base {
+    seq: i64,
+    covers_from: i64,
+    previous: Hash,
+}
+
+/// Where the next checkpoint goes on from, given the tip row, the newest stored checkpoint
+/// (its number and hash, and the last position it covers) and what this process knows; or
+/// why it must not be made.
+fn next_base(
+    tip: Option<Anchor>,
+    newest: Option<(Anchor, i64)>,
+    memory: &Memory,
+) -> Result<Base, Refused> {
+    let stored = newest.map(|(anchor, _)| anchor);
+    let covers_from = newest.map_or(0, |(_, covers_to)| covers_to);
+    if let Some(after) = memory.continue_after {
+        return continue_after(after, tip, stored, memory.newest_known, covers_from);
+    }
+    tip_agrees(tip, stored)?;
+    not_behind(memory.newest_known, stored)?;
+    Ok(match stored {
+        None => Base {
+            seq: 1,
+            covers_from: 0,
+            previous: [0u8; 32],
+        },
+        Some(s) => Base {
+            seq: s.seq + 1,
+            covers_from,
+            previous: s.hash,
+        },
+    })
+}
+
+/// The tip row and the newest stored checkpoint name the same checkpoint (or none): each
+/// way they can differ says what was done.
+fn tip_agrees(tip: Option<Anchor>, stored: Option<Anchor>) -> Result<(), Refused> {
+    let what = match (tip, stored) {
+        (None, None) => return Ok(()),
+        (Some(tip), Some(stored)) if tip == stored => return Ok(()),
+        (Some(tip), None) => {
+            format!(
+                "the tip records checkpoint {tip}, but no checkpoint is stored: they were deleted"
+            )
+        }
+        (None, Some(stored)) => format!(
+            "checkpoint {} is stored, but the tip records none: the tip was deleted",
+            stored.seq
+        ),
+        (Some(tip), Some(stored)) if stored.seq < tip.seq => format!(
+            "the tip records checkpoint {tip}, but the newest stored is checkpoint {}: \
+             checkpoint {} was deleted",
+            stored.seq, tip.seq
+        ),
+        (Some(tip), Some(stored)) if stored.seq == tip.seq => format!(
+            "the tip records checkpoint {tip}, but the stored checkpoint {} hashes to {}: it \
+             was changed",
+            stored.seq,
+            hex(&stored.hash)
+        ),
+        (Some(tip), Some(stored)) => format!(
+            "checkpoint {} is stored, but the tip records checkpoint {}: the tip was \
+             rewritten, or a checkpoint stored by other means",
+            stored.seq, tip.seq
+        ),
+    };
+    Err(refused(what))
+}
+
+/// The newest stored checkpoint is not older than the newest this process made or found,
+/// nor another checkpoint of that number: else both were rewritten, the tip to match.
+fn not_behind(known: Option<Anchor>, stored: Option<Anchor>) -> Result<(), Refused> {
+    let Some(known) = known else { return Ok(()) };
+    let behind = match stored {
+        None => "no checkpoint is stored".to_owned(),
+        Some(s) if s.seq < known.seq => format!("the newest stored is checkpoint {}", s.seq),
+        Some(s) if s.seq == known.seq && s.hash != known.hash => {
+            format!("the stored checkpoint {} hashes to {}", s.seq, hex(&s.hash))
+        }
+        Some(_) => return Ok(()),
+    };
+    Err(refused(format!(
+        "this process made or found checkpoint {known}, but {behind} and the tip agrees: \
+         checkpoints were deleted or changed, and the tip rewritten to match"
+    )))
+}
+
+/// The base after `after`, an operator's word from a record kept outside the database,
+/// unless something the maker sees records a later checkpoint or another one of that
+/// number: going on after `after` would then sign a number twice. Its range starts where
+/// the newest stored checkpoint's ends, so the entries of the lost ones are covered again.
+fn continue_after(
+    after: Anchor,
+    tip: Option<Anchor>,
+    stored: Option<Anchor>,
+    known: Option<Anchor>,
+    covers_from: i64,
+) -> Result<Base, Refused> {
+    let seen = [
+        ("the tip records", tip),
+        ("the newest stored is", stored),
+        ("this process made", known),
+    ];
+    for (whose, seen) in seen {
+        let Some(seen) = seen else { continue };
+        if seen.seq > after.seq || (seen.seq == after.seq && seen.hash != after.hash) {
+            return Err(refused(format!(
+                "--continue-after {after}: {whose} checkpoint {seen}, so a checkpoint after \
+                 {after} would sign a number twice"
+            )));
+        }
+    }
+    Ok(Base {
+        seq: after.seq + 1,
+        covers_from,
+        previous: after.hash,
+    })
 }
 
 /// Most positions (entries) one checkpoint covers.
@@ -58,11 +246,14 @@ pub const MAX_POSITIONS: i64 = 250_000;
 /// How long a checkpoint waits for the transactions open when it started.
 pub const WRITERS_WAIT: Duration = Duration::from_secs(10);
 
-/// Makes one checkpoint now, if there is anything new to cover and no other process is
-/// making one.
+/// Makes one checkpoint now, if there is anything new to cover (or `memory` says to go on
+/// after a lost one), no other process is making one, and the newest checkpoint is the one
+/// that was made last (else [`Skipped::Refused`]). `memory` learns the newest checkpoint
+/// found or made.
 pub async fn make_checkpoint(
     pool: &PgPool,
     signer: Option<&CheckpointSigner>,
+    memory: &mut Memory,
 ) -> Result<Result<Made, Skipped>, StoreError> {
     let issued = stored::positions_issued(pool).await?;
     let writers = stored::open_writers(pool).await?;
@@ -83,17 +274,34 @@ pub async fn make_checkpoint(
     if !stored::try_checkpoint_lock(&mut tx).await? {
         return Ok(Err(Skipped::Busy));
     }
-    let previous = stored::newest_checkpoint(&mut *tx).await?;
-    let (seq, covers_from, previous_hash) = match &previous {
-        Some(p) => (p.seq + 1, p.covers_to, checkpoint_of(p).hash()),
-        None => (1, 0, [0u8; 32]),
+    // Chained from the newest checkpoint only when the tip (written with it) agrees, and
+    // the database has not gone back behind what this process knows.
+    let tip = stored::checkpoint_tip(&mut *tx)
+        .await?
+        .map(|(seq, hash)| Anchor { seq, hash });
+    let newest = stored::newest_checkpoint(&mut *tx).await?.map(|c| {
+        let hash = checkpoint_of(&c).hash();
+        (Anchor { seq: c.seq, hash }, c.covers_to)
+    });
+    let base = match next_base(tip, newest, memory) {
+        Ok(base) => base,
+        Err(refused) => return Ok(Err(Skipped::Refused(refused))),
     };
-    if issued <= covers_from {
+    let resuming = memory.continue_after.is_some();
+    if !resuming {
+        memory.newest_known = newest.map(|(anchor, _)| anchor);
+    }
+    let Base {
+        seq,
+        covers_from,
+        previous: previous_hash,
+    } = base;
+    if issued <= covers_from && !resuming {
         return Ok(Err(Skipped::NothingNew));
     }
     // At most MAX_POSITIONS per checkpoint, so that one checkpoint's leaves stay a size a
     // verifier holds at once; the maker's loop makes the next one at once when more wait.
-    let covers_to = issued.min(covers_from + MAX_POSITIONS);
+    let covers_to = issued.clamp(covers_from, covers_from + MAX_POSITIONS);
     let leaves: Vec<Leaf> = stored::leaves_between(&mut tx, covers_from, covers_to)
         .await?
         .into_iter()
@@ -134,6 +342,10 @@ pub async fn make_checkpoint(
     )
     .await?;
     tx.commit().await?;
+    *memory = Memory {
+        newest_known: Some(Anchor { seq, hash }),
+        continue_after: None,
+    };
     Ok(Ok(Made {
         seq,
         size: leaves.len(),
@@ -189,12 +401,45 @@ pub struct Settings {
     /// Time between checkpoints.
     pub interval: Duration,
     /// The signing key, if one is configured.
-    pub signer: Option<std::sync::Arc<CheckpointSigner>>,
+    pub signer: Option<Arc<CheckpointSigner>>,
     /// Alerts the backfill chains per step.
     pub backfill_batch: i32,
     /// The checkpoint log every checkpoint is appended to, if one is kept
     /// ([`crate::published`]).
     pub log: Option<std::path::PathBuf>,
+    /// What the loop counts, for the process's `/metrics`.
+    pub figures: Arc<CheckpointFigures>,
+}
+
+/// What the checkpoint loop counts: `outbox_evidence_checkpoints_refused_total`, the
+/// checkpoints it would not make ([`Refused`]; each also logged at ERROR), and
+/// `outbox_evidence_checkpoint_log_disagreements_total`, the times the checkpoint log found
+/// the database no longer holding what it published (the log then stops).
+#[derive(Debug, Default)]
+pub struct CheckpointFigures {
+    refused: AtomicU64,
+    log_disagreements: AtomicU64,
+}
+
+impl Figures for CheckpointFigures {
+    fn render(&self, out: &mut String) {
+        outbox_runtime::prometheus::render_one(
+            out,
+            "outbox_evidence_checkpoints_refused_total",
+            "counter",
+            "Checkpoints not made because the newest checkpoint was deleted or changed (see \
+             the ERROR log line).",
+            self.refused.load(Ordering::Relaxed),
+        );
+        outbox_runtime::prometheus::render_one(
+            out,
+            "outbox_evidence_checkpoint_log_disagreements_total",
+            "counter",
+            "Times the checkpoint log found the database no longer holding a checkpoint it \
+             published, or holding another one (the log then stops; see the ERROR log line).",
+            self.log_disagreements.load(Ordering::Relaxed),
+        );
+    }
 }
 
 impl std::fmt::Debug for Settings {
@@ -273,9 +518,10 @@ impl CheckpointInterval {
         }
         Ok(Some(Settings {
             interval,
-            signer: signer_from_env()?.map(std::sync::Arc::new),
+            signer: signer_from_env()?.map(Arc::new),
             backfill_batch: BACKFILL_BATCH,
             log,
+            figures: Arc::default(),
         }))
     }
 }
@@ -302,6 +548,7 @@ pub async fn run(pool: PgPool, settings: Settings, mut stop: Shutdown) {
             .map_err(|err| tracing::error!(error = %err, "evidence checkpoint log not kept"))
             .ok()
     });
+    let mut memory = Memory::default();
     loop {
         tokio::select! {
             _ = stop.wait() => return,
@@ -317,7 +564,7 @@ pub async fn run(pool: PgPool, settings: Settings, mut stop: Shutdown) {
         let mut more = true;
         while more && !stop.is_set() {
             more = false;
-            match make_checkpoint(&pool, settings.signer.as_deref()).await {
+            match make_checkpoint(&pool, settings.signer.as_deref(), &mut memory).await {
                 Ok(Ok(made)) => {
                     warned_open = false;
                     more = made.more;
@@ -339,30 +586,34 @@ pub async fn run(pool: PgPool, settings: Settings, mut stop: Shutdown) {
                         WRITERS_WAIT.as_secs()
                     );
                 }
+                // Every time, not once: nothing is checkpointed until someone acts.
+                Ok(Err(Skipped::Refused(refused))) => {
+                    settings.figures.refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(%refused, "evidence checkpoint refused");
+                }
                 Ok(Err(_)) => {}
                 Err(err) => tracing::warn!(error = %err, "evidence checkpoint failed; will retry"),
             }
         }
         if let Some(log) = &mut log {
-            publish(log, &pool, settings.signer.as_deref()).await;
+            publish(log, &pool, &settings).await;
         }
     }
 }
 
 /// Appends what is new to the checkpoint log. A log that disagrees with the database is
 /// said once, at ERROR, and counted; other failures are retried at the next round.
-async fn publish(
-    log: &mut crate::published::CheckpointLog,
-    pool: &PgPool,
-    signer: Option<&CheckpointSigner>,
-) {
+async fn publish(log: &mut crate::published::CheckpointLog, pool: &PgPool, settings: &Settings) {
     use crate::published::LogError;
     let already_stopped = log.is_stopped();
-    match log.publish_new(pool, signer).await {
+    match log.publish_new(pool, settings.signer.as_deref()).await {
         Ok(_) => {}
         Err(err @ LogError::Disagrees(_)) => {
             if !already_stopped {
-                crate::published::count_disagreement();
+                settings
+                    .figures
+                    .log_disagreements
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::error!(error = %err, "evidence checkpoint log stopped");
             }
         }
@@ -393,4 +644,104 @@ async fn backfill(
 pub async fn backfill_all(pool: &PgPool) -> Result<(), StoreError> {
     while stored::backfill_step(pool, BACKFILL_BATCH).await? >= BACKFILL_BATCH {}
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn anchor(seq: i64, byte: u8) -> Anchor {
+        Anchor {
+            seq,
+            hash: [byte; 32],
+        }
+    }
+
+    /// The newest stored checkpoint `seq` (hash of `byte`s), covering up to `seq * 10`.
+    fn newest(seq: i64, byte: u8) -> Option<(Anchor, i64)> {
+        Some((anchor(seq, byte), seq * 10))
+    }
+
+    #[test]
+    fn the_next_checkpoint_chains_from_the_newest_when_the_tip_agrees() {
+        let none = Memory::default();
+        let first = next_base(None, None, &none).unwrap();
+        assert_eq!(
+            (first.seq, first.covers_from, first.previous),
+            (1, 0, [0; 32])
+        );
+        let next = next_base(Some(anchor(5, 5)), newest(5, 5), &none).unwrap();
+        assert_eq!(
+            (next.seq, next.covers_from, next.previous),
+            (6, 50, [5; 32])
+        );
+    }
+
+    #[test]
+    fn a_deleted_or_changed_newest_checkpoint_is_refused_not_signed_again() {
+        let none = Memory::default();
+        let cases = [
+            (Some(anchor(5, 5)), newest(4, 4), "checkpoint 5 was deleted"),
+            (Some(anchor(5, 5)), None, "they were deleted"),
+            (Some(anchor(5, 5)), newest(5, 9), "it was changed"),
+            (None, newest(5, 5), "the tip was deleted"),
+            (Some(anchor(4, 4)), newest(5, 5), "the tip was rewritten"),
+        ];
+        for (tip, stored, needle) in cases {
+            let refused = next_base(tip, stored, &none).unwrap_err();
+            assert!(refused.reason.contains(needle), "{refused}");
+            assert!(
+                refused.to_string().contains("--continue-after"),
+                "{refused}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_database_gone_back_behind_what_the_process_made_is_refused_even_with_a_matching_tip() {
+        let made_five = Memory {
+            newest_known: Some(anchor(5, 5)),
+            continue_after: None,
+        };
+        for (tip, stored) in [
+            (Some(anchor(4, 4)), newest(4, 4)),
+            (None, None),
+            (Some(anchor(5, 9)), newest(5, 9)),
+        ] {
+            let refused = next_base(tip, stored, &made_five).unwrap_err();
+            assert!(
+                refused.reason.contains("made or found checkpoint 5:"),
+                "{refused}"
+            );
+        }
+        // Checkpoints other processes made since: fine.
+        assert_eq!(
+            next_base(Some(anchor(7, 7)), newest(7, 7), &made_five)
+                .unwrap()
+                .seq,
+            8
+        );
+    }
+
+    #[test]
+    fn going_on_after_a_lost_checkpoint_never_reuses_a_number() {
+        let after_five = Memory::continuing_after(anchor(5, 5));
+        // Checkpoint 5 lost: 6 chains from its hash and covers again what 5 covered.
+        let base = next_base(Some(anchor(5, 5)), newest(4, 4), &after_five).unwrap();
+        assert_eq!(
+            (base.seq, base.covers_from, base.previous),
+            (6, 40, [5; 32])
+        );
+        let base = next_base(Some(anchor(4, 4)), newest(4, 4), &after_five).unwrap();
+        assert_eq!(base.seq, 6);
+        // Anything that records a later checkpoint, or another 5, forbids it.
+        for (tip, stored) in [
+            (Some(anchor(6, 6)), newest(4, 4)),
+            (Some(anchor(4, 4)), newest(6, 6)),
+            (Some(anchor(5, 9)), newest(4, 4)),
+        ] {
+            let refused = next_base(tip, stored, &after_five).unwrap_err();
+            assert!(refused.reason.contains("sign a number twice"), "{refused}");
+        }
+    }
 }

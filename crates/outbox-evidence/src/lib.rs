@@ -15,10 +15,12 @@
 //! - [`published`]: the checkpoint log, every checkpoint as a signed note in a file
 //!   outside the database, appended by the processes that make checkpoints and held
 //!   against the database as it is.
+//! - [`trusted_keys`]: the public keys an auditor trusts, read alike by every check.
 //!
 //! What this proves and what it does not is docs/auditing.md's subject.
 
 pub mod bundle;
 pub mod checkpoint;
 pub mod published;
+pub mod trusted_keys;
 pub mod verify;

@@ -247,35 +247,3 @@ pub fn read_log(path: &Path) -> Result<ParsedLog, LogError> {
     }
     Ok(parsed)
 }
-
-/// Times a checkpoint log found the database disagreeing with what it published, in this
-/// process (`outbox_evidence_checkpoint_log_disagreements_total`).
-static DISAGREEMENTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Counts one disagreement.
-pub(crate) fn count_disagreement() {
-    DISAGREEMENTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// The checkpoint log's figures, for a process's `/metrics`.
-#[derive(Debug, Default)]
-pub struct LogFigures;
-
-impl outbox_runtime::prometheus::Figures for LogFigures {
-    fn render(&self, out: &mut String) {
-        render_metrics(out);
-    }
-}
-
-/// The checkpoint log's figures in Prometheus' text format, for a process's `/metrics`.
-pub fn render_metrics(out: &mut String) {
-    use std::fmt::Write as _;
-    let _ = writeln!(
-        out,
-        "# HELP outbox_evidence_checkpoint_log_disagreements_total Times the checkpoint log \
-         found the database no longer holding the history it published (the log then stops).\n\
-         # TYPE outbox_evidence_checkpoint_log_disagreements_total counter\n\
-         outbox_evidence_checkpoint_log_disagreements_total {}",
-        DISAGREEMENTS.load(std::sync::atomic::Ordering::Relaxed)
-    );
-}

@@ -3,6 +3,10 @@
 //! checkpoints that cover them, and the checkpoints themselves (tree root, chain of
 //! checkpoints, signature, coverage without gaps, and the tip).
 //!
+//! The rules an alert's entries are held to ([`next_link`], [`state_problem`]) are the
+//! ones a bundle's check applies too. An alert that is gone although checkpoints record it
+//! was deleted, and is named so.
+//!
 //! Every finding is a [`Problem`] naming the place (alert, entry and row, or checkpoint)
 //! and what was expected against what is stored. Nothing here writes.
 
@@ -11,7 +15,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 use outbox_core::evidence_chain::{genesis, hex, link, merkle_root, Hash, Leaf};
-use outbox_core::evidence_entries::EntryFacts;
+use outbox_core::evidence_entries::{AlertFacts, EntryFacts};
 use outbox_core::evidence_signing::PublicKey;
 use outbox_store::evidence_chain::{self as stored, StoredChain, StoredCheckpoint};
 use outbox_store::StoreError;
@@ -49,6 +53,62 @@ fn problem(place: impl Into<String>, what: impl Into<String>) -> Problem {
 pub fn state_agrees(state: &str, last_transition: &str) -> bool {
     state == last_transition
         || (state == "sending" && matches!(last_transition, "pending" | "uncertain"))
+}
+
+/// One entry's link, recomputed: the head its fields give after `head` must be the head
+/// recorded beside it, and an attempt's payload fingerprint must be the alert's (an
+/// attempt records what was sent, and an alert's payload never changes: a correction is
+/// another alert). `verify` and a bundle's check both hold entries to this; the problem is
+/// said without its place, which the caller knows.
+pub fn next_link(
+    alert: &AlertFacts,
+    head: &Hash,
+    entry: &EntryFacts,
+    recorded: &Hash,
+) -> Result<Hash, String> {
+    let next = link(head, &entry.record()).map_err(|err| err.to_string())?;
+    if next != *recorded {
+        return Err(format!(
+            "does not match its chain: its fields and the entry before it give head {}, the \
+             stored head is {}",
+            hex(&next),
+            hex(recorded)
+        ));
+    }
+    if let EntryFacts::Attempt(attempt) = entry {
+        if attempt.payload_sha256 != alert.payload_sha256 {
+            return Err(format!(
+                "records payload fingerprint {}, but the alert's payload is {}",
+                hex(&attempt.payload_sha256),
+                hex(&alert.payload_sha256)
+            ));
+        }
+    }
+    Ok(next)
+}
+
+/// An alert's state (its live status or outcome) held against the last transition its
+/// entries record, in chain order ([`state_agrees`]); `name` names an entry by its index
+/// for the message. `verify` and a bundle's check both hold alerts to this.
+pub fn state_problem<'a>(
+    state: Option<&str>,
+    entries: impl IntoIterator<Item = &'a EntryFacts>,
+    name: impl Fn(usize) -> String,
+) -> Option<String> {
+    let last = entries
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, e)| e.to_state().map(|to| (index, to)))
+        .last();
+    match (state, last) {
+        (None, _) => Some("has neither a live outbox row nor an outcome".to_owned()),
+        (Some(state), None) => Some(format!("is {state}, but its chain records no transition")),
+        (Some(state), Some((index, last))) if !state_agrees(state, last) => Some(format!(
+            "is {state}, but the last transition its chain records is to {last} ({})",
+            name(index)
+        )),
+        _ => None,
+    }
 }
 
 /// One alert's chain, recomputed.
@@ -115,69 +175,20 @@ pub fn check_chain(chain: &StoredChain) -> ChainCheck {
             break;
         }
         last_pos = Some(pos);
-        head = match link(&head, &entry.facts.record()) {
+        head = match next_link(&chain.alert, &head, &entry.facts, &stored) {
             Ok(next) => next,
-            Err(err) => {
-                problems.push(problem(place, err.to_string()));
+            Err(what) => {
+                problems.push(problem(place, what));
                 break;
             }
         };
-        if head != stored {
-            problems.push(problem(
-                place,
-                format!(
-                    "does not match its chain: its fields and the entry before it give head \
-                     {}, the stored head is {}",
-                    hex(&head),
-                    hex(&stored)
-                ),
-            ));
-            break;
-        }
-        // What an attempt says it sent must be the alert's payload: the dispatcher
-        // records the fingerprint its claim read, and a payload never changes while its
-        // alert is live (a correction is another alert).
-        if let EntryFacts::Attempt(attempt) = &entry.facts {
-            if attempt.payload_sha256 != chain.alert.payload_sha256 {
-                problems.push(problem(
-                    place,
-                    format!(
-                        "records payload fingerprint {}, but the alert's payload is {}",
-                        hex(&attempt.payload_sha256),
-                        hex(&chain.alert.payload_sha256)
-                    ),
-                ));
-                break;
-            }
-        }
         heads.push((Some(pos), head));
     }
     if problems.is_empty() {
-        let last = chain
-            .entries
-            .iter()
-            .rev()
-            .find_map(|e| e.facts.to_state().map(|s| (s, e)));
-        match (&chain.state, last) {
-            (None, _) => problems.push(problem(
-                format!("alert {alert}"),
-                "has neither a live outbox row nor an outcome",
-            )),
-            (Some(state), None) => problems.push(problem(
-                format!("alert {alert}"),
-                format!("is {state}, but its chain records no transition"),
-            )),
-            (Some(state), Some((last, entry))) if !state_agrees(state, last) => {
-                problems.push(problem(
-                    format!("alert {alert}"),
-                    format!(
-                        "is {state}, but the last transition its chain records is to {last} \
-                         ({})",
-                        entry.place()
-                    ),
-                ))
-            }
-            _ => {}
+        let entries = chain.entries.iter().map(|e| &e.facts);
+        let name = |index: usize| chain.entries[index].place();
+        if let Some(what) = state_problem(chain.state.as_deref(), entries, name) {
+            problems.push(problem(format!("alert {alert}"), what));
         }
     }
     ChainCheck {
@@ -414,7 +425,10 @@ pub async fn verify_alert(
     trust: &Trust,
     to_tip: bool,
 ) -> Result<AlertReport, StoreError> {
-    let chain = stored::chain(pool, alert_id).await?;
+    let chain = match stored::chain(pool, alert_id).await {
+        Err(StoreError::UnknownAlert(_)) => return deleted_alert(pool, alert_id).await,
+        chain => chain?,
+    };
     let check = check_chain(&chain);
     let mut problems = check.problems.clone();
 
@@ -489,6 +503,54 @@ pub async fn verify_alert(
     })
 }
 
+/// An alert the database does not have: `Err(UnknownAlert)` when no checkpoint records it
+/// either, else a report naming the checkpoints that do (it was deleted).
+async fn deleted_alert(pool: &PgPool, alert_id: Uuid) -> Result<AlertReport, StoreError> {
+    let mut recording = Vec::new();
+    // The store's search matches the id's bytes anywhere in the packed leaves; each
+    // checkpoint it names is read (one at a time) to find a leaf for the alert itself.
+    for seq in stored::checkpoints_holding_bytes(pool, alert_id.as_bytes()).await? {
+        if let Some(c) = stored::checkpoint(pool, seq).await? {
+            if find_leaf(&c.leaves, alert_id).is_some() {
+                recording.push(seq);
+            }
+        }
+    }
+    if recording.is_empty() {
+        return Err(StoreError::UnknownAlert(alert_id));
+    }
+    Ok(AlertReport {
+        alert_id,
+        entries: 0,
+        checkpoint: None,
+        pruned: false,
+        problems: vec![problem(
+            format!("alert {alert_id}"),
+            format!(
+                "is not in the database, but {}: it was deleted",
+                record_it(&recording)
+            ),
+        )],
+    })
+}
+
+/// "checkpoint 3 records it", "checkpoints 3 to 5 record it", "checkpoints 3, 7 record it".
+fn record_it(seqs: &[i64]) -> String {
+    match seqs {
+        [one] => format!("checkpoint {one} records it"),
+        [first, .., last] if seqs.windows(2).all(|w| w[1] == w[0] + 1) => {
+            format!("checkpoints {first} to {last} record it")
+        }
+        _ => format!(
+            "checkpoints {} record it",
+            seqs.iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
 /// Checks the chain of checkpoints after `from` (without their leaves: links, coverage,
 /// signatures) up to the newest, and the tip.
 async fn check_checkpoints_from(
@@ -556,6 +618,13 @@ pub struct Anchor {
     pub seq: i64,
     /// Its hash.
     pub hash: Hash,
+}
+
+impl fmt::Display for Anchor {
+    /// `N:HASH`, as `--checkpoint` and `--continue-after` read it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.seq, hex(&self.hash))
+    }
 }
 
 impl std::str::FromStr for Anchor {
@@ -693,8 +762,9 @@ pub async fn verify_walk(
         summary.add(compare_leaves(c.seq, &recorded, &now));
         if since.is_some() {
             let ids: Vec<Uuid> = recorded.iter().map(|l| l.alert_id).collect();
+            let range = Some((c.covers_from, c.covers_to));
             for page in ids.chunks(WALK_PAGE as usize) {
-                walk_page(&mut conn, page, None, &mut summary).await?;
+                walk_page(&mut conn, page, range, None, &mut summary).await?;
                 progress(summary.alerts, summary.alerts);
             }
         }
@@ -712,14 +782,14 @@ pub async fn verify_walk(
                 let page = stored::alert_ids_after(&mut *conn, after, WALK_PAGE).await?;
                 let Some(last) = page.last() else { break };
                 after = *last;
-                walk_page(&mut conn, &page, newest, &mut summary).await?;
+                walk_page(&mut conn, &page, None, newest, &mut summary).await?;
                 progress(summary.alerts, total);
             }
         }
         Some(_) => {
             let tail = stored::alerts_with_entries_after(&mut *conn, covered_to).await?;
             for page in tail.chunks(WALK_PAGE as usize) {
-                walk_page(&mut conn, page, newest, &mut summary).await?;
+                walk_page(&mut conn, page, None, newest, &mut summary).await?;
                 progress(summary.alerts, summary.alerts);
             }
         }
@@ -762,13 +832,24 @@ async fn leaves_now(
     Ok(now)
 }
 
+/// Recomputes these alerts' chains into `summary`. With `last_in` (positions after the
+/// first, up to the second), only the alerts whose newest entry lies there: a walk of
+/// several checkpoints meets an alert under each one that covers an entry of it, and
+/// checks and counts it once, under the one that covers its newest entry (or in the tail
+/// after the newest checkpoint, walked without `last_in`).
 async fn walk_page(
     conn: &mut sqlx::PgConnection,
     ids: &[Uuid],
+    last_in: Option<(i64, i64)>,
     newest: Option<Newest>,
     summary: &mut WalkSummary,
 ) -> Result<(), StoreError> {
     for chain in stored::chains(conn, ids).await? {
+        if let Some((after, up_to)) = last_in {
+            if !newest_position(&chain).is_some_and(|pos| after < pos && pos <= up_to) {
+                continue;
+            }
+        }
         let check = check_chain(&chain);
         summary.alerts += 1;
         summary.entries += check.entries as u64;
@@ -778,6 +859,16 @@ async fn walk_page(
         }
     }
     Ok(())
+}
+
+/// The position of an alert's newest chained entry (for a pruned alert, of the newest
+/// entry retention kept).
+fn newest_position(chain: &StoredChain) -> Option<i64> {
+    let kept = chain
+        .pruned
+        .iter()
+        .flat_map(|p| p.entries.iter().map(|(pos, _)| *pos));
+    chain.entries.iter().filter_map(|e| e.pos).chain(kept).max()
 }
 
 /// A checkpoint's recorded leaves against the leaves its range gives now, both in alert id
@@ -843,6 +934,13 @@ mod tests {
         assert!(state_agrees("held", "held"));
         assert!(!state_agrees("accepted", "held"));
         assert!(!state_agrees("pending", "sending"));
+    }
+
+    #[test]
+    fn the_checkpoints_recording_a_deleted_alert_are_named_as_a_range_or_a_list() {
+        assert_eq!(record_it(&[4]), "checkpoint 4 records it");
+        assert_eq!(record_it(&[4, 5, 6]), "checkpoints 4 to 6 record it");
+        assert_eq!(record_it(&[4, 7]), "checkpoints 4, 7 record it");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 mod common;
 
-use outbox_evidence::checkpoint::{make_checkpoint, Made};
+use outbox_evidence::checkpoint::{make_checkpoint, Made, Memory};
 use outbox_testkit::TestDb;
 
 #[tokio::test]
@@ -24,7 +24,9 @@ async fn a_transaction_open_in_another_database_does_not_hold_up_a_checkpoint() 
         .await
         .unwrap();
 
-    let made = make_checkpoint(&db.pool, None).await.unwrap();
+    let made = make_checkpoint(&db.pool, None, &mut Memory::default())
+        .await
+        .unwrap();
     assert!(
         matches!(
             made,

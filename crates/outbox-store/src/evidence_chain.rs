@@ -422,6 +422,21 @@ pub async fn checkpoint_covering(
     .transpose()
 }
 
+/// The checkpoints whose packed leaves hold `bytes` anywhere, by number: every checkpoint
+/// with a leaf for an alert is among those searched with the alert id's bytes (the caller
+/// looks for the leaf itself; a match across two leaves is not one).
+pub async fn checkpoints_holding_bytes(
+    db: impl PgExecutor<'_>,
+    bytes: &[u8],
+) -> Result<Vec<i64>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT seq FROM evidence_checkpoints WHERE position($1::bytea IN leaves) > 0 ORDER BY seq",
+    )
+    .bind(bytes)
+    .fetch_all(db)
+    .await?)
+}
+
 /// The first checkpoint made after `at` (the `--since` walk's start), without leaves.
 pub async fn first_checkpoint_since(
     db: impl PgExecutor<'_>,

@@ -12,7 +12,8 @@ pub struct CliRun {
 }
 
 /// One run of the real `outboxctl` against a test's database, as operator `alice`, with no
-/// tenant, secret keys or egress opening taken from the environment the tests run in.
+/// tenant, secret keys, evidence keys or egress opening taken from the environment the
+/// tests run in.
 pub struct Outboxctl<'a> {
     db: &'a TestDb,
     args: Vec<String>,
@@ -66,7 +67,9 @@ impl<'a> Outboxctl<'a> {
             .env("USER", "alice")
             .env_remove("OUTBOX_TENANT")
             .env_remove("OUTBOX_SECRET_KEYS")
-            .env_remove("OUTBOX_ALLOW_PRIVATE");
+            .env_remove("OUTBOX_ALLOW_PRIVATE")
+            .env_remove("OUTBOX_EVIDENCE_SIGNING_KEY")
+            .env_remove("OUTBOX_EVIDENCE_PUBLIC_KEYS");
         for (key, value) in &self.env {
             run = run.env(key, value);
         }

@@ -1675,10 +1675,14 @@ async fn the_alert_page_says_how_far_its_evidence_verifies() {
         "{}",
         check(&page.body)
     );
-    outbox_evidence::checkpoint::make_checkpoint(&console.db.pool, None)
-        .await
-        .unwrap()
-        .unwrap();
+    outbox_evidence::checkpoint::make_checkpoint(
+        &console.db.pool,
+        None,
+        &mut outbox_evidence::checkpoint::Memory::default(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     let page = console
         .get(Some(&viewer), &format!("/console/alerts/{}", ids[0]))
         .await;

@@ -86,7 +86,12 @@ async fn evidence_on(
             let drained = backlog(&mut run).await?;
             if chained {
                 let started = std::time::Instant::now();
-                let made = outbox_evidence::checkpoint::make_checkpoint(&run.pool, None).await?;
+                let made = outbox_evidence::checkpoint::make_checkpoint(
+                    &run.pool,
+                    None,
+                    &mut outbox_evidence::checkpoint::Memory::default(),
+                )
+                .await?;
                 let heads = made.map(|m| m.size).unwrap_or(0);
                 checkpoint = (heads, started.elapsed().as_secs_f64() * 1000.0);
                 on = Some(drained);
