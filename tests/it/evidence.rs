@@ -262,6 +262,15 @@ async fn an_untampered_trail_verifies_and_its_bundle_checks_offline() {
     );
     // Left behind only when an assertion above failed, to look at.
     std::fs::remove_dir_all(&dir).unwrap();
+    // An alert both checkpoints recorded: its bundle carries both, each with the one
+    // before it, and checks without a note.
+    let both = export_and_check(&trail, trail.replayed).await;
+    assert!(both.ok, "{}", both.stderr);
+    assert!(
+        both.stdout.contains("under checkpoint 2") && !both.stdout.contains("note:"),
+        "{}",
+        both.stdout
+    );
 }
 
 fn tempfile_dir() -> std::path::PathBuf {
@@ -379,13 +388,13 @@ async fn a_forged_attempt_is_named() {
     let all = trail.verify(&["--all"]).await;
     fails_naming(&all, &place);
     assert!(
-        all.stdout.contains("is dated before checkpoint 2"),
+        all.stdout.contains("before checkpoint 2 was made"),
         "{}",
         all.stdout
     );
     fails_naming(
         &trail.verify(&["--alert", &trail.held.to_string()]).await,
-        "is dated before",
+        "before checkpoint 2 was made",
     );
 }
 
@@ -444,6 +453,145 @@ fn rehash_chain(alert: Uuid) -> String {
              END IF; \
            END LOOP; END $$"
     )
+}
+
+/// Exports `alert`'s bundle and checks it with the trail's key.
+async fn export_and_check(trail: &Trail, alert: Uuid) -> CliRun {
+    let export = outboxctl_ok(
+        &trail.db,
+        &["evidence", "export", "--alert", &alert.to_string()],
+    )
+    .await;
+    check_bundle(
+        &trail.db,
+        export.stdout.as_bytes(),
+        &["--public-key", &trail.public],
+        &[],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backdated_entry_stays_named_once_the_next_checkpoint_covers_it() {
+    let trail = Trail::build().await;
+    // A held alert made to look delivered an hour ago (linked by the product's own
+    // trigger, so its hash is right), then a genuine checkpoint over it.
+    let row: i64 = sqlx::query_scalar(
+        "INSERT INTO delivery_attempts (alert_id, attempt, worker, fencing_token, started_at, \
+             finished_at, idempotency_key, payload_sha256, outcome, http_status, to_state, line) \
+         SELECT id, 2, 'w', 1, now() - interval '1 hour', now() - interval '1 hour', id::text, \
+                payload_sha256, 'accepted', 200, 'accepted', 'attempt 2 accepted (HTTP 200)' \
+         FROM alerts WHERE id = $1 RETURNING id",
+    )
+    .bind(trail.held)
+    .fetch_one(&trail.db.pool)
+    .await
+    .unwrap();
+    trail
+        .tamper(&[&format!(
+            "UPDATE alert_outcomes SET outcome = 'accepted' WHERE alert_id = '{}'",
+            trail.held
+        )])
+        .await;
+    checkpoint(&trail.db, &trail.secret).await;
+    let place = format!("(delivery_attempts row {row}): is dated");
+    for args in [
+        vec!["--all"],
+        vec!["--since", "1h"],
+        vec!["--alert", &trail.held.to_string()],
+    ] {
+        let run = trail.verify_pinned(&args).await;
+        fails_naming(&run, &place);
+        assert!(
+            run.stdout
+                .contains("more than 5 minutes before checkpoint 2 was made"),
+            "{args:?}: {}",
+            run.stdout
+        );
+    }
+    // Its bundle carries checkpoint 2 before checkpoint 3, the first to cover the entry.
+    check_refuses(
+        &export_and_check(&trail, trail.held).await,
+        "before checkpoint 2 was made",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_rewritten_under_fresh_positions_is_named_by_the_checkpoint_that_recorded_it() {
+    let trail = Trail::build().await;
+    let alert = trail.retried;
+    // Checkpoint 1 recorded the alert. Its approval is reworded, each entry given a fresh
+    // position (in chain order) and today's date, every hash recomputed; the next genuine
+    // checkpoint then covers the rewritten chain, and signs it.
+    trail
+        .tamper(&[
+            &format!(
+                "UPDATE alert_events SET line = 'approved by the CFO' \
+                 WHERE alert_id = '{alert}' AND from_state IS NULL"
+            ),
+            &format!(
+                "DO $$ DECLARE e record; BEGIN \
+                   FOR e IN SELECT 0 AS t, id, chain_pos FROM alert_events WHERE alert_id = '{alert}' \
+                            UNION ALL SELECT 1, id, chain_pos FROM delivery_attempts \
+                            WHERE alert_id = '{alert}' ORDER BY chain_pos LOOP \
+                     IF e.t = 0 THEN \
+                       UPDATE alert_events SET chain_pos = nextval('evidence_chain_pos_seq'), \
+                              at = clock_timestamp() WHERE id = e.id; \
+                     ELSE \
+                       UPDATE delivery_attempts SET chain_pos = nextval('evidence_chain_pos_seq'), \
+                              started_at = clock_timestamp(), finished_at = clock_timestamp() \
+                        WHERE id = e.id; \
+                     END IF; \
+                   END LOOP; END $$"
+            ),
+            &rehash_chain(alert),
+        ])
+        .await;
+    checkpoint(&trail.db, &trail.secret).await;
+    let place = format!("checkpoint 1: recorded alert {alert}");
+    fails_naming(
+        &trail.verify_pinned(&["--alert", &alert.to_string()]).await,
+        &place,
+    );
+    fails_naming(&trail.verify_pinned(&["--all"]).await, &place);
+    // The bundle carries checkpoint 1 too, whose leaf is not the rewritten chain's.
+    check_refuses(
+        &export_and_check(&trail, alert).await,
+        "is not under checkpoint 1's root",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_payload_that_is_not_the_approved_one_is_named() {
+    let trail = Trail::build().await;
+    let payload = "{\"n\": 2, \"note\": \"wire the money\"}";
+    let (stored, approved): (String, String) = sqlx::query_as(
+        "SELECT encode(sha256(convert_to($2, 'UTF8')), 'hex'), encode(payload_sha256, 'hex') \
+         FROM alerts WHERE id = $1",
+    )
+    .bind(trail.held)
+    .bind(payload)
+    .fetch_one(&trail.db.pool)
+    .await
+    .unwrap();
+    trail
+        .tamper(&[&format!(
+            "UPDATE alerts SET payload = '{payload}' WHERE id = '{}'",
+            trail.held
+        )])
+        .await;
+    let place = format!(
+        "alert {}: its stored payload is not the approved one: SHA-256 {stored}, approved \
+         {approved}",
+        trail.held
+    );
+    for args in [
+        vec!["--all"],
+        vec!["--since", "1h"],
+        vec!["--alert", &trail.held.to_string()],
+    ] {
+        fails_naming(&trail.verify_pinned(&args).await, &place);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -977,6 +1125,7 @@ fn reworded(bytes: &[u8]) -> Bundle {
         entry.head = head;
     }
     bundle.checkpoint = None;
+    bundle.earlier_checkpoints = Some(vec![]);
     bundle
 }
 
@@ -1012,6 +1161,7 @@ fn signed_by(mut bundle: Bundle, forger: &CheckpointSigner) -> Bundle {
         key_id: Some(forger.key_id().to_owned()),
         signature: Some(signature),
         public_key: Some(forger.public_key().to_text()),
+        preceding: Some(vec![]),
     });
     bundle
 }

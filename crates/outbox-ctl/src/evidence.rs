@@ -283,6 +283,9 @@ fn check(args: &CheckArgs) -> anyhow::Result<()> {
     let proven = bundle::check(&bytes, &trusting)
         .map_err(|reason| anyhow!("the bundle does not verify: {reason}"))?;
     println!("{}", what_a_bundle_shows(&proven));
+    for note in &proven.notes {
+        println!("note: {note}");
+    }
     Ok(())
 }
 

@@ -7,6 +7,8 @@
 //! - [`checkpoint`]: making a checkpoint (which entries it covers, the tree, the
 //!   signature) and the loop deciders and dispatchers run to make one per interval, which
 //!   also moves the backfill of older alerts along.
+//! - [`dating`]: the rule that an entry is not dated before the checkpoint made before its
+//!   own, and the margin it allows.
 //! - [`verify`]: one alert verified (`outboxctl evidence verify --alert`, the console's
 //!   alert page), and the walk over everything or what changed since a time, in bounded
 //!   memory; every finding names its place.
@@ -21,6 +23,7 @@
 
 pub mod bundle;
 pub mod checkpoint;
+pub mod dating;
 pub mod published;
 pub mod trusted_keys;
 pub mod verify;

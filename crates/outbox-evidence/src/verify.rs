@@ -1,7 +1,8 @@
 //! Verification: each alert's chain recomputed from its rows with `outbox_core`'s
-//! definition, its state held against its last transition, its heads found in the
-//! checkpoints that cover them, and the checkpoints themselves (tree root, chain of
-//! checkpoints, signature, coverage without gaps, and the tip).
+//! definition, its state held against its last transition, its stored payload against
+//! its fingerprint, its heads found in every checkpoint that recorded it, its entries'
+//! dates held to the checkpoints ([`crate::dating`]), and the checkpoints themselves (tree
+//! root, chain of checkpoints, signature, coverage without gaps, and the tip).
 //!
 //! The rules an alert's entries are held to ([`next_link`], [`state_problem`]) are the
 //! ones a bundle's check applies too. An alert that is gone although checkpoints record it
@@ -23,6 +24,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::checkpoint::{checkpoint_of, unpack_leaves};
+use crate::dating::Dating;
 
 /// Something that does not match.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -199,69 +201,6 @@ pub fn check_chain(chain: &StoredChain) -> ChainCheck {
     }
 }
 
-/// How much earlier than a checkpoint an entry it does not cover may be dated: an attempt
-/// is dated when its send finished, by the dispatcher's clock, and recorded moments
-/// later (its position taken then), so an entry can be dated a little before a checkpoint
-/// that does not cover it.
-pub const BACKDATING_MARGIN_MICROS: i64 = 5 * 60 * 1_000_000;
-
-/// The newest checkpoint as the backdating check needs it, when that check applies (not
-/// while the backfill, which chains old entries under new positions, has yet to finish
-/// before it).
-#[derive(Debug, Clone, Copy)]
-pub struct Newest {
-    seq: i64,
-    covers_to: i64,
-    made_at: DateTime<Utc>,
-}
-
-impl Newest {
-    async fn load(
-        pool: &PgPool,
-        newest: Option<&StoredCheckpoint>,
-    ) -> Result<Option<Newest>, StoreError> {
-        let Some(c) = newest else { return Ok(None) };
-        let (_, finished) = stored::backfill_state(pool).await?;
-        Ok(finished.filter(|f| *f < c.made_at).map(|_| Newest {
-            seq: c.seq,
-            covers_to: c.covers_to,
-            made_at: c.made_at,
-        }))
-    }
-
-    /// Entries this checkpoint does not cover although they are dated well before it was
-    /// made: written afterwards with an earlier date.
-    fn backdated(&self, chain: &StoredChain) -> Vec<Problem> {
-        let made = self.made_at.timestamp_micros();
-        chain
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.pos.is_some_and(|p| p > self.covers_to))
-            .filter(|(_, e)| e.facts.at_micros() < made - BACKDATING_MARGIN_MICROS)
-            .map(|(index, e)| {
-                let at = DateTime::from_timestamp_micros(e.facts.at_micros())
-                    .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-                    .unwrap_or_default();
-                problem(
-                    format!(
-                        "alert {}, entry {} ({})",
-                        chain.alert.id,
-                        index + 1,
-                        e.place()
-                    ),
-                    format!(
-                        "is dated before checkpoint {} was made ({}) but is not under it: it \
-                         was written afterwards with an earlier date ({at})",
-                        self.seq,
-                        self.made_at.format("%Y-%m-%d %H:%M:%S UTC")
-                    ),
-                )
-            })
-            .collect()
-    }
-}
-
 /// The keys checkpoints are checked with.
 #[derive(Debug, Clone, Default)]
 pub struct Trust {
@@ -415,10 +354,11 @@ pub struct AlertReport {
     pub problems: Vec<Problem>,
 }
 
-/// Verifies one alert: its chain, its state, the checkpoints that cover its entries
-/// (leaf, root, signature) and, with `to_tip`, the chain of checkpoints from the first of
-/// those to the newest and its tip (a page view leaves that walk out). `Err(UnknownAlert)`
-/// when there is no such alert.
+/// Verifies one alert: its chain, its state, its stored payload against its fingerprint,
+/// every checkpoint that ever recorded it or whose range holds one of its entries (leaf,
+/// root, signature), the dating of its entries ([`crate::dating`]) and, with `to_tip`, the
+/// chain of checkpoints from the first of those to the newest and its tip (a page view
+/// leaves that walk out). `Err(UnknownAlert)` when there is no such alert.
 pub async fn verify_alert(
     pool: &PgPool,
     alert_id: Uuid,
@@ -431,53 +371,18 @@ pub async fn verify_alert(
     };
     let check = check_chain(&chain);
     let mut problems = check.problems.clone();
+    let mut conn = pool.acquire().await?;
+    problems.extend(payload_problems(&mut conn, &[alert_id]).await?);
 
-    // The checkpoints covering its entries, each once.
-    let mut covering: BTreeMap<i64, StoredCheckpoint> = BTreeMap::new();
-    for pos in check.heads.iter().filter_map(|(pos, _)| *pos) {
-        if covering
-            .values()
-            .any(|c| c.covers_from < pos && pos <= c.covers_to)
-        {
-            continue;
-        }
-        if let Some(c) = stored::checkpoint_covering(pool, pos).await? {
-            covering.insert(c.seq, c);
-        }
-    }
+    let covering = covering_checkpoints(&mut conn, alert_id, &check.heads).await?;
     let mut newest_covered = None;
     for c in covering.values() {
-        let covered = check
-            .heads
-            .iter()
-            .take_while(|(pos, _)| pos.is_none_or(|p| p <= c.covers_to))
-            .count();
-        let expected = (covered > 0).then(|| check.heads[covered - 1].1);
-        match (find_leaf(&c.leaves, alert_id), expected) {
-            (None, _) => problems.push(problem(
-                format!("checkpoint {}", c.seq),
-                format!("covers entries of alert {alert_id} but has no leaf for it"),
-            )),
-            (Some((_, leaf)), Some(head))
-                if leaf.entries as usize == covered && leaf.head == head =>
-            {
-                newest_covered = Some((c.seq, c.made_at, covered));
-            }
-            (Some((_, leaf)), _) => problems.push(problem(
-                format!("checkpoint {}", c.seq),
-                format!(
-                    "recorded alert {alert_id} with {} entries and head {}; its entries now \
-                     give {covered} entries{}",
-                    leaf.entries,
-                    hex(&leaf.head),
-                    expected
-                        .map(|h| format!(" and head {}", hex(&h)))
-                        .unwrap_or_default()
-                ),
-            )),
+        match leaf_agrees(alert_id, c, &check.heads) {
+            Ok(covered) => newest_covered = Some((c.seq, c.made_at, covered)),
+            Err(what) => problems.push(problem(format!("checkpoint {}", c.seq), what)),
         }
         let before = if c.seq > 1 {
-            stored::checkpoints_after(pool, c.seq - 2, 1, false)
+            stored::checkpoints_after(&mut *conn, c.seq - 2, 1, false)
                 .await?
                 .pop()
         } else {
@@ -490,10 +395,17 @@ pub async fn verify_alert(
     if let Some(first) = covering.keys().next().copied().filter(|_| to_tip) {
         problems.extend(check_checkpoints_from(pool, first, trust).await?);
     }
-    let newest = stored::newest_checkpoint(pool).await?;
-    if let Some(newest) = Newest::load(pool, newest.as_ref()).await? {
-        problems.extend(newest.backdated(&chain));
-    }
+    let ranges: Vec<(i64, i64, i64)> = covering
+        .values()
+        .map(|c| (c.seq, c.covers_from, c.covers_to))
+        .collect();
+    let newest = stored::newest_checkpoint(&mut *conn).await?;
+    let dating = Dating::load(&mut conn).await?;
+    problems.extend(
+        dating
+            .chain_problems(&mut conn, &chain, &ranges, newest.map(|n| n.covers_to))
+            .await?,
+    );
     Ok(AlertReport {
         alert_id,
         entries: check.entries,
@@ -503,13 +415,111 @@ pub async fn verify_alert(
     })
 }
 
+/// Every checkpoint that has a leaf for the alert (through the index over leaves, so a
+/// chain rewritten under fresh positions still meets the checkpoints that recorded it
+/// before), and every one whose range holds one of its entries' positions, by number, with
+/// their leaves.
+async fn covering_checkpoints(
+    conn: &mut sqlx::PgConnection,
+    alert_id: Uuid,
+    heads: &[(Option<i64>, Hash)],
+) -> Result<BTreeMap<i64, StoredCheckpoint>, StoreError> {
+    let mut covering: BTreeMap<i64, StoredCheckpoint> = BTreeMap::new();
+    for seq in stored::checkpoints_with_leaf_for(&mut *conn, alert_id).await? {
+        if let Some(c) = stored::checkpoint(&mut *conn, seq).await? {
+            covering.insert(c.seq, c);
+        }
+    }
+    for pos in heads.iter().filter_map(|(pos, _)| *pos) {
+        if covering
+            .values()
+            .any(|c| c.covers_from < pos && pos <= c.covers_to)
+        {
+            continue;
+        }
+        if let Some(c) = stored::checkpoint_covering(&mut *conn, pos).await? {
+            covering.insert(c.seq, c);
+        }
+    }
+    Ok(covering)
+}
+
+/// Whether checkpoint `c` agrees with the alert's chain as it is now (`heads`: each
+/// entry's position and the head after it): its leaf's head is the chain's head after as
+/// many entries as the leaf records, and the last of those lies in its range with the next
+/// after it. Returns how many entries it covers, or what disagrees.
+pub fn leaf_agrees(
+    alert_id: Uuid,
+    c: &StoredCheckpoint,
+    heads: &[(Option<i64>, Hash)],
+) -> Result<usize, String> {
+    let Some((_, leaf)) = find_leaf(&c.leaves, alert_id) else {
+        return Err(format!(
+            "covers entries of alert {alert_id} but has no leaf for it"
+        ));
+    };
+    let recorded = format!(
+        "recorded alert {alert_id} with {} entries and head {}",
+        leaf.entries,
+        hex(&leaf.head)
+    );
+    let n = usize::try_from(leaf.entries).unwrap_or(usize::MAX);
+    let Some((pos, head)) = n.checked_sub(1).and_then(|last| heads.get(last)) else {
+        return Err(format!(
+            "{recorded}; its chain now holds {} entries",
+            heads.len()
+        ));
+    };
+    if *head != leaf.head {
+        return Err(format!(
+            "{recorded}; its entries now give head {} after {n} entries (its chain was \
+             rewritten)",
+            hex(head)
+        ));
+    }
+    let in_range = |p: &Option<i64>| p.is_some_and(|p| c.covers_from < p && p <= c.covers_to);
+    let next_after = heads
+        .get(n)
+        .is_none_or(|(next, _)| next.is_none_or(|p| p > c.covers_to));
+    if !in_range(pos) || !next_after {
+        return Err(format!(
+            "{recorded}, the last of them in positions {} to {}; its entries now place entry \
+             {n} at position {} (their positions were rewritten)",
+            c.covers_from + 1,
+            c.covers_to,
+            pos.map_or("none".to_owned(), |p| p.to_string())
+        ));
+    }
+    Ok(n)
+}
+
+/// The stored payloads of these alerts that are not the approved ones, as problems.
+async fn payload_problems(
+    conn: &mut sqlx::PgConnection,
+    alert_ids: &[Uuid],
+) -> Result<Vec<Problem>, StoreError> {
+    Ok(stored::altered_payloads(conn, alert_ids)
+        .await?
+        .into_iter()
+        .map(|(alert, stored, approved)| {
+            problem(
+                format!("alert {alert}"),
+                format!(
+                    "its stored payload is not the approved one: SHA-256 {}, approved {}",
+                    hex(&stored),
+                    hex(&approved)
+                ),
+            )
+        })
+        .collect())
+}
+
 /// An alert the database does not have: `Err(UnknownAlert)` when no checkpoint records it
 /// either, else a report naming the checkpoints that do (it was deleted).
 async fn deleted_alert(pool: &PgPool, alert_id: Uuid) -> Result<AlertReport, StoreError> {
     let mut recording = Vec::new();
-    // The store's search matches the id's bytes anywhere in the packed leaves; each
-    // checkpoint it names is read (one at a time) to find a leaf for the alert itself.
-    for seq in stored::checkpoints_holding_bytes(pool, alert_id.as_bytes()).await? {
+    // Each checkpoint the index names is read (one at a time) to find the leaf itself.
+    for seq in stored::checkpoints_with_leaf_for(pool, alert_id).await? {
         if let Some(c) = stored::checkpoint(pool, seq).await? {
             if find_leaf(&c.leaves, alert_id).is_some() {
                 recording.push(seq);
@@ -744,6 +754,7 @@ pub async fn verify_walk(
         Some(_) => 0,
     };
     let mut conn = pool.acquire().await?;
+    let dating = Dating::load(&mut conn).await?;
     loop {
         let Some(c) = stored::checkpoints_after(&mut *conn, after, 1, true)
             .await?
@@ -760,11 +771,14 @@ pub async fn verify_walk(
         let recorded = unpack_leaves(&c.leaves).unwrap_or_default();
         let now = leaves_now(&mut conn, &c, &recorded).await?;
         summary.add(compare_leaves(c.seq, &recorded, &now));
+        // Its entries held to the checkpoint before it ([`crate::dating`]).
+        let dated = dating.range_problems(&mut conn, c.seq, c.covers_from, Some(c.covers_to));
+        summary.add(dated.await?);
         if since.is_some() {
             let ids: Vec<Uuid> = recorded.iter().map(|l| l.alert_id).collect();
             let range = Some((c.covers_from, c.covers_to));
             for page in ids.chunks(WALK_PAGE as usize) {
-                walk_page(&mut conn, page, range, None, &mut summary).await?;
+                walk_page(&mut conn, page, range, &mut summary).await?;
                 progress(summary.alerts, summary.alerts);
             }
         }
@@ -773,7 +787,13 @@ pub async fn verify_walk(
         previous = Some(c);
     }
     summary.add(check_tip(pool, previous.as_ref()).await?);
-    let newest = Newest::load(pool, previous.as_ref()).await?;
+    // The entries after the newest checkpoint, held to it (or to the newest before it that
+    // covered all that was issued).
+    summary.add(
+        dating
+            .range_problems(&mut conn, i64::MAX, covered_to, None)
+            .await?,
+    );
 
     match since {
         None => {
@@ -782,14 +802,14 @@ pub async fn verify_walk(
                 let page = stored::alert_ids_after(&mut *conn, after, WALK_PAGE).await?;
                 let Some(last) = page.last() else { break };
                 after = *last;
-                walk_page(&mut conn, &page, None, newest, &mut summary).await?;
+                walk_page(&mut conn, &page, None, &mut summary).await?;
                 progress(summary.alerts, total);
             }
         }
         Some(_) => {
             let tail = stored::alerts_with_entries_after(&mut *conn, covered_to).await?;
             for page in tail.chunks(WALK_PAGE as usize) {
-                walk_page(&mut conn, page, None, newest, &mut summary).await?;
+                walk_page(&mut conn, page, None, &mut summary).await?;
                 progress(summary.alerts, summary.alerts);
             }
         }
@@ -832,19 +852,20 @@ async fn leaves_now(
     Ok(now)
 }
 
-/// Recomputes these alerts' chains into `summary`. With `last_in` (positions after the
-/// first, up to the second), only the alerts whose newest entry lies there: a walk of
-/// several checkpoints meets an alert under each one that covers an entry of it, and
-/// checks and counts it once, under the one that covers its newest entry (or in the tail
-/// after the newest checkpoint, walked without `last_in`).
+/// Recomputes these alerts' chains, and holds their stored payloads to their
+/// fingerprints, into `summary`. With `last_in` (positions after the first, up to the
+/// second), only the alerts whose newest entry lies there: a walk of several checkpoints
+/// meets an alert under each one that covers an entry of it, and checks and counts it once,
+/// under the one that covers its newest entry (or in the tail after the newest checkpoint,
+/// walked without `last_in`).
 async fn walk_page(
     conn: &mut sqlx::PgConnection,
     ids: &[Uuid],
     last_in: Option<(i64, i64)>,
-    newest: Option<Newest>,
     summary: &mut WalkSummary,
 ) -> Result<(), StoreError> {
-    for chain in stored::chains(conn, ids).await? {
+    let mut walked = Vec::with_capacity(ids.len());
+    for chain in stored::chains(&mut *conn, ids).await? {
         if let Some((after, up_to)) = last_in {
             if !newest_position(&chain).is_some_and(|pos| after < pos && pos <= up_to) {
                 continue;
@@ -854,10 +875,9 @@ async fn walk_page(
         summary.alerts += 1;
         summary.entries += check.entries as u64;
         summary.add(check.problems);
-        if let Some(newest) = newest {
-            summary.add(newest.backdated(&chain));
-        }
+        walked.push(chain.alert.id);
     }
+    summary.add(payload_problems(conn, &walked).await?);
     Ok(())
 }
 

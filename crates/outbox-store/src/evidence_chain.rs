@@ -422,19 +422,137 @@ pub async fn checkpoint_covering(
     .transpose()
 }
 
-/// The checkpoints whose packed leaves hold `bytes` anywhere, by number: every checkpoint
-/// with a leaf for an alert is among those searched with the alert id's bytes (the caller
-/// looks for the leaf itself; a match across two leaves is not one).
-pub async fn checkpoints_holding_bytes(
+/// The checkpoints with a leaf for `alert`, by number: every one that ever recorded it,
+/// whatever positions its entries have now. Found through the index over each checkpoint's
+/// leaves (migration `20261216000031`), which is derived from the leaves and so cannot
+/// disagree with them; the caller reads the leaf itself from the leaves.
+pub async fn checkpoints_with_leaf_for(
     db: impl PgExecutor<'_>,
-    bytes: &[u8],
+    alert: Uuid,
 ) -> Result<Vec<i64>, StoreError> {
     Ok(sqlx::query_scalar(
-        "SELECT seq FROM evidence_checkpoints WHERE position($1::bytea IN leaves) > 0 ORDER BY seq",
+        "SELECT seq FROM evidence_checkpoints \
+         WHERE evidence_leaf_alerts(leaves) @> ARRAY[$1::uuid] ORDER BY seq",
     )
-    .bind(bytes)
+    .bind(alert)
     .fetch_all(db)
     .await?)
+}
+
+/// The newest checkpoint numbered before `before` that covered every position issued
+/// before it was made, with when it was made: one whose range holds `max_positions`
+/// positions stopped there and may have left earlier positions to the next. Every entry
+/// of a later checkpoint's range took its position after this one was begun.
+pub async fn dating_floor(
+    db: impl PgExecutor<'_>,
+    before: i64,
+    max_positions: i64,
+) -> Result<Option<(i64, DateTime<Utc>)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT seq, made_at FROM evidence_checkpoints \
+         WHERE seq < $1 AND covers_to - covers_from < $2 ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(before)
+    .bind(max_positions)
+    .fetch_optional(db)
+    .await?)
+}
+
+/// An entry dated before a given time, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatedEntry {
+    /// Its alert.
+    pub alert_id: Uuid,
+    /// `alert_events` or `delivery_attempts`.
+    pub table: &'static str,
+    /// The row's id in its table.
+    pub id: i64,
+    /// Its place in its alert's chain, from 1.
+    pub index: i64,
+    /// Its chain position.
+    pub pos: i64,
+    /// Its date: a line's `at`, an attempt's `finished_at`.
+    pub at: DateTime<Utc>,
+}
+
+/// The entries with a position after `after`, up to `up_to` (`None`: every later one),
+/// dated before `before` (a line by its `at`, an attempt by its `finished_at`), in position
+/// order; with `spare_created_before`, not those of alerts created before that time.
+pub async fn entries_dated_before(
+    db: impl PgExecutor<'_>,
+    after: i64,
+    up_to: Option<i64>,
+    before: DateTime<Utc>,
+    spare_created_before: Option<DateTime<Utc>>,
+) -> Result<Vec<DatedEntry>, StoreError> {
+    let rows: Vec<(bool, Uuid, i64, i64, i64, DateTime<Utc>)> = sqlx::query_as(
+        "WITH dated AS ( \
+             SELECT false AS attempt, alert_id, id, chain_pos, at FROM alert_events \
+             WHERE chain_pos > $1 AND chain_pos <= $2 AND at < $3 \
+             UNION ALL \
+             SELECT true, alert_id, id, chain_pos, finished_at FROM delivery_attempts \
+             WHERE chain_pos > $1 AND chain_pos <= $2 AND finished_at < $3 \
+         ) \
+         SELECT x.attempt, x.alert_id, x.id, \
+                (SELECT count(*) FROM alert_events e \
+                 WHERE e.alert_id = x.alert_id AND e.chain_pos <= x.chain_pos) \
+              + (SELECT count(*) FROM delivery_attempts d \
+                 WHERE d.alert_id = x.alert_id AND d.chain_pos <= x.chain_pos), \
+                x.chain_pos, x.at \
+         FROM dated x JOIN alerts a ON a.id = x.alert_id \
+         WHERE $4::timestamptz IS NULL OR a.created_at >= $4 \
+         ORDER BY x.chain_pos",
+    )
+    .bind(after)
+    .bind(up_to.unwrap_or(i64::MAX))
+    .bind(before)
+    .bind(spare_created_before)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(attempt, alert_id, id, index, pos, at)| DatedEntry {
+            alert_id,
+            table: if attempt {
+                "delivery_attempts"
+            } else {
+                "alert_events"
+            },
+            id,
+            index,
+            pos,
+            at,
+        })
+        .collect())
+}
+
+/// Those of these alerts whose stored payload is not the one approved: the SHA-256 of its
+/// text (UTF-8) against `payload_sha256`, which the chain holds. Pruned alerts (their
+/// payload emptied, their chain kept in `evidence_pruned_chains`) are left out.
+pub async fn altered_payloads(
+    db: impl PgExecutor<'_>,
+    alert_ids: &[Uuid],
+) -> Result<Vec<(Uuid, Hash, Hash)>, StoreError> {
+    let rows: Vec<(Uuid, Vec<u8>, Vec<u8>)> = sqlx::query_as(
+        "SELECT a.id, sha256(convert_to(a.payload, 'UTF8')), a.payload_sha256 \
+         FROM alerts a \
+         WHERE a.id = ANY($1::uuid[]) \
+           AND sha256(convert_to(a.payload, 'UTF8')) <> a.payload_sha256 \
+           AND NOT EXISTS (SELECT 1 FROM evidence_pruned_chains p WHERE p.alert_id = a.id) \
+         ORDER BY a.id",
+    )
+    .bind(alert_ids)
+    .fetch_all(db)
+    .await?;
+    rows.into_iter()
+        .map(|(id, stored, approved)| {
+            Ok((
+                id,
+                hash_of(stored, "a payload's SHA-256")?,
+                hash_of(approved, "an alert's payload fingerprint")?,
+            ))
+        })
+        .collect()
 }
 
 /// The first checkpoint made after `at` (the `--since` walk's start), without leaves.
