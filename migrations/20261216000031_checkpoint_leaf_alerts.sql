@@ -6,10 +6,11 @@
 -- now, not only the checkpoints whose ranges hold its entries' current positions: a chain
 -- rewritten under fresh positions is covered by the next checkpoint, and only the older
 -- leaves still tell the older head. Reading every checkpoint for that grows with their
--- number: on 10,000 checkpoints of 100 leaves, a search of the packed bytes took 190 to
+-- number: on 10,000 checkpoints of 100 leaves, a search of the packed bytes took 60 to
 -- 390 ms, a binary search inside each checkpoint's leaves 130 to 170 ms; this index answers
--- in under 2 ms. It costs the checkpoint maker about 3.5 µs per leaf (a checkpoint of
--- 250,000 leaves is stored in 0.9 s instead of 0.03 s) and takes about 60 bytes per leaf.
+-- in 1 to 8 ms (the whole `verify --alert` in 0.05 s). It costs the checkpoint maker about
+-- 3.5 µs per leaf (a checkpoint of 250,000 leaves is stored in 0.9 s instead of 0.03 s),
+-- takes about 60 bytes per leaf, and is built over 1,000,000 existing leaves in 6 s.
 --
 -- The index is derived from the leaves themselves, so nobody can make it disagree with
 -- them; were it dropped, the same query would still be right, only slow. The verifier

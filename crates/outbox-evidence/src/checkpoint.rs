@@ -9,7 +9,9 @@
 //! has ended ([`outbox_store::evidence_chain::open_writers`]): every entry up to that
 //! position is then committed or gone for good, and the checkpoint covers exactly the
 //! positions after the previous checkpoint's, up to it. The next checkpoint starts where
-//! this one ends, so every entry is covered by exactly one checkpoint.
+//! this one ends, so every entry is covered by exactly one checkpoint, and took its
+//! position after the checkpoint before that one was begun: what the dating rule
+//! ([`crate::dating`]) rests on.
 //!
 //! **What a checkpoint chains from.** The number and hash of the newest checkpoint are
 //! written twice: in its row, and in the tip row the same transaction writes. The maker
