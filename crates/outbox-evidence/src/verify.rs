@@ -981,4 +981,51 @@ mod tests {
         assert!(found[1].what.contains(&b.to_string()), "{found:?}");
         assert!(found[2].what.contains("has no leaf"), "{found:?}");
     }
+
+    #[test]
+    fn a_checkpoints_leaf_must_be_the_chains_head_after_its_entries_inside_its_range() {
+        let alert = Uuid::from_u128(7);
+        let checkpoint = |entries, head| StoredCheckpoint {
+            seq: 1,
+            made_at: DateTime::from_timestamp(1_796_000_000, 0).unwrap(),
+            covers_from: 10,
+            covers_to: 20,
+            size: 1,
+            root: [0; 32],
+            previous: [0; 32],
+            leaves: Leaf {
+                alert_id: alert,
+                entries,
+                head,
+            }
+            .data()
+            .to_vec(),
+            key_id: None,
+            signature: None,
+        };
+        let heads = [
+            (Some(11), [1; 32]),
+            (Some(15), [2; 32]),
+            (Some(25), [3; 32]),
+        ];
+        assert_eq!(leaf_agrees(alert, &checkpoint(2, [2; 32]), &heads), Ok(2));
+        // Another head after as many entries: the chain was rewritten since.
+        let err = leaf_agrees(alert, &checkpoint(2, [9; 32]), &heads).unwrap_err();
+        assert!(err.contains("its chain was rewritten"), "{err}");
+        // The same heads under other positions: moved out of the checkpoint's range.
+        let moved = [
+            (Some(31), [1; 32]),
+            (Some(32), [2; 32]),
+            (Some(33), [3; 32]),
+        ];
+        let err = leaf_agrees(alert, &checkpoint(2, [2; 32]), &moved).unwrap_err();
+        assert!(err.contains("positions were rewritten"), "{err}");
+        // An entry of its range that the leaf does not count.
+        let err = leaf_agrees(alert, &checkpoint(1, [1; 32]), &heads).unwrap_err();
+        assert!(err.contains("positions were rewritten"), "{err}");
+        // More entries than the chain holds now.
+        let err = leaf_agrees(alert, &checkpoint(4, [2; 32]), &heads).unwrap_err();
+        assert!(err.contains("its chain now holds 3 entries"), "{err}");
+        assert!(leaf_agrees(Uuid::from_u128(8), &checkpoint(2, [2; 32]), &heads).is_err());
+    }
 }
