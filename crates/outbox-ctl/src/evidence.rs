@@ -9,7 +9,7 @@ use clap::Subcommand;
 use outbox_core::evidence_chain::hex;
 use outbox_core::evidence_signing::{CheckpointSigner, PublicKey};
 use outbox_evidence::verify::{self, Problem, Trust};
-use outbox_evidence::{bundle, checkpoint, trusted_keys};
+use outbox_evidence::{bundle, checkpoint, published, trusted_keys};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -76,6 +76,12 @@ pub struct VerifyArgs {
     /// there unchanged; repeat for several.
     #[arg(long = "checkpoint", value_name = "N:HASH")]
     anchors: Vec<verify::Anchor>,
+    /// A checkpoint log (what `--checkpoint-log` of deciders and dispatchers writes, kept
+    /// outside the database): every checkpoint in it must still be stored, unchanged;
+    /// repeat for several. With keys given, each of its notes must
+    /// be signed by one of them.
+    #[arg(long = "checkpoints", value_name = "FILE")]
+    checkpoint_logs: Vec<PathBuf>,
     /// One JSON object instead of sentences.
     #[arg(long)]
     json: bool,
@@ -98,6 +104,12 @@ pub struct CheckArgs {
     /// says that this key is not one you trust, and exits 0.
     #[arg(long)]
     trust_embedded_key: bool,
+    /// A checkpoint log (what `--checkpoint-log` of deciders and dispatchers writes, kept
+    /// outside the database): the bundle's checkpoint must be the one it holds under that
+    /// number; repeat for several. With keys given, each of its notes must
+    /// be signed by one of them.
+    #[arg(long = "checkpoints", value_name = "FILE")]
+    checkpoint_logs: Vec<PathBuf>,
 }
 
 /// `evidence keygen` flags.
@@ -157,7 +169,12 @@ async fn verify(pool: &PgPool, args: VerifyArgs) -> anyhow::Result<()> {
     } else {
         "signatures checked with the keys given"
     };
-    let anchored = verify::check_anchors(pool, &args.anchors).await?;
+    let mut anchored = verify::check_anchors(pool, &args.anchors).await?;
+    for path in &args.checkpoint_logs {
+        let (anchors, in_log) = log_anchors(path, &trust.pinned)?;
+        anchored.extend(in_log);
+        anchored.extend(published::hold_database_to(pool, &anchors).await?);
+    }
     let mut problems: Vec<Problem>;
     let mut count: u64;
     if let Some(alert) = args.alert {
@@ -282,8 +299,51 @@ fn check(args: &CheckArgs) -> anyhow::Result<()> {
     };
     let proven = bundle::check(&bytes, &trusting)
         .map_err(|reason| anyhow!("the bundle does not verify: {reason}"))?;
+    let mut logged = Vec::new();
+    if !args.checkpoint_logs.is_empty() {
+        let checked: bundle::Bundle = serde_json::from_slice(&bytes)?;
+        for path in &args.checkpoint_logs {
+            let (anchors, in_log) = log_anchors(path, &trusting.keys)?;
+            if let Some(problem) = in_log.first() {
+                bail!("the bundle does not verify: {problem}");
+            }
+            if let Some(c) = &checked.checkpoint {
+                let hash = outbox_core::evidence_chain::Checkpoint {
+                    seq: c.seq,
+                    made_at_micros: c.made_at_micros,
+                    size: c.size,
+                    root: c.root,
+                    previous: c.previous,
+                }
+                .hash();
+                logged.push(
+                    published::log_says(&anchors, c.seq, &hash)
+                        .map_err(|why| anyhow!("the bundle does not verify: {why}"))?,
+                );
+            }
+        }
+    }
     println!("{}", what_a_bundle_shows(&proven));
+    for line in logged {
+        println!("{line}");
+    }
     Ok(())
+}
+
+/// The checkpoints the log at `path` holds, as anchors, and what is wrong in the log
+/// itself (notes no key of `keys` signed, when keys are given; numbers out of order).
+fn log_anchors(
+    path: &std::path::Path,
+    keys: &[PublicKey],
+) -> anyhow::Result<(Vec<verify::Anchor>, Vec<verify::Problem>)> {
+    let parsed = published::read_log(path)?;
+    if let Some(at) = parsed.torn_tail {
+        eprintln!(
+            "{}: the last note, from byte {at}, was cut short and is left out",
+            path.display()
+        );
+    }
+    Ok(published::anchors_of(&parsed, keys))
 }
 
 /// `check`'s line: what the bundle shows, and in capitals what it does not when it is not
