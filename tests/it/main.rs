@@ -9,6 +9,7 @@ mod common;
 mod approvals;
 mod bad_input;
 mod chaos;
+mod checkpoint_log;
 #[path = "console/main.rs"]
 mod console;
 mod contract;
