@@ -22,6 +22,7 @@ mod egress;
 mod email;
 mod email_api;
 mod evidence;
+mod evidence_format;
 mod failover;
 mod goodbye;
 mod hostile_input;

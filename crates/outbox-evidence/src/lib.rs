@@ -17,7 +17,8 @@
 //!   against the database as it is.
 //! - [`trusted_keys`]: the public keys an auditor trusts, read alike by every check.
 //!
-//! What this proves and what it does not is docs/auditing.md's subject.
+//! What this proves and what it does not is docs/auditing.md's subject; the bundle and the
+//! algorithm, field by field and byte by byte, are docs/evidence-format.md's.
 
 pub mod bundle;
 pub mod checkpoint;
