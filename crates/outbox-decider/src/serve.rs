@@ -25,6 +25,8 @@ pub struct ServeConfig {
     pub console: Option<ConsoleSettings>,
     /// How long clients may take and how many may connect, on every listener.
     pub limits: ServerLimits,
+    /// How many of the API's alert listings may run at once, and for how long.
+    pub listings: outbox_api::ListingLimits,
     /// How often the monitors run.
     pub interval: Duration,
     /// The news source the poller reads, if any.
@@ -106,6 +108,7 @@ pub async fn serve(
         outbox_api::Listeners { api, operations },
         pool,
         config.limits,
+        config.listings,
         figures,
         stopped.until_set(),
     )
