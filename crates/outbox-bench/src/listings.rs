@@ -6,10 +6,11 @@
 //! 100,000 alerts settled `accepted` days ago (written by one statement, as
 //! `db::seed_history` writes history), and that build's `decider serve` runs with its
 //! default settings. Tenant B then approves one alert at a time over HTTP, first alone,
-//! then while 20 clients of tenant A list alerts as fast as they are answered, with the
-//! filters that once read all of A's alerts: half of them a two-letter subject text
-//! (`subject=ab`, which no subject holds), half `state=accepted`. The report gives B's
-//! approval latency (p50, p99) in both phases, and how A's listings were answered.
+//! then while 20 clients of tenant A list alerts as fast as they are answered, by default
+//! with the filters that once read all of A's alerts: half of them a two-letter subject
+//! text (`subject=ab`, which no subject holds), half `state=accepted` (`--queries` names
+//! others). The report gives B's approval latency (p50, p99) in both phases, and how A's
+//! listings were answered.
 //!
 //! Builds are measured one after the other, in alternating order over `--rounds`, on the
 //! same machine in the same run, so the comparison is of the builds, not of the hour.
@@ -41,6 +42,14 @@ pub struct ListingSettings {
     /// Clients of the listing tenant listing at once.
     #[arg(long, default_value_t = 20)]
     pub listers: usize,
+    /// The listings' query strings, comma-separated; the clients take them in turn. By
+    /// default the filters that once read all of a tenant's alerts.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "subject=ab,state=accepted"
+    )]
+    pub queries: Vec<String>,
     /// Seconds of approvals in each phase (alone, then under the listings).
     #[arg(long, default_value_t = 15)]
     pub seconds: u64,
@@ -121,6 +130,7 @@ pub async fn run(
     settings: &ListingSettings,
     mut progress: impl FnMut(&str),
 ) -> anyhow::Result<Vec<Phase>> {
+    anyhow::ensure!(!settings.queries.is_empty(), "--queries names no listing");
     let builds = settings.builds()?;
     let mut phases = Vec::new();
     for round in 1..=settings.rounds {
@@ -180,14 +190,10 @@ async fn measure_build(
     let listed = Arc::new(Mutex::new(Listings::default()));
     let clients: Vec<_> = (0..settings.listers)
         .map(|i| {
-            let query = if i % 2 == 0 {
-                "?subject=ab"
-            } else {
-                "?state=accepted"
-            };
+            let query = &settings.queries[i % settings.queries.len()];
             tokio::spawn(list_until(
                 http.clone(),
-                format!("{}/v1/alerts{query}", decider.base),
+                format!("{}/v1/alerts?{query}", decider.base),
                 lister.token.clone(),
                 Arc::clone(&stop),
                 Arc::clone(&listed),
@@ -401,9 +407,17 @@ pub fn render(phases: &[Phase], settings: &ListingSettings) -> String {
     let _ = writeln!(
         out,
         "tenant A: {} alerts settled accepted; tenant B approves one alert at a time for {} s \
-         alone, then for {} s while {} clients of A list as fast as they are answered (half \
-         `subject=ab`, half `state=accepted`)\n",
-        settings.alerts, settings.seconds, settings.seconds, settings.listers
+         alone, then for {} s while {} clients of A list as fast as they are answered ({})\n",
+        settings.alerts,
+        settings.seconds,
+        settings.seconds,
+        settings.listers,
+        settings
+            .queries
+            .iter()
+            .map(|query| format!("`{query}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let _ = writeln!(
         out,
