@@ -14,7 +14,7 @@
 //! when it is common (the planner tells which from the column's statistics); live states
 //! are read from the small outbox table, held, failed and superseded from the outcome
 //! table. A subject text without a trigram has no index: [`subject_search_is_indexed`].
-//! The tests in `outbox/tests.rs` hold these plans on a table of 60,000 alerts.
+//! The tests in `outbox/tests.rs` hold these plans on a table of 80,000 alerts.
 
 use chrono::{DateTime, Utc};
 use outbox_core::{AlertState, AttemptKind};
@@ -298,9 +298,10 @@ pub async fn alerts_page_within(
 
 /// Bounds the rest of the transaction for a listing: each statement is stopped after
 /// `timeout`, and each is planned for its values (`force_custom_plan`): a plan made once
-/// for any subject text would take the trigram index for a text that half the tenant's
-/// alerts hold too, reading all of them, where a plan for that text walks the tenant's
-/// newest alerts and stops after a page. Planning a listing takes about a millisecond.
+/// for any subject text estimates every text as rare, and may take the trigram index for
+/// one that half the tenant's alerts hold, reading all of them, where a plan for that
+/// text walks the tenant's newest alerts and stops after a page. Planning a listing takes
+/// about a millisecond.
 async fn bound_listing(conn: &mut PgConnection, timeout: Duration) -> Result<(), StoreError> {
     sqlx::query(
         "SELECT set_config('statement_timeout', $1, true), \
