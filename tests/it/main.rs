@@ -28,6 +28,7 @@ mod goodbye;
 mod hostile_input;
 mod in_flight;
 mod lanes;
+mod listings;
 mod logs;
 mod lookup_backoff;
 mod mcp;
