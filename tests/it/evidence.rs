@@ -428,7 +428,7 @@ async fn a_consistently_rewritten_chain_is_named_by_its_checkpoint() {
 
 /// A statement that recomputes every hash of `alert`'s chain with the product's own
 /// functions, as whoever rewrites a chain consistently would.
-fn rehash_chain(alert: Uuid) -> String {
+pub(crate) fn rehash_chain(alert: Uuid) -> String {
     format!(
         "DO $$ DECLARE head bytea; e record; BEGIN \
            SELECT evidence_genesis(a) INTO head FROM alerts a WHERE a.id = '{alert}'; \

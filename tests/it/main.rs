@@ -9,7 +9,6 @@ mod common;
 mod approvals;
 mod bad_input;
 mod chaos;
-mod checkpoint_log;
 #[path = "console/main.rs"]
 mod console;
 mod contract;
@@ -27,6 +26,7 @@ mod failover;
 mod goodbye;
 mod hostile_input;
 mod in_flight;
+mod kept_outside;
 mod lanes;
 mod listings;
 mod logs;

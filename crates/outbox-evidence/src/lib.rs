@@ -12,6 +12,8 @@
 //!   memory; every finding names its place.
 //! - [`bundle`]: one alert's proof as a self-contained JSON document, checked with no
 //!   database.
+//! - [`earlier`]: earlier bundles of an alert an auditor kept, which a later bundle or
+//!   the database's chain must extend.
 //! - [`published`]: the checkpoint log, every checkpoint as a signed note in a file
 //!   outside the database, appended by the processes that make checkpoints and held
 //!   against the database as it is.
@@ -22,6 +24,7 @@
 
 pub mod bundle;
 pub mod checkpoint;
+pub mod earlier;
 pub mod published;
 pub mod trusted_keys;
 pub mod verify;

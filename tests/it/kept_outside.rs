@@ -1,8 +1,8 @@
-//! The checkpoint log end to end: a `decider serve` appends every checkpoint to a file
-//! outside the database as it is made, and `outboxctl evidence verify` and `check` hold
-//! the database and bundles to that file. A database administrator without the signing
-//! key deletes the newest checkpoint, rewrites the tip to match, and has a fresh process
-//! sign the number again: the database agrees with itself, and only the log shows it.
+//! What an auditor keeps outside the database, end to end: the checkpoint log a `decider
+//! serve` appends every checkpoint to, and earlier bundles. `outboxctl evidence verify`
+//! and `check` hold the database and bundles to them, and so see what the database,
+//! agreeing with itself, no longer shows: a checkpoint signed twice under one number; a
+//! chain rewritten before any checkpoint covered it.
 
 use crate::common;
 use common::alerts::approve_many;
@@ -246,5 +246,97 @@ async fn a_checkpoint_signed_twice_under_one_number_is_shown_by_the_log_kept_out
         checked.stderr
     );
     drop(decider);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_rewritten_before_its_first_checkpoint_is_shown_by_an_earlier_bundle() {
+    let db = TestDb::new().await;
+    let tenant = common::add_tenant(&db, "acme", &["ops"]).await;
+    let alert = approve_many(&db, tenant.id, "ops", 1).await[0];
+    let (signer, secret) = CheckpointSigner::generate();
+    let public = signer.public_key().to_text();
+    let dir = std::env::temp_dir().join(format!(
+        "outbox-earlier-bundle-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir(&dir).unwrap();
+    // The auditor exports the alert's bundle at once, before any checkpoint covers it.
+    let exported = evidence(&db, &secret, &["export", "--alert", &alert.to_string()]).await;
+    assert!(exported.ok, "{}", exported.stderr);
+    let earlier = dir.join("earlier.json");
+    std::fs::write(&earlier, &exported.stdout).unwrap();
+    let earlier_arg = earlier.to_str().unwrap();
+
+    // Before the first checkpoint, the approval line is reworded and the chain rehashed
+    // with the product's own functions; then a genuine checkpoint signs the new history.
+    let mut tx = db.pool.begin().await.unwrap();
+    for sql in [
+        "SET LOCAL session_replication_role = replica".to_owned(),
+        format!(
+            "UPDATE alert_events SET line = 'approved by the CFO' \
+             WHERE alert_id = '{alert}' AND from_state IS NULL"
+        ),
+        crate::evidence::rehash_chain(alert),
+    ] {
+        sqlx::query(&sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let made = evidence(&db, &secret, &["checkpoint"]).await;
+    assert!(made.ok, "{}", made.stderr);
+
+    // The database agrees with itself and with its signed checkpoint.
+    let plain = evidence(&db, &secret, &["verify", "--all", "--public-key", &public]).await;
+    assert!(plain.ok, "{}{}", plain.stdout, plain.stderr);
+    // The earlier bundle does not.
+    let held = evidence(
+        &db,
+        &secret,
+        &[
+            "verify",
+            "--all",
+            "--public-key",
+            &public,
+            "--earlier",
+            earlier_arg,
+        ],
+    )
+    .await;
+    assert!(!held.ok, "{}", held.stdout);
+    assert!(
+        held.stdout
+            .contains(&format!("mismatch: alert {alert} (earlier bundle"))
+            && held
+                .stdout
+                .contains("the history was rewritten after it was exported"),
+        "{}",
+        held.stdout
+    );
+    let exported = evidence(&db, &secret, &["export", "--alert", &alert.to_string()]).await;
+    assert!(exported.ok, "{}", exported.stderr);
+    let later = dir.join("later.json");
+    std::fs::write(&later, &exported.stdout).unwrap();
+    let later_arg = later.to_str().unwrap();
+    let alone = evidence(&db, &secret, &["check", later_arg, "--public-key", &public]).await;
+    assert!(alone.ok, "{}", alone.stderr);
+    let against = evidence(
+        &db,
+        &secret,
+        &[
+            "check",
+            later_arg,
+            "--public-key",
+            &public,
+            "--earlier",
+            earlier_arg,
+        ],
+    )
+    .await;
+    assert!(!against.ok, "{}", against.stdout);
+    assert!(
+        against.stderr.contains("entry 1 gives head"),
+        "{}",
+        against.stderr
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
