@@ -29,6 +29,24 @@ fn published(path: &std::path::Path) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// `evidence export` of `alert`, written to `path`.
+async fn export_to(db: &TestDb, secret: &str, alert: uuid::Uuid, path: &std::path::Path) {
+    let exported = evidence(db, secret, &["export", "--alert", &alert.to_string()]).await;
+    assert!(exported.ok, "{}", exported.stderr);
+    std::fs::write(path, &exported.stdout).unwrap();
+}
+
+/// `evidence check` of the bundle at `path` under `public`, with `more` flags.
+async fn check(db: &TestDb, path: &std::path::Path, public: &str, more: &[&str]) -> CliRun {
+    let bundle = path.to_str().unwrap();
+    evidence(
+        db,
+        "",
+        &[&["check", bundle, "--public-key", public], more].concat(),
+    )
+    .await
+}
+
 async fn evidence(db: &TestDb, secret: &str, args: &[&str]) -> CliRun {
     Outboxctl::on(db)
         .args(&[&["evidence"], args].concat())
@@ -85,23 +103,8 @@ async fn a_checkpoint_signed_twice_under_one_number_is_shown_by_the_log_kept_out
     )
     .await;
     assert!(verified.ok, "{}{}", verified.stdout, verified.stderr);
-    let exported = evidence(&db, &secret, &["export", "--alert", &first.to_string()]).await;
-    assert!(exported.ok, "{}", exported.stderr);
-    std::fs::write(&bundle_path, &exported.stdout).unwrap();
-    let bundle_arg = bundle_path.to_str().unwrap();
-    let checked = evidence(
-        &db,
-        &secret,
-        &[
-            "check",
-            bundle_arg,
-            "--public-key",
-            &public,
-            "--checkpoints",
-            log_arg,
-        ],
-    )
-    .await;
+    export_to(&db, &secret, first, &bundle_path).await;
+    let checked = check(&db, &bundle_path, &public, &["--checkpoints", log_arg]).await;
     assert!(checked.ok, "{}", checked.stderr);
     assert!(
         checked.stdout.contains("is in the checkpoint log"),
@@ -109,39 +112,8 @@ async fn a_checkpoint_signed_twice_under_one_number_is_shown_by_the_log_kept_out
         checked.stdout
     );
 
-    // Under the maker's lock: the newest checkpoint deleted, the tip rewritten to the one
-    // before (or removed with it).
-    let mut tx = db.pool.begin().await.unwrap();
-    for sql in [
-        "SET LOCAL session_replication_role = replica",
-        "SELECT pg_advisory_xact_lock(hashtext('outbox.evidence.checkpoint'))",
-    ] {
-        sqlx::query(sql).execute(&mut *tx).await.unwrap();
-    }
-    let deleted: i64 = sqlx::query_scalar(
-        "DELETE FROM evidence_checkpoints WHERE seq = (SELECT max(seq) FROM evidence_checkpoints) \
-         RETURNING seq",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
-    sqlx::query("DELETE FROM evidence_checkpoint_tip")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    if let Some(before) = outbox_store::evidence_chain::newest_checkpoint(&mut *tx)
-        .await
-        .unwrap()
-    {
-        let hash = outbox_evidence::checkpoint::checkpoint_of(&before).hash();
-        sqlx::query("INSERT INTO evidence_checkpoint_tip (seq, hash) VALUES ($1, $2)")
-            .bind(before.seq)
-            .bind(hash.as_slice())
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-    }
-    tx.commit().await.unwrap();
+    // The newest checkpoint deleted, the tip rewritten to the one before.
+    let deleted = common::evidence::roll_back_newest_checkpoint(&db).await;
     let original = published(&log)
         .into_iter()
         .find(|(seq, _)| i64::try_from(*seq).unwrap() == deleted)
@@ -221,22 +193,8 @@ async fn a_checkpoint_signed_twice_under_one_number_is_shown_by_the_log_kept_out
         held.stdout
     );
     // A bundle under the second checkpoint of that number is refused with the log.
-    let exported = evidence(&db, &secret, &["export", "--alert", &late.to_string()]).await;
-    assert!(exported.ok, "{}", exported.stderr);
-    std::fs::write(&bundle_path, &exported.stdout).unwrap();
-    let checked = evidence(
-        &db,
-        &secret,
-        &[
-            "check",
-            bundle_arg,
-            "--public-key",
-            &public,
-            "--checkpoints",
-            log_arg,
-        ],
-    )
-    .await;
+    export_to(&db, &secret, late, &bundle_path).await;
+    let checked = check(&db, &bundle_path, &public, &["--checkpoints", log_arg]).await;
     assert!(!checked.ok, "{}", checked.stdout);
     assert!(
         checked
@@ -262,10 +220,8 @@ async fn a_chain_rewritten_before_its_first_checkpoint_is_shown_by_an_earlier_bu
     ));
     std::fs::create_dir(&dir).unwrap();
     // The auditor exports the alert's bundle at once, before any checkpoint covers it.
-    let exported = evidence(&db, &secret, &["export", "--alert", &alert.to_string()]).await;
-    assert!(exported.ok, "{}", exported.stderr);
     let earlier = dir.join("earlier.json");
-    std::fs::write(&earlier, &exported.stdout).unwrap();
+    export_to(&db, &secret, alert, &earlier).await;
     let earlier_arg = earlier.to_str().unwrap();
 
     // Before the first checkpoint, the approval line is reworded and the chain rehashed
@@ -312,26 +268,11 @@ async fn a_chain_rewritten_before_its_first_checkpoint_is_shown_by_an_earlier_bu
         "{}",
         held.stdout
     );
-    let exported = evidence(&db, &secret, &["export", "--alert", &alert.to_string()]).await;
-    assert!(exported.ok, "{}", exported.stderr);
     let later = dir.join("later.json");
-    std::fs::write(&later, &exported.stdout).unwrap();
-    let later_arg = later.to_str().unwrap();
-    let alone = evidence(&db, &secret, &["check", later_arg, "--public-key", &public]).await;
+    export_to(&db, &secret, alert, &later).await;
+    let alone = check(&db, &later, &public, &[]).await;
     assert!(alone.ok, "{}", alone.stderr);
-    let against = evidence(
-        &db,
-        &secret,
-        &[
-            "check",
-            later_arg,
-            "--public-key",
-            &public,
-            "--earlier",
-            earlier_arg,
-        ],
-    )
-    .await;
+    let against = check(&db, &later, &public, &["--earlier", earlier_arg]).await;
     assert!(!against.ok, "{}", against.stdout);
     assert!(
         against.stderr.contains("entry 1 gives head"),

@@ -320,17 +320,9 @@ fn check(args: &CheckArgs) -> anyhow::Result<()> {
             if let Some(problem) = in_log.first() {
                 bail!("the bundle does not verify: {problem}");
             }
-            if let Some(c) = &checked.checkpoint {
-                let hash = outbox_core::evidence_chain::Checkpoint {
-                    seq: c.seq,
-                    made_at_micros: c.made_at_micros,
-                    size: c.size,
-                    root: c.root,
-                    previous: c.previous,
-                }
-                .hash();
+            if let Some((seq, hash)) = earlier::checkpoint_of_bundle(&checked) {
                 logged.push(
-                    published::log_says(&anchors, c.seq, &hash)
+                    published::log_says(&anchors, seq, &hash)
                         .map_err(|why| anyhow!("the bundle does not verify: {why}"))?,
                 );
             }
