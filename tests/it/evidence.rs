@@ -437,7 +437,7 @@ async fn a_consistently_rewritten_chain_is_named_by_its_checkpoint() {
 
 /// A statement that recomputes every hash of `alert`'s chain with the product's own
 /// functions, as whoever rewrites a chain consistently would.
-fn rehash_chain(alert: Uuid) -> String {
+pub(crate) fn rehash_chain(alert: Uuid) -> String {
     format!(
         "DO $$ DECLARE head bytea; e record; BEGIN \
            SELECT evidence_genesis(a) INTO head FROM alerts a WHERE a.id = '{alert}'; \
@@ -991,40 +991,9 @@ async fn a_running_maker_refuses_when_its_checkpoint_and_the_tip_are_both_rewrit
         .start()
         .await;
     wait_for_db(&db, "SELECT count(*) FROM evidence_checkpoints", |n| n >= 1).await;
-    // Under the maker's lock, so that no checkpoint is being made meanwhile: the newest
-    // checkpoint deleted and the tip rewritten to the one before (or removed with it), so
-    // the database agrees with itself and only the maker's memory knows.
-    let mut tx = db.pool.begin().await.unwrap();
-    for sql in [
-        "SET LOCAL session_replication_role = replica",
-        "SELECT pg_advisory_xact_lock(hashtext('outbox.evidence.checkpoint'))",
-    ] {
-        sqlx::query(sql).execute(&mut *tx).await.unwrap();
-    }
-    let deleted: i64 = sqlx::query_scalar(
-        "DELETE FROM evidence_checkpoints WHERE seq = (SELECT max(seq) FROM evidence_checkpoints) \
-         RETURNING seq",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
-    sqlx::query("DELETE FROM evidence_checkpoint_tip")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    if let Some(before) = outbox_store::evidence_chain::newest_checkpoint(&mut *tx)
-        .await
-        .unwrap()
-    {
-        let hash = outbox_evidence::checkpoint::checkpoint_of(&before).hash();
-        sqlx::query("INSERT INTO evidence_checkpoint_tip (seq, hash) VALUES ($1, $2)")
-            .bind(before.seq)
-            .bind(hash.as_slice())
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-    }
-    tx.commit().await.unwrap();
+    // The newest checkpoint deleted and the tip rewritten to match, so the database agrees
+    // with itself and only the maker's memory knows.
+    let deleted = common::evidence::roll_back_newest_checkpoint(&db).await;
     let refused_line = |decider: &common::decider::Decider| {
         decider
             .log_lines()

@@ -51,8 +51,8 @@ impl ApprovalCounts {
     }
 }
 
-/// Prometheus text: approvals by result, the outbox's queue figures, and the figures of
-/// the process's other parts.
+/// Prometheus text: approvals by result, listings running and refused, the outbox's queue
+/// figures, and the figures of the process's other parts.
 pub(crate) async fn metrics(State(state): State<AppState>) -> axum::response::Response {
     use axum::response::IntoResponse;
     use std::fmt::Write as _;
@@ -80,6 +80,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> axum::response::Re
         .await;
     outbox_runtime::prometheus::Figures::render(&*state.database, &mut out);
     outbox_runtime::telemetry::render_metrics(&mut out);
+    outbox_runtime::prometheus::Figures::render(&*state.listings, &mut out);
     for figures in &state.figures {
         figures.render(&mut out);
     }

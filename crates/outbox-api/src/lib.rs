@@ -6,7 +6,10 @@
 //!   `outbox_runtime::http_server`, the browser origins `/mcp` serves: [`ApiSettings`]).
 //! - `alerts`: `POST /v1/alerts`, `GET /v1/alerts/{id}`, `POST /v1/alerts/{id}/revisions`:
 //!   each a thin handler over one operation (`approve_alert`, `alert`, `revise_alert`).
-//! - `listings`: `GET /v1/destinations` and `GET /v1/alerts` (filtered, keyset-paged).
+//! - `listings`: `GET /v1/destinations` and `GET /v1/alerts` (filtered, keyset-paged,
+//!   each filter served by an index, under a statement timeout); `listing_turns`: the
+//!   bound on listings running at once, per tenant and over the process ([`ListingLimits`]),
+//!   so that listings cannot take the connections approvals need.
 //! - [`openapi`]: the OpenAPI 3.1 document, generated from the handlers' annotations,
 //!   served at `GET /v1/openapi.json` without a token.
 //! - `auth`: the bearer-token extractor; a token acts for exactly one tenant. Tokens the
@@ -34,6 +37,7 @@ mod alerts;
 mod auth;
 mod body;
 mod health;
+mod listing_turns;
 mod listings;
 pub mod mcp;
 pub mod openapi;
@@ -52,6 +56,7 @@ use tokio::net::TcpListener;
 
 pub use auth::TOKEN_CACHE_TTL;
 pub use health::ApprovalCounts;
+pub use listing_turns::ListingLimits;
 pub use problem::Problem;
 
 /// Shared state of the handlers.
@@ -67,6 +72,8 @@ pub struct AppState {
     pub approvals: std::sync::Arc<health::ApprovalCounts>,
     /// Tokens the database accepted, kept for at most [`TOKEN_CACHE_TTL`].
     tokens: std::sync::Arc<auth::TokenCache>,
+    /// Turns for alert listings, per tenant and over the process.
+    listings: std::sync::Arc<listing_turns::ListingTurns>,
     /// Other parts of the process whose figures `/metrics` shows too (the console's).
     figures: Vec<std::sync::Arc<dyn Figures>>,
     /// Whether the database took writes at the last readiness check or scrape.
@@ -76,12 +83,19 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The state for `pool`, listings bounded by [`ListingLimits::for_pool`].
     fn new(pool: PgPool) -> Self {
+        let listings = ListingLimits::for_pool(pool.options().get_max_connections());
+        Self::with_listings(pool, listings)
+    }
+
+    fn with_listings(pool: PgPool, listings: ListingLimits) -> Self {
         AppState {
             wake_ups: outbox_store::wake_ups::WakeUpNotifier::new(pool.clone()),
             approval_groups: outbox_store::alerts::ApprovalGroups::new(pool.clone()),
             approvals: std::sync::Arc::default(),
             tokens: std::sync::Arc::new(auth::TokenCache::new(TOKEN_CACHE_TTL)),
+            listings: std::sync::Arc::new(listing_turns::ListingTurns::new(listings)),
             figures: Vec::new(),
             database: std::sync::Arc::default(),
             mcp_allowed_origins: std::sync::Arc::default(),
@@ -166,7 +180,8 @@ pub struct Listeners {
 }
 
 /// Serves the API (and the operations endpoints, when given a listener) within `limits`
-/// until `shutdown` resolves, then finishes open requests on both.
+/// until `shutdown` resolves, then finishes open requests on both. Listings are bounded
+/// by [`ListingLimits::for_pool`].
 pub async fn serve_with(
     listeners: Listeners,
     pool: PgPool,
@@ -185,6 +200,9 @@ pub async fn serve_with(
 pub struct ApiSettings {
     /// How long clients may take and how many may connect, on both listeners.
     pub limits: ServerLimits,
+    /// How many listings run at once, and for how long; `None`:
+    /// [`ListingLimits::for_pool`] of the pool's size.
+    pub listings: Option<ListingLimits>,
     /// Figures of other parts of the same process that `/metrics` shows too (the
     /// console's password checks, when `decider serve` runs it).
     pub figures: Vec<std::sync::Arc<dyn Figures>>,
@@ -201,13 +219,16 @@ pub async fn serve_with_settings(
 ) -> std::io::Result<()> {
     let ApiSettings {
         limits,
+        listings,
         figures,
         mcp_allowed_origins,
     } = settings;
+    let listings =
+        listings.unwrap_or_else(|| ListingLimits::for_pool(pool.options().get_max_connections()));
     let state = AppState {
         figures,
         mcp_allowed_origins: std::sync::Arc::new(mcp_allowed_origins),
-        ..AppState::new(pool)
+        ..AppState::with_listings(pool, listings)
     };
     // One shutdown for both servers.
     let stopped = Shutdown::on(shutdown);

@@ -1,6 +1,13 @@
 //! What a tenant may list: its destinations (`GET /v1/destinations`), so that an agent can
 //! learn where it may send before it approves, and its alerts (`GET /v1/alerts`), newest
 //! first, filtered and keyset-paged.
+//!
+//! A listing of alerts shares the database with every tenant's approvals, so it is
+//! bounded three ways: every filter it takes is served by an index (a subject text
+//! without one is refused, `422 unsearchable-filter`); it runs in its turn
+//! (`listing_turns`: `429 too-many-listings`, `503 listings-busy`); and its query is
+//! stopped after the listing timeout (`503 listing-timeout`), never answered with the
+//! database's own error.
 
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
@@ -102,7 +109,8 @@ pub struct AlertQuery {
     pub state: Option<AlertState>,
     /// Only alerts to this destination (name).
     pub destination: Option<String>,
-    /// Only alerts whose subject contains this text (case-insensitive).
+    /// Only alerts whose subject contains this text (case-insensitive); it holds three
+    /// letters or digits in a row, which the index looks it up by.
     pub subject: Option<String>,
     /// Only alerts older than this one (the previous page's `next_before`).
     pub before: Option<Uuid>,
@@ -112,7 +120,8 @@ pub struct AlertQuery {
 
 impl AlertQuery {
     /// Reads a query string; an unknown or repeated parameter, or a value out of its range,
-    /// is a problem that names it.
+    /// is a problem that names it, and a subject text that no index can look up is refused
+    /// (`422 unsearchable-filter`).
     pub fn parse(query: Option<&str>) -> Result<AlertQuery, Problem> {
         let mut parsed = AlertQuery {
             limit: DEFAULT_PAGE,
@@ -139,7 +148,7 @@ impl AlertQuery {
                     })?);
                 }
                 "destination" => parsed.destination = Some(bounded_text("destination", value)?),
-                "subject" => parsed.subject = Some(bounded_text("subject", value)?),
+                "subject" => parsed.subject = Some(searchable_subject(value)?),
                 "before" => {
                     parsed.before = Some(Uuid::parse_str(&value).map_err(|_| {
                         bad_query(format!(
@@ -181,6 +190,24 @@ fn bounded_text(name: &str, value: String) -> Result<String, Problem> {
     Ok(value)
 }
 
+/// A subject text the trigram index can look up: the listing never reads all of a
+/// tenant's alerts to find one.
+fn searchable_subject(value: String) -> Result<String, Problem> {
+    let text = bounded_text("subject", value)?;
+    if !outbox_store::outbox::subject_search_is_indexed(&text) {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unsearchable-filter",
+            "Filter cannot be searched",
+            "`subject` must hold at least three letters or digits in a row (`acme`, `C-123`): \
+             a listing is searched only through an index, never by reading all of a tenant's \
+             alerts, and the index looks a text up by those",
+        )
+        .with("filter", "subject"));
+    }
+    Ok(text)
+}
+
 fn bad_query(detail: String) -> Problem {
     Problem::new(
         StatusCode::BAD_REQUEST,
@@ -209,7 +236,7 @@ pub(crate) async fn destinations(
     Ok(DestinationList { destinations })
 }
 
-/// One page of the caller's alerts.
+/// One page of the caller's alerts, in its turn and within the listing timeout.
 pub(crate) async fn alerts(
     state: &AppState,
     caller: &Caller,
@@ -222,14 +249,24 @@ pub(crate) async fn alerts(
         ..AlertFilter::default()
     };
     let tenants = [caller.tenant_id];
-    let mut page = outbox_store::outbox::alerts_page(
+    let turn = state.listings.turn(caller.tenant_id).await?;
+    let page = outbox_store::outbox::alerts_page_within(
         &state.pool,
+        state.listings.timeout(),
         Some(&tenants),
         &filter,
         query.before,
         query.limit + 1,
     )
-    .await?;
+    .await;
+    drop(turn);
+    let mut page = page.map_err(|err| {
+        if err.is_statement_timeout() {
+            state.listings.timed_out()
+        } else {
+            Problem::from(err)
+        }
+    })?;
     // One more than asked for tells whether another page follows.
     let next_before = if page.len() as i64 > query.limit {
         page.truncate(query.limit as usize);
@@ -271,7 +308,7 @@ pub(crate) async fn list_destinations(
     params(
         ("state" = Option<AlertState>, Query, description = "Only alerts in this state"),
         ("destination" = Option<String>, Query, max_length = 512, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$", description = "Only alerts to this destination"),
-        ("subject" = Option<String>, Query, max_length = 512, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$", description = "Only alerts whose subject contains this text (case-insensitive)"),
+        ("subject" = Option<String>, Query, min_length = 3, max_length = 512, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$", description = "Only alerts whose subject contains this text (case-insensitive). It must hold at least three letters or digits in a row, which the index looks it up by; a text without them is refused with `422 unsearchable-filter`"),
         ("before" = Option<Uuid>, Query, description = "The previous page's `next_before`"),
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 200, description = "At most this many (default 50)"),
     ),
@@ -279,7 +316,11 @@ pub(crate) async fn list_destinations(
         (status = 200, description = "One page", body = AlertList),
         (status = 400, description = "`invalid-query`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 401, description = "`unauthorized`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`unsearchable-filter`: `subject` holds no three letters or digits in a row; member `filter` names it", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 429, description = "`too-many-listings`: this tenant's listings running at once are at their bound; retry after `Retry-After`", body = ProblemDocument, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`, `listings-busy` (every connection lent to listings is in use) or `listing-timeout` (the query ran past the listing timeout); retry after `Retry-After`", body = ProblemDocument, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
     )
 )]
 pub(crate) async fn list_alerts(
@@ -313,6 +354,28 @@ mod tests {
             }
         );
         assert_eq!(AlertQuery::parse(None).unwrap().limit, DEFAULT_PAGE);
+    }
+
+    #[test]
+    fn a_subject_text_without_a_trigram_is_refused_as_unsearchable() {
+        for query in [
+            "subject=ab",
+            "subject=C-1",
+            "subject=%25%25%25",
+            "subject=a%3Ab%3Ac",
+        ] {
+            let problem = AlertQuery::parse(Some(query)).unwrap_err();
+            assert_eq!(
+                problem.status(),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "{query}"
+            );
+            assert_eq!(problem.kind(), "unsearchable-filter", "{query}");
+            assert_eq!(problem.document()["filter"], "subject", "{query}");
+            assert!(problem.detail().contains("`subject`"), "{query}");
+        }
+        let query = AlertQuery::parse(Some("subject=C-123")).unwrap();
+        assert_eq!(query.subject.as_deref(), Some("C-123"));
     }
 
     #[test]

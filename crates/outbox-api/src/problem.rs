@@ -145,8 +145,12 @@ impl IntoResponse for Problem {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            // Failovers take seconds; a client that waits a second loses little.
+        if matches!(
+            self.status,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+        ) {
+            // Failovers take seconds, and listings ahead of a refused one milliseconds: a
+            // client that waits a second loses little.
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -17,6 +17,8 @@
 //!   (`bench explain-lanes`).
 //! - `hot_claim`: what a claim that is a HOT update would save, on the claim's and the
 //!   completion's row work alone (`bench hot-claim`).
+//! - `listings`: what one tenant's alert listings cost another tenant's approvals, for
+//!   each build given, against that build's own `decider serve` (`bench listings`).
 //! - what both runs use: `own_sink` (our sink on a thread of its own), `api` (the approval
 //!   API served from this process, and its client), `scratch` (a database of the run's
 //!   own) and `progress` (the progress lines on stderr).
@@ -32,6 +34,7 @@ pub mod dispatchers;
 pub mod drain;
 pub mod explain_lanes;
 pub mod hot_claim;
+pub mod listings;
 pub mod measure;
 pub mod own_sink;
 pub mod peer;

@@ -74,6 +74,20 @@ enum Command {
         #[arg(long, env = "DATABASE_URL", default_value = outbox_runtime::DEFAULT_DATABASE_URL, hide_env_values = true)]
         server_url: String,
     },
+    /// What one tenant's alert listings cost another tenant's approvals, for each build
+    /// given side by side: tenant A with 100,000 settled alerts, 20 clients of A listing
+    /// with the filters that once read all of them, and tenant B's approval latency alone
+    /// and under those listings, against each build's own `decider serve`.
+    Listings {
+        #[command(flatten)]
+        settings: outbox_bench::listings::ListingSettings,
+        /// One JSON array of the phases instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// The PostgreSQL server (each build's run creates and drops its own database there).
+        #[arg(long, env = "DATABASE_URL", default_value = outbox_runtime::DEFAULT_DATABASE_URL, hide_env_values = true)]
+        server_url: String,
+    },
     /// What a claim that is a HOT update would save: the claim's and the completion's row
     /// work over a copy of the queue table with today's indexes and with none on what a
     /// claim sets, in rotating order, per row (time, WAL, HOT share).
@@ -202,6 +216,21 @@ async fn main() -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&drains)?);
             } else {
                 print!("{}", outbox_bench::hot_claim::render(&drains));
+            }
+        }
+        Command::Listings {
+            settings,
+            json,
+            server_url,
+        } => {
+            let phases = outbox_bench::listings::run(&server_url, &settings, |what| {
+                eprintln!("bench: {what}")
+            })
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string(&phases)?);
+            } else {
+                print!("{}", outbox_bench::listings::render(&phases, &settings));
             }
         }
         Command::PeerDriver(run) => {

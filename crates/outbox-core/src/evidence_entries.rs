@@ -251,7 +251,7 @@ mod tests {
         }
     }
 
-    /// The documentation's vectors (docs/auditing.md), computed independently of this
+    /// The documentation's vectors (docs/evidence-format.md), computed independently of this
     /// code: an alert's first head, then an approval line chained on it.
     #[test]
     fn the_documented_vectors_hold() {

@@ -370,7 +370,7 @@ mod tests {
         assert!(parse_log(&changed).unwrap_err().contains("give hash"));
         // The hash changed with it: the checkpoint's own signature no longer verifies.
         let rehashed = {
-            let mut forged = cp.clone();
+            let mut forged = cp;
             forged.size = 4;
             note.replace("size 3", "size 4")
                 .replace(&hex(&cp.hash()), &hex(&forged.hash()))

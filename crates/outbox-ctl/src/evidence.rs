@@ -9,7 +9,7 @@ use clap::Subcommand;
 use outbox_core::evidence_chain::hex;
 use outbox_core::evidence_signing::{CheckpointSigner, PublicKey};
 use outbox_evidence::verify::{self, Problem, Trust};
-use outbox_evidence::{bundle, checkpoint, trusted_keys};
+use outbox_evidence::{bundle, checkpoint, earlier, published, trusted_keys};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -76,6 +76,17 @@ pub struct VerifyArgs {
     /// there unchanged; repeat for several.
     #[arg(long = "checkpoint", value_name = "N:HASH")]
     anchors: Vec<verify::Anchor>,
+    /// A checkpoint log (what `--checkpoint-log` of deciders and dispatchers writes, kept
+    /// outside the database): every checkpoint in it must still be stored, unchanged;
+    /// repeat for several. With keys given, each of its notes must
+    /// be signed by one of them.
+    #[arg(long = "checkpoints", value_name = "FILE")]
+    checkpoint_logs: Vec<PathBuf>,
+    /// An earlier bundle of an alert (`evidence export`'s output, kept by the auditor):
+    /// the alert's chain in the database must extend it, the same heads for the entries it held and the same
+    /// checkpoint under each number it named; repeat for several.
+    #[arg(long = "earlier", value_name = "BUNDLE")]
+    earlier: Vec<PathBuf>,
     /// One JSON object instead of sentences.
     #[arg(long)]
     json: bool,
@@ -98,6 +109,17 @@ pub struct CheckArgs {
     /// says that this key is not one you trust, and exits 0.
     #[arg(long)]
     trust_embedded_key: bool,
+    /// A checkpoint log (what `--checkpoint-log` of deciders and dispatchers writes, kept
+    /// outside the database): the bundle's checkpoint must be the one it holds under that
+    /// number; repeat for several. With keys given, each of its notes must
+    /// be signed by one of them.
+    #[arg(long = "checkpoints", value_name = "FILE")]
+    checkpoint_logs: Vec<PathBuf>,
+    /// An earlier bundle of an alert (`evidence export`'s output, kept by the auditor):
+    /// the bundle checked (of the same alert) must extend it, the same heads for the entries it held and the same
+    /// checkpoint under each number it named; repeat for several.
+    #[arg(long = "earlier", value_name = "BUNDLE")]
+    earlier: Vec<PathBuf>,
 }
 
 /// `evidence keygen` flags.
@@ -157,7 +179,15 @@ async fn verify(pool: &PgPool, args: VerifyArgs) -> anyhow::Result<()> {
     } else {
         "signatures checked with the keys given"
     };
-    let anchored = verify::check_anchors(pool, &args.anchors).await?;
+    let mut anchored = verify::check_anchors(pool, &args.anchors).await?;
+    for path in &args.checkpoint_logs {
+        let (anchors, in_log) = log_anchors(path, &trust.pinned)?;
+        anchored.extend(in_log);
+        anchored.extend(published::hold_database_to(pool, &anchors).await?);
+    }
+    for path in &args.earlier {
+        anchored.extend(held_to_earlier(pool, path, &trust.pinned).await?);
+    }
     let mut problems: Vec<Problem>;
     let mut count: u64;
     if let Some(alert) = args.alert {
@@ -282,11 +312,114 @@ fn check(args: &CheckArgs) -> anyhow::Result<()> {
     };
     let proven = bundle::check(&bytes, &trusting)
         .map_err(|reason| anyhow!("the bundle does not verify: {reason}"))?;
+    let mut logged = Vec::new();
+    if !args.checkpoint_logs.is_empty() {
+        let checked: bundle::Bundle = serde_json::from_slice(&bytes)?;
+        for path in &args.checkpoint_logs {
+            let (anchors, in_log) = log_anchors(path, &trusting.keys)?;
+            if let Some(problem) = in_log.first() {
+                bail!("the bundle does not verify: {problem}");
+            }
+            if let Some((seq, hash)) = earlier::checkpoint_of_bundle(&checked) {
+                logged.push(
+                    published::log_says(&anchors, seq, &hash)
+                        .map_err(|why| anyhow!("the bundle does not verify: {why}"))?,
+                );
+            }
+        }
+    }
+    if !args.earlier.is_empty() {
+        let checked: bundle::Bundle = serde_json::from_slice(&bytes)?;
+        let heads: Vec<_> = checked.entries.iter().map(|e| e.head).collect();
+        let now = earlier::checkpoint_of_bundle(&checked);
+        for path in &args.earlier {
+            let before = read_earlier(path, &trusting.keys)?;
+            logged.push(
+                earlier::extends(&before, checked.alert.id, &heads, now)
+                    .map_err(|why| anyhow!("the bundle does not verify: {why}"))?,
+            );
+        }
+    }
     println!("{}", what_a_bundle_shows(&proven));
     for note in &proven.notes {
         println!("note: {note}");
     }
+    for line in logged {
+        println!("{line}");
+    }
     Ok(())
+}
+
+/// An earlier bundle kept by the auditor, checked as any bundle is (it may predate the
+/// checkpoint that now covers its entries, so it need not be anchored itself).
+fn read_earlier(path: &std::path::Path, keys: &[PublicKey]) -> anyhow::Result<bundle::Bundle> {
+    let bytes = std::fs::File::open(path)
+        .and_then(bundle::read)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let trusting = bundle::Trusting {
+        keys: keys.to_vec(),
+        allow_unanchored: true,
+        trust_embedded_key: false,
+    };
+    bundle::check(&bytes, &trusting).map_err(|why| {
+        anyhow!(
+            "the earlier bundle {} does not verify: {why}",
+            path.display()
+        )
+    })?;
+    Ok(serde_json::from_slice(&bytes)?)
+}
+
+/// What the database's chain of an earlier bundle's alert says against that bundle: a
+/// problem when it does not extend it.
+async fn held_to_earlier(
+    pool: &PgPool,
+    path: &std::path::Path,
+    keys: &[PublicKey],
+) -> anyhow::Result<Vec<verify::Problem>> {
+    let before = read_earlier(path, keys)?;
+    let alert = before.alert.id;
+    let chain = outbox_store::evidence_chain::chain(pool, alert).await?;
+    let heads: Vec<_> = chain.entries.iter().filter_map(|e| e.hash).collect();
+    // The earlier bundle's checkpoint must still be stored, unchanged (whatever covers the
+    // chain's newest entries now); the chain must extend the entries it held.
+    let then = earlier::checkpoint_of_bundle(&before);
+    let mut problems = match then {
+        Some((seq, hash)) => {
+            verify::check_anchors(
+                pool,
+                &[verify::Anchor {
+                    seq: i64::try_from(seq).unwrap_or(i64::MAX),
+                    hash,
+                }],
+            )
+            .await?
+        }
+        None => Vec::new(),
+    };
+    if let Err(why) = earlier::extends(&before, alert, &heads, then) {
+        problems.push(verify::Problem {
+            place: format!("alert {alert} (earlier bundle {})", path.display()),
+            what: why,
+        });
+    }
+    Ok(problems)
+}
+
+/// The checkpoints the log at `path` holds, as anchors, and what is wrong in the log
+/// itself (notes no key of `keys` signed, when keys are given; numbers out of order).
+fn log_anchors(
+    path: &std::path::Path,
+    keys: &[PublicKey],
+) -> anyhow::Result<(Vec<verify::Anchor>, Vec<verify::Problem>)> {
+    let parsed = published::read_log(path)?;
+    if let Some(at) = parsed.torn_tail {
+        eprintln!(
+            "{}: the last note, from byte {at}, was cut short and is left out",
+            path.display()
+        );
+    }
+    Ok(published::anchors_of(&parsed, keys))
 }
 
 /// `check`'s line: what the bundle shows, and in capitals what it does not when it is not

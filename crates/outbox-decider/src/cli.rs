@@ -55,6 +55,8 @@ enum Command {
         console: ConsoleArgs,
         #[command(flatten)]
         limits: ClientLimits,
+        #[command(flatten)]
+        listings: ListingArgs,
         /// How often the monitors run.
         #[arg(long, env = "DECIDER_INTERVAL", default_value = "5m", value_parser = outbox_core::duration::parse_positive)]
         interval: Duration,
@@ -141,6 +143,46 @@ struct ClientLimits {
     max_client_connections_per_address: std::num::NonZeroUsize,
 }
 
+/// How the approval API's alert listings (`GET /v1/alerts`, MCP `list_alerts`) are
+/// bounded, so that they cannot take the database connections approvals need.
+#[derive(Debug, clap::Args)]
+struct ListingArgs {
+    /// Most alert listings of one tenant running at once; one more waits up to a second
+    /// for its turn, then is answered 429.
+    #[arg(long, env = "DECIDER_MAX_LISTINGS_PER_TENANT", default_value_t = outbox_api::ListingLimits::DEFAULT_PER_TENANT)]
+    max_listings_per_tenant: std::num::NonZeroUsize,
+    /// Most database connections alert listings of all tenants hold at once, of
+    /// --max-connections (the rest stay for approvals); a listing that finds none free
+    /// within a second is answered 503. Default: a quarter of --max-connections, at least 1.
+    #[arg(long, env = "DECIDER_MAX_LISTING_CONNECTIONS")]
+    max_listing_connections: Option<std::num::NonZeroUsize>,
+    /// How long an alert listing's query may run before the database stops it and the
+    /// listing is answered 503.
+    #[arg(long, env = "DECIDER_LISTING_TIMEOUT", default_value = "3s", value_parser = outbox_core::duration::parse_positive)]
+    listing_timeout: Duration,
+}
+
+impl ListingArgs {
+    /// The bounds for a pool of `max_connections`, which must keep at least one connection
+    /// out of the listings' reach.
+    fn limits(&self, max_connections: u32) -> anyhow::Result<outbox_api::ListingLimits> {
+        let connections = self
+            .max_listing_connections
+            .unwrap_or_else(|| outbox_api::ListingLimits::default_connections(max_connections));
+        if max_connections > 1 && connections.get() >= max_connections as usize {
+            anyhow::bail!(
+                "--max-listing-connections ({connections}) must be below --max-connections \
+                 ({max_connections}): approvals need the connections listings cannot take"
+            );
+        }
+        Ok(outbox_api::ListingLimits {
+            per_tenant: self.max_listings_per_tenant,
+            connections,
+            timeout: self.listing_timeout,
+        })
+    }
+}
+
 impl ClientLimits {
     /// The limits as every listener applies them.
     fn server_limits(&self) -> outbox_runtime::http_server::ServerLimits {
@@ -225,6 +267,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             news.source(&cli.allow_private)?
         }
     };
+    // And so are listing bounds that would leave approvals no connection.
+    if let Command::Serve { listings, .. } = &cli.command {
+        listings.limits(cli.max_connections)?;
+    }
     // Each connection error already names the server, the cause and what to do.
     let pool = outbox_store::connect_with_retry(
         &cli.database_url,
@@ -252,6 +298,7 @@ async fn run_on(
             metrics_listen,
             console,
             limits,
+            listings,
             interval,
             news: _,
             checkpoint_interval,
@@ -266,6 +313,7 @@ async fn run_on(
                 metrics_listen,
                 console: console.settings(),
                 limits: limits.server_limits(),
+                listings: listings.limits(pool.options().get_max_connections())?,
                 interval,
                 news,
                 evidence,

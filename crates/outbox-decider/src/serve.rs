@@ -25,6 +25,8 @@ pub struct ServeConfig {
     pub console: Option<ConsoleSettings>,
     /// How long clients may take and how many may connect, on every listener.
     pub limits: ServerLimits,
+    /// How many of the API's alert listings may run at once, and for how long.
+    pub listings: outbox_api::ListingLimits,
     /// How often the monitors run.
     pub interval: Duration,
     /// The news source the poller reads, if any.
@@ -109,6 +111,7 @@ pub async fn serve(
     ));
     let settings = outbox_api::ApiSettings {
         limits: config.limits,
+        listings: Some(config.listings),
         figures,
         mcp_allowed_origins: config.mcp_allowed_origins,
     };

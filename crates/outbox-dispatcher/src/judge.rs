@@ -208,59 +208,50 @@ fn rejected_send(
 }
 
 /// A send the egress guard refused, a configuration error: retrying cannot help, and
-/// every other alert of the destination would meet it too. When an earlier attempt's
-/// outcome is unknown, "failed" could be false: the alert is held instead.
+/// every other alert of the destination would meet it too.
 fn blocked_send(
     j: &Judging<'_>,
     prefix: &str,
     resending: bool,
     why: &str,
 ) -> (Next, String, Option<String>) {
+    let (next, held) = not_sent_for_good(resending);
     (
-        Next::Settle {
-            outcome: if resending {
-                Outcome::Held
-            } else {
-                Outcome::Failed
-            },
-            reference: None,
-        },
-        format!(
-            "{prefix} not sent: {why}; a configuration error, so the destination was disabled{}",
-            if resending {
-                "; held for reconciliation, an earlier attempt's outcome is unknown"
-            } else {
-                ""
-            }
-        ),
+        next,
+        format!("{prefix} not sent: {why}; a configuration error, so the destination was disabled{held}"),
         Some(format!("{why} (alert {})", j.row.alert_id)),
     )
 }
 
 /// A payload changed after approval: sending it would deliver what nobody approved under
 /// the approved fingerprint, so nothing is sent, and no retry can help. The destination is
-/// not at fault and stays enabled. When an earlier attempt's outcome is unknown, the
-/// approved payload may have arrived: the alert is held for reconciliation instead.
+/// not at fault and stays enabled.
 fn altered_send(prefix: &str, resending: bool, why: &str) -> (Next, String, Option<String>) {
-    (
-        Next::Settle {
-            outcome: if resending {
-                Outcome::Held
-            } else {
-                Outcome::Failed
+    let (next, held) = not_sent_for_good(resending);
+    (next, format!("{prefix} not sent: {why}{held}"), None)
+}
+
+/// Where an attempt that was not sent, and never can be, leaves the alert: failed; or,
+/// when an earlier attempt's outcome is unknown (so "failed" could be false), held for
+/// reconciliation, with the words that end its line.
+fn not_sent_for_good(resending: bool) -> (Next, &'static str) {
+    if resending {
+        (
+            Next::Settle {
+                outcome: Outcome::Held,
+                reference: None,
             },
-            reference: None,
-        },
-        format!(
-            "{prefix} not sent: {why}{}",
-            if resending {
-                "; held for reconciliation, an earlier attempt's outcome is unknown"
-            } else {
-                ""
-            }
-        ),
-        None,
-    )
+            "; held for reconciliation, an earlier attempt's outcome is unknown",
+        )
+    } else {
+        (
+            Next::Settle {
+                outcome: Outcome::Failed,
+                reference: None,
+            },
+            "",
+        )
+    }
 }
 
 /// Where an uncertain send goes next, by how it can be settled: looked up once the

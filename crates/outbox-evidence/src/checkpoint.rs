@@ -109,6 +109,17 @@ pub struct Memory {
 }
 
 impl Memory {
+    /// Knowing `anchor` already: the newest checkpoint the process's checkpoint log holds,
+    /// outside the database. A restart forgets what the process made, the log does not: a
+    /// database whose checkpoints (and tip) were rolled back behind it is refused, rather
+    /// than given a second checkpoint of a number already published.
+    pub fn knowing(anchor: Anchor) -> Memory {
+        Memory {
+            newest_known: Some(anchor),
+            continue_after: None,
+        }
+    }
+
     /// The next checkpoint goes on after `anchor` (the newest checkpoint made, as a record
     /// outside the database has it), whatever the database lost since.
     pub fn continuing_after(anchor: Anchor) -> Memory {
@@ -550,7 +561,16 @@ pub async fn run(pool: PgPool, settings: Settings, mut stop: Shutdown) {
             .map_err(|err| tracing::error!(error = %err, "evidence checkpoint log not kept"))
             .ok()
     });
-    let mut memory = Memory::default();
+    let mut memory = log
+        .as_ref()
+        .and_then(crate::published::CheckpointLog::newest)
+        .map(|(seq, hash)| {
+            Memory::knowing(Anchor {
+                seq: i64::try_from(seq).unwrap_or(i64::MAX),
+                hash,
+            })
+        })
+        .unwrap_or_default();
     loop {
         tokio::select! {
             _ = stop.wait() => return,

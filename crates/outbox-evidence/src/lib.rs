@@ -14,16 +14,20 @@
 //!   memory; every finding names its place.
 //! - [`bundle`]: one alert's proof as a self-contained JSON document, checked with no
 //!   database.
+//! - [`earlier`]: earlier bundles of an alert an auditor kept, which a later bundle or
+//!   the database's chain must extend.
 //! - [`published`]: the checkpoint log, every checkpoint as a signed note in a file
 //!   outside the database, appended by the processes that make checkpoints and held
 //!   against the database as it is.
 //! - [`trusted_keys`]: the public keys an auditor trusts, read alike by every check.
 //!
-//! What this proves and what it does not is docs/auditing.md's subject.
+//! What this proves and what it does not is docs/auditing.md's subject; the bundle and the
+//! algorithm, field by field and byte by byte, are docs/evidence-format.md's.
 
 pub mod bundle;
 pub mod checkpoint;
 pub mod dating;
+pub mod earlier;
 pub mod published;
 pub mod trusted_keys;
 pub mod verify;

@@ -24,12 +24,13 @@ use std::path::{Path, PathBuf};
 
 use outbox_core::evidence_chain::{hex, Hash};
 use outbox_core::evidence_note::{self, write_note, ParsedLog};
-use outbox_core::evidence_signing::CheckpointSigner;
+use outbox_core::evidence_signing::{CheckpointSigner, PublicKey};
 use outbox_store::evidence_chain as stored;
 use outbox_store::StoreError;
 use sqlx::PgPool;
 
 use crate::checkpoint::checkpoint_of;
+use crate::verify::{Anchor, Problem};
 
 /// Checkpoints appended per round at most (the rest go in the next round).
 const BATCH: i64 = 1_000;
@@ -246,4 +247,131 @@ pub fn read_log(path: &Path) -> Result<ParsedLog, LogError> {
         parsed.torn_tail = Some(text.len());
     }
     Ok(parsed)
+}
+
+/// The checkpoints a log holds, as anchors (`N:HASH`) to hold the database or a bundle to,
+/// with what is wrong in the log itself: when `trusted` keys are given, a note none of them
+/// vouches for (nor a signature by one of them that does not verify); numbers that do not
+/// rise; a note that does not chain from the one before it. A cut-short last note is left
+/// out (it was never whole).
+pub fn anchors_of(parsed: &ParsedLog, trusted: &[PublicKey]) -> (Vec<Anchor>, Vec<Problem>) {
+    let mut anchors = Vec::with_capacity(parsed.checkpoints.len());
+    let mut problems = Vec::new();
+    let mut before: Option<(u64, Hash)> = None;
+    for note in &parsed.checkpoints {
+        let seq = note.checkpoint.seq;
+        let place = format!("checkpoint log, checkpoint {seq}");
+        if !trusted.is_empty() {
+            match note.trusted_by(trusted) {
+                Ok(true) => {}
+                Ok(false) => {
+                    problems.push(Problem {
+                        place,
+                        what: "no key given signed it (the note or the checkpoint)".to_owned(),
+                    });
+                    continue;
+                }
+                Err(why) => {
+                    problems.push(Problem { place, what: why });
+                    continue;
+                }
+            }
+        }
+        match before {
+            Some((previous_seq, _)) if seq <= previous_seq => problems.push(Problem {
+                place: place.clone(),
+                what: format!("follows checkpoint {previous_seq} in the log"),
+            }),
+            Some((previous_seq, previous_hash))
+                if seq == previous_seq + 1 && note.checkpoint.previous != previous_hash =>
+            {
+                problems.push(Problem {
+                    place: place.clone(),
+                    what: format!(
+                        "chains from {}, not from checkpoint {previous_seq} before it ({})",
+                        hex(&note.checkpoint.previous),
+                        hex(&previous_hash)
+                    ),
+                });
+            }
+            _ => {}
+        }
+        before = Some((seq, note.hash()));
+        anchors.push(Anchor {
+            seq: i64::try_from(seq).unwrap_or(i64::MAX),
+            hash: note.hash(),
+        });
+    }
+    (anchors, problems)
+}
+
+/// Holds the database's checkpoints to `anchors` (from a log, in rising order), a page of
+/// checkpoints at a time: each must still be stored, with its hash.
+pub async fn hold_database_to(
+    pool: &PgPool,
+    anchors: &[Anchor],
+) -> Result<Vec<Problem>, StoreError> {
+    let mut problems = Vec::new();
+    for page in anchors.chunks(BATCH as usize) {
+        let (Some(first), Some(last)) = (page.first(), page.last()) else {
+            continue;
+        };
+        let span = (last.seq - first.seq + 1).clamp(1, 100 * BATCH);
+        let stored: std::collections::HashMap<i64, Hash> =
+            stored::checkpoints_after(pool, first.seq - 1, span, false)
+                .await?
+                .iter()
+                .map(|c| (c.seq, checkpoint_of(c).hash()))
+                .collect();
+        for anchor in page {
+            let place = format!("checkpoint {}", anchor.seq);
+            match stored.get(&anchor.seq) {
+                Some(hash) if *hash == anchor.hash => {}
+                Some(hash) => problems.push(Problem {
+                    place,
+                    what: format!(
+                        "the checkpoint log has hash {}, the stored one hashes to {}",
+                        hex(&anchor.hash),
+                        hex(hash)
+                    ),
+                }),
+                None => problems.push(Problem {
+                    place,
+                    what: format!(
+                        "is missing, though the checkpoint log has it with hash {}",
+                        hex(&anchor.hash)
+                    ),
+                }),
+            }
+        }
+    }
+    Ok(problems)
+}
+
+/// What a log's anchors say of checkpoint `seq` with hash `hash` (a bundle's).
+pub fn log_says(anchors: &[Anchor], seq: u64, hash: &Hash) -> Result<String, String> {
+    let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+    match anchors.iter().find(|a| a.seq == seq) {
+        Some(a) if a.hash == *hash => Ok(format!("checkpoint {seq} is in the checkpoint log")),
+        Some(a) => Err(format!(
+            "checkpoint {seq} has hash {}, the checkpoint log has {}: another checkpoint of \
+             that number was published",
+            hex(hash),
+            hex(&a.hash)
+        )),
+        None => match (anchors.first(), anchors.last()) {
+            (Some(first), _) if seq < first.seq => Ok(format!(
+                "the checkpoint log starts at checkpoint {}, after checkpoint {seq}",
+                first.seq
+            )),
+            (_, Some(last)) if seq > last.seq => Ok(format!(
+                "the checkpoint log ends at checkpoint {}, before checkpoint {seq}",
+                last.seq
+            )),
+            (None, None) => Ok("the checkpoint log is empty".to_owned()),
+            _ => Err(format!(
+                "checkpoint {seq} is missing from the checkpoint log, which holds those around it"
+            )),
+        },
+    }
 }

@@ -214,6 +214,14 @@ impl StoreError {
         StoreError::Database(again)
     }
 
+    /// True when PostgreSQL stopped the statement (`57014`): it ran past the
+    /// `statement_timeout` its transaction set, as a listing's does
+    /// ([`crate::outbox::alerts_page_within`]), or was cancelled.
+    pub fn is_statement_timeout(&self) -> bool {
+        matches!(self, StoreError::Database(sqlx::Error::Database(db))
+            if db.code().as_deref() == Some("57014"))
+    }
+
     /// True when the database error is a unique-constraint violation.
     pub(crate) fn is_unique_violation(err: &sqlx::Error) -> bool {
         matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())

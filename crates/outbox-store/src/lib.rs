@@ -44,7 +44,8 @@
 //!   one needs, and its exact bytes, stored once before the first send and reused by
 //!   every attempt.
 //! - [`outbox`]: listings of the live queue and of alerts by state, and the filtered,
-//!   keyset-paged list of alerts within a tenant grant.
+//!   keyset-paged list of alerts within a tenant grant (for the approval API, within one
+//!   tenant, each filter served by an index, under a statement timeout).
 //! - [`operator_accounts`]: operator accounts and sign-in sessions.
 //! - [`audit`]: the audit log (operators' evidence lines and the log's own lines, failed
 //!   sign-ins counted per window).

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod contract_tools;
 pub mod decider;
 pub mod destinations;
+pub mod evidence;
 pub mod procs;
 
 // `tests/crash.rs` shares this module and runs no `outboxctl`.

@@ -99,8 +99,10 @@ pub(crate) struct ListAlertsArguments {
     /// Only alerts to this destination (its name).
     #[schemars(length(max = 512))]
     pub(crate) destination: Option<String>,
-    /// Only alerts whose subject contains this text (case-insensitive).
-    #[schemars(length(max = 512))]
+    /// Only alerts whose subject contains this text (case-insensitive). It must hold three
+    /// letters or digits in a row (`acme`, `C-123`), else the call is refused
+    /// (unsearchable-filter).
+    #[schemars(length(min = 3, max = 512))]
     pub(crate) subject: Option<String>,
     /// The previous page's `next_before`: only alerts older than that one.
     pub(crate) before: Option<String>,
@@ -151,8 +153,10 @@ answer can be settled by asking it (can_look_up).";
 
 const LIST_ALERTS_DESCRIPTION: &str = "\
 List this tenant's alerts, newest first, one page at a time; filter by state, destination \
-or subject text. Pass next_before as before for the next page. Use it to find an alert \
-before approving again, never to decide a new occurrence.";
+or subject text (three letters or digits in a row at least). Pass next_before as before for \
+the next page. Run one listing at a time: too many at once are refused \
+(too-many-listings; retry a second later). Use it to find an alert before approving again, \
+never to decide a new occurrence.";
 
 /// The tools, as `tools/list` shows them.
 pub(crate) fn all() -> Vec<Tool> {

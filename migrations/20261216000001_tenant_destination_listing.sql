@@ -1,0 +1,15 @@
+-- no-transaction
+-- A tenant's alerts to one destination, newest first (the approval API's
+-- `GET /v1/alerts?destination=` and MCP `list_alerts`), as an ordered walk of this index
+-- that stops after a page, instead of a walk of all the tenant's alerts that skips those
+-- to other destinations (every one of them, for a destination with none).
+--
+-- Built without blocking approvals: CONCURRENTLY, which cannot run inside a transaction,
+-- hence `no-transaction` above and this file's single statement (several statements in
+-- one file would run as one implicit transaction, which CONCURRENTLY refuses). On a large
+-- table it takes a while, and approvals and deliveries go on meanwhile. If the build is
+-- interrupted it leaves an invalid index under this name and the migration is not
+-- recorded, so `outboxctl migrate` stops at it again, saying that the index exists: drop
+-- it (`DROP INDEX CONCURRENTLY alerts_tenant_destination_idx`) and migrate again. No
+-- `IF NOT EXISTS`, which would take such an invalid index for a built one.
+CREATE INDEX CONCURRENTLY alerts_tenant_destination_idx ON alerts (tenant_id, destination_id, id);
