@@ -4,9 +4,12 @@
 //! document that [`check`] verifies with no database.
 //!
 //! A bundle is written in one canonical form (compact JSON, fields in a fixed order, hex
-//! in lower case), and [`check`] refuses any other form: every byte of a bundle then
-//! either carries a hashed or signed value or is fixed by the form, so a change to any
-//! byte fails the check.
+//! in lower case), and [`check`] refuses any other form. Most bytes carry a hashed or
+//! signed value or are fixed by the form; the rest are held to those (`state` to the
+//! chain's last transition, `key_id` and `public_key` to the signature), so a change to
+//! any one byte fails the check. What no byte can show, a check cannot either: entries
+//! after the newest checkpoint are not anchored, and a bundle cut at an older checkpoint
+//! still checks (docs/evidence-format.md says field by field).
 //!
 //! A bundle proves its alert's trail only under a checkpoint signed by a key the auditor
 //! holds: a chain that holds together, an unsigned checkpoint or a signature by the key the
