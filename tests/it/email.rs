@@ -1159,15 +1159,21 @@ async fn an_alert_names_at_most_100_recipients_at_approval() {
     assert_eq!(status.as_u16(), 201, "{body}");
 }
 
+/// An alert's payload (`$1`) stored as if it had been approved so, with its fingerprint.
+const STORED_AS_APPROVED: &str = "UPDATE alerts SET payload = $1::text, \
+     payload_sha256 = sha256(convert_to($1::text, 'UTF8')) WHERE id = $2";
+
 #[tokio::test]
 async fn a_hidden_recipient_stored_before_the_check_fails_the_alert_at_send_with_nothing_mailed() {
     let (db, inbox) = inbox_with_destination("finance", &["--to", "legit@acme.example"]).await;
     // Rows as a version without the check could have written them: the payload is
-    // rewritten in place, past the approval's check.
+    // rewritten in place, past the approval's check, with the fingerprint that version
+    // would have given it (the dispatcher refuses to send a payload that is not the one
+    // its fingerprint says).
     let mut alerts = Vec::new();
     for (n, hidden) in HIDDEN.iter().enumerate() {
         let id = approve_renewal(&db, "finance", &format!("contract:A-{n}")).await;
-        sqlx::query("UPDATE alerts SET payload = $1 WHERE id = $2")
+        sqlx::query(STORED_AS_APPROVED)
             .bind(renewal_naming(&["spy@attacker.example", hidden]))
             .bind(id)
             .execute(&db.pool)
@@ -1188,7 +1194,7 @@ async fn a_hidden_recipient_stored_before_the_check_fails_the_alert_at_send_with
 async fn a_stored_message_whose_to_header_leaves_out_a_recipient_is_never_sent() {
     let (db, inbox) = inbox_with_destination("finance", &["--to", "legit@acme.example"]).await;
     let id = approve_renewal(&db, "finance", "contract:A-17").await;
-    sqlx::query("UPDATE alerts SET payload = $1 WHERE id = $2")
+    sqlx::query(STORED_AS_APPROVED)
         .bind(renewal_naming(&["spy@attacker.example"]))
         .bind(id)
         .execute(&db.pool)
