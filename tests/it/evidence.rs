@@ -1330,6 +1330,16 @@ async fn keygen_writes_the_secret_only_where_its_owner_alone_reads_it() {
     // On purpose, to a pipe.
     let sent = outboxctl_ok(&db, &["evidence", "keygen", "--stdout"]).await;
     assert!(sent.stdout.starts_with("ed25519:"), "{}", sent.stdout);
+    // The same key as a signed-note verifier key, for the checkpoint log's notes.
+    let signer = CheckpointSigner::from_text(sent.stdout.trim()).unwrap();
+    assert!(
+        sent.stderr.contains(&format!(
+            "signed-note verifier key {}:",
+            outbox_core::evidence_note::note_verifier_key(&signer.public_key())
+        )),
+        "{}",
+        sent.stderr
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

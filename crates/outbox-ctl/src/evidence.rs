@@ -553,6 +553,10 @@ fn keygen(args: &KeygenArgs) -> anyhow::Result<()> {
         signer.public_key().to_text(),
         signer.key_id()
     );
+    eprintln!(
+        "signed-note verifier key {}: for tools that read the checkpoint log's notes",
+        outbox_core::evidence_note::note_verifier_key(&signer.public_key())
+    );
     Ok(())
 }
 
