@@ -166,6 +166,17 @@ impl AlertState {
         }
     }
 
+    /// Whether an alert in this state agrees with the last transition its evidence chain
+    /// records (a line's `to_state`). A claim of a pending row writes no line (its attempt
+    /// row does, when it finishes), so a row being sent may follow a line that left it
+    /// pending or uncertain; otherwise the state is the last transition's. The auditor's
+    /// rule (`evidence verify`, a bundle's check), stated once.
+    pub fn agrees_with_transition_to(self, last: AlertState) -> bool {
+        self == last
+            || (self == AlertState::Sending
+                && matches!(last, AlertState::Pending | AlertState::Uncertain))
+    }
+
     /// The outcome this state is, if the alert has come to rest.
     pub fn outcome(self) -> Option<Outcome> {
         match self {

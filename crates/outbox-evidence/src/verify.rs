@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 use outbox_core::evidence_chain::{genesis, hex, link, merkle_root, Hash, Leaf};
 use outbox_core::evidence_entries::{AlertFacts, EntryFacts};
 use outbox_core::evidence_signing::PublicKey;
+use outbox_core::AlertState;
 use outbox_store::evidence_chain::{self as stored, StoredChain, StoredCheckpoint};
 use outbox_store::StoreError;
 use sqlx::PgPool;
@@ -48,13 +49,17 @@ fn problem(place: impl Into<String>, what: impl Into<String>) -> Problem {
     }
 }
 
-/// Whether an alert's state agrees with the last transition its chain records. A claim
-/// of a pending row writes no line (its attempt row, when it finishes, does), so a row
-/// being sent may follow a line that left it pending or uncertain; otherwise the state is
-/// the last transition's.
+/// Whether an alert's state, as stored or as a bundle says, agrees with the last
+/// transition its chain records ([`AlertState::agrees_with_transition_to`]); a text that
+/// is no state agrees with nothing.
 pub fn state_agrees(state: &str, last_transition: &str) -> bool {
-    state == last_transition
-        || (state == "sending" && matches!(last_transition, "pending" | "uncertain"))
+    match (
+        state.parse::<AlertState>(),
+        last_transition.parse::<AlertState>(),
+    ) {
+        (Ok(state), Ok(last)) => state.agrees_with_transition_to(last),
+        _ => false,
+    }
 }
 
 /// One entry's link, recomputed: the head its fields give after `head` must be the head
@@ -954,6 +959,8 @@ mod tests {
         assert!(state_agrees("held", "held"));
         assert!(!state_agrees("accepted", "held"));
         assert!(!state_agrees("pending", "sending"));
+        // Texts that are no state agree with nothing, not even themselves.
+        assert!(!state_agrees("delivered", "delivered"));
     }
 
     #[test]
