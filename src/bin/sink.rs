@@ -7,10 +7,8 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> std::process::ExitCode {
-    let result = run();
-    // After the runtime is gone, so that the spans its tasks ended are exported too.
-    outbox_runtime::telemetry::shutdown_tracing();
-    outbox_runtime::exit_status(result.map_err(Into::into))
+    // `run` returns once its runtime is gone; `finish` exports the spans its tasks ended.
+    outbox_runtime::finish(run())
 }
 
 #[tokio::main]

@@ -57,6 +57,17 @@ pub fn exit_status(
     }
 }
 
+/// Ends a long-running binary's `main` once its runtime is gone (`run` is its
+/// `#[tokio::main]`): the spans its tasks ended are exported first
+/// ([`telemetry::shutdown_tracing`]), then [`exit_status`]. Every such `main` is this
+/// one line: `outbox_runtime::finish(run())`.
+pub fn finish(
+    result: Result<(), impl Into<Box<dyn std::error::Error + Send + Sync>>>,
+) -> std::process::ExitCode {
+    telemetry::shutdown_tracing();
+    exit_status(result.map_err(Into::into))
+}
+
 /// The database every binary uses unless told otherwise: the local server, no password.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
