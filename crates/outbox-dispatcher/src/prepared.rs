@@ -6,7 +6,8 @@
 //!
 //! Each attempt used to do all of this again: parsing and checking the URL alone was about
 //! 3 % of the dispatcher's CPU in an HTTP drain, and opening the sealed secrets and the
-//! header checks another 1.2 % (docs/performance.md, item 21).
+//! header checks another 1.2 %
+//! (docs/performance-log.md#item-21-a-destinations-request-parts-prepared-once).
 //!
 //! Every step is a function of the destination's stored settings, the process's sealing
 //! keys and its egress guard, none of which changes while the process runs except the

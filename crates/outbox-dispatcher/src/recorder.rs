@@ -32,8 +32,9 @@ pub(crate) const MAX_BATCH: usize = 512;
 const RECORDERS: usize = 2;
 /// How long a recorder waits for the other's turn to end before it writes beside it.
 /// Writing in turns took about a seventh off the database's CPU per delivery in the
-/// peers' HTTP drain (docs/performance.md, item 24); a batch's statement takes a few
-/// milliseconds, so only a statement held up by a lock lasts this long.
+/// peers' HTTP drain (docs/performance-log.md#item-24-the-two-recorders-take-turns); a
+/// batch's statement takes a few milliseconds, so only a statement held up by a lock
+/// lasts this long.
 const TURN_WAIT: Duration = Duration::from_millis(50);
 
 type Reply = oneshot::Sender<Result<Recorded, String>>;

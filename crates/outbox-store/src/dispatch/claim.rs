@@ -82,8 +82,8 @@ pub struct ClaimedAlert {
 /// reads each destination once and its rows share it, rather than each row carrying
 /// the seventeen columns again (a claim of 500 rows to one destination decoded them 500
 /// times: nearly half of the time spent turning claimed rows into [`ClaimedAlert`]s,
-/// docs/performance.md, item 26). Its `Debug` leaves out the secrets and the URL's
-/// credentials.
+/// docs/performance-log.md#item-26-a-destinations-settings-read-once-per-claim). Its
+/// `Debug` leaves out the secrets and the URL's credentials.
 #[derive(Clone, sqlx::FromRow)]
 pub struct ClaimedDestination {
     /// The destination.
@@ -435,7 +435,8 @@ static HANDED_ON_CLAIMS: LazyLock<String> = LazyLock::new(|| {
 /// **Rows found by their address.** After `candidates` found the rows through the due
 /// index, `due` and the update reach them by `ctid` (a TID scan) rather than by alert id,
 /// which searched the primary key once per row, twice: a claim of 500 rows took about a
-/// tenth less time (`pgbench`, the statement alone, alternated; docs/performance.md). A
+/// tenth less time (`pgbench`, the statement alone, alternated;
+/// docs/performance-log.md#item-19-the-claim-reaches-its-rows-by-address). A
 /// row's address cannot change under the claim: `due` holds its lock until the statement
 /// commits, and the update reaches the version `due` locked. A row another transaction
 /// changed after this statement's snapshot is locked in its newest version (the due
