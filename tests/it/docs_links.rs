@@ -1,7 +1,9 @@
 //! The project's Markdown links: every relative link in every Markdown file (the README,
 //! SECURITY.md, CHANGELOG.md, `docs/`; `target/` and hidden directories skipped) names a
 //! file that exists, and its `#anchor`, if any, a heading of that file as GitHub spells
-//! heading anchors. No database, no network: web and mail links are not followed.
+//! heading anchors. The same for the pages that code comments, scripts and configuration
+//! name (`docs/delivery.md#upkeep-by-dispatchers`, written out in the text). No database,
+//! no network: web and mail links are not followed.
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
@@ -46,6 +48,42 @@ fn every_relative_link_resolves() {
     );
 }
 
+/// Code comments cite measurements and rules by page and heading; a heading renamed or
+/// moved to another page must take its citations along.
+#[test]
+fn every_page_named_outside_markdown_resolves() {
+    let root = Path::new(ROOT);
+    let mut files = Vec::new();
+    text_files(root, &mut files);
+    files.sort();
+
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        // This file's own examples name pages that do not exist.
+        if file.ends_with("tests/it/docs_links.rs") {
+            continue;
+        }
+        let Ok(text) = fs::read_to_string(file) else {
+            continue; // not UTF-8: not text
+        };
+        for (line, target) in pages_named(&text) {
+            checked += 1;
+            if let Err(why) = resolve(root, &root.join("README.md"), &target) {
+                let shown = file.strip_prefix(root).unwrap_or(file).display();
+                broken.push(format!("{shown}:{line}: {target}: {why}"));
+            }
+        }
+    }
+    assert!(checked > 0, "no page named outside Markdown under {ROOT}");
+    assert!(
+        broken.is_empty(),
+        "{} of {checked} pages named outside Markdown do not resolve:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
+}
+
 #[test]
 fn anchors_are_spelt_as_github_spells_them() {
     let anchors = anchors(
@@ -72,6 +110,21 @@ fn anchors_are_spelt_as_github_spells_them() {
     assert_eq!(targets, ["x.md#y", "img.png", "ref.md"]);
 }
 
+#[test]
+fn pages_are_found_where_comments_name_them() {
+    let text = "// see docs/a.md#b-c.\n/// (docs/x-y.md, item 3) and docs/z.md.\n\
+                // not these: crates/p/docs/q.md, docs/readme.txt, ../docs/r.md\n";
+    let found = pages_named(text);
+    assert_eq!(
+        found,
+        [
+            (1, "docs/a.md#b-c".to_owned()),
+            (2, "docs/x-y.md".to_owned()),
+            (2, "docs/z.md".to_owned())
+        ]
+    );
+}
+
 /// Every `.md` file under `dir`, skipping `target/` and hidden directories.
 fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).unwrap() {
@@ -90,6 +143,68 @@ fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(path);
         }
     }
+}
+
+/// Every file outside Markdown under `dir` that may hold text, skipping `target/`,
+/// `node_modules/` and hidden directories.
+fn text_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            if name != "target" && name != "node_modules" {
+                text_files(&path, out);
+            }
+        } else if kind.is_file() && !name.ends_with(".md") {
+            out.push(path);
+        }
+    }
+}
+
+/// Each `docs/NAME.md`, with its `#anchor` if one follows, that `text` names, with its
+/// line: a path from the project's root, so one that continues a longer path
+/// (`crates/x/docs/...`, `../docs/...`) is not taken.
+fn pages_named(text: &str) -> Vec<(usize, String)> {
+    let is_path = |c: char| c.is_ascii_alphanumeric() || "_-./".contains(c);
+    let is_anchor = |c: char| c.is_ascii_alphanumeric() || "_-".contains(c);
+    let mut out = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let mut from = 0;
+        while let Some(at) = line[from..].find("docs/") {
+            let start = from + at;
+            from = start + "docs/".len();
+            if line[..start].ends_with(is_path) {
+                continue;
+            }
+            let path_len = line[start..]
+                .find(|c| !is_path(c))
+                .unwrap_or(line.len() - start);
+            // A sentence's full stop after the name is not part of it.
+            let path = line[start..start + path_len].trim_end_matches('.');
+            if !path.ends_with(".md") {
+                continue;
+            }
+            let after = &line[start + path.len()..];
+            let anchor = after
+                .strip_prefix('#')
+                .map(|rest| &rest[..rest.find(|c| !is_anchor(c)).unwrap_or(rest.len())])
+                .filter(|anchor| !anchor.is_empty());
+            out.push((
+                number + 1,
+                match anchor {
+                    Some(anchor) => format!("{path}#{anchor}"),
+                    None => path.to_owned(),
+                },
+            ));
+            from = start + path.len();
+        }
+    }
+    out
 }
 
 fn is_external(target: &str) -> bool {
