@@ -17,7 +17,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 fn every_relative_link_resolves() {
     let root = Path::new(ROOT);
     let mut files = Vec::new();
-    markdown_files(root, &mut files);
+    project_files(root, &is_markdown, &mut files);
     files.sort();
     assert!(
         files.iter().any(|f| f.ends_with("README.md")),
@@ -54,7 +54,7 @@ fn every_relative_link_resolves() {
 fn every_page_named_outside_markdown_resolves() {
     let root = Path::new(ROOT);
     let mut files = Vec::new();
-    text_files(root, &mut files);
+    project_files(root, &|name| !is_markdown(name), &mut files);
     files.sort();
 
     let mut broken = Vec::new();
@@ -125,8 +125,9 @@ fn pages_are_found_where_comments_name_them() {
     );
 }
 
-/// Every `.md` file under `dir`, skipping `target/` and hidden directories.
-fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every file under `dir` whose name `wanted` accepts, skipping `target/` and hidden
+/// directories.
+fn project_files(dir: &Path, wanted: &dyn Fn(&str) -> bool, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).unwrap() {
         let entry = entry.unwrap();
         let path = entry.path();
@@ -137,33 +138,16 @@ fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
         let kind = entry.file_type().unwrap();
         if kind.is_dir() {
             if name != "target" {
-                markdown_files(&path, out);
+                project_files(&path, wanted, out);
             }
-        } else if name.ends_with(".md") {
+        } else if kind.is_file() && wanted(&name) {
             out.push(path);
         }
     }
 }
 
-/// Every file outside Markdown under `dir` that may hold text, skipping `target/`,
-/// `node_modules/` and hidden directories.
-fn text_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in fs::read_dir(dir).unwrap() {
-        let entry = entry.unwrap();
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') {
-            continue;
-        }
-        let kind = entry.file_type().unwrap();
-        if kind.is_dir() {
-            if name != "target" && name != "node_modules" {
-                text_files(&path, out);
-            }
-        } else if kind.is_file() && !name.ends_with(".md") {
-            out.push(path);
-        }
-    }
+fn is_markdown(name: &str) -> bool {
+    name.ends_with(".md")
 }
 
 /// Each `docs/NAME.md`, with its `#anchor` if one follows, that `text` names, with its
