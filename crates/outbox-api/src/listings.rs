@@ -18,7 +18,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::openapi::ProblemDocument;
+use crate::problem::ProblemDocument;
 use crate::{AppState, Problem};
 
 /// Alerts in one page when the request does not say.
