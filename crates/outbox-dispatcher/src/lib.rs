@@ -47,9 +47,9 @@
 //!   request body rendered once from the alert's email and stored before the first send,
 //!   then sent byte for byte by `http` on every attempt.
 //! - `recorder`: outcomes written in batches (one statement and one commit for many).
-//! - `health`: every send counted per destination in memory and reported every few
-//!   seconds; a destination whose every send has failed for its window is disabled by
-//!   the report (never on a delivery's own path).
+//! - `send_tallies`, `health`: every send counted per destination in memory, and
+//!   reported every few seconds; a destination whose every send has failed for its
+//!   window is disabled by the report (never on a delivery's own path).
 //! - `upkeep`: the live queue's own vacuum, once its dead tuples pass
 //!   `--queue-vacuum-after` (autovacuum may visit too rarely, or not at all), the
 //!   merge of the subject index's pending list while approvals arrive, and the
@@ -92,6 +92,7 @@ mod recorder;
 mod relay;
 mod reload;
 mod run;
+mod send_tallies;
 mod server;
 mod shared;
 mod smtp;
