@@ -219,7 +219,9 @@ pub(crate) async fn set_destination_enabled(
 }
 
 /// Only held and failed alerts can be replayed: a bulk replay's filter must say which.
-fn replayable_filter(query: &ListQuery) -> Result<outbox_store::outbox::AlertFilter, PageError> {
+fn replayable_filter(
+    query: &ListQuery,
+) -> Result<outbox_store::alert_listings::AlertFilter, PageError> {
     let filter = query.filter()?;
     if !filter.state.is_some_and(operator::replayable) {
         return Err(PageError::BadRequest(
@@ -239,7 +241,8 @@ pub(crate) async fn bulk_dry_run(
 ) -> Result<Response, PageError> {
     signed.require_operator()?;
     let filter = replayable_filter(&query)?;
-    let count = outbox_store::outbox::count_alerts(&console.pool, signed.scope(), &filter).await?;
+    let count =
+        outbox_store::alert_listings::count_alerts(&console.pool, signed.scope(), &filter).await?;
     console.views.render(
         &signed,
         "bulk.html",
@@ -269,7 +272,7 @@ pub(crate) async fn start_bulk_replay(
     let note = required_note(&form.note)?;
     let filter = replayable_filter(&form.query)?;
     let planned =
-        outbox_store::outbox::count_alerts(&console.pool, signed.scope(), &filter).await?;
+        outbox_store::alert_listings::count_alerts(&console.pool, signed.scope(), &filter).await?;
     let id = outbox_store::bulk_replays::create_bulk_replay(
         &console.pool,
         &signed.actor(),
@@ -303,7 +306,7 @@ pub(crate) async fn start_bulk_replay(
 async fn bulk_replay_tenants(
     console: &Console,
     scope: Option<&[Uuid]>,
-    filter: &outbox_store::outbox::AlertFilter,
+    filter: &outbox_store::alert_listings::AlertFilter,
 ) -> Result<Option<Vec<Uuid>>, PageError> {
     if let Some(name) = &filter.tenant {
         if let Some(tenant) = outbox_store::tenants::tenant_id(&console.pool, name).await? {

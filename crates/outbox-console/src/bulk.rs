@@ -47,7 +47,7 @@ async fn work_on(
 ) -> Result<(), StoreError> {
     let mut cursor = replay.cursor_id;
     loop {
-        let batch = outbox_store::outbox::alerts_page(
+        let batch = outbox_store::alert_listings::alerts_page(
             &console.pool,
             replay.tenant_ids.as_deref(),
             &replay.filter,

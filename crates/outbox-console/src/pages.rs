@@ -4,7 +4,7 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use outbox_core::{AlertState, BulkReplayState};
-use outbox_store::outbox::AlertFilter;
+use outbox_store::alert_listings::AlertFilter;
 use outbox_store::{alerts, destinations, operator, rendered};
 use std::collections::HashMap;
 use uuid::Uuid;
@@ -62,11 +62,16 @@ pub(crate) async fn overview(
     };
     let held_filter = attention(AlertState::Held);
     let uncertain_filter = attention(AlertState::Uncertain);
-    let mut attention_rows =
-        outbox_store::outbox::alerts_page(&console.pool, signed.scope(), &held_filter, None, 10)
-            .await?;
+    let mut attention_rows = outbox_store::alert_listings::alerts_page(
+        &console.pool,
+        signed.scope(),
+        &held_filter,
+        None,
+        10,
+    )
+    .await?;
     attention_rows.extend(
-        outbox_store::outbox::alerts_page(
+        outbox_store::alert_listings::alerts_page(
             &console.pool,
             signed.scope(),
             &uncertain_filter,
@@ -219,7 +224,7 @@ pub(crate) async fn outbox(
 ) -> Result<Response, PageError> {
     let filter = query.filter()?;
     let before = query.before()?;
-    let rows = outbox_store::outbox::alerts_page(
+    let rows = outbox_store::alert_listings::alerts_page(
         &console.pool,
         signed.scope(),
         &filter,

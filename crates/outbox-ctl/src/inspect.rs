@@ -164,14 +164,14 @@ pub struct ListArgs {
 
 /// `outbox list`: alerts oldest first, the live queue unless `--status` names a state.
 pub(crate) async fn list_outbox(pool: &PgPool, args: ListArgs) -> anyhow::Result<()> {
-    let filter = outbox_store::outbox::Filter {
+    let filter = outbox_store::alert_listings::Filter {
         state: args.status,
         tenant: args.tenant,
         destination: args.destination,
         since: args.since,
         limit: args.limit,
     };
-    let entries = outbox_store::outbox::list(pool, &filter).await?;
+    let entries = outbox_store::alert_listings::list(pool, &filter).await?;
     if args.json {
         for entry in &entries {
             println!("{}", to_json_line(entry)?);

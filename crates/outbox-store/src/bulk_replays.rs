@@ -7,7 +7,7 @@ use outbox_core::BulkReplayState;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
-use crate::outbox::AlertFilter;
+use crate::alert_listings::AlertFilter;
 use crate::tenants::Scope;
 use crate::StoreError;
 

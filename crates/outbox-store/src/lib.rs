@@ -43,9 +43,9 @@
 //! - [`rendered`]: email alerts (and email API request bodies) as sent: what rendering
 //!   one needs, and its exact bytes, stored once before the first send and reused by
 //!   every attempt.
-//! - [`outbox`]: listings of the live queue and of alerts by state, and the filtered,
-//!   keyset-paged list of alerts within a tenant grant (for the approval API, within one
-//!   tenant, each filter served by an index, under a statement timeout).
+//! - [`alert_listings`]: listings of the live queue and of alerts by state, and the
+//!   filtered, keyset-paged list of alerts within a tenant grant (for the approval API,
+//!   within one tenant, each filter served by an index, under a statement timeout).
 //! - [`operator_accounts`]: operator accounts and sign-in sessions.
 //! - [`audit`]: the audit log (operators' evidence lines and the log's own lines, failed
 //!   sign-ins counted per window).
@@ -61,6 +61,7 @@
 //! Functions that are one statement take any `PgExecutor`, so callers can compose them in
 //! a transaction; functions that must be atomic open their own transaction on a pool.
 
+pub mod alert_listings;
 pub mod alerts;
 pub mod approval_plan;
 pub mod audit;
@@ -77,7 +78,6 @@ pub mod lifecycle;
 pub mod monitors;
 pub mod operator;
 pub mod operator_accounts;
-pub mod outbox;
 pub mod outcome_counts;
 pub mod rendered;
 pub mod schema;
