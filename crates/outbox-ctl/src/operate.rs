@@ -2,7 +2,8 @@
 //! Every action records the operator's name and note as evidence; refusals change nothing.
 
 use anyhow::{anyhow, bail, Context};
-use outbox_store::operator::{self, Resolution};
+use outbox_store::alert_actions::{self, Resolution};
+use outbox_store::{destination_switch, retention, stats};
 use outbox_store::{tenants, PgPool};
 use std::time::Duration;
 use uuid::Uuid;
@@ -101,7 +102,7 @@ pub(crate) async fn replay(pool: &PgPool, args: ReplayArgs) -> anyhow::Result<()
         Some(outcome @ (Outcome::Held | Outcome::Failed)) => outcome,
         _ => bail!("--status must be held or failed (only those can be replayed)"),
     };
-    let ids = operator::settled_ids(
+    let ids = alert_actions::settled_ids(
         pool,
         outcome,
         args.tenant.as_deref(),
@@ -120,7 +121,7 @@ pub(crate) async fn replay(pool: &PgPool, args: ReplayArgs) -> anyhow::Result<()
     );
     let mut replayed = 0u64;
     for id in &ids {
-        match operator::replay(pool, *id, &args.who.actor(), note).await {
+        match alert_actions::replay(pool, *id, &args.who.actor(), note).await {
             Ok(()) => replayed += 1,
             // Another operator (or a rerun) may have got there first.
             Err(outbox_store::StoreError::Refused(why)) => {
@@ -146,7 +147,7 @@ async fn replay_named(pool: &PgPool, args: &ReplayArgs, note: &str) -> anyhow::R
         bail!("name the alerts to replay, or select them with --status held");
     }
     let ids = parse_ids(&args.ids)?;
-    operator::replay_all(pool, &ids, &args.who.actor(), note, args.dry_run).await?;
+    alert_actions::replay_all(pool, &ids, &args.who.actor(), note, args.dry_run).await?;
     if args.dry_run {
         return would_replay(ids.len());
     }
@@ -203,7 +204,7 @@ pub(crate) async fn resolve(pool: &PgPool, args: ResolveArgs) -> anyhow::Result<
     } else {
         Resolution::Abandon
     };
-    operator::resolve(pool, id, &resolution, &args.who.actor(), note).await?;
+    alert_actions::resolve(pool, id, &resolution, &args.who.actor(), note).await?;
     let state = outbox_store::alerts::current_state(pool, id).await?;
     println!("{state}");
     eprintln!("alert {id} is now {state}");
@@ -298,8 +299,14 @@ pub(crate) async fn set_destination(
     actor: &str,
 ) -> anyhow::Result<()> {
     let tenant = tenants::find(pool, tenant).await?;
-    if !operator::set_destination_enabled(pool, tenant.id, name, enabled, &actor_name(actor))
-        .await?
+    if !destination_switch::set_destination_enabled(
+        pool,
+        tenant.id,
+        name,
+        enabled,
+        &actor_name(actor),
+    )
+    .await?
     {
         bail!("tenant `{}` has no destination named `{name}`", tenant.name);
     }
@@ -315,7 +322,7 @@ pub(crate) async fn set_destination(
 }
 
 pub(crate) async fn stats(pool: &PgPool, json: bool) -> anyhow::Result<()> {
-    let stats = operator::stats(pool).await?;
+    let stats = stats::stats(pool).await?;
     if json {
         println!("{}", outbox_core::untrusted::to_json_line(&stats)?);
         return Ok(());
@@ -384,14 +391,15 @@ pub(crate) async fn prune(pool: &PgPool, args: PruneArgs) -> anyhow::Result<()> 
     } = args;
     let cutoff = chrono::Utc::now()
         - chrono::Duration::from_std(older_than).context("--older-than is too long")?;
-    let outcomes = operator::prunable_outcomes(include_failed);
+    let outcomes = retention::prunable_outcomes(include_failed);
     let total = if dry_run {
-        operator::prune_preview(pool, cutoff, &outcomes).await?
+        retention::prune_preview(pool, cutoff, &outcomes).await?
     } else {
-        let mut total = operator::Pruned::default();
+        let mut total = retention::Pruned::default();
         let mut cursor = Uuid::nil();
         loop {
-            let (step, next) = operator::prune_step(pool, cutoff, &outcomes, cursor, batch).await?;
+            let (step, next) =
+                retention::prune_step(pool, cutoff, &outcomes, cursor, batch).await?;
             total.alerts += step.alerts;
             total.attempts += step.attempts;
             total.evidence += step.evidence;

@@ -23,7 +23,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::lifecycle::{LAST_EVIDENCE_LINE, STATE, STATE_JOINS};
-use crate::operator::first_id_at;
+use crate::retention::first_id_at;
 use crate::sql_names::SqlName;
 use crate::tenants::Scope;
 use crate::StoreError;

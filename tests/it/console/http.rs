@@ -873,7 +873,7 @@ async fn a_bulk_replay_left_half_done_by_a_dead_worker_resumes_after_its_cursor(
         .unwrap();
     assert_eq!(taken.id, run);
     for id in ids.iter().rev().take(2) {
-        outbox_store::operator::replay(&db.pool, *id, "alice", "resume me")
+        outbox_store::alert_actions::replay(&db.pool, *id, "alice", "resume me")
             .await
             .unwrap();
     }
