@@ -7,8 +7,8 @@
 
 use outbox_store::{tenants, PgPool};
 
+use crate::accountable::actor_name;
 use crate::accounts::Role;
-use crate::operate::actor_name;
 use crate::{Command, DestinationCommand, OperatorCommand, SecretsCommand, TokenCommand};
 
 /// One line to record.

@@ -6,8 +6,10 @@
 //!   table, a subject's commands by its module's own table.
 //! - `schema`: `migrate`, and `migrate --status` (the migrations a database has applied
 //!   and those pending).
-//! - `tenants`: `tenant create|configure`; `names`: names as operators type them.
-//! - `destinations`: `destination add|update|list|show`, a module per kind of destination.
+//! - `tenants`: `tenant create|configure`; `names`: names (and alert ids) as operators
+//!   type them.
+//! - `destinations`: `destination add|update|list|show|enable|disable`, a module per
+//!   kind of destination.
 //! - `credentials`: signing secrets from files or standard input, sealed with
 //!   `OUTBOX_SECRET_KEYS`; `destination rotate-secret`, `secrets rewrap`.
 //! - `tokens`: `token create|list|revoke`.
@@ -19,7 +21,9 @@
 //! - `evidence`: `evidence verify|export|check|checkpoint|keygen`, the tamper-evident
 //!   trail (`outbox-evidence`); `check` and `keygen` need no database.
 //! - `lanes`: `lanes list`, an ordered destination's lanes held up by their head.
-//! - `operate`: `replay`, `resolve`, `revise`, `stats`, `prune`, `destination enable|disable`.
+//! - `replay`, `resolve`, `revise`: acting on alerts, each action with the operator's
+//!   name and note in the evidence (`accountable`: `--actor` and `--note`).
+//! - `stats`: the figures; `prune`: retention.
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
 //!   `article ingest`.
 //! - `accounts`: `operator add|list|remove`, the console's operator accounts (a new
@@ -38,6 +42,7 @@
 //! stdout, and guidance on stderr, so scripts can capture it. Bad input exits non-zero with
 //! a one-line reason and writes nothing.
 
+mod accountable;
 mod accounts;
 mod audit;
 mod credentials;
@@ -48,10 +53,14 @@ mod inspect;
 mod lanes;
 mod mcp;
 mod names;
-mod operate;
+mod prune;
+mod replay;
+mod resolve;
+mod revise;
 mod schema;
 mod secret_input;
 mod sources;
+mod stats;
 mod table;
 mod template;
 mod tenants;
@@ -137,11 +146,11 @@ pub enum Command {
     #[command(subcommand)]
     Evidence(evidence::EvidenceCommand),
     /// Put held or failed alerts back in the queue (same id, key and payload).
-    Replay(operate::ReplayArgs),
+    Replay(replay::ReplayArgs),
     /// Settle an uncertain or held alert by what you established at the destination.
-    Resolve(operate::ResolveArgs),
+    Resolve(resolve::ResolveArgs),
     /// Correct an alert's payload: a new revision, as through the API.
-    Revise(operate::ReviseArgs),
+    Revise(revise::ReviseArgs),
     /// Counts by state, destination and tenant; what is stuck; the last hour.
     Stats {
         /// One JSON object instead of a table.
@@ -152,7 +161,7 @@ pub enum Command {
     /// finished (accepted or superseded; failed with --include-failed) before the cutoff.
     /// Identity, fingerprint, outcome, reference and times stay, so a repeated approval
     /// is still recognised. Live, held and uncertain alerts are never touched.
-    Prune(operate::PruneArgs),
+    Prune(prune::PruneArgs),
     /// Contracts for the renewal monitor.
     #[command(subcommand)]
     Contract(ContractCommand),
@@ -456,11 +465,11 @@ async fn dispatch(pool: &PgPool, keys: &SealingKeys, command: Command) -> anyhow
         Command::Outbox(OutboxCommand::List(args)) => inspect::list_outbox(pool, args).await,
         Command::Lanes(LanesCommand::List(args)) => lanes::list(pool, args).await,
         Command::Evidence(command) => evidence::run(pool, command).await,
-        Command::Replay(args) => operate::replay(pool, args).await,
-        Command::Resolve(args) => operate::resolve(pool, args).await,
-        Command::Revise(args) => operate::revise(pool, args).await,
-        Command::Stats { json } => operate::stats(pool, json).await,
-        Command::Prune(args) => operate::prune(pool, args).await,
+        Command::Replay(args) => replay::replay(pool, args).await,
+        Command::Resolve(args) => resolve::resolve(pool, args).await,
+        Command::Revise(args) => revise::revise(pool, args).await,
+        Command::Stats { json } => stats::stats(pool, json).await,
+        Command::Prune(args) => prune::prune(pool, args).await,
         Command::Contract(ContractCommand::Import {
             file,
             tenant,

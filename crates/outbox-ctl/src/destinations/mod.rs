@@ -7,6 +7,7 @@
 //! - `create`: the steps every kind is added by (URLs vetted, one transaction, the report).
 //! - `failing_window`: `--disable-after-failing`.
 //! - `update`: `destination update` (the failing window, the ordering).
+//! - `switch`: `destination enable|disable`.
 //! - `listing`: `destination list|show`.
 //! - `lookup`: a destination named on the command line, found within its tenant (also for
 //!   `lanes list`).
@@ -18,6 +19,7 @@ mod email_api;
 mod failing_window;
 mod listing;
 mod lookup;
+mod switch;
 mod update;
 mod webhook;
 
@@ -30,7 +32,7 @@ use outbox_core::DestinationKind;
 use outbox_store::PgPool;
 
 use crate::names::checked_name;
-use crate::{credentials, operate, DestinationCommand};
+use crate::{credentials, DestinationCommand};
 
 /// Runs a `destination ...` command.
 pub(crate) async fn run(
@@ -48,12 +50,12 @@ pub(crate) async fn run(
             name,
             tenant,
             actor,
-        } => operate::set_destination(pool, &name, &tenant, false, &actor).await,
+        } => switch::set_destination(pool, &name, &tenant, false, &actor).await,
         DestinationCommand::Enable {
             name,
             tenant,
             actor,
-        } => operate::set_destination(pool, &name, &tenant, true, &actor).await,
+        } => switch::set_destination(pool, &name, &tenant, true, &actor).await,
         DestinationCommand::Show { name, tenant, json } => {
             listing::show_destination(pool, &tenant, &name, json).await
         }
