@@ -13,6 +13,26 @@ use uuid::Uuid;
 
 use crate::table::Table;
 
+/// `alert ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum AlertCommand {
+    /// Show an alert: identity, state, revisions, attempts and evidence trail.
+    Show {
+        /// The alert's id.
+        id: String,
+        /// The whole record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `outbox ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum OutboxCommand {
+    /// List alerts, oldest first: the live queue by default, or those in one state.
+    List(ListArgs),
+}
+
 /// `alert show`: an alert's identity and state, its revisions, attempts and evidence
 /// trail; with `json`, the whole record.
 pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::Result<()> {

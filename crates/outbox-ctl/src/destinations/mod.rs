@@ -31,8 +31,62 @@ use outbox_core::sealing::SealingKeys;
 use outbox_core::DestinationKind;
 use outbox_store::PgPool;
 
+use crate::credentials;
 use crate::names::checked_name;
-use crate::{credentials, DestinationCommand};
+
+/// `destination ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum DestinationCommand {
+    /// Add a webhook or email destination; prints its id.
+    Add(DestinationArgs),
+    /// Replace a destination's signing secret; the old one keeps signing beside the new
+    /// one for --overlap, then stops.
+    RotateSecret(credentials::RotateArgs),
+    /// Change a destination's settings.
+    Update(UpdateArgs),
+    /// Stop delivering to a destination; its alerts wait, pending.
+    Disable {
+        /// Destination name.
+        name: String,
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// Who: recorded as the reason.
+        #[arg(long, env = "USER", default_value = "operator")]
+        actor: String,
+    },
+    /// Deliver to a destination again.
+    Enable {
+        /// Destination name.
+        name: String,
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// Who.
+        #[arg(long, env = "USER", default_value = "operator")]
+        actor: String,
+    },
+    /// Show one destination: its settings, and what its in-flight bound means.
+    Show {
+        /// Destination name.
+        name: String,
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// One JSON object instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List destinations.
+    List {
+        /// Only this tenant's (name or id).
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: Option<String>,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 /// Runs a `destination ...` command.
 pub(crate) async fn run(
