@@ -29,7 +29,7 @@
 //! - [`trace_context`]: W3C `traceparent` and `tracestate` read strictly (a broken one is
 //!   ignored, as the recommendation says), and the context an alert keeps and its attempts
 //!   send on (`TraceContext`).
-//! - [`client`]: who a client is for per-client limits (an IPv4 address, an IPv6 /64).
+//! - [`client_key`]: who a client is for per-client limits (an IPv4 address, an IPv6 /64).
 //! - [`evidence_chain`]: the evidence chain's arithmetic: the canonical encoding of an
 //!   entry, each alert's hash chain, and the Merkle tree over chain heads that checkpoints
 //!   sign, with inclusion proofs (RFC 9162's tree).
@@ -40,7 +40,7 @@
 //! - [`evidence_signing`]: checkpoints signed with Ed25519: key texts, key ids, signing
 //!   and strict verification.
 
-pub mod client;
+pub mod client_key;
 pub mod duration;
 pub mod evidence_chain;
 pub mod evidence_entries;
