@@ -19,7 +19,7 @@
 //! - [`signing`]: Standard Webhooks signing secrets (`whsec_...`).
 //! - [`sealing`]: signing secrets encrypted at rest under named keys (`OUTBOX_SECRET_KEYS`).
 //! - [`redact`]: credentials in URLs hidden before they are shown.
-//! - [`query`]: watchlist queries (terms, phrases, exclusions) and matching.
+//! - [`watchlist_query`]: watchlist queries (terms, phrases, exclusions) and matching.
 //! - [`renewal`]: contract renewal tiers, counted in the tenant's time zone.
 //! - [`retry`]: backoff schedule with full jitter, `Retry-After`.
 //! - [`duration`]: human durations (`10s`, `24h`, `30d`) as used on the command line.
@@ -51,7 +51,6 @@ pub mod identity;
 pub mod in_flight;
 pub mod json_limits;
 pub mod password;
-pub mod query;
 pub mod recipients;
 pub mod redact;
 pub mod renewal;
@@ -61,6 +60,7 @@ pub mod state;
 pub mod token;
 pub mod trace_context;
 pub mod untrusted;
+pub mod watchlist_query;
 
 pub use identity::{
     check_ordering_key, CheckedPayload, CheckedPayloadBuf, IdentityError, PayloadError,

@@ -1,7 +1,7 @@
 //! Feeding the monitors: `contract import`, `watchlist add`, `article ingest`.
 
 use anyhow::{bail, Context};
-use outbox_core::query::Query;
+use outbox_core::watchlist_query::Query;
 use outbox_decider::contracts::{self, Format};
 use outbox_store::monitors::{self, NewWatchlistEntry};
 use outbox_store::{tenants, PgPool};
