@@ -30,22 +30,13 @@
 //!   ignored, as the recommendation says), and the context an alert keeps and its attempts
 //!   send on (`TraceContext`).
 //! - [`client_key`]: who a client is for per-client limits (an IPv4 address, an IPv6 /64).
-//! - [`evidence_chain`]: the evidence chain's arithmetic: the canonical encoding of an
-//!   entry, each alert's hash chain, and the Merkle tree over chain heads that checkpoints
-//!   sign, with inclusion proofs (RFC 9162's tree).
-//! - [`evidence_entries`]: what the chain records of an alert and of each kind of
-//!   evidence entry, field by field.
-//! - [`evidence_note`]: a checkpoint as a signed note, the text kept outside the
-//!   database (the checkpoint log) and read back by the checks.
-//! - [`evidence_signing`]: checkpoints signed with Ed25519: key texts, key ids, signing
-//!   and strict verification.
+//! - [`evidence`]: the evidence chain's definition: its arithmetic (`chain`), what it
+//!   records of each entry (`entries`), checkpoints as signed notes (`note`) and their
+//!   Ed25519 signatures (`signing`).
 
 pub mod client_key;
 pub mod duration;
-pub mod evidence_chain;
-pub mod evidence_entries;
-pub mod evidence_note;
-pub mod evidence_signing;
+pub mod evidence;
 pub mod headers;
 pub mod identity;
 pub mod in_flight;

@@ -9,8 +9,8 @@ use uuid::Uuid;
 
 use super::{ChainSeen, ClaimedAlert};
 
-use outbox_core::evidence_chain::link;
-use outbox_core::evidence_entries::{AttemptFacts, EntryFacts};
+use outbox_core::evidence::chain::link;
+use outbox_core::evidence::entries::{AttemptFacts, EntryFacts};
 use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, Outcome};
 
 use crate::lifecycle::{ATTEMPT_INSERT, COMPLETE_BATCH};
