@@ -3,6 +3,8 @@
 //! confirmed. Any number run side by side on one database.
 //!
 //! Layout:
+//! - [`cli`]: the `dispatcher` program's command line ([`cli::Cli`]) and what it runs
+//!   once parsed (templates compiled, the database reached, then [`run`]).
 //! - `config`: [`Config`] and [`Transport`], how a dispatcher runs, and [`POOL_PLANS`],
 //!   how its pool plans statements.
 //! - `run`: [`run`], a dispatcher from start to stop (its helpers started, the claim
@@ -80,6 +82,7 @@
 mod attempt_trace;
 mod claim_loop;
 mod classify;
+pub mod cli;
 mod config;
 mod delivery;
 mod email_api;
