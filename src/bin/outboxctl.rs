@@ -3,8 +3,7 @@
 use clap::Parser;
 use outbox_core::untrusted::visible;
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let cli = match outbox_ctl::Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) if !err.use_stderr() => err.exit(), // --help, --version
@@ -21,19 +20,13 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    // `run` returns once its runtime is gone; `finish` exports the spans its tasks ended
+    // and says an error in one line.
+    outbox_runtime::finish(run(cli))
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn run(cli: outbox_ctl::Cli) -> anyhow::Result<()> {
     outbox_runtime::init_tracing_quiet("outboxctl");
-    let result = outbox_ctl::run(cli).await;
-    outbox_runtime::telemetry::shutdown_tracing();
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(err) => {
-            // One line: the reason and its causes, for people and for scripts' logs. The
-            // reason may echo input (a file's id, a destination's answer): shown escaped.
-            eprintln!(
-                "error: {}",
-                visible(&outbox_runtime::one_line(err.as_ref()))
-            );
-            std::process::ExitCode::FAILURE
-        }
-    }
+    outbox_ctl::run(cli).await
 }

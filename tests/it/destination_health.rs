@@ -198,7 +198,7 @@ async fn a_report_past_the_window_disables_once_and_an_operator_gets_a_fresh_win
     );
 
     // An operator enables it: failures from before that no longer count.
-    assert!(outbox_store::operator::set_destination_enabled(
+    assert!(outbox_store::destination_switch::set_destination_enabled(
         &db.pool, tenant.id, "ops", true, "alice"
     )
     .await

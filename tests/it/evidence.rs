@@ -13,9 +13,9 @@ use common::decider::DeciderServe;
 use common::destinations::acme_with_ops_at;
 use common::procs::*;
 use common::{outboxctl, outboxctl_ok, CliRun, Outboxctl};
-use outbox_core::evidence_chain::{genesis, link, merkle_root, Checkpoint, Leaf};
-use outbox_core::evidence_entries::EntryFacts;
-use outbox_core::evidence_signing::CheckpointSigner;
+use outbox_core::evidence::chain::{genesis, link, merkle_root, Checkpoint, Leaf};
+use outbox_core::evidence::entries::EntryFacts;
+use outbox_core::evidence::signing::CheckpointSigner;
 use outbox_evidence::bundle::{Bundle, BundleCheckpoint};
 use outbox_testkit::TestDb;
 use serde_json::json;
@@ -913,7 +913,7 @@ async fn a_deleted_newest_checkpoint_is_refused_not_signed_again() {
         .unwrap();
     let first = format!(
         "1:{}",
-        outbox_core::evidence_chain::hex(
+        outbox_core::evidence::chain::hex(
             &outbox_evidence::checkpoint::checkpoint_of(&stored[0]).hash()
         )
     );
@@ -960,7 +960,7 @@ async fn a_deleted_newest_checkpoint_is_refused_not_signed_again() {
             .unwrap();
     let lost_hash = trail.second_checkpoint.split_once(':').unwrap().1;
     assert_eq!(
-        outbox_core::evidence_chain::hex(&previous.try_into().unwrap()),
+        outbox_core::evidence::chain::hex(&previous.try_into().unwrap()),
         lost_hash
     );
     fails_naming(
@@ -1335,7 +1335,7 @@ async fn keygen_writes_the_secret_only_where_its_owner_alone_reads_it() {
     assert!(
         sent.stderr.contains(&format!(
             "signed-note verifier key {}:",
-            outbox_core::evidence_note::note_verifier_key(&signer.public_key())
+            outbox_core::evidence::note::note_verifier_key(&signer.public_key())
         )),
         "{}",
         sent.stderr

@@ -9,8 +9,8 @@ use common::alerts::approve_many;
 use common::decider::DeciderServe;
 use common::procs::*;
 use common::{CliRun, Outboxctl};
-use outbox_core::evidence_note::parse_log;
-use outbox_core::evidence_signing::CheckpointSigner;
+use outbox_core::evidence::note::parse_log;
+use outbox_core::evidence::signing::CheckpointSigner;
 use outbox_testkit::TestDb;
 
 /// The log's notes as (number, hash), read from the file.
@@ -23,7 +23,7 @@ fn published(path: &std::path::Path) -> Vec<(u64, String)> {
         .map(|n| {
             (
                 n.checkpoint.seq,
-                outbox_core::evidence_chain::hex(&n.hash()),
+                outbox_core::evidence::chain::hex(&n.hash()),
             )
         })
         .collect()

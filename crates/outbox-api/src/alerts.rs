@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::health::ApprovalCounts;
-use crate::openapi::ProblemDocument;
+use crate::problem::ProblemDocument;
 use crate::trace::{self, IncomingTrace};
 use crate::{body, AppState, Problem};
 

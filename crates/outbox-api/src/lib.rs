@@ -15,7 +15,8 @@
 //! - `auth`: the bearer-token extractor; a token acts for exactly one tenant. Tokens the
 //!   database accepted are kept for at most [`TOKEN_CACHE_TTL`], the bound on revocation.
 //! - `body`: reads request bodies within the size limit and checks their fields.
-//! - `problem`: every error is `application/problem+json` with a specific `type`.
+//! - `problem`: every error is `application/problem+json` with a specific `type`, and
+//!   its schema in the OpenAPI document.
 //! - `trace`: the W3C trace context a request came with, the request's server span and
 //!   an approval's producer span, and the context an approval stores with its alert.
 //! - [`mcp`]: the same operations as an MCP server for agents: at `/mcp` (Streamable
@@ -57,7 +58,7 @@ use tokio::net::TcpListener;
 pub use auth::TOKEN_CACHE_TTL;
 pub use health::ApprovalCounts;
 pub use listing_turns::ListingLimits;
-pub use problem::Problem;
+pub use problem::{Problem, ProblemDocument};
 
 /// Shared state of the handlers.
 #[derive(Debug, Clone)]

@@ -13,12 +13,12 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::Json;
 use outbox_core::{AlertState, DestinationKind};
-use outbox_store::outbox::{AlertFilter, OutboxEntry};
+use outbox_store::alert_listings::{AlertFilter, OutboxEntry};
 use serde::Serialize;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::openapi::ProblemDocument;
+use crate::problem::ProblemDocument;
 use crate::{AppState, Problem};
 
 /// Alerts in one page when the request does not say.
@@ -194,7 +194,7 @@ fn bounded_text(name: &str, value: String) -> Result<String, Problem> {
 /// tenant's alerts to find one.
 fn searchable_subject(value: String) -> Result<String, Problem> {
     let text = bounded_text("subject", value)?;
-    if !outbox_store::outbox::subject_search_is_indexed(&text) {
+    if !outbox_store::alert_listings::subject_search_is_indexed(&text) {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "unsearchable-filter",
@@ -250,7 +250,7 @@ pub(crate) async fn alerts(
     };
     let tenants = [caller.tenant_id];
     let turn = state.listings.turn(caller.tenant_id).await?;
-    let page = outbox_store::outbox::alerts_page_within(
+    let page = outbox_store::alert_listings::alerts_page_within(
         &state.pool,
         state.listings.timeout(),
         Some(&tenants),

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use crate::problem::ProblemDocument;
 use crate::{alerts, health, listings};
 
 /// The document's structure; [`document`] is what is served.
@@ -68,32 +69,6 @@ pub fn document() -> String {
 )]
 pub(crate) async fn serve() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], document()).into_response()
-}
-
-/// An RFC 9457 problem, the body of every error answer.
-#[derive(Debug, utoipa::ToSchema)]
-#[schema(
-    example = json!({
-        "type": "/problems/identity-conflict",
-        "title": "Alert exists with a different payload",
-        "status": 409,
-        "detail": "alert 0193… already has this identity (tenant, subject, occurrence, \
-                   destination) with a different payload; it was not changed. A correction \
-                   must be a revision: POST /v1/alerts/0193…/revisions with the payload and a reason",
-        "existing_alert_id": "0193b2f0-7c41-7b2a-9d41-5c7f0e1a2b3c",
-        "latest_alert_id": "0193b2f0-7c41-7b2a-9d41-5c7f0e1a2b3c"
-    })
-)]
-pub struct ProblemDocument {
-    /// `/problems/<name>`: what went wrong, one name per way a request can fail.
-    #[schema(rename = "type", example = "/problems/identity-conflict")]
-    pub kind: String,
-    /// The problem's name in words.
-    pub title: String,
-    /// The HTTP status.
-    pub status: u16,
-    /// What went wrong and what to do about it.
-    pub detail: String,
 }
 
 /// The tenant's bearer token, the scheme every `/v1` operation needs.

@@ -1,5 +1,7 @@
 //! RFC 9457 problem details: every error the API returns is one of these, with a `type`
 //! naming the exact problem (documented in docs/approval-api.md) and a `detail` saying what to do.
+//! [`ProblemDocument`] is its shape as the OpenAPI document states it, which every
+//! operation's error answers name.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -183,4 +185,30 @@ pub(crate) async fn method_not_allowed(
         "Method not allowed",
         format!("`{}` does not accept {method}", uri.path()),
     )
+}
+
+/// An RFC 9457 problem, the body of every error answer.
+#[derive(Debug, utoipa::ToSchema)]
+#[schema(
+    example = json!({
+        "type": "/problems/identity-conflict",
+        "title": "Alert exists with a different payload",
+        "status": 409,
+        "detail": "alert 0193… already has this identity (tenant, subject, occurrence, \
+                   destination) with a different payload; it was not changed. A correction \
+                   must be a revision: POST /v1/alerts/0193…/revisions with the payload and a reason",
+        "existing_alert_id": "0193b2f0-7c41-7b2a-9d41-5c7f0e1a2b3c",
+        "latest_alert_id": "0193b2f0-7c41-7b2a-9d41-5c7f0e1a2b3c"
+    })
+)]
+pub struct ProblemDocument {
+    /// `/problems/<name>`: what went wrong, one name per way a request can fail.
+    #[schema(rename = "type", example = "/problems/identity-conflict")]
+    pub kind: String,
+    /// The problem's name in words.
+    pub title: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// What went wrong and what to do about it.
+    pub detail: String,
 }

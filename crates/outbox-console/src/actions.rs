@@ -1,14 +1,15 @@
 //! The actions: replay, resolve, destinations on and off, bulk replays. Each checks the
 //! session's form token and the operator role first (by taking its form as
-//! [`Authorized`]), then the tenant grant, and then asks
-//! `outbox_store::operator`, the same functions `outboxctl` calls, with the account as the
-//! actor (`console:NAME`, where `outboxctl --actor NAME` is `cli:NAME`).
+//! [`Authorized`]), then the tenant grant, and then asks `outbox_store::alert_actions`
+//! and `outbox_store::destination_switch`, the same functions `outboxctl` calls, with the
+//! account as the actor (`console:NAME`, where `outboxctl --actor NAME` is `cli:NAME`).
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use outbox_core::AlertState;
+use outbox_store::alert_actions::{self, Resolution};
+use outbox_store::destination_switch;
 use outbox_store::destinations;
-use outbox_store::operator::{self, Resolution};
 use uuid::Uuid;
 
 use crate::auth::{Authorized, Signed};
@@ -77,7 +78,7 @@ pub(crate) async fn replay(
     let id = alert_id(&id)?;
     let note = required_note(&form.note)?;
     visible_alert(&console, &signed, id).await?;
-    operator::replay(&console.pool, id, &signed.actor(), note).await?;
+    alert_actions::replay(&console.pool, id, &signed.actor(), note).await?;
     Ok(Redirect::to(&format!("/console/alerts/{id}")).into_response())
 }
 
@@ -157,7 +158,7 @@ pub(crate) async fn resolve(
         _ => Resolution::Abandon,
     };
     visible_alert(&console, &signed, id).await?;
-    operator::resolve(&console.pool, id, &resolution, &signed.actor(), note).await?;
+    alert_actions::resolve(&console.pool, id, &resolution, &signed.actor(), note).await?;
     Ok(Redirect::to(&format!("/console/alerts/{id}")).into_response())
 }
 
@@ -194,7 +195,7 @@ pub(crate) async fn set_destination_enabled(
         .find(|d| d.id == id && signed.sees_tenant_named(&d.tenant))
         .ok_or_else(not_found)?;
     let tenant = outbox_store::tenants::find(&console.pool, &destination.tenant).await?;
-    operator::set_destination_enabled(
+    destination_switch::set_destination_enabled(
         &console.pool,
         tenant.id,
         &destination.name,
@@ -219,9 +220,11 @@ pub(crate) async fn set_destination_enabled(
 }
 
 /// Only held and failed alerts can be replayed: a bulk replay's filter must say which.
-fn replayable_filter(query: &ListQuery) -> Result<outbox_store::outbox::AlertFilter, PageError> {
+fn replayable_filter(
+    query: &ListQuery,
+) -> Result<outbox_store::alert_listings::AlertFilter, PageError> {
     let filter = query.filter()?;
-    if !filter.state.is_some_and(operator::replayable) {
+    if !filter.state.is_some_and(alert_actions::replayable) {
         return Err(PageError::BadRequest(
             "a bulk replay needs state held or failed in its filter (only those can be replayed)"
                 .into(),
@@ -239,7 +242,8 @@ pub(crate) async fn bulk_dry_run(
 ) -> Result<Response, PageError> {
     signed.require_operator()?;
     let filter = replayable_filter(&query)?;
-    let count = outbox_store::outbox::count_alerts(&console.pool, signed.scope(), &filter).await?;
+    let count =
+        outbox_store::alert_listings::count_alerts(&console.pool, signed.scope(), &filter).await?;
     console.views.render(
         &signed,
         "bulk.html",
@@ -269,7 +273,7 @@ pub(crate) async fn start_bulk_replay(
     let note = required_note(&form.note)?;
     let filter = replayable_filter(&form.query)?;
     let planned =
-        outbox_store::outbox::count_alerts(&console.pool, signed.scope(), &filter).await?;
+        outbox_store::alert_listings::count_alerts(&console.pool, signed.scope(), &filter).await?;
     let id = outbox_store::bulk_replays::create_bulk_replay(
         &console.pool,
         &signed.actor(),
@@ -303,7 +307,7 @@ pub(crate) async fn start_bulk_replay(
 async fn bulk_replay_tenants(
     console: &Console,
     scope: Option<&[Uuid]>,
-    filter: &outbox_store::outbox::AlertFilter,
+    filter: &outbox_store::alert_listings::AlertFilter,
 ) -> Result<Option<Vec<Uuid>>, PageError> {
     if let Some(name) = &filter.tenant {
         if let Some(tenant) = outbox_store::tenants::tenant_id(&console.pool, name).await? {

@@ -1,5 +1,5 @@
 //! The bulk replay worker. A run walks its filter's alerts newest first, a batch at a time,
-//! and replays each through `outbox_store::operator::replay` (one transaction per alert:
+//! and replays each through `outbox_store::alert_actions::replay` (one transaction per alert:
 //! an interrupted run leaves every alert replayed with its evidence, or untouched). After
 //! each batch it records progress and its cursor and renews its lease; a run stopped by an
 //! operator, or whose process died, is picked up after its cursor by whichever console
@@ -7,7 +7,7 @@
 
 use outbox_core::BulkReplayState;
 use outbox_runtime::shutdown::Shutdown;
-use outbox_store::operator;
+use outbox_store::alert_actions;
 use outbox_store::StoreError;
 use std::time::Duration;
 
@@ -47,7 +47,7 @@ async fn work_on(
 ) -> Result<(), StoreError> {
     let mut cursor = replay.cursor_id;
     loop {
-        let batch = outbox_store::outbox::alerts_page(
+        let batch = outbox_store::alert_listings::alerts_page(
             &console.pool,
             replay.tenant_ids.as_deref(),
             &replay.filter,
@@ -57,7 +57,9 @@ async fn work_on(
         .await?;
         let (mut replayed, mut skipped) = (0, 0);
         for alert in &batch {
-            match operator::replay(&console.pool, alert.id, &replay.operator, &replay.note).await {
+            match alert_actions::replay(&console.pool, alert.id, &replay.operator, &replay.note)
+                .await
+            {
                 Ok(()) => replayed += 1,
                 // Another operator, or a dispatcher, got there first: nothing changed.
                 Err(StoreError::Refused(_) | StoreError::UnknownAlert(_)) => skipped += 1,

@@ -4,8 +4,8 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use outbox_core::{AlertState, BulkReplayState};
-use outbox_store::outbox::AlertFilter;
-use outbox_store::{alerts, destinations, operator, rendered};
+use outbox_store::alert_listings::AlertFilter;
+use outbox_store::{alert_actions, alerts, destinations, rendered, stats};
 use std::collections::HashMap;
 use uuid::Uuid;
 
@@ -23,7 +23,7 @@ pub(crate) async fn overview(
     State(console): State<Console>,
     signed: Signed,
 ) -> Result<Response, PageError> {
-    let stats = operator::stats(&console.pool).await?;
+    let stats = stats::stats(&console.pool).await?;
     let mut by_state: HashMap<AlertState, i64> =
         AlertState::ALL.iter().map(|state| (*state, 0)).collect();
     for row in stats
@@ -62,11 +62,16 @@ pub(crate) async fn overview(
     };
     let held_filter = attention(AlertState::Held);
     let uncertain_filter = attention(AlertState::Uncertain);
-    let mut attention_rows =
-        outbox_store::outbox::alerts_page(&console.pool, signed.scope(), &held_filter, None, 10)
-            .await?;
+    let mut attention_rows = outbox_store::alert_listings::alerts_page(
+        &console.pool,
+        signed.scope(),
+        &held_filter,
+        None,
+        10,
+    )
+    .await?;
     attention_rows.extend(
-        outbox_store::outbox::alerts_page(
+        outbox_store::alert_listings::alerts_page(
             &console.pool,
             signed.scope(),
             &uncertain_filter,
@@ -219,7 +224,7 @@ pub(crate) async fn outbox(
 ) -> Result<Response, PageError> {
     let filter = query.filter()?;
     let before = query.before()?;
-    let rows = outbox_store::outbox::alerts_page(
+    let rows = outbox_store::alert_listings::alerts_page(
         &console.pool,
         signed.scope(),
         &filter,
@@ -243,7 +248,7 @@ pub(crate) async fn outbox(
     });
     let bulk = filter
         .state
-        .is_some_and(operator::replayable)
+        .is_some_and(alert_actions::replayable)
         .then(|| format!("/console/bulk-replay?{filter_query}"));
     console.views.render(
         &signed,
@@ -333,7 +338,7 @@ pub(crate) async fn alert(
         }
     });
     // Which actions are open is the lifecycle's answer, the same rules the actions apply.
-    let open = operator::open_actions(&console.pool, id).await?;
+    let open = alert_actions::open_actions(&console.pool, id).await?;
     let (evidence_ok, evidence_check) = evidence_check(&console.pool, id).await?;
     console.views.render(
         &signed,

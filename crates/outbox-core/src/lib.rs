@@ -19,7 +19,7 @@
 //! - [`signing`]: Standard Webhooks signing secrets (`whsec_...`).
 //! - [`sealing`]: signing secrets encrypted at rest under named keys (`OUTBOX_SECRET_KEYS`).
 //! - [`redact`]: credentials in URLs hidden before they are shown.
-//! - [`query`]: watchlist queries (terms, phrases, exclusions) and matching.
+//! - [`watchlist_query`]: watchlist queries (terms, phrases, exclusions) and matching.
 //! - [`renewal`]: contract renewal tiers, counted in the tenant's time zone.
 //! - [`retry`]: backoff schedule with full jitter, `Retry-After`.
 //! - [`duration`]: human durations (`10s`, `24h`, `30d`) as used on the command line.
@@ -29,29 +29,19 @@
 //! - [`trace_context`]: W3C `traceparent` and `tracestate` read strictly (a broken one is
 //!   ignored, as the recommendation says), and the context an alert keeps and its attempts
 //!   send on (`TraceContext`).
-//! - [`client`]: who a client is for per-client limits (an IPv4 address, an IPv6 /64).
-//! - [`evidence_chain`]: the evidence chain's arithmetic: the canonical encoding of an
-//!   entry, each alert's hash chain, and the Merkle tree over chain heads that checkpoints
-//!   sign, with inclusion proofs (RFC 9162's tree).
-//! - [`evidence_entries`]: what the chain records of an alert and of each kind of
-//!   evidence entry, field by field.
-//! - [`evidence_note`]: a checkpoint as a signed note, the text kept outside the
-//!   database (the checkpoint log) and read back by the checks.
-//! - [`evidence_signing`]: checkpoints signed with Ed25519: key texts, key ids, signing
-//!   and strict verification.
+//! - [`client_key`]: who a client is for per-client limits (an IPv4 address, an IPv6 /64).
+//! - [`evidence`]: the evidence chain's definition: its arithmetic (`chain`), what it
+//!   records of each entry (`entries`), checkpoints as signed notes (`note`) and their
+//!   Ed25519 signatures (`signing`).
 
-pub mod client;
+pub mod client_key;
 pub mod duration;
-pub mod evidence_chain;
-pub mod evidence_entries;
-pub mod evidence_note;
-pub mod evidence_signing;
+pub mod evidence;
 pub mod headers;
 pub mod identity;
 pub mod in_flight;
 pub mod json_limits;
 pub mod password;
-pub mod query;
 pub mod recipients;
 pub mod redact;
 pub mod renewal;
@@ -61,6 +51,7 @@ pub mod state;
 pub mod token;
 pub mod trace_context;
 pub mod untrusted;
+pub mod watchlist_query;
 
 pub use identity::{
     check_ordering_key, CheckedPayload, CheckedPayloadBuf, IdentityError, PayloadError,

@@ -7,8 +7,8 @@
 
 use outbox_core::identity::{check_identity_field, check_payload, check_reason};
 use outbox_core::json_limits::{check_json_limits, MAX_NUMBER_WHOLE_DIGITS};
-use outbox_core::query::Query;
 use outbox_core::untrusted::{is_bidi_control, is_unsafe_on_terminal, visible};
+use outbox_core::watchlist_query::Query;
 use outbox_core::{
     IdentityError, JsonLimitError, PayloadError, MAX_IDENTITY_FIELD_BYTES, MAX_PAYLOAD_DEPTH,
 };

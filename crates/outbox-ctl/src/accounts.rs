@@ -5,8 +5,35 @@ use anyhow::bail;
 use outbox_store::{operator_accounts, tenants, PgPool};
 
 use crate::table::Table;
-use crate::OperatorCommand;
 use outbox_core::untrusted::visible;
+
+/// `operator ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum OperatorCommand {
+    /// Create an account; prints its password, which is shown only this once.
+    Add {
+        /// Its name; the evidence of its actions names it `console:NAME`.
+        name: String,
+        /// viewer (reads) or operator (reads and acts).
+        #[arg(long, value_enum)]
+        role: Role,
+        /// Limit it to these tenants (names or ids; repeat or separate with commas).
+        /// Default: every tenant.
+        #[arg(long = "tenant", alias = "tenants", value_delimiter = ',')]
+        tenants: Vec<String>,
+    },
+    /// List accounts (never passwords).
+    List {
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an account; its sessions end at once.
+    Remove {
+        /// Its name.
+        name: String,
+    },
+}
 
 /// `viewer` reads; `operator` reads and acts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

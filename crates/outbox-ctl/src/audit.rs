@@ -7,9 +7,13 @@
 
 use outbox_store::{tenants, PgPool};
 
+use crate::accountable::actor_name;
+use crate::accounts::OperatorCommand;
 use crate::accounts::Role;
-use crate::operate::actor_name;
-use crate::{Command, DestinationCommand, OperatorCommand, SecretsCommand, TokenCommand};
+use crate::credentials::SecretsCommand;
+use crate::destinations::DestinationCommand;
+use crate::tokens::TokenCommand;
+use crate::Command;
 
 /// One line to record.
 #[derive(Debug)]

@@ -10,6 +10,18 @@ use outbox_store::{tenants, PgPool};
 use std::time::Duration;
 use uuid::Uuid;
 
+/// `secrets ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum SecretsCommand {
+    /// Encrypt every stored signing secret with the current key of OUTBOX_SECRET_KEYS
+    /// (plain-text ones, and those under older keys). Safe to interrupt and run again.
+    Rewrap {
+        /// Destinations read per query.
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..=10_000))]
+        batch: i64,
+    },
+}
+
 /// Where `destination add` reads signing secrets from, beside `--secret` on the command
 /// line (which other users of the machine can see in `ps`).
 #[derive(Debug, Clone, Default, clap::Args)]

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use clap::Subcommand;
-use outbox_core::evidence_chain::hex;
-use outbox_core::evidence_signing::{CheckpointSigner, PublicKey};
+use outbox_core::evidence::chain::hex;
+use outbox_core::evidence::signing::{CheckpointSigner, PublicKey};
 use outbox_evidence::verify::{self, Problem, Trust};
 use outbox_evidence::{bundle, checkpoint, earlier, published, trusted_keys};
 use sqlx::PgPool;
@@ -555,7 +555,7 @@ fn keygen(args: &KeygenArgs) -> anyhow::Result<()> {
     );
     eprintln!(
         "signed-note verifier key {}: for tools that read the checkpoint log's notes",
-        outbox_core::evidence_note::note_verifier_key(&signer.public_key())
+        outbox_core::evidence::note::note_verifier_key(&signer.public_key())
     );
     Ok(())
 }

@@ -13,6 +13,26 @@ use uuid::Uuid;
 
 use crate::table::Table;
 
+/// `alert ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum AlertCommand {
+    /// Show an alert: identity, state, revisions, attempts and evidence trail.
+    Show {
+        /// The alert's id.
+        id: String,
+        /// The whole record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `outbox ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum OutboxCommand {
+    /// List alerts, oldest first: the live queue by default, or those in one state.
+    List(ListArgs),
+}
+
 /// `alert show`: an alert's identity and state, its revisions, attempts and evidence
 /// trail; with `json`, the whole record.
 pub(crate) async fn show_alert(pool: &PgPool, id: &str, json: bool) -> anyhow::Result<()> {
@@ -164,14 +184,14 @@ pub struct ListArgs {
 
 /// `outbox list`: alerts oldest first, the live queue unless `--status` names a state.
 pub(crate) async fn list_outbox(pool: &PgPool, args: ListArgs) -> anyhow::Result<()> {
-    let filter = outbox_store::outbox::Filter {
+    let filter = outbox_store::alert_listings::Filter {
         state: args.status,
         tenant: args.tenant,
         destination: args.destination,
         since: args.since,
         limit: args.limit,
     };
-    let entries = outbox_store::outbox::list(pool, &filter).await?;
+    let entries = outbox_store::alert_listings::list(pool, &filter).await?;
     if args.json {
         for entry in &entries {
             println!("{}", to_json_line(entry)?);

@@ -9,6 +9,14 @@ use std::time::Duration;
 
 use crate::table::Table;
 
+/// `lanes ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum LanesCommand {
+    /// Lanes held up by their head (held, failed or retrying), longest first: the head,
+    /// its reason, how long the lane has waited and how many alerts are behind it.
+    List(ListArgs),
+}
+
 /// `lanes list` flags.
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {

@@ -1,13 +1,17 @@
 //! `outboxctl`, the operator's tool.
 //!
 //! Layout:
-//! - [`Cli`]: the command line (clap); every flag also reads an environment variable.
+//! - [`Cli`], [`Command`]: the command line (clap); every flag also reads an environment
+//!   variable. A subject's subcommands (`tenant ...`, `destination ...`) and a command's
+//!   flags are declared in the module that runs them.
 //! - [`run`]: runs a parsed command; the commands on the database are sent on by one
 //!   table, a subject's commands by its module's own table.
 //! - `schema`: `migrate`, and `migrate --status` (the migrations a database has applied
 //!   and those pending).
-//! - `tenants`: `tenant create|configure`; `names`: names as operators type them.
-//! - `destinations`: `destination add|update|list|show`, a module per kind of destination.
+//! - `tenants`: `tenant create|configure`; `names`: names (and alert ids) as operators
+//!   type them.
+//! - `destinations`: `destination add|update|list|show|enable|disable`, a module per
+//!   kind of destination.
 //! - `credentials`: signing secrets from files or standard input, sealed with
 //!   `OUTBOX_SECRET_KEYS`; `destination rotate-secret`, `secrets rewrap`.
 //! - `tokens`: `token create|list|revoke`.
@@ -19,7 +23,9 @@
 //! - `evidence`: `evidence verify|export|check|checkpoint|keygen`, the tamper-evident
 //!   trail (`outbox-evidence`); `check` and `keygen` need no database.
 //! - `lanes`: `lanes list`, an ordered destination's lanes held up by their head.
-//! - `operate`: `replay`, `resolve`, `revise`, `stats`, `prune`, `destination enable|disable`.
+//! - `replay`, `resolve`, `revise`: acting on alerts, each action with the operator's
+//!   name and note in the evidence (`accountable`: `--actor` and `--note`).
+//! - `stats`: the figures; `prune`: retention.
 //! - `sources`: what the monitors read: `contract import`, `watchlist add`,
 //!   `article ingest`.
 //! - `accounts`: `operator add|list|remove`, the console's operator accounts (a new
@@ -38,6 +44,7 @@
 //! stdout, and guidance on stderr, so scripts can capture it. Bad input exits non-zero with
 //! a one-line reason and writes nothing.
 
+mod accountable;
 mod accounts;
 mod audit;
 mod credentials;
@@ -48,10 +55,14 @@ mod inspect;
 mod lanes;
 mod mcp;
 mod names;
-mod operate;
+mod prune;
+mod replay;
+mod resolve;
+mod revise;
 mod schema;
 mod secret_input;
 mod sources;
+mod stats;
 mod table;
 mod template;
 mod tenants;
@@ -113,35 +124,35 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Manage tenants.
     #[command(subcommand)]
-    Tenant(TenantCommand),
+    Tenant(tenants::TenantCommand),
     /// Manage API tokens.
     #[command(subcommand)]
-    Token(TokenCommand),
+    Token(tokens::TokenCommand),
     /// Manage destinations.
     #[command(subcommand)]
-    Destination(DestinationCommand),
+    Destination(destinations::DestinationCommand),
     /// Signing secrets at rest.
     #[command(subcommand)]
-    Secrets(SecretsCommand),
+    Secrets(credentials::SecretsCommand),
     /// Inspect alerts.
     #[command(subcommand)]
-    Alert(AlertCommand),
+    Alert(inspect::AlertCommand),
     /// Inspect the outbox.
     #[command(subcommand)]
-    Outbox(OutboxCommand),
+    Outbox(inspect::OutboxCommand),
     /// Ordered lanes (destinations with `--ordering per-key`).
     #[command(subcommand)]
-    Lanes(LanesCommand),
+    Lanes(lanes::LanesCommand),
     /// The tamper-evident trail: verify chains and checkpoints, export and check an
     /// alert's proof bundle, make a checkpoint, create a signing key.
     #[command(subcommand)]
     Evidence(evidence::EvidenceCommand),
     /// Put held or failed alerts back in the queue (same id, key and payload).
-    Replay(operate::ReplayArgs),
+    Replay(replay::ReplayArgs),
     /// Settle an uncertain or held alert by what you established at the destination.
-    Resolve(operate::ResolveArgs),
+    Resolve(resolve::ResolveArgs),
     /// Correct an alert's payload: a new revision, as through the API.
-    Revise(operate::ReviseArgs),
+    Revise(revise::ReviseArgs),
     /// Counts by state, destination and tenant; what is stuck; the last hour.
     Stats {
         /// One JSON object instead of a table.
@@ -152,250 +163,25 @@ pub enum Command {
     /// finished (accepted or superseded; failed with --include-failed) before the cutoff.
     /// Identity, fingerprint, outcome, reference and times stay, so a repeated approval
     /// is still recognised. Live, held and uncertain alerts are never touched.
-    Prune(operate::PruneArgs),
+    Prune(prune::PruneArgs),
     /// Contracts for the renewal monitor.
     #[command(subcommand)]
-    Contract(ContractCommand),
+    Contract(sources::ContractCommand),
     /// Watchlist entries for the news monitor.
     #[command(subcommand)]
-    Watchlist(WatchlistCommand),
+    Watchlist(sources::WatchlistCommand),
     /// News articles for the watchlists.
     #[command(subcommand)]
-    Article(ArticleCommand),
+    Article(sources::ArticleCommand),
     /// Email templates.
     #[command(subcommand)]
-    Template(TemplateCommand),
+    Template(template::TemplateCommand),
     /// Operator accounts of the console (`decider serve --console-listen`).
     #[command(subcommand)]
-    Operator(OperatorCommand),
+    Operator(accounts::OperatorCommand),
     /// Serve MCP (Model Context Protocol) on standard input and output for a local agent,
     /// acting with one tenant's API token: the tools and resources of `/mcp`.
     Mcp(mcp::McpArgs),
-}
-
-/// `operator ...`
-#[derive(Debug, Subcommand)]
-pub enum OperatorCommand {
-    /// Create an account; prints its password, which is shown only this once.
-    Add {
-        /// Its name; the evidence of its actions names it `console:NAME`.
-        name: String,
-        /// viewer (reads) or operator (reads and acts).
-        #[arg(long, value_enum)]
-        role: accounts::Role,
-        /// Limit it to these tenants (names or ids; repeat or separate with commas).
-        /// Default: every tenant.
-        #[arg(long = "tenant", alias = "tenants", value_delimiter = ',')]
-        tenants: Vec<String>,
-    },
-    /// List accounts (never passwords).
-    List {
-        /// One JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Remove an account; its sessions end at once.
-    Remove {
-        /// Its name.
-        name: String,
-    },
-}
-
-/// `template ...`
-#[derive(Debug, Subcommand)]
-pub enum TemplateCommand {
-    /// Print an alert rendered as email (subject, plain text, HTML) without sending it.
-    Preview(template::PreviewArgs),
-}
-
-/// `contract ...`
-#[derive(Debug, Subcommand)]
-pub enum ContractCommand {
-    /// Import (or update, by external id) contracts from a CSV or JSON file; a file with
-    /// any bad row imports nothing. Prints how many were imported.
-    Import {
-        /// The file (`-` for standard input, with --format).
-        file: String,
-        /// Tenant name or id.
-        #[arg(long, env = "OUTBOX_TENANT")]
-        tenant: String,
-        /// csv or json (default: from the file name).
-        #[arg(long)]
-        format: Option<String>,
-    },
-}
-
-/// `watchlist ...`
-#[derive(Debug, Subcommand)]
-pub enum WatchlistCommand {
-    /// Add a watchlist entry; prints its id.
-    Add(sources::WatchlistArgs),
-}
-
-/// `article ...`
-#[derive(Debug, Subcommand)]
-pub enum ArticleCommand {
-    /// Ingest a Webz.io News API page (`{"posts": [...]}`); prints how many were new.
-    Ingest {
-        /// The file (`-` for standard input).
-        #[arg(default_value = "-")]
-        file: String,
-    },
-}
-
-/// `tenant ...`
-#[derive(Debug, Subcommand)]
-pub enum TenantCommand {
-    /// Create a tenant; prints its id.
-    Create {
-        /// Unique name.
-        name: String,
-        /// IANA time zone in which renewal days are counted.
-        #[arg(long, default_value = "UTC")]
-        time_zone: String,
-        /// Renewal tiers in days before the action date.
-        #[arg(long)]
-        tiers: Option<String>,
-    },
-    /// Change a tenant's time zone, renewal tiers or email language.
-    Configure {
-        /// Tenant name or id.
-        name: String,
-        /// IANA time zone.
-        #[arg(long)]
-        time_zone: Option<String>,
-        /// Renewal tiers, e.g. 90,30,7.
-        #[arg(long)]
-        tiers: Option<String>,
-        /// Language of email to destinations without one of their own: en or es.
-        #[arg(long)]
-        locale: Option<outbox_render::Locale>,
-    },
-}
-
-/// `token ...`
-#[derive(Debug, Subcommand)]
-pub enum TokenCommand {
-    /// Create an API token for a tenant; prints the token, which is shown only this once.
-    Create {
-        /// Tenant name or id.
-        #[arg(long, env = "OUTBOX_TENANT")]
-        tenant: String,
-        /// A note on what the token is for.
-        #[arg(long)]
-        label: Option<String>,
-        /// Refuse the token once this long has passed (e.g. 90d); default: never.
-        #[arg(long, value_parser = outbox_core::duration::parse_positive)]
-        expires_in: Option<std::time::Duration>,
-    },
-    /// List tokens (never the token itself): id, label, created, last used, expiry, state.
-    List {
-        /// Only this tenant's (name or id).
-        #[arg(long, env = "OUTBOX_TENANT")]
-        tenant: Option<String>,
-        /// One JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Revoke a token by id: the API refuses it from the next request on.
-    Revoke {
-        /// The token's id (from `token list`).
-        id: String,
-    },
-}
-
-/// `secrets ...`
-#[derive(Debug, Subcommand)]
-pub enum SecretsCommand {
-    /// Encrypt every stored signing secret with the current key of OUTBOX_SECRET_KEYS
-    /// (plain-text ones, and those under older keys). Safe to interrupt and run again.
-    Rewrap {
-        /// Destinations read per query.
-        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..=10_000))]
-        batch: i64,
-    },
-}
-
-/// `destination ...`
-#[derive(Debug, Subcommand)]
-pub enum DestinationCommand {
-    /// Add a webhook or email destination; prints its id.
-    Add(destinations::DestinationArgs),
-    /// Replace a destination's signing secret; the old one keeps signing beside the new
-    /// one for --overlap, then stops.
-    RotateSecret(credentials::RotateArgs),
-    /// Change a destination's settings.
-    Update(destinations::UpdateArgs),
-    /// Stop delivering to a destination; its alerts wait, pending.
-    Disable {
-        /// Destination name.
-        name: String,
-        /// Tenant name or id.
-        #[arg(long, env = "OUTBOX_TENANT")]
-        tenant: String,
-        /// Who: recorded as the reason.
-        #[arg(long, env = "USER", default_value = "operator")]
-        actor: String,
-    },
-    /// Deliver to a destination again.
-    Enable {
-        /// Destination name.
-        name: String,
-        /// Tenant name or id.
-        #[arg(long, env = "OUTBOX_TENANT")]
-        tenant: String,
-        /// Who.
-        #[arg(long, env = "USER", default_value = "operator")]
-        actor: String,
-    },
-    /// Show one destination: its settings, and what its in-flight bound means.
-    Show {
-        /// Destination name.
-        name: String,
-        /// Tenant name or id.
-        #[arg(long, env = "OUTBOX_TENANT")]
-        tenant: String,
-        /// One JSON object instead of lines.
-        #[arg(long)]
-        json: bool,
-    },
-    /// List destinations.
-    List {
-        /// Only this tenant's (name or id).
-        #[arg(long, env = "OUTBOX_TENANT")]
-        tenant: Option<String>,
-        /// One JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-/// `alert ...`
-#[derive(Debug, Subcommand)]
-pub enum AlertCommand {
-    /// Show an alert: identity, state, revisions, attempts and evidence trail.
-    Show {
-        /// The alert's id.
-        id: String,
-        /// The whole record as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-/// `outbox ...`
-#[derive(Debug, Subcommand)]
-pub enum OutboxCommand {
-    /// List alerts, oldest first: the live queue by default, or those in one state.
-    List(inspect::ListArgs),
-}
-
-/// `lanes ...`
-#[derive(Debug, Subcommand)]
-pub enum LanesCommand {
-    /// Lanes held up by their head (held, failed or retrying), longest first: the head,
-    /// its reason, how long the lane has waited and how many alerts are behind it.
-    List(lanes::ListArgs),
 }
 
 /// Runs one command.
@@ -410,7 +196,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate { status: false } => schema::migrate(&database_url).await,
         Command::Migrate { status: true } => schema::status(&database_url).await,
         Command::Demo(args) => demo::run(&database_url, args).await,
-        Command::Template(TemplateCommand::Preview(args)) => {
+        Command::Template(template::TemplateCommand::Preview(args)) => {
             template::preview(&database_url, args).await
         }
         Command::Evidence(command) if command.is_offline() => evidence::run_offline(&command),
@@ -447,29 +233,31 @@ async fn dispatch(pool: &PgPool, keys: &SealingKeys, command: Command) -> anyhow
         Command::Tenant(command) => tenants::run(pool, command).await,
         Command::Token(command) => tokens::run(pool, command).await,
         Command::Destination(command) => destinations::run(pool, keys, command).await,
-        Command::Secrets(SecretsCommand::Rewrap { batch }) => {
+        Command::Secrets(credentials::SecretsCommand::Rewrap { batch }) => {
             credentials::rewrap(pool, keys, batch).await
         }
-        Command::Alert(AlertCommand::Show { id, json }) => {
+        Command::Alert(inspect::AlertCommand::Show { id, json }) => {
             inspect::show_alert(pool, &id, json).await
         }
-        Command::Outbox(OutboxCommand::List(args)) => inspect::list_outbox(pool, args).await,
-        Command::Lanes(LanesCommand::List(args)) => lanes::list(pool, args).await,
+        Command::Outbox(inspect::OutboxCommand::List(args)) => {
+            inspect::list_outbox(pool, args).await
+        }
+        Command::Lanes(lanes::LanesCommand::List(args)) => lanes::list(pool, args).await,
         Command::Evidence(command) => evidence::run(pool, command).await,
-        Command::Replay(args) => operate::replay(pool, args).await,
-        Command::Resolve(args) => operate::resolve(pool, args).await,
-        Command::Revise(args) => operate::revise(pool, args).await,
-        Command::Stats { json } => operate::stats(pool, json).await,
-        Command::Prune(args) => operate::prune(pool, args).await,
-        Command::Contract(ContractCommand::Import {
+        Command::Replay(args) => replay::replay(pool, args).await,
+        Command::Resolve(args) => resolve::resolve(pool, args).await,
+        Command::Revise(args) => revise::revise(pool, args).await,
+        Command::Stats { json } => stats::stats(pool, json).await,
+        Command::Prune(args) => prune::prune(pool, args).await,
+        Command::Contract(sources::ContractCommand::Import {
             file,
             tenant,
             format,
         }) => sources::import_contracts(pool, &file, &tenant, format.as_deref()).await,
-        Command::Watchlist(WatchlistCommand::Add(args)) => {
+        Command::Watchlist(sources::WatchlistCommand::Add(args)) => {
             sources::add_watchlist_entry(pool, args).await
         }
-        Command::Article(ArticleCommand::Ingest { file }) => {
+        Command::Article(sources::ArticleCommand::Ingest { file }) => {
             sources::ingest_articles(pool, &file).await
         }
         Command::Operator(command) => accounts::run(pool, command).await,

@@ -1,12 +1,47 @@
 //! Feeding the monitors: `contract import`, `watchlist add`, `article ingest`.
 
 use anyhow::{bail, Context};
-use outbox_core::query::Query;
+use outbox_core::watchlist_query::Query;
 use outbox_decider::contracts::{self, Format};
 use outbox_store::monitors::{self, NewWatchlistEntry};
 use outbox_store::{tenants, PgPool};
 use std::io::Read;
 use std::time::Duration;
+
+/// `contract ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum ContractCommand {
+    /// Import (or update, by external id) contracts from a CSV or JSON file; a file with
+    /// any bad row imports nothing. Prints how many were imported.
+    Import {
+        /// The file (`-` for standard input, with --format).
+        file: String,
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// csv or json (default: from the file name).
+        #[arg(long)]
+        format: Option<String>,
+    },
+}
+
+/// `watchlist ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum WatchlistCommand {
+    /// Add a watchlist entry; prints its id.
+    Add(WatchlistArgs),
+}
+
+/// `article ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum ArticleCommand {
+    /// Ingest a Webz.io News API page (`{"posts": [...]}`); prints how many were new.
+    Ingest {
+        /// The file (`-` for standard input).
+        #[arg(default_value = "-")]
+        file: String,
+    },
+}
 
 /// Reads FILE, or standard input for `-`.
 fn read_input(path: &str) -> anyhow::Result<String> {

@@ -7,6 +7,13 @@ use outbox_core::untrusted::visible;
 use outbox_render::{Kind, Locale, RenderedEmail, Renderer};
 use uuid::Uuid;
 
+/// `template ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum TemplateCommand {
+    /// Print an alert rendered as email (subject, plain text, HTML) without sending it.
+    Preview(PreviewArgs),
+}
+
 /// Which parts of the email to print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PreviewFormat {

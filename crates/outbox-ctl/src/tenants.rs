@@ -4,7 +4,36 @@ use outbox_store::{monitors, tenants, PgPool};
 use uuid::Uuid;
 
 use crate::names::checked_name;
-use crate::TenantCommand;
+
+/// `tenant ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant; prints its id.
+    Create {
+        /// Unique name.
+        name: String,
+        /// IANA time zone in which renewal days are counted.
+        #[arg(long, default_value = "UTC")]
+        time_zone: String,
+        /// Renewal tiers in days before the action date.
+        #[arg(long)]
+        tiers: Option<String>,
+    },
+    /// Change a tenant's time zone, renewal tiers or email language.
+    Configure {
+        /// Tenant name or id.
+        name: String,
+        /// IANA time zone.
+        #[arg(long)]
+        time_zone: Option<String>,
+        /// Renewal tiers, e.g. 90,30,7.
+        #[arg(long)]
+        tiers: Option<String>,
+        /// Language of email to destinations without one of their own: en or es.
+        #[arg(long)]
+        locale: Option<outbox_render::Locale>,
+    },
+}
 
 /// Runs a `tenant ...` command.
 pub(crate) async fn run(pool: &PgPool, command: TenantCommand) -> anyhow::Result<()> {

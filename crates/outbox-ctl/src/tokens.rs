@@ -9,7 +9,37 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::table::Table;
-use crate::TokenCommand;
+
+/// `token ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum TokenCommand {
+    /// Create an API token for a tenant; prints the token, which is shown only this once.
+    Create {
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// A note on what the token is for.
+        #[arg(long)]
+        label: Option<String>,
+        /// Refuse the token once this long has passed (e.g. 90d); default: never.
+        #[arg(long, value_parser = outbox_core::duration::parse_positive)]
+        expires_in: Option<std::time::Duration>,
+    },
+    /// List tokens (never the token itself): id, label, created, last used, expiry, state.
+    List {
+        /// Only this tenant's (name or id).
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: Option<String>,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token by id: the API refuses it from the next request on.
+    Revoke {
+        /// The token's id (from `token list`).
+        id: String,
+    },
+}
 
 /// Runs a `token ...` command.
 pub(crate) async fn run(pool: &PgPool, command: TokenCommand) -> anyhow::Result<()> {

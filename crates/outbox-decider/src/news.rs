@@ -5,7 +5,7 @@
 //! grouping on, `event:<uuid of the event's first ingested article>`.
 
 use outbox_core::identity::check_identity_field;
-use outbox_core::query::Query;
+use outbox_core::watchlist_query::Query;
 use outbox_store::monitors::{self, Article, MonitorAlert};
 use outbox_store::PgPool;
 use serde::{Deserialize, Serialize};

@@ -2,7 +2,8 @@
 //! per destination (accepted, or not), and the counts are reported every few seconds
 //! (and once more at shutdown) to `outbox_store::health::report`, which merges every
 //! dispatcher's reports and disables a destination whose every send has failed for its
-//! window. A delivery's own path writes nothing more for this.
+//! window. A delivery's own path writes nothing more for this. The counts themselves are
+//! `send_tallies`, which every task reaches through `Shared`.
 //!
 //! What counts: a send (never a lookup) that reached or tried to reach the destination.
 //! Accepted is a success; rejected, not processed, not sent and uncertain are failures.
@@ -10,55 +11,12 @@
 //! one in the past, not that it accepts new ones, and a failed lookup leads to a resend,
 //! which is counted.
 
-use chrono::Utc;
-use outbox_core::{AttemptKind, AttemptOutcome};
-use outbox_store::dispatch::AttemptRecord;
 use outbox_store::health::SendTally;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use uuid::Uuid;
 
 use crate::Shared;
 use outbox_runtime::shutdown::Shutdown;
-
-/// Sends counted since the last report, per destination, with the destination's name
-/// (for logs and metrics).
-#[derive(Debug, Default)]
-pub(crate) struct Tallies(Mutex<HashMap<Uuid, (String, SendTally)>>);
-
-impl Tallies {
-    /// Counts a finished attempt, if it was a send.
-    pub(crate) fn count(&self, destination_id: Uuid, destination: &str, record: &AttemptRecord) {
-        if record.kind != AttemptKind::Send {
-            return;
-        }
-        let accepted = record.outcome == AttemptOutcome::Accepted;
-        let mut tallies = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        tallies
-            .entry(destination_id)
-            .or_insert_with(|| (destination.to_owned(), SendTally::new(destination_id)))
-            .1
-            .count(accepted, Utc::now());
-    }
-
-    /// Everything counted so far, leaving nothing.
-    fn take(&self) -> HashMap<Uuid, (String, SendTally)> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Puts back a report that could not be written, before what was counted since.
-    fn put_back(&self, unreported: HashMap<Uuid, (String, SendTally)>) {
-        let mut tallies = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        for (id, (name, older)) in unreported {
-            let merged = match tallies.remove(&id) {
-                Some((_, newer)) => older.then(newer),
-                None => older,
-            };
-            tallies.insert(id, (name, merged));
-        }
-    }
-}
 
 /// Reports the tallies every `interval` until the dispatcher stops.
 pub(crate) async fn report_every(shared: Arc<Shared>, interval: Duration, mut stop: Shutdown) {

@@ -3,6 +3,8 @@
 //! confirmed. Any number run side by side on one database.
 //!
 //! Layout:
+//! - [`cli`]: the `dispatcher` program's command line ([`cli::Cli`]) and what it runs
+//!   once parsed (templates compiled, the database reached, then [`run`]).
 //! - `config`: [`Config`] and [`Transport`], how a dispatcher runs, and [`POOL_PLANS`],
 //!   how its pool plans statements.
 //! - `run`: [`run`], a dispatcher from start to stop (its helpers started, the claim
@@ -47,9 +49,9 @@
 //!   request body rendered once from the alert's email and stored before the first send,
 //!   then sent byte for byte by `http` on every attempt.
 //! - `recorder`: outcomes written in batches (one statement and one commit for many).
-//! - `health`: every send counted per destination in memory and reported every few
-//!   seconds; a destination whose every send has failed for its window is disabled by
-//!   the report (never on a delivery's own path).
+//! - `send_tallies`, `health`: every send counted per destination in memory, and
+//!   reported every few seconds; a destination whose every send has failed for its
+//!   window is disabled by the report (never on a delivery's own path).
 //! - `upkeep`: the live queue's own vacuum, once its dead tuples pass
 //!   `--queue-vacuum-after` (autovacuum may visit too rarely, or not at all), the
 //!   merge of the subject index's pending list while approvals arrive, and the
@@ -80,6 +82,7 @@
 mod attempt_trace;
 mod claim_loop;
 mod classify;
+pub mod cli;
 mod config;
 mod delivery;
 mod email_api;
@@ -92,6 +95,7 @@ mod recorder;
 mod relay;
 mod reload;
 mod run;
+mod send_tallies;
 mod server;
 mod shared;
 mod smtp;

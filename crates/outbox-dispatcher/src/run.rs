@@ -4,7 +4,9 @@
 use crate::claim_loop::ClaimLoop;
 use crate::prepared::PreparedDestinations;
 use crate::summary::RunSummary;
-use crate::{health, http, recorder, reload, server, upkeep, wake_ups, Config, Metrics, Shared};
+use crate::{
+    health, http, recorder, reload, send_tallies, server, upkeep, wake_ups, Config, Metrics, Shared,
+};
 use outbox_runtime::prometheus::Figures;
 use outbox_runtime::shutdown::Shutdown;
 use outbox_store::PgPool;
@@ -90,7 +92,7 @@ pub async fn run(
         config,
         stop: stop.clone(),
         claims_ended,
-        tallies: health::Tallies::default(),
+        tallies: send_tallies::Tallies::default(),
         prepared: PreparedDestinations::default(),
     });
     tokio::spawn(health::report_every(

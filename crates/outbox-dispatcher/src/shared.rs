@@ -3,7 +3,7 @@
 //! destinations' prepared request parts.
 
 use crate::prepared::{Prepared, PreparedDestinations};
-use crate::{health, recorder, Config, Metrics, TenantTemplates};
+use crate::{recorder, send_tallies, Config, Metrics, TenantTemplates};
 use outbox_runtime::shutdown::Shutdown;
 use outbox_store::dispatch::ClaimedAlert;
 use outbox_store::PgPool;
@@ -42,7 +42,7 @@ pub(crate) struct Shared {
     /// after the destination's slot, in that order everywhere, and held for the exchange.
     pub(crate) sends: Arc<Semaphore>,
     /// Sends counted per destination since the last health report.
-    pub(crate) tallies: health::Tallies,
+    pub(crate) tallies: send_tallies::Tallies,
     /// What every request to a webhook destination shares, prepared once per destination
     /// and settings.
     pub(crate) prepared: PreparedDestinations,

@@ -22,11 +22,11 @@
 //! dated before ([`crate::dating`]). A v1 bundle still checks, with a note of what it
 //! cannot show.
 
-use outbox_core::evidence_chain::{
+use outbox_core::evidence::chain::{
     genesis, hex, inclusion_proof, verify_inclusion, Checkpoint, Hash, Leaf,
 };
-use outbox_core::evidence_entries::{hex32, AlertFacts, EntryFacts};
-use outbox_core::evidence_signing::PublicKey;
+use outbox_core::evidence::entries::{hex32, AlertFacts, EntryFacts};
+use outbox_core::evidence::signing::PublicKey;
 use outbox_store::evidence_chain as stored;
 use outbox_store::StoreError;
 use sqlx::PgPool;
@@ -709,9 +709,9 @@ fn parse_hex(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outbox_core::evidence_chain::{link, merkle_root};
-    use outbox_core::evidence_entries::EventFacts;
-    use outbox_core::evidence_signing::CheckpointSigner;
+    use outbox_core::evidence::chain::{link, merkle_root};
+    use outbox_core::evidence::entries::EventFacts;
+    use outbox_core::evidence::signing::CheckpointSigner;
     use std::io::Read;
 
     /// When the bundle's entries are dated, microseconds since the epoch.

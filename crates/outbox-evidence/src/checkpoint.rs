@@ -26,8 +26,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use outbox_core::evidence_chain::{hex, merkle_root, Checkpoint, Hash, Leaf};
-use outbox_core::evidence_signing::{CheckpointSigner, KeyError};
+use outbox_core::evidence::chain::{hex, merkle_root, Checkpoint, Hash, Leaf};
+use outbox_core::evidence::signing::{CheckpointSigner, KeyError};
 use outbox_runtime::prometheus::Figures;
 use outbox_runtime::shutdown::Shutdown;
 use outbox_store::evidence_chain as stored;
@@ -595,7 +595,7 @@ pub async fn run(pool: PgPool, settings: Settings, mut stop: Shutdown) {
                     tracing::info!(
                         checkpoint = made.seq,
                         heads = made.size,
-                        hash = %outbox_core::evidence_chain::hex(&made.hash),
+                        hash = %outbox_core::evidence::chain::hex(&made.hash),
                         signed = made.signed,
                         "evidence checkpoint made"
                     );

@@ -4,7 +4,7 @@
 //! A history rewritten after an earlier bundle was exported (entries changed or removed,
 //! another checkpoint signed under a number it named) is refused, naming what differs.
 
-use outbox_core::evidence_chain::{hex, Checkpoint, Hash};
+use outbox_core::evidence::chain::{hex, Checkpoint, Hash};
 use uuid::Uuid;
 
 use crate::bundle::{Bundle, BundleCheckpoint};

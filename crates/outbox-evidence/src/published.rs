@@ -1,4 +1,4 @@
-//! The checkpoint log: every checkpoint, as a signed note ([`outbox_core::evidence_note`]),
+//! The checkpoint log: every checkpoint, as a signed note ([`outbox_core::evidence::note`]),
 //! appended to a file outside the database (`--checkpoint-log FILE` on `decider serve` and
 //! `dispatcher`), where the database's administrator cannot rewrite it. `verify` and
 //! `check` read it back (`--checkpoints FILE`) and refuse any history that disagrees.
@@ -22,9 +22,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use outbox_core::evidence_chain::{hex, Hash};
-use outbox_core::evidence_note::{self, write_note, ParsedLog};
-use outbox_core::evidence_signing::{CheckpointSigner, PublicKey};
+use outbox_core::evidence::chain::{hex, Hash};
+use outbox_core::evidence::note::{self as evidence_note, write_note, ParsedLog};
+use outbox_core::evidence::signing::{CheckpointSigner, PublicKey};
 use outbox_store::evidence_chain as stored;
 use outbox_store::StoreError;
 use sqlx::PgPool;

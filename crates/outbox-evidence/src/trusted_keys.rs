@@ -3,7 +3,7 @@
 //! those in [`PUBLIC_KEYS_VARIABLE`]. Either may name several keys, comma-separated (a
 //! rotated key and its successor).
 
-use outbox_core::evidence_signing::PublicKey;
+use outbox_core::evidence::signing::PublicKey;
 
 /// The environment variable naming the keys an auditor trusts when no `--public-key` is
 /// given.
@@ -34,7 +34,7 @@ fn parse(given: &[String], variable: Option<&str>) -> Result<Vec<PublicKey>, Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outbox_core::evidence_signing::CheckpointSigner;
+    use outbox_core::evidence::signing::CheckpointSigner;
 
     #[test]
     fn flags_win_over_the_variable_and_both_take_comma_separated_keys() {

@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use outbox_core::evidence_chain::{genesis, hex, link, merkle_root, Hash, Leaf};
-use outbox_core::evidence_entries::{AlertFacts, EntryFacts};
-use outbox_core::evidence_signing::PublicKey;
+use outbox_core::evidence::chain::{genesis, hex, link, merkle_root, Hash, Leaf};
+use outbox_core::evidence::entries::{AlertFacts, EntryFacts};
+use outbox_core::evidence::signing::PublicKey;
 use outbox_core::AlertState;
 use outbox_store::evidence_chain::{self as stored, StoredChain, StoredCheckpoint};
 use outbox_store::StoreError;
@@ -655,7 +655,7 @@ impl std::str::FromStr for Anchor {
             .ok()
             .filter(|n| *n >= 1)
             .ok_or_else(|| "a checkpoint's number is a positive integer".to_owned())?;
-        let hash = outbox_core::evidence_entries::hex32::parse(hash)
+        let hash = outbox_core::evidence::entries::hex32::parse(hash)
             .ok_or_else(|| "a checkpoint's hash is 64 hex digits".to_owned())?;
         Ok(Anchor { seq, hash })
     }

@@ -7,8 +7,8 @@
 
 mod common;
 
-use outbox_core::evidence_note::parse_log;
-use outbox_core::evidence_signing::CheckpointSigner;
+use outbox_core::evidence::note::parse_log;
+use outbox_core::evidence::signing::CheckpointSigner;
 use outbox_evidence::checkpoint::{checkpoint_of, make_checkpoint, Memory};
 use outbox_evidence::published::{self, CheckpointLog, LogError};
 use outbox_testkit::TestDb;
@@ -208,14 +208,14 @@ async fn a_deleted_checkpoint_stops_the_log() {
 fn a_log_whose_last_note_was_cut_short_is_not_appended_to() {
     let file = LogFile::new();
     let (key, _) = CheckpointSigner::generate();
-    let checkpoint = outbox_core::evidence_chain::Checkpoint {
+    let checkpoint = outbox_core::evidence::chain::Checkpoint {
         seq: 1,
         made_at_micros: 1_796_256_000_000_000,
         size: 1,
         root: [1; 32],
         previous: [0; 32],
     };
-    let note = outbox_core::evidence_note::write_note(&checkpoint, None, Some(&key));
+    let note = outbox_core::evidence::note::write_note(&checkpoint, None, Some(&key));
     std::fs::write(&file.0, &note[..note.len() - 10]).unwrap();
     let err = CheckpointLog::open(&file.0).unwrap_err();
     assert!(err.to_string().contains("cut short"), "{err}");

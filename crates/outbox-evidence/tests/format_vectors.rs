@@ -9,11 +9,11 @@
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
 use base64::Engine;
-use outbox_core::evidence_chain::{
+use outbox_core::evidence::chain::{
     genesis, hex, inclusion_proof, link, merkle_root, verify_inclusion, Checkpoint, Hash, Leaf,
 };
-use outbox_core::evidence_entries::{AlertFacts, AttemptFacts, EntryFacts, EventFacts};
-use outbox_core::evidence_signing::{CheckpointSigner, PublicKey};
+use outbox_core::evidence::entries::{AlertFacts, AttemptFacts, EntryFacts, EventFacts};
+use outbox_core::evidence::signing::{CheckpointSigner, PublicKey};
 use outbox_evidence::bundle::{
     self, Bundle, BundleCheckpoint, BundleEntry, Standing, Trusting, FORMAT_V1,
 };

@@ -60,7 +60,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 pub use activity::{PeerAddr, RequestBody};
-pub use outbox_core::client::ClientKey;
+pub use outbox_core::client_key::ClientKey;
 
 /// Any error a service or a body may end with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -45,22 +45,28 @@ pub fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Ends a binary's `main`: success, or `error: <one line>` on stderr and a failure status.
+/// The reason may echo input (a file's id, a destination's answer, a setting): it is shown
+/// escaped (`outbox_core::untrusted::visible`), so that it stays one line and cannot act
+/// on the terminal.
 pub fn exit_status(
     result: Result<(), Box<dyn std::error::Error + Send + Sync>>,
 ) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {}", one_line(err.as_ref()));
+            eprintln!(
+                "error: {}",
+                outbox_core::untrusted::visible(&one_line(err.as_ref()))
+            );
             std::process::ExitCode::FAILURE
         }
     }
 }
 
-/// Ends a long-running binary's `main` once its runtime is gone (`run` is its
-/// `#[tokio::main]`): the spans its tasks ended are exported first
-/// ([`telemetry::shutdown_tracing`]), then [`exit_status`]. Every such `main` is this
-/// one line: `outbox_runtime::finish(run())`.
+/// Ends a binary's `main` once its runtime is gone (`run` is its `#[tokio::main]`): the
+/// spans its tasks ended are exported first ([`telemetry::shutdown_tracing`]), then
+/// [`exit_status`]. Every product binary's `main` ends with this one line:
+/// `outbox_runtime::finish(run())`.
 pub fn finish(
     result: Result<(), impl Into<Box<dyn std::error::Error + Send + Sync>>>,
 ) -> std::process::ExitCode {

@@ -1,13 +1,13 @@
 //! Operators' bulk replays: what each selected, how far it has come (its cursor and
 //! counts), and where it stands ([`BulkReplayState`]), with the lease that lets one worker
-//! at a time carry it on. The replays themselves go through [`crate::operator`].
+//! at a time carry it on. The replays themselves go through [`crate::alert_actions`].
 
 use chrono::{DateTime, Utc};
 use outbox_core::BulkReplayState;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
-use crate::outbox::AlertFilter;
+use crate::alert_listings::AlertFilter;
 use crate::tenants::Scope;
 use crate::StoreError;
 

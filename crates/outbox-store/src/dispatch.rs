@@ -20,10 +20,12 @@ mod leases;
 mod queue_figures;
 
 pub(crate) use claim::due_status;
-pub use claim::{claim, claim_on, claim_sql, ClaimedAlert, ClaimedDestination, FAILED_LOOKUP};
+pub use claim::{
+    claim, claim_on, claim_sql, ChainSeen, ClaimedAlert, ClaimedDestination, FAILED_LOOKUP,
+};
 pub use completion::{
-    complete, complete_batch, complete_batch_handing_on, record_attempt, AttemptRecord, ChainSeen,
-    Completion, LaneHead, Next, Recorded,
+    complete, complete_batch, complete_batch_handing_on, record_attempt, AttemptRecord, Completion,
+    LaneHead, Next, Recorded,
 };
 pub use leases::{begin_resend, release, sweep_expired_leases};
 pub(crate) use queue_figures::OLDEST_DUE_AGE_SECS;

@@ -216,7 +216,7 @@ impl StoreError {
 
     /// True when PostgreSQL stopped the statement (`57014`): it ran past the
     /// `statement_timeout` its transaction set, as a listing's does
-    /// ([`crate::outbox::alerts_page_within`]), or was cancelled.
+    /// ([`crate::alert_listings::alerts_page_within`]), or was cancelled.
     pub fn is_statement_timeout(&self) -> bool {
         matches!(self, StoreError::Database(sqlx::Error::Database(db))
             if db.code().as_deref() == Some("57014"))

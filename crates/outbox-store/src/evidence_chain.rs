@@ -7,8 +7,8 @@
 //! with `outbox_core`'s definition; nothing here decides whether they match.
 
 use chrono::{DateTime, Utc};
-use outbox_core::evidence_chain::Hash;
-use outbox_core::evidence_entries::{AlertFacts, AttemptFacts, EntryFacts, EventFacts};
+use outbox_core::evidence::chain::Hash;
+use outbox_core::evidence::entries::{AlertFacts, AttemptFacts, EntryFacts, EventFacts};
 use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 

@@ -37,15 +37,17 @@
 //! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval;
 //!   [`approval_plan`]: a large bulk approval cut into transactions that share no
 //!   identity and no lane, two in flight at once.
-//! - [`operator`]: operators' actions (replay, all-or-nothing replay of many, resolve, in
-//!   a transaction each around the lifecycle's transitions; destinations on and off),
-//!   statistics and retention.
+//! - [`alert_actions`]: operators' actions on alerts (replay, all-or-nothing replay of
+//!   many, resolve, in a transaction each around the lifecycle's transitions, and which
+//!   of them are open); [`destination_switch`]: destinations turned off and on;
+//!   [`stats`]: the figures operators look at; [`retention`]: settled alerts' payloads,
+//!   attempts and evidence lines pruned, their identity, outcome and chain kept.
 //! - [`rendered`]: email alerts (and email API request bodies) as sent: what rendering
 //!   one needs, and its exact bytes, stored once before the first send and reused by
 //!   every attempt.
-//! - [`outbox`]: listings of the live queue and of alerts by state, and the filtered,
-//!   keyset-paged list of alerts within a tenant grant (for the approval API, within one
-//!   tenant, each filter served by an index, under a statement timeout).
+//! - [`alert_listings`]: listings of the live queue and of alerts by state, and the
+//!   filtered, keyset-paged list of alerts within a tenant grant (for the approval API,
+//!   within one tenant, each filter served by an index, under a statement timeout).
 //! - [`operator_accounts`]: operator accounts and sign-in sessions.
 //! - [`audit`]: the audit log (operators' evidence lines and the log's own lines, failed
 //!   sign-ins counted per window).
@@ -61,12 +63,15 @@
 //! Functions that are one statement take any `PgExecutor`, so callers can compose them in
 //! a transaction; functions that must be atomic open their own transaction on a pool.
 
+pub mod alert_actions;
+pub mod alert_listings;
 pub mod alerts;
 pub mod approval_plan;
 pub mod audit;
 pub mod bulk_replays;
 pub mod committed;
 pub mod connect;
+pub mod destination_switch;
 pub mod destinations;
 pub mod dispatch;
 pub mod error;
@@ -75,15 +80,15 @@ pub mod health;
 pub mod lanes;
 pub mod lifecycle;
 pub mod monitors;
-pub mod operator;
 pub mod operator_accounts;
-pub mod outbox;
 pub mod outcome_counts;
 pub mod rendered;
+pub mod retention;
 pub mod schema;
 mod server_role;
 pub mod servers;
 mod sql_names;
+pub mod stats;
 pub mod tenants;
 pub mod tokens;
 pub mod upkeep;

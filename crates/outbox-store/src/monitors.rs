@@ -512,7 +512,7 @@ pub async fn insert_articles(pool: &PgPool, articles: &[Article]) -> Result<u64,
         .await?;
     let titles: Vec<String> = articles
         .iter()
-        .map(|a| outbox_core::query::words(&a.title).join(" "))
+        .map(|a| outbox_core::watchlist_query::words(&a.title).join(" "))
         .collect();
     let inserted = sqlx::query(
         "INSERT INTO articles (uuid, url, title, text, published, language, site, thread_uuid, \

@@ -279,10 +279,10 @@ pub async fn begin_sign_in(
 /// address's /64 (`2001:db8:1:2::/64`), because one IPv6 client is given a whole /64 and
 /// could otherwise draw a fresh limit for every guess. An IPv4 address written as IPv6
 /// (`::ffff:192.0.2.1`, a dual-stack listener's view of an IPv4 client) is that IPv4
-/// address. The same [`outbox_core::client::ClientKey`] the server's per-address connection
+/// address. The same [`outbox_core::client_key::ClientKey`] the server's per-address connection
 /// cap counts by; its text is an `inet` value.
 pub fn address_key(address: std::net::IpAddr) -> String {
-    outbox_core::client::ClientKey::of(address).to_string()
+    outbox_core::client_key::ClientKey::of(address).to_string()
 }
 
 /// A sign-in as `name` succeeded: the name's failures (this attempt's too) no longer

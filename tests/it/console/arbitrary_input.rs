@@ -159,7 +159,7 @@ impl Target {
             "alice",
             "n",
             Some(&[tenant.id]),
-            &outbox_store::outbox::AlertFilter {
+            &outbox_store::alert_listings::AlertFilter {
                 tenant: Some("nobody".into()),
                 state: Some(outbox_core::AlertState::Held),
                 ..Default::default()

@@ -852,7 +852,7 @@ async fn a_bulk_replay_counts_first_then_replays_each_alert_once_in_the_backgrou
 async fn a_bulk_replay_left_half_done_by_a_dead_worker_resumes_after_its_cursor() {
     let db = TestDb::new().await;
     let (_sink, _, ids) = held_alerts(&db, "acme", 5).await;
-    let filter = outbox_store::outbox::AlertFilter {
+    let filter = outbox_store::alert_listings::AlertFilter {
         state: Some(outbox_core::AlertState::Held),
         ..Default::default()
     };
@@ -873,7 +873,7 @@ async fn a_bulk_replay_left_half_done_by_a_dead_worker_resumes_after_its_cursor(
         .unwrap();
     assert_eq!(taken.id, run);
     for id in ids.iter().rev().take(2) {
-        outbox_store::operator::replay(&db.pool, *id, "alice", "resume me")
+        outbox_store::alert_actions::replay(&db.pool, *id, "alice", "resume me")
             .await
             .unwrap();
     }
@@ -915,7 +915,7 @@ async fn a_stopped_bulk_replay_stays_stopped_until_resumed() {
         "alice",
         "later",
         None,
-        &outbox_store::outbox::AlertFilter {
+        &outbox_store::alert_listings::AlertFilter {
             state: Some(outbox_core::AlertState::Held),
             ..Default::default()
         },

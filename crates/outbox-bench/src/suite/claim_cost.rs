@@ -107,12 +107,12 @@ async fn prune_history(pool: &PgPool) -> anyhow::Result<(u64, f64)> {
     progress("retention: pruning the history");
     let started = Instant::now();
     let cutoff = Utc::now() - chrono::Duration::days(30);
-    let outcomes = outbox_store::operator::prunable_outcomes(false);
+    let outcomes = outbox_store::retention::prunable_outcomes(false);
     let mut pruned_alerts = 0;
     let mut cursor = Uuid::nil();
     loop {
         let (step, next) =
-            outbox_store::operator::prune_step(pool, cutoff, &outcomes, cursor, 5_000).await?;
+            outbox_store::retention::prune_step(pool, cutoff, &outcomes, cursor, 5_000).await?;
         pruned_alerts += step.alerts;
         match next {
             Some(next) => cursor = next,

@@ -66,8 +66,10 @@ pub(super) async fn create_destinations(pool: &PgPool, sink: &Sink) -> anyhow::R
     // Contracts that name no destination go to every enabled one: the operations team's
     // mailbox is disabled while the monitors decide, so it gets the news alerts its
     // watchlist names it for, and no renewals. It is enabled before delivery starts.
-    outbox_store::operator::set_destination_enabled(pool, tenant, "ops-mail", false, "demo")
-        .await?;
+    outbox_store::destination_switch::set_destination_enabled(
+        pool, tenant, "ops-mail", false, "demo",
+    )
+    .await?;
     eprintln!(
         "destinations: ops (de-duplicates by key), finance (lookup by key), legal (neither: hold), \
          cfo-mail ({}), ops-mail ({}); both mailboxes hold an uncertain send",

@@ -86,8 +86,10 @@ async fn run_on(
     let tenant = data::create_destinations(&pool, &sink).await?;
     data::feed_monitors(&pool, tenant, &contracts, &articles).await?;
     let approved = processes::decide(&binaries, &demo_url, &pool).await?;
-    outbox_store::operator::set_destination_enabled(&pool, tenant, "ops-mail", true, "demo")
-        .await?;
+    outbox_store::destination_switch::set_destination_enabled(
+        &pool, tenant, "ops-mail", true, "demo",
+    )
+    .await?;
     let held_email = sink.hold_first_alerts(&pool).await?;
     let dispatchers = processes::start_dispatchers(&binaries, &demo_url, &sink.ip()?)?;
     processes::wait_for_delivery(dispatchers, &pool, approved, started).await?;

@@ -7,6 +7,7 @@
 //! - `create`: the steps every kind is added by (URLs vetted, one transaction, the report).
 //! - `failing_window`: `--disable-after-failing`.
 //! - `update`: `destination update` (the failing window, the ordering).
+//! - `switch`: `destination enable|disable`.
 //! - `listing`: `destination list|show`.
 //! - `lookup`: a destination named on the command line, found within its tenant (also for
 //!   `lanes list`).
@@ -18,6 +19,7 @@ mod email_api;
 mod failing_window;
 mod listing;
 mod lookup;
+mod switch;
 mod update;
 mod webhook;
 
@@ -29,8 +31,62 @@ use outbox_core::sealing::SealingKeys;
 use outbox_core::DestinationKind;
 use outbox_store::PgPool;
 
+use crate::credentials;
 use crate::names::checked_name;
-use crate::{credentials, operate, DestinationCommand};
+
+/// `destination ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum DestinationCommand {
+    /// Add a webhook or email destination; prints its id.
+    Add(DestinationArgs),
+    /// Replace a destination's signing secret; the old one keeps signing beside the new
+    /// one for --overlap, then stops.
+    RotateSecret(credentials::RotateArgs),
+    /// Change a destination's settings.
+    Update(UpdateArgs),
+    /// Stop delivering to a destination; its alerts wait, pending.
+    Disable {
+        /// Destination name.
+        name: String,
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// Who: recorded as the reason.
+        #[arg(long, env = "USER", default_value = "operator")]
+        actor: String,
+    },
+    /// Deliver to a destination again.
+    Enable {
+        /// Destination name.
+        name: String,
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// Who.
+        #[arg(long, env = "USER", default_value = "operator")]
+        actor: String,
+    },
+    /// Show one destination: its settings, and what its in-flight bound means.
+    Show {
+        /// Destination name.
+        name: String,
+        /// Tenant name or id.
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: String,
+        /// One JSON object instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List destinations.
+    List {
+        /// Only this tenant's (name or id).
+        #[arg(long, env = "OUTBOX_TENANT")]
+        tenant: Option<String>,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 /// Runs a `destination ...` command.
 pub(crate) async fn run(
@@ -48,12 +104,12 @@ pub(crate) async fn run(
             name,
             tenant,
             actor,
-        } => operate::set_destination(pool, &name, &tenant, false, &actor).await,
+        } => switch::set_destination(pool, &name, &tenant, false, &actor).await,
         DestinationCommand::Enable {
             name,
             tenant,
             actor,
-        } => operate::set_destination(pool, &name, &tenant, true, &actor).await,
+        } => switch::set_destination(pool, &name, &tenant, true, &actor).await,
         DestinationCommand::Show { name, tenant, json } => {
             listing::show_destination(pool, &tenant, &name, json).await
         }

@@ -46,7 +46,7 @@ impl UpdateArgs {
 
     /// Who made the change, as both the audit log and the evidence record it (`cli:NAME`).
     pub(crate) fn actor(&self) -> String {
-        crate::operate::actor_name(&self.actor)
+        crate::accountable::actor_name(&self.actor)
     }
 }
 

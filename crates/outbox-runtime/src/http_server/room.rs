@@ -4,7 +4,7 @@
 
 use super::activity::Activity;
 use super::ServerLimits;
-use outbox_core::client::ClientKey;
+use outbox_core::client_key::ClientKey;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

@@ -12,7 +12,6 @@ use uuid::Uuid;
 
 use outbox_core::{AttemptKind, DestinationKind, LiveStatus, OnHeadFailed, OnUncertain, Ordering};
 
-use super::ChainSeen;
 use crate::lifecycle::EVENT_INSERT;
 use crate::sql_names::{sql_list, SqlName};
 use crate::StoreError;
@@ -148,6 +147,20 @@ impl ClaimedAlert {
             payload_sha256: self.payload_sha256.as_slice().try_into().ok()?,
         })
     }
+}
+
+/// What a claim saw of its alert's evidence chain: the head its outbox row carried and
+/// the payload's fingerprint. The completion stores that fingerprint on its attempt row
+/// (with no lookup of the alert) and links the row to `head`; the
+/// statement uses that hash only if the row still carries `head` when it is fenced (a
+/// line another writer added meanwhile moved it), and links from the row's newest head
+/// otherwise (see `lifecycle::COMPLETE_BATCH`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainSeen {
+    /// The chain's head as the claim found it.
+    pub head: [u8; 32],
+    /// SHA-256 of the alert's payload.
+    pub payload_sha256: [u8; 32],
 }
 
 impl std::fmt::Debug for ClaimedAlert {

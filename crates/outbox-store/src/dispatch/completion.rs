@@ -7,10 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use uuid::Uuid;
 
-use super::ClaimedAlert;
+use super::{ChainSeen, ClaimedAlert};
 
-use outbox_core::evidence_chain::link;
-use outbox_core::evidence_entries::{AttemptFacts, EntryFacts};
+use outbox_core::evidence::chain::link;
+use outbox_core::evidence::entries::{AttemptFacts, EntryFacts};
 use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus, Outcome};
 
 use crate::lifecycle::{ATTEMPT_INSERT, COMPLETE_BATCH};
@@ -91,20 +91,6 @@ pub struct Completion {
     /// the dispatcher's process, rather than by the database. `None` leaves it to the
     /// database.
     pub chain_seen: Option<ChainSeen>,
-}
-
-/// What a claim saw of its alert's evidence chain: the head its outbox row carried and
-/// the payload's fingerprint. The completion stores that fingerprint on its attempt row
-/// (with no lookup of the alert) and links the row to `head`; the
-/// statement uses that hash only if the row still carries `head` when it is fenced (a
-/// line another writer added meanwhile moved it), and links from the row's newest head
-/// otherwise (see `lifecycle::COMPLETE_BATCH`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChainSeen {
-    /// The chain's head as the claim found it.
-    pub head: [u8; 32],
-    /// SHA-256 of the alert's payload.
-    pub payload_sha256: [u8; 32],
 }
 
 /// The lane a claimed alert heads ([`ClaimedAlert::lane_key`](super::ClaimedAlert)), and

@@ -1,5 +1,5 @@
 //! What the chain records of an alert and of each kind of evidence entry: the fields, in
-//! their order, that [`evidence_chain`](crate::evidence_chain) encodes. The database
+//! their order, that [`chain`](crate::evidence::chain) encodes. The database
 //! links each entry as it is inserted (migration `20261209000001` writes these same
 //! records in SQL); verification rebuilds them here from the rows read back, so a field
 //! changed, added or dropped in either place shows as a mismatch on the first run.
@@ -13,7 +13,7 @@
 
 use uuid::Uuid;
 
-use crate::evidence_chain::{Record, Value};
+use crate::evidence::chain::{Record, Value};
 
 /// An alert as its chain starts from it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -209,7 +209,7 @@ pub mod hex32 {
 
     /// Writes the hex form.
     pub fn serialize<S: Serializer>(bytes: &[u8; 32], out: S) -> Result<S::Ok, S::Error> {
-        out.serialize_str(&crate::evidence_chain::hex(bytes))
+        out.serialize_str(&crate::evidence::chain::hex(bytes))
     }
 
     /// Reads the hex form (64 hex digits).
@@ -234,7 +234,7 @@ pub mod hex32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence_chain::{genesis, hex, link};
+    use crate::evidence::chain::{genesis, hex, link};
 
     fn alert() -> AlertFacts {
         AlertFacts {

@@ -37,8 +37,8 @@
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use crate::evidence_chain::{hex, Checkpoint, Hash};
-use crate::evidence_signing::{CheckpointSigner, PublicKey};
+use crate::evidence::chain::{hex, Checkpoint, Hash};
+use crate::evidence::signing::{CheckpointSigner, PublicKey};
 
 /// The first line of every note this module writes.
 pub const FIRST_LINE: &str = "alert-outbox checkpoint v1";
@@ -302,7 +302,7 @@ fn parse_note(text: &str, signature_lines: &str) -> Result<PublishedCheckpoint, 
 }
 
 fn hash_field(text: &str, name: &str) -> Result<Hash, String> {
-    let hash = crate::evidence_entries::hex32::parse(text)
+    let hash = crate::evidence::entries::hex32::parse(text)
         .ok_or_else(|| format!("`{name}` is not 64 lower-case hex digits"))?;
     if hex(&hash) != text {
         return Err(format!("`{name}` is not 64 lower-case hex digits"));

@@ -14,7 +14,7 @@
 //! when it is common (the planner tells which from the column's statistics); live states
 //! are read from the small outbox table, held, failed and superseded from the outcome
 //! table. A subject text without a trigram has no index: [`subject_search_is_indexed`].
-//! The tests in `outbox/tests.rs` hold these plans on a table of 80,000 alerts.
+//! The tests in `alert_listings/tests.rs` hold these plans on a table of 80,000 alerts.
 
 use chrono::{DateTime, Utc};
 use outbox_core::{AlertState, AttemptKind};
@@ -23,7 +23,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::lifecycle::{LAST_EVIDENCE_LINE, STATE, STATE_JOINS};
-use crate::operator::first_id_at;
+use crate::retention::first_id_at;
 use crate::sql_names::SqlName;
 use crate::tenants::Scope;
 use crate::StoreError;

@@ -1,4 +1,4 @@
-//! Signing evidence checkpoints ([`crate::evidence_chain::Checkpoint`]) with Ed25519.
+//! Signing evidence checkpoints ([`crate::evidence::chain::Checkpoint`]) with Ed25519.
 //!
 //! - A signing key is written `ed25519:` followed by the standard base64 (padded) of its
 //!   32-byte seed: the form `OUTBOX_EVIDENCE_SIGNING_KEY` takes.
@@ -14,7 +14,7 @@ use base64::Engine;
 use ed25519_dalek::Signer;
 use sha2::{Digest, Sha256};
 
-use crate::evidence_chain::Checkpoint;
+use crate::evidence::chain::Checkpoint;
 
 const SECRET_PREFIX: &str = "ed25519:";
 const PUBLIC_PREFIX: &str = "ed25519-pub:";
@@ -85,7 +85,7 @@ impl CheckpointSigner {
         self.key.sign(&checkpoint.signed_bytes()).to_bytes()
     }
 
-    /// The signature of a signed note's text ([`crate::evidence_note`]). A note's text
+    /// The signature of a signed note's text ([`crate::evidence::note`]). A note's text
     /// holds no control character, and a checkpoint's signed bytes always hold a NUL, so
     /// neither signature can stand for the other.
     pub fn sign_note(&self, text: &[u8]) -> [u8; 64] {
@@ -153,7 +153,7 @@ impl PublicKey {
 
 /// The first eight bytes of SHA-256 over a public key's bytes, in hexadecimal.
 fn key_id(public: &[u8; 32]) -> String {
-    crate::evidence_chain::hex(&Sha256::digest(public).into())[..16].to_owned()
+    crate::evidence::chain::hex(&Sha256::digest(public).into())[..16].to_owned()
 }
 
 /// The 32 bytes after `prefix` in `text`, base64 (standard, padded).
@@ -168,7 +168,7 @@ fn decode_32(text: &str, prefix: &str) -> Option<[u8; 32]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence_chain::Checkpoint;
+    use crate::evidence::chain::Checkpoint;
 
     fn checkpoint() -> Checkpoint {
         Checkpoint {
@@ -223,7 +223,7 @@ mod tests {
             .decode(public.strip_prefix("ed25519-pub:").unwrap())
             .unwrap();
         assert_eq!(
-            crate::evidence_chain::hex(&bytes.try_into().unwrap()),
+            crate::evidence::chain::hex(&bytes.try_into().unwrap()),
             "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
         );
     }
