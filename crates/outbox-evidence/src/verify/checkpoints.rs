@@ -55,43 +55,63 @@ pub fn check_checkpoint(
     let place = format!("checkpoint {}", checkpoint.seq);
     let mut problems = Vec::new();
     if with_leaves {
-        match unpack_leaves(&checkpoint.leaves) {
-            None => problems.push(problem(&place, "its leaves are not whole 56-byte leaves")),
-            Some(leaves) => {
-                if leaves.len() as i64 != checkpoint.size {
-                    problems.push(problem(
-                        &place,
-                        format!(
-                            "has {} leaves, its size says {}",
-                            leaves.len(),
-                            checkpoint.size
-                        ),
-                    ));
-                }
-                if leaves.windows(2).any(|w| w[0].alert_id >= w[1].alert_id) {
-                    problems.push(problem(&place, "its leaves are not in alert id order"));
-                }
-                let hashes: Vec<Hash> = leaves.iter().map(Leaf::hash).collect();
-                let root = merkle_root(&hashes);
-                if root != checkpoint.root {
-                    problems.push(problem(
-                        &place,
-                        format!(
-                            "its leaves give root {}, the stored root is {}",
-                            hex(&root),
-                            hex(&checkpoint.root)
-                        ),
-                    ));
-                }
-            }
-        }
+        problems.extend(tree_problems(checkpoint, &place));
     }
+    problems.extend(link_problems(checkpoint, previous, &place));
+    problems.extend(signature_problem(checkpoint, trust, &place));
+    problems
+}
+
+/// A checkpoint's leaves against its header: whole leaves, as many as its size says, in
+/// alert id order, and the root they give.
+fn tree_problems(checkpoint: &StoredCheckpoint, place: &str) -> Vec<Problem> {
+    let Some(leaves) = unpack_leaves(&checkpoint.leaves) else {
+        return vec![problem(place, "its leaves are not whole 56-byte leaves")];
+    };
+    let mut problems = Vec::new();
+    if leaves.len() as i64 != checkpoint.size {
+        problems.push(problem(
+            place,
+            format!(
+                "has {} leaves, its size says {}",
+                leaves.len(),
+                checkpoint.size
+            ),
+        ));
+    }
+    if leaves.windows(2).any(|w| w[0].alert_id >= w[1].alert_id) {
+        problems.push(problem(place, "its leaves are not in alert id order"));
+    }
+    let hashes: Vec<Hash> = leaves.iter().map(Leaf::hash).collect();
+    let root = merkle_root(&hashes);
+    if root != checkpoint.root {
+        problems.push(problem(
+            place,
+            format!(
+                "its leaves give root {}, the stored root is {}",
+                hex(&root),
+                hex(&checkpoint.root)
+            ),
+        ));
+    }
+    problems
+}
+
+/// A checkpoint against the one before it: it chains from that one's hash and covers the
+/// positions right after that one's; the first chains from nothing, and any other without
+/// one before it names that one missing.
+fn link_problems(
+    checkpoint: &StoredCheckpoint,
+    previous: Option<&StoredCheckpoint>,
+    place: &str,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
     match previous {
         Some(before) => {
             let expected = checkpoint_of(before).hash();
             if checkpoint.previous != expected {
                 problems.push(problem(
-                    &place,
+                    place,
                     format!(
                         "chains from {}, but checkpoint {} hashes to {}",
                         hex(&checkpoint.previous),
@@ -102,7 +122,7 @@ pub fn check_checkpoint(
             }
             if checkpoint.covers_from != before.covers_to {
                 problems.push(problem(
-                    &place,
+                    place,
                     format!(
                         "covers positions after {}, but checkpoint {} ended at {}",
                         checkpoint.covers_from, before.seq, before.covers_to
@@ -112,7 +132,7 @@ pub fn check_checkpoint(
         }
         None if checkpoint.seq == 1 => {
             if checkpoint.previous != [0u8; 32] || checkpoint.covers_from != 0 {
-                problems.push(problem(&place, "is the first, but chains from something"));
+                problems.push(problem(place, "is the first, but chains from something"));
             }
         }
         None => problems.push(problem(
@@ -120,28 +140,28 @@ pub fn check_checkpoint(
             format!("is missing (checkpoint {} chains from it)", checkpoint.seq),
         )),
     }
-    match (&checkpoint.key_id, &checkpoint.signature) {
-        (Some(key_id), Some(signature)) => match trust.keys().iter().find(|k| k.key_id() == key_id)
-        {
-            None => problems.push(problem(
-                &place,
-                format!("is signed by key {key_id}, which is not a trusted key"),
-            )),
-            Some(key) if !key.verifies(&checkpoint_of(checkpoint), signature) => {
-                problems.push(problem(
-                    &place,
-                    format!("its signature does not verify with key {key_id}"),
-                ))
-            }
-            Some(_) => {}
-        },
-        _ if !trust.pinned.is_empty() => problems.push(problem(
-            &place,
-            "is unsigned, but keys were given to check signatures with",
-        )),
-        _ => {}
-    }
     problems
+}
+
+/// A checkpoint's signature: by a trusted key, and verifying with it; an unsigned
+/// checkpoint is a problem only when the auditor gave keys to check with.
+fn signature_problem(checkpoint: &StoredCheckpoint, trust: &Trust, place: &str) -> Option<Problem> {
+    let what = match (&checkpoint.key_id, &checkpoint.signature) {
+        (Some(key_id), Some(signature)) => {
+            match trust.keys().iter().find(|k| k.key_id() == key_id) {
+                None => format!("is signed by key {key_id}, which is not a trusted key"),
+                Some(key) if !key.verifies(&checkpoint_of(checkpoint), signature) => {
+                    format!("its signature does not verify with key {key_id}")
+                }
+                Some(_) => return None,
+            }
+        }
+        _ if !trust.pinned.is_empty() => {
+            "is unsigned, but keys were given to check signatures with".to_owned()
+        }
+        _ => return None,
+    };
+    Some(problem(place, what))
 }
 
 /// The leaf of `alert` in these packed leaves (sorted by alert id), with its index.
