@@ -6,7 +6,8 @@ use chrono::{DateTime, Utc};
 use outbox_core::evidence_chain::{hex, Hash, Leaf};
 use outbox_store::evidence_chain::{self as stored, StoredChain, StoredCheckpoint};
 use outbox_store::StoreError;
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
 use uuid::Uuid;
 
 use super::alert::payload_problems;
@@ -62,91 +63,156 @@ pub async fn verify_walk(
     pool: &PgPool,
     since: Option<DateTime<Utc>>,
     trust: &Trust,
-    mut progress: impl FnMut(u64, u64),
+    progress: impl FnMut(u64, u64),
 ) -> Result<WalkSummary, StoreError> {
-    let mut summary = WalkSummary::default();
-    let first = match since {
-        None => Some(1),
-        Some(at) => stored::first_checkpoint_since(pool, at).await?,
-    };
-    let mut previous = match first {
-        Some(first) if first > 1 => stored::checkpoints_after(pool, first - 2, 1, false)
-            .await?
-            .pop()
-            .filter(|c| c.seq == first - 1),
-        _ => None,
-    };
-    let mut covered_to = previous.as_ref().map_or(0, |p| p.covers_to);
-    let mut after = first.map_or(i64::MAX, |f| f - 1);
+    let (first, before_first) = walk_start(pool, since).await?;
     let total = match since {
         None => stored::alert_count(pool).await?.unsigned_abs(),
         Some(_) => 0,
     };
     let mut conn = pool.acquire().await?;
     let dating = Dating::load(&mut conn).await?;
-    loop {
-        let Some(c) = stored::checkpoints_after(&mut *conn, after, 1, true)
+    let mut walk = Walk {
+        conn,
+        trust,
+        dating,
+        summary: WalkSummary::default(),
+        progress,
+    };
+    let newest = walk
+        .checkpoints(first, before_first, since.is_some())
+        .await?;
+    let covered_to = newest.as_ref().map_or(0, |c| c.covers_to);
+    walk.summary.add(check_tip(pool, newest.as_ref()).await?);
+    // The entries after the newest checkpoint, held to it (or to the newest before it that
+    // covered all that was issued).
+    let dated = walk
+        .dating
+        .range_problems(&mut walk.conn, i64::MAX, covered_to, None)
+        .await?;
+    walk.summary.add(dated);
+    match since {
+        None => walk.every_alert(total).await?,
+        Some(_) => walk.alerts_after(covered_to).await?,
+    }
+    walk.summary.entries_not_checkpointed = stored::entries_after(&mut *walk.conn, covered_to)
+        .await?
+        .unsigned_abs();
+    Ok(walk.summary)
+}
+
+/// Where a walk's checkpoints start: at the first (everything), or at the first made
+/// since `since` (`None` when none was); with the checkpoint before that one, which it is
+/// held against.
+async fn walk_start(
+    pool: &PgPool,
+    since: Option<DateTime<Utc>>,
+) -> Result<(Option<i64>, Option<StoredCheckpoint>), StoreError> {
+    let first = match since {
+        None => Some(1),
+        Some(at) => stored::first_checkpoint_since(pool, at).await?,
+    };
+    let previous = match first {
+        Some(first) if first > 1 => stored::checkpoints_after(pool, first - 2, 1, false)
             .await?
             .pop()
-        else {
-            break;
-        };
-        after = c.seq;
-        summary.checkpoints += 1;
-        let before = previous.as_ref().filter(|p| p.seq == c.seq - 1);
-        summary.add(check_checkpoint(&c, before, true, trust));
+            .filter(|c| c.seq == first - 1),
+        _ => None,
+    };
+    Ok((first, previous))
+}
+
+/// A walk under way: its connection, the rule its entries' dates are held to, and what it
+/// found so far.
+struct Walk<'a, P> {
+    conn: PoolConnection<Postgres>,
+    trust: &'a Trust,
+    dating: Dating,
+    summary: WalkSummary,
+    progress: P,
+}
+
+impl<P: FnMut(u64, u64)> Walk<'_, P> {
+    /// The checkpoints from `first` on (none when `None`), one at a time, each held
+    /// against the one before it, the first against `previous`; with `alerts_under`, the
+    /// alerts each records are walked under it. Returns the newest, or `previous` when
+    /// none follows it.
+    async fn checkpoints(
+        &mut self,
+        first: Option<i64>,
+        mut previous: Option<StoredCheckpoint>,
+        alerts_under: bool,
+    ) -> Result<Option<StoredCheckpoint>, StoreError> {
+        let mut after = first.map_or(i64::MAX, |f| f - 1);
+        while let Some(c) = stored::checkpoints_after(&mut *self.conn, after, 1, true)
+            .await?
+            .pop()
+        {
+            after = c.seq;
+            let before = previous.as_ref().filter(|p| p.seq == c.seq - 1);
+            self.checkpoint(&c, before, alerts_under).await?;
+            self.summary.newest_checkpoint = Some((c.seq, c.made_at, c.covers_to));
+            previous = Some(c);
+        }
+        Ok(previous)
+    }
+
+    /// One checkpoint, with its leaves: on its own and against the one before it, each
+    /// leaf against what the entries of its range give now, and its entries' dates; with
+    /// `alerts_under`, the chains of the alerts it records.
+    async fn checkpoint(
+        &mut self,
+        c: &StoredCheckpoint,
+        before: Option<&StoredCheckpoint>,
+        alerts_under: bool,
+    ) -> Result<(), StoreError> {
+        self.summary.checkpoints += 1;
+        self.summary
+            .add(check_checkpoint(c, before, true, self.trust));
         // Each leaf against what the entries of its range give now (stored heads; the
         // alerts' own walk recomputes those).
         let recorded = unpack_leaves(&c.leaves).unwrap_or_default();
-        let now = leaves_now(&mut conn, &c, &recorded).await?;
-        summary.add(compare_leaves(c.seq, &recorded, &now));
+        let now = leaves_now(&mut self.conn, c, &recorded).await?;
+        self.summary.add(compare_leaves(c.seq, &recorded, &now));
         // Its entries held to the checkpoint before it ([`crate::dating`]).
-        let dated = dating.range_problems(&mut conn, c.seq, c.covers_from, Some(c.covers_to));
-        summary.add(dated.await?);
-        if since.is_some() {
+        let dated =
+            self.dating
+                .range_problems(&mut self.conn, c.seq, c.covers_from, Some(c.covers_to));
+        self.summary.add(dated.await?);
+        if alerts_under {
             let ids: Vec<Uuid> = recorded.iter().map(|l| l.alert_id).collect();
             let range = Some((c.covers_from, c.covers_to));
             for page in ids.chunks(WALK_PAGE as usize) {
-                walk_page(&mut conn, page, range, &mut summary).await?;
-                progress(summary.alerts, summary.alerts);
+                walk_page(&mut self.conn, page, range, &mut self.summary).await?;
+                (self.progress)(self.summary.alerts, self.summary.alerts);
             }
         }
-        covered_to = c.covers_to;
-        summary.newest_checkpoint = Some((c.seq, c.made_at, c.covers_to));
-        previous = Some(c);
+        Ok(())
     }
-    summary.add(check_tip(pool, previous.as_ref()).await?);
-    // The entries after the newest checkpoint, held to it (or to the newest before it that
-    // covered all that was issued).
-    summary.add(
-        dating
-            .range_problems(&mut conn, i64::MAX, covered_to, None)
-            .await?,
-    );
 
-    match since {
-        None => {
-            let mut after = Uuid::nil();
-            loop {
-                let page = stored::alert_ids_after(&mut *conn, after, WALK_PAGE).await?;
-                let Some(last) = page.last() else { break };
-                after = *last;
-                walk_page(&mut conn, &page, None, &mut summary).await?;
-                progress(summary.alerts, total);
-            }
+    /// Every alert's chain, a page at a time in alert id order, out of `total`.
+    async fn every_alert(&mut self, total: u64) -> Result<(), StoreError> {
+        let mut after = Uuid::nil();
+        loop {
+            let page = stored::alert_ids_after(&mut *self.conn, after, WALK_PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = *last;
+            walk_page(&mut self.conn, &page, None, &mut self.summary).await?;
+            (self.progress)(self.summary.alerts, total);
         }
-        Some(_) => {
-            let tail = stored::alerts_with_entries_after(&mut *conn, covered_to).await?;
-            for page in tail.chunks(WALK_PAGE as usize) {
-                walk_page(&mut conn, page, None, &mut summary).await?;
-                progress(summary.alerts, summary.alerts);
-            }
-        }
+        Ok(())
     }
-    summary.entries_not_checkpointed = stored::entries_after(&mut *conn, covered_to)
-        .await?
-        .unsigned_abs();
-    Ok(summary)
+
+    /// The chains of the alerts with an entry after position `covered_to` (the newest
+    /// checkpoint's end), a page at a time.
+    async fn alerts_after(&mut self, covered_to: i64) -> Result<(), StoreError> {
+        let tail = stored::alerts_with_entries_after(&mut *self.conn, covered_to).await?;
+        for page in tail.chunks(WALK_PAGE as usize) {
+            walk_page(&mut self.conn, page, None, &mut self.summary).await?;
+            (self.progress)(self.summary.alerts, self.summary.alerts);
+        }
+        Ok(())
+    }
 }
 
 /// The leaves checkpoint `c`'s range gives now: from the entries, and for alerts pruned
