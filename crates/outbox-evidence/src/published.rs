@@ -111,14 +111,13 @@ impl CheckpointLog {
         if let Some(why) = &self.stopped {
             return Err(LogError::Disagrees(why.clone()));
         }
-        let (after, expected) = match self.newest {
-            Some((seq, hash)) => (i64::try_from(seq).unwrap_or(i64::MAX), Some(hash)),
-            None => (0, None),
-        };
+        let after = self
+            .newest
+            .map_or(0, |(seq, _)| i64::try_from(seq).unwrap_or(i64::MAX));
         // The newest published checkpoint itself, then those after it.
         let rows = stored::checkpoints_after(pool, after - 1, BATCH + 1, false).await?;
         let mut rows = rows.into_iter().peekable();
-        if let (Some((seq, published)), Some(_)) = (self.newest, expected) {
+        if let Some((seq, published)) = self.newest {
             let stored_hash = match rows.peek() {
                 Some(row) if row.seq == after => {
                     let hash = checkpoint_of(row).hash();
