@@ -162,31 +162,82 @@ pub(crate) async fn resolve(
     Ok(Redirect::to(&format!("/console/alerts/{id}")).into_response())
 }
 
-/// An on/off field of a form.
-fn switch(field: &str, value: &str) -> Result<bool, PageError> {
-    match value {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(PageError::BadRequest(format!(
-            "`{field}` must be true or false"
-        ))),
-    }
+/// An on/off action: the form field that says which, and the audit log's words for each.
+struct Switch {
+    field: &'static str,
+    value: fn(&SwitchForm) -> &str,
+    on: &'static str,
+    off: &'static str,
 }
 
-/// A destination's switch.
+/// The form of an on/off action: the one field its [`Switch`] reads, `true` or `false`.
 #[derive(Debug, serde::Deserialize)]
-pub(crate) struct EnabledForm {
+pub(crate) struct SwitchForm {
     #[serde(default)]
     enabled: String,
+    #[serde(default)]
+    running: String,
+}
+
+/// A destination turned on or off.
+const DESTINATION_ENABLED: Switch = Switch {
+    field: "enabled",
+    value: |form| &form.enabled,
+    on: "destination enabled",
+    off: "destination disabled",
+};
+
+/// A bulk replay resumed or stopped.
+const BULK_REPLAY_RUNNING: Switch = Switch {
+    field: "running",
+    value: |form| &form.running,
+    on: "bulk replay resumed",
+    off: "bulk replay stopped",
+};
+
+impl Switch {
+    /// The switch's field in `form`: `true` or `false`.
+    fn read(&self, form: &SwitchForm) -> Result<bool, PageError> {
+        match (self.value)(form) {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(PageError::BadRequest(format!(
+                "`{}` must be true or false",
+                self.field
+            ))),
+        }
+    }
+
+    /// The action in the audit log, by the word for the way it went, on `target`.
+    async fn audit(
+        &self,
+        console: &Console,
+        signed: &Signed,
+        tenants: Option<&[Uuid]>,
+        on: bool,
+        target: &str,
+    ) -> Result<(), PageError> {
+        let action = if on { self.on } else { self.off };
+        outbox_store::audit::record_audit(
+            &console.pool,
+            &signed.actor(),
+            tenants,
+            action,
+            target,
+            "",
+        )
+        .await?;
+        Ok(())
+    }
 }
 
 /// `POST /console/destinations/{id}/enabled`: on or off, recorded in the audit log.
 pub(crate) async fn set_destination_enabled(
     State(console): State<Console>,
     Path(id): Path<String>,
-    Authorized { signed, form }: Authorized<EnabledForm>,
+    Authorized { signed, form }: Authorized<SwitchForm>,
 ) -> Result<Response, PageError> {
-    let enabled = switch("enabled", &form.enabled)?;
+    let enabled = DESTINATION_ENABLED.read(&form)?;
     let not_found = || PageError::NotFound("no such destination".into());
     let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
     let destination = destinations::list(&console.pool, None)
@@ -203,19 +254,10 @@ pub(crate) async fn set_destination_enabled(
         &signed.actor(),
     )
     .await?;
-    outbox_store::audit::record_audit(
-        &console.pool,
-        &signed.actor(),
-        Some(&[tenant.id]),
-        if enabled {
-            "destination enabled"
-        } else {
-            "destination disabled"
-        },
-        &format!("{}/{}", destination.tenant, destination.name),
-        "",
-    )
-    .await?;
+    let target = format!("{}/{}", destination.tenant, destination.name);
+    DESTINATION_ENABLED
+        .audit(&console, &signed, Some(&[tenant.id]), enabled, &target)
+        .await?;
     Ok(Redirect::to("/console/destinations").into_response())
 }
 
@@ -319,20 +361,13 @@ async fn bulk_replay_tenants(
     Ok(scope.map(<[Uuid]>::to_vec))
 }
 
-/// Stopping or resuming a bulk replay.
-#[derive(Debug, serde::Deserialize)]
-pub(crate) struct RunningForm {
-    #[serde(default)]
-    running: String,
-}
-
 /// `POST /console/bulk-replay/{id}/running`: stop (`false`) or resume (`true`).
 pub(crate) async fn set_bulk_running(
     State(console): State<Console>,
     Path(id): Path<String>,
-    Authorized { signed, form }: Authorized<RunningForm>,
+    Authorized { signed, form }: Authorized<SwitchForm>,
 ) -> Result<Response, PageError> {
-    let running = switch("running", &form.running)?;
+    let running = BULK_REPLAY_RUNNING.read(&form)?;
     let replay = visible_bulk_replay(&console, &signed, &id).await?;
     if !outbox_store::bulk_replays::set_bulk_replay_running(&console.pool, replay.id, running)
         .await?
@@ -346,19 +381,10 @@ pub(crate) async fn set_bulk_running(
     }
     let tenants =
         bulk_replay_tenants(&console, replay.tenant_ids.as_deref(), &replay.filter).await?;
-    outbox_store::audit::record_audit(
-        &console.pool,
-        &signed.actor(),
-        tenants.as_deref(),
-        if running {
-            "bulk replay resumed"
-        } else {
-            "bulk replay stopped"
-        },
-        &format!("bulk replay {}", replay.id),
-        "",
-    )
-    .await?;
+    let target = format!("bulk replay {}", replay.id);
+    BULK_REPLAY_RUNNING
+        .audit(&console, &signed, tenants.as_deref(), running, &target)
+        .await?;
     if running {
         console.bulk_wake.notify_one();
     }

@@ -84,14 +84,16 @@ pub(crate) fn attempt_span(
         .unwrap_or_else(|| approval.parent.with_new_span());
     telemetry::record_child_span(
         &span,
-        "claim outbox",
-        telemetry::SpanKind::Internal,
-        batch.started,
-        batch.finished,
-        vec![
-            telemetry::KeyValue::new("outbox.claim.rows", batch.rows as i64),
-            telemetry::KeyValue::new("messaging.operation.type", "receive"),
-        ],
+        telemetry::ChildSpan {
+            name: "claim outbox",
+            kind: telemetry::SpanKind::Internal,
+            start: batch.started,
+            end: batch.finished,
+            attributes: vec![
+                telemetry::KeyValue::new("outbox.claim.rows", batch.rows as i64),
+                telemetry::KeyValue::new("messaging.operation.type", "receive"),
+            ],
+        },
     );
     (
         span,

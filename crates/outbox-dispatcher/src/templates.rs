@@ -8,6 +8,7 @@
 //! `builtin sha256:…` when the shipped templates made it, `tenant <name> sha256:…` when any
 //! of the three came from that tenant's folder (the hash covers the three used).
 
+use outbox_render::overrides::{folder_entries, FolderEntry};
 use outbox_render::{Kind, Locale, RenderError, RenderedEmail, Renderer};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -22,27 +23,15 @@ impl TenantTemplates {
     /// Reads every tenant folder of `dir` and compiles its files. A file at the top of
     /// `dir` that looks like a template is refused: it belongs in a tenant's folder.
     pub fn load(dir: &Path) -> Result<TenantTemplates, RenderError> {
-        let failed = |path: &Path, reason: String| RenderError::Override {
-            path: path.display().to_string(),
-            reason,
-        };
-        let entries = std::fs::read_dir(dir).map_err(|err| failed(dir, err.to_string()))?;
         let mut by_tenant = BTreeMap::new();
-        for entry in entries {
-            let entry = entry.map_err(|err| failed(dir, err.to_string()))?;
-            let path = entry.path();
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            if name.starts_with('.') {
-                continue;
-            }
+        for entry in folder_entries(dir)? {
+            let FolderEntry { path, name, .. } = entry?;
             if path.is_dir() {
                 by_tenant.insert(name, Renderer::with_overrides(&path)?);
             } else if name.ends_with(".txt") || name.ends_with(".html") {
-                return Err(failed(
+                return Err(RenderError::override_at(
                     &path,
-                    "a template belongs in its tenant's folder: DIR/<tenant>/<file>".to_owned(),
+                    "a template belongs in its tenant's folder: DIR/<tenant>/<file>",
                 ));
             }
         }

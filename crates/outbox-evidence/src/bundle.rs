@@ -435,27 +435,8 @@ pub fn check(bytes: &[u8], trusting: &Trusting) -> Result<Proven, String> {
             ))
         }
         Some(newest) => {
-            let mut weakest = None;
-            let mut covered_before = 0;
-            let mut seq_before = 0;
-            for cp in earlier.iter().chain([newest]) {
-                if cp.seq <= seq_before || cp.entries <= covered_before {
-                    return Err(format!(
-                        "checkpoint {} comes after checkpoint {seq_before} in the bundle, but \
-                         records {} of the alert's entries where that one recorded {}: each \
-                         later checkpoint records it with more",
-                        cp.seq, cp.entries, covered_before
-                    ));
-                }
-                check_inclusion(alert, cp, &heads)?;
-                let standing = signature_standing(cp, trusting)?;
-                if weakest.as_ref().is_none_or(|w| rank(&standing) <= rank(w)) {
-                    weakest = Some(standing);
-                }
-                notes.extend(check_dates(&bundle, cp, covered_before)?);
-                (seq_before, covered_before) = (cp.seq, cp.entries);
-            }
-            weakest.expect("at least the newest checkpoint")
+            let recorded: Vec<&BundleCheckpoint> = earlier.iter().chain([newest]).collect();
+            weakest_standing(&bundle, &recorded, &heads, trusting, &mut notes)?
         }
     };
     Ok(Proven {
@@ -464,6 +445,40 @@ pub fn check(bytes: &[u8], trusting: &Trusting) -> Result<Proven, String> {
         standing,
         notes,
     })
+}
+
+/// The checkpoints that recorded the alert, oldest first, each held in turn: it records
+/// the alert with more entries than the one before it, its leaf is included under its root,
+/// its signature stands, and the entries it is the first to cover are dated after its
+/// floor (or a note says it cannot show that). Returns the weakest standing among them.
+fn weakest_standing(
+    bundle: &Bundle,
+    recorded: &[&BundleCheckpoint],
+    heads: &[Hash],
+    trusting: &Trusting,
+    notes: &mut Vec<String>,
+) -> Result<Standing, String> {
+    let mut weakest = None;
+    let mut covered_before = 0;
+    let mut seq_before = 0;
+    for cp in recorded {
+        if cp.seq <= seq_before || cp.entries <= covered_before {
+            return Err(format!(
+                "checkpoint {} comes after checkpoint {seq_before} in the bundle, but records \
+                 {} of the alert's entries where that one recorded {}: each later checkpoint \
+                 records it with more",
+                cp.seq, cp.entries, covered_before
+            ));
+        }
+        check_inclusion(bundle.alert.id, cp, heads)?;
+        let standing = signature_standing(cp, trusting)?;
+        if weakest.as_ref().is_none_or(|w| rank(&standing) <= rank(w)) {
+            weakest = Some(standing);
+        }
+        notes.extend(check_dates(bundle, cp, covered_before)?);
+        (seq_before, covered_before) = (cp.seq, cp.entries);
+    }
+    Ok(weakest.expect("at least the newest checkpoint"))
 }
 
 /// How much a standing proves, to find the weakest of a bundle's checkpoints (the newest

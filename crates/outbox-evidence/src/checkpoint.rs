@@ -32,7 +32,7 @@ use outbox_runtime::prometheus::Figures;
 use outbox_runtime::shutdown::Shutdown;
 use outbox_store::evidence_chain as stored;
 use outbox_store::StoreError;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -269,9 +269,48 @@ pub async fn make_checkpoint(
     memory: &mut Memory,
 ) -> Result<Result<Made, Skipped>, StoreError> {
     let issued = stored::positions_issued(pool).await?;
-    let writers = stored::open_writers(pool).await?;
+    if let Err(skipped) = wait_for_writers(pool).await? {
+        return Ok(Err(skipped));
+    }
+    let mut tx = pool.begin().await?;
+    if !stored::try_checkpoint_lock(&mut tx).await? {
+        return Ok(Err(Skipped::Busy));
+    }
+    let base = match chained_base(&mut tx, memory).await? {
+        Ok(base) => base,
+        Err(skipped) => return Ok(Err(skipped)),
+    };
+    if issued <= base.covers_from && memory.continue_after.is_none() {
+        return Ok(Err(Skipped::NothingNew));
+    }
+    // At most MAX_POSITIONS per checkpoint, so that one checkpoint's leaves stay a size a
+    // verifier holds at once; the maker's loop makes the next one at once when more wait.
+    let covers_to = issued.clamp(base.covers_from, base.covers_from + MAX_POSITIONS);
+    let (hash, size) = write_checkpoint(&mut tx, base, covers_to, signer).await?;
+    tx.commit().await?;
+    *memory = Memory {
+        newest_known: Some(Anchor {
+            seq: base.seq,
+            hash,
+        }),
+        continue_after: None,
+    };
+    Ok(Ok(Made {
+        seq: base.seq,
+        size,
+        hash,
+        covers_to,
+        more: covers_to < issued,
+        signed: signer.is_some(),
+    }))
+}
+
+/// Waits, up to [`WRITERS_WAIT`], until the transactions open now have ended, so that
+/// every position issued before is committed or gone for good; else skipped, naming the
+/// ones still open.
+async fn wait_for_writers(pool: &PgPool) -> Result<Result<(), Skipped>, StoreError> {
+    let mut open = stored::open_writers(pool).await?;
     let deadline = tokio::time::Instant::now() + WRITERS_WAIT;
-    let mut open = writers;
     while !open.is_empty() {
         open = stored::still_open(pool, &open).await?;
         if open.is_empty() {
@@ -282,11 +321,16 @@ pub async fn make_checkpoint(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Ok(Ok(()))
+}
 
-    let mut tx = pool.begin().await?;
-    if !stored::try_checkpoint_lock(&mut tx).await? {
-        return Ok(Err(Skipped::Busy));
-    }
+/// Under the maker's lock, where the next checkpoint goes on from ([`next_base`]), or why
+/// it must not be made; `memory` learns the newest stored checkpoint, unless an operator
+/// said to go on after another.
+async fn chained_base(
+    tx: &mut PgConnection,
+    memory: &mut Memory,
+) -> Result<Result<Base, Skipped>, StoreError> {
     // Chained from the newest checkpoint only when the tip (written with it) agrees, and
     // the database has not gone back behind what this process knows.
     let tip = stored::checkpoint_tip(&mut *tx)
@@ -300,22 +344,27 @@ pub async fn make_checkpoint(
         Ok(base) => base,
         Err(refused) => return Ok(Err(Skipped::Refused(refused))),
     };
-    let resuming = memory.continue_after.is_some();
-    if !resuming {
+    if memory.continue_after.is_none() {
         memory.newest_known = newest.map(|(anchor, _)| anchor);
     }
+    Ok(Ok(base))
+}
+
+/// The checkpoint over the heads of the positions after `base`'s up to `covers_to`,
+/// chained from `base`, signed when there is a key, and stored in `tx`: its hash and how
+/// many leaves it has.
+async fn write_checkpoint(
+    tx: &mut PgConnection,
+    base: Base,
+    covers_to: i64,
+    signer: Option<&CheckpointSigner>,
+) -> Result<(Hash, usize), StoreError> {
     let Base {
         seq,
         covers_from,
         previous: previous_hash,
     } = base;
-    if issued <= covers_from && !resuming {
-        return Ok(Err(Skipped::NothingNew));
-    }
-    // At most MAX_POSITIONS per checkpoint, so that one checkpoint's leaves stay a size a
-    // verifier holds at once; the maker's loop makes the next one at once when more wait.
-    let covers_to = issued.clamp(covers_from, covers_from + MAX_POSITIONS);
-    let leaves: Vec<Leaf> = stored::leaves_between(&mut tx, covers_from, covers_to)
+    let leaves: Vec<Leaf> = stored::leaves_between(&mut *tx, covers_from, covers_to)
         .await?
         .into_iter()
         .map(|(alert_id, entries, head)| Leaf {
@@ -324,7 +373,7 @@ pub async fn make_checkpoint(
             head,
         })
         .collect();
-    let made_at: DateTime<Utc> = stored::transaction_time(&mut tx).await?;
+    let made_at: DateTime<Utc> = stored::transaction_time(&mut *tx).await?;
     let leaf_hashes: Vec<Hash> = leaves.iter().map(Leaf::hash).collect();
     let checkpoint = Checkpoint {
         seq: seq.unsigned_abs(),
@@ -337,7 +386,7 @@ pub async fn make_checkpoint(
     let signature = signer.map(|s| s.sign(&checkpoint));
     let hash = checkpoint.hash();
     stored::insert_checkpoint(
-        &mut tx,
+        &mut *tx,
         stored::NewCheckpoint {
             seq,
             made_at,
@@ -354,19 +403,7 @@ pub async fn make_checkpoint(
         },
     )
     .await?;
-    tx.commit().await?;
-    *memory = Memory {
-        newest_known: Some(Anchor { seq, hash }),
-        continue_after: None,
-    };
-    Ok(Ok(Made {
-        seq,
-        size: leaves.len(),
-        hash,
-        covers_to,
-        more: covers_to < issued,
-        signed: signer.is_some(),
-    }))
+    Ok((hash, leaves.len()))
 }
 
 /// The core's view of a stored checkpoint: what its hash and signature are over.

@@ -19,7 +19,7 @@
 //! A crash can still leave the last note cut short: then the log is not appended to
 //! until an operator looks (the ERROR names the byte where the cut note starts).
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use outbox_core::evidence::chain::{hex, Hash};
@@ -111,14 +111,13 @@ impl CheckpointLog {
         if let Some(why) = &self.stopped {
             return Err(LogError::Disagrees(why.clone()));
         }
-        let (after, expected) = match self.newest {
-            Some((seq, hash)) => (i64::try_from(seq).unwrap_or(i64::MAX), Some(hash)),
-            None => (0, None),
-        };
+        let after = self
+            .newest
+            .map_or(0, |(seq, _)| i64::try_from(seq).unwrap_or(i64::MAX));
         // The newest published checkpoint itself, then those after it.
         let rows = stored::checkpoints_after(pool, after - 1, BATCH + 1, false).await?;
         let mut rows = rows.into_iter().peekable();
-        if let (Some((seq, published)), Some(_)) = (self.newest, expected) {
+        if let Some((seq, published)) = self.newest {
             let stored_hash = match rows.peek() {
                 Some(row) if row.seq == after => {
                     let hash = checkpoint_of(row).hash();
@@ -206,25 +205,7 @@ impl CheckpointLog {
 /// Reads the checkpoint log at `path` (empty when it does not exist yet), refusing one
 /// larger than [`evidence_note::MAX_LOG_BYTES`].
 pub fn read_log(path: &Path) -> Result<ParsedLog, LogError> {
-    let io = |source| LogError::Io {
-        path: path.display().to_string(),
-        source,
-    };
-    let bytes = match std::fs::metadata(path) {
-        Ok(meta) if meta.len() > evidence_note::MAX_LOG_BYTES => {
-            return Err(LogError::Malformed {
-                path: path.display().to_string(),
-                why: format!(
-                    "{} bytes, more than the {} a log may hold",
-                    meta.len(),
-                    evidence_note::MAX_LOG_BYTES
-                ),
-            })
-        }
-        Ok(_) => std::fs::read(path).map_err(io)?,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(err) => return Err(io(err)),
-    };
+    let bytes = log_bytes(path)?;
     // A crash may cut the last note inside a character: text up to there, and the cut
     // note is a torn tail. Invalid bytes anywhere else are not a log.
     let text = match std::str::from_utf8(&bytes) {
@@ -247,6 +228,44 @@ pub fn read_log(path: &Path) -> Result<ParsedLog, LogError> {
         parsed.torn_tail = Some(text.len());
     }
     Ok(parsed)
+}
+
+/// The bytes of the log at `path` (none when it does not exist yet), at most
+/// [`evidence_note::MAX_LOG_BYTES`] of them: a larger log is refused.
+fn log_bytes(path: &Path) -> Result<Vec<u8>, LogError> {
+    let io = |source| LogError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let too_large = |len: u64| LogError::Malformed {
+        path: path.display().to_string(),
+        why: format!(
+            "{len} bytes, more than the {} a log may hold",
+            evidence_note::MAX_LOG_BYTES
+        ),
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => return Err(io(err)),
+    };
+    // The size is the opened file's, and the read stops one byte past the bound: a log
+    // that grows meanwhile (a process appending) is never read past it.
+    let len = file.metadata().map_err(io)?.len();
+    if len > evidence_note::MAX_LOG_BYTES {
+        return Err(too_large(len));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or_default());
+    (&file)
+        .take(evidence_note::MAX_LOG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    let read = bytes.len() as u64;
+    if read > evidence_note::MAX_LOG_BYTES {
+        let len = file.metadata().map_or(read, |meta| meta.len().max(read));
+        return Err(too_large(len));
+    }
+    Ok(bytes)
 }
 
 /// The checkpoints a log holds, as anchors (`N:HASH`) to hold the database or a bundle to,

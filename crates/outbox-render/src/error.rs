@@ -1,5 +1,7 @@
 //! [`RenderError`]: why an alert could not be rendered, or an override file not used.
 
+use std::path::Path;
+
 /// Why an alert could not be rendered.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
@@ -31,4 +33,14 @@ pub enum RenderError {
         /// Why.
         reason: String,
     },
+}
+
+impl RenderError {
+    /// The override file or folder at `path` could not be used, for `reason`.
+    pub fn override_at(path: &Path, reason: impl Into<String>) -> RenderError {
+        RenderError::Override {
+            path: path.display().to_string(),
+            reason: reason.into(),
+        }
+    }
 }

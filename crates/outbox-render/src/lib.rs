@@ -10,7 +10,9 @@
 //!   the `en_US` and `es_ES` conventions of the glibc locale data (`pure-rust-locales`).
 //! - [`templates`]: the template [`Kind`]s and the shipped templates, embedded in the
 //!   binary from `templates/<kind>.<locale>.<part>`.
-//! - [`overrides`]: a tenant's templates from files, compiled when loaded.
+//! - [`overrides`]: a tenant's templates from files, compiled when loaded, and the walk
+//!   over a template folder ([`overrides::folder_entries`]) that the dispatcher's folder
+//!   of tenants takes too.
 //! - [`render`]: [`Renderer::render`] → [`RenderedEmail`] with its `template_version`;
 //!   [`kind_for_alert`] picks the template kind for a stored alert.
 //! - `context`: the payload's fields as template values, and what each kind adds to them.

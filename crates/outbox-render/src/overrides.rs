@@ -8,7 +8,8 @@
 //! endings and hidden files are not read.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::fs::DirEntry;
+use std::path::{Path, PathBuf};
 
 use crate::engine::environment;
 use crate::error::RenderError;
@@ -28,45 +29,36 @@ pub struct Overrides {
 impl Overrides {
     /// Reads and compiles every override file in `dir`.
     pub fn load(dir: &Path) -> Result<Overrides, RenderError> {
-        let failed = |path: &Path, reason: String| RenderError::Override {
-            path: path.display().to_string(),
-            reason,
-        };
-        let entries = std::fs::read_dir(dir).map_err(|err| failed(dir, err.to_string()))?;
         let mut sources = BTreeMap::new();
-        for entry in entries {
-            let entry = entry.map_err(|err| failed(dir, err.to_string()))?;
-            let path = entry.path();
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            if name.starts_with('.') || !(name.ends_with(".txt") || name.ends_with(".html")) {
+        for entry in folder_entries(dir)? {
+            let FolderEntry { entry, path, name } = entry?;
+            if !(name.ends_with(".txt") || name.ends_with(".html")) {
                 continue;
             }
             let key = parse_file_name(&name).ok_or_else(|| {
-                failed(
+                RenderError::override_at(
                     &path,
                     "not an override name: expected <kind>.<locale>.subject.txt|txt|html \
                      with kind contract_renewal, news_article, news_event or generic \
-                     and locale en or es"
-                        .to_owned(),
+                     and locale en or es",
                 )
             })?;
             let size = entry
                 .metadata()
-                .map_err(|err| failed(&path, err.to_string()))?
+                .map_err(|err| RenderError::override_at(&path, err.to_string()))?
                 .len();
             if size > MAX_OVERRIDE_BYTES {
-                return Err(failed(
+                return Err(RenderError::override_at(
                     &path,
                     format!("{size} bytes; at most {MAX_OVERRIDE_BYTES}"),
                 ));
             }
-            let source =
-                std::fs::read_to_string(&path).map_err(|err| failed(&path, err.to_string()))?;
+            let source = std::fs::read_to_string(&path)
+                .map_err(|err| RenderError::override_at(&path, err.to_string()))?;
             let mut env = environment();
-            env.add_template(&name, &source)
-                .map_err(|err| failed(&path, format!("does not compile: {err}")))?;
+            env.add_template(&name, &source).map_err(|err| {
+                RenderError::override_at(&path, format!("does not compile: {err}"))
+            })?;
             drop(env);
             sources.insert(key, source);
         }
@@ -87,6 +79,42 @@ impl Overrides {
     pub fn is_empty(&self) -> bool {
         self.sources.is_empty()
     }
+}
+
+/// An entry of a template folder that is read: named in UTF-8, and not hidden.
+#[derive(Debug)]
+pub struct FolderEntry {
+    /// The entry, for its metadata.
+    pub entry: DirEntry,
+    /// Its path.
+    pub path: PathBuf,
+    /// Its name.
+    pub name: String,
+}
+
+/// The entries of the template folder `dir` that are read, in the folder's order: those
+/// named in UTF-8, hidden ones (`.name`) left out. A folder or an entry that cannot be
+/// read is an error naming the folder. Tenants' folders (the dispatcher's
+/// `--templates-dir`) and a tenant's files ([`Overrides::load`]) are walked alike.
+pub fn folder_entries(
+    dir: &Path,
+) -> Result<impl Iterator<Item = Result<FolderEntry, RenderError>> + '_, RenderError> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|err| RenderError::override_at(dir, err.to_string()))?;
+    Ok(entries.filter_map(move |entry| {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(err) => return Some(Err(RenderError::override_at(dir, err.to_string()))),
+        };
+        let name = entry.file_name().to_str()?.to_owned();
+        (!name.starts_with('.')).then(|| {
+            Ok(FolderEntry {
+                path: entry.path(),
+                name,
+                entry,
+            })
+        })
+    }))
 }
 
 fn parse_file_name(name: &str) -> Option<(Kind, Locale, Part)> {

@@ -140,21 +140,29 @@ pub fn current_context(span: &tracing::Span) -> Option<TraceParent> {
     w3c::current_context(span)
 }
 
-/// Exports a finished child of `parent` with explicit times: work measured before the
-/// parent existed (the claim batch an attempt came from). Does nothing while spans are
-/// not exported or when `parent` is not recorded.
-pub fn record_child_span(
-    parent: &tracing::Span,
-    name: &str,
-    kind: SpanKind,
-    start: SystemTime,
-    end: SystemTime,
-    attributes: Vec<KeyValue>,
-) {
+/// A finished span described after the fact, with explicit times: work measured before
+/// the span it belongs under existed (the claim batch an attempt came from).
+#[derive(Debug, Clone)]
+pub struct ChildSpan<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its kind.
+    pub kind: SpanKind,
+    /// When the work started.
+    pub start: SystemTime,
+    /// When it ended (never before `start`: an earlier end is taken as `start`).
+    pub end: SystemTime,
+    /// Its attributes.
+    pub attributes: Vec<KeyValue>,
+}
+
+/// Exports `child` as a finished child of `parent`. Does nothing while spans are not
+/// exported or when `parent` is not recorded.
+pub fn record_child_span(parent: &tracing::Span, child: ChildSpan<'_>) {
     let Some(pipeline) = ACTIVE.get().filter(|_| enabled()) else {
         return;
     };
-    w3c::record_child_span(&pipeline.tracer, parent, name, kind, start, end, attributes);
+    w3c::record_child_span(&pipeline.tracer, parent, child);
 }
 
 /// The OpenTelemetry layer as installed: info and above, blind to the export's own work.

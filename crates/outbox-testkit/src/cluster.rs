@@ -121,22 +121,11 @@ impl Server {
     /// `postgres`: the server's set-up as most installations have it.
     pub fn require_password(&self, password: &str) {
         let escaped = password.replace('\'', "''");
-        run(
-            &self.bin,
-            "psql",
-            &[
-                "-h",
-                &self.root.display().to_string(),
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                &format!("ALTER ROLE postgres PASSWORD '{escaped}'"),
-            ],
-        );
+        let (socket, port) = (self.root.display().to_string(), self.port.to_string());
+        let alter = format!("ALTER ROLE postgres PASSWORD '{escaped}'");
+        let mut args = psql_connection(&socket, &port).to_vec();
+        args.extend(["-c", &alter]);
+        run(&self.bin, "psql", &args);
         std::fs::write(
             self.data.join("pg_hba.conf"),
             "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n\
@@ -148,8 +137,9 @@ impl Server {
         // without the password is refused.
         let started = std::time::Instant::now();
         while as_postgres(&self.bin, "psql")
-            .args(["-w", "-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(["-U", "postgres", "-d", "postgres", "-c", "SELECT 1"])
+            .arg("-w")
+            .args(psql_connection("127.0.0.1", &port))
+            .args(["-c", "SELECT 1"])
             .output()
             .is_ok_and(|out| out.status.success())
         {
@@ -210,9 +200,7 @@ impl Server {
         let port = self.port.to_string();
         let psql = |sql: &str| {
             as_postgres(&self.bin, "psql")
-                .args([
-                    "-h", &socket, "-p", &port, "-U", "postgres", "-d", "postgres",
-                ])
+                .args(psql_connection(&socket, &port))
                 .args(["-Atq", "-c", sql])
                 .output()
                 .expect("run psql")
@@ -325,6 +313,12 @@ pub(crate) fn bindir() -> PathBuf {
         .collect();
     versions.sort();
     versions.pop().expect("a PostgreSQL version installed").1
+}
+
+/// The flags that connect `psql` to database `postgres` as `postgres`, at `host` (an
+/// address, or the directory of the server's socket) and `port`.
+pub(crate) fn psql_connection<'a>(host: &'a str, port: &'a str) -> [&'a str; 8] {
+    ["-h", host, "-p", port, "-U", "postgres", "-d", "postgres"]
 }
 
 /// The tool as a command, run as `postgres` when the tests run as root.

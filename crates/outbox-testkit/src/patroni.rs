@@ -12,7 +12,7 @@
 //! Patroni and PostgreSQL refuse to run as root: when the tests do, Patroni runs as the
 //! `postgres` user through `setpriv`, which execs, so the process we hold is Patroni itself.
 
-use crate::cluster::{bindir, children_of, free_port, hand_to_postgres};
+use crate::cluster::{bindir, children_of, free_port, hand_to_postgres, psql_connection};
 use outbox_runtime::private_postgres::{as_postgres, is_root};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -113,16 +113,7 @@ impl PatroniCluster {
         let bin = bindir();
         let sql = |query: &str| -> Option<String> {
             let output = Command::new(bin.join("psql"))
-                .args([
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    &port,
-                    "-U",
-                    "postgres",
-                    "-d",
-                    "postgres",
-                ])
+                .args(psql_connection("127.0.0.1", &port))
                 .args(["-Atq", "-c", query])
                 .env("PGPASSWORD", PASSWORD)
                 .output()

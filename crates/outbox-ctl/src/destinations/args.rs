@@ -193,16 +193,9 @@ pub struct EmailArgs {
 }
 
 impl EmailArgs {
+    /// Whether any of these flags was given: the relay's or the messages'.
     pub(super) fn any_given(&self) -> bool {
-        self.smtp_host.is_some()
-            || self.smtp_tls.is_some()
-            || self.smtp_ca_file.is_some()
-            || self.smtp_user.is_some()
-            || self.smtp_password_file.is_some()
-            || self.smtp_password_stdin
-            || self.from.is_some()
-            || !self.to.is_empty()
-            || self.locale.is_some()
+        self.smtp_given() || self.from.is_some() || !self.to.is_empty() || self.locale.is_some()
     }
 
     /// Whether a flag of the relay itself (not of the messages) was given.

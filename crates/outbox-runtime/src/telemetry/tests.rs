@@ -373,11 +373,13 @@ fn start_in_trace_makes_a_linked_root_span_of_the_given_trace() {
         w3c::record_child_span(
             &pipeline.tracer,
             &attempt,
-            "claim outbox",
-            SpanKind::Consumer,
-            claim_start,
-            claim_end,
-            vec![KeyValue::new("outbox.claim.rows", 3_i64)],
+            ChildSpan {
+                name: "claim outbox",
+                kind: SpanKind::Consumer,
+                start: claim_start,
+                end: claim_end,
+                attributes: vec![KeyValue::new("outbox.claim.rows", 3_i64)],
+            },
         );
         let other = w3c::current_context(&tracing::info_span!(parent: None, "other")).unwrap();
         (sent, other)

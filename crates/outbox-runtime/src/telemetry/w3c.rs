@@ -4,15 +4,15 @@
 //! the public functions in [`super`] call them only while spans are exported.
 
 use super::ids::ForcedTraceId;
+use super::ChildSpan;
 use opentelemetry::trace::{
-    Span as _, SpanContext, SpanId, SpanKind, TraceContextExt, TraceFlags, TraceId,
+    Span as _, SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId,
     TraceState as OtelTraceState, Tracer as _,
 };
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::Context;
 use opentelemetry_sdk::trace::SdkTracer;
 use outbox_core::trace_context::{TraceParent, TraceState};
 use std::str::FromStr;
-use std::time::SystemTime;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The remote span context of `parent` (and the caller's `state`, when OpenTelemetry reads
@@ -77,24 +77,16 @@ pub(crate) fn current_context(span: &tracing::Span) -> Option<TraceParent> {
     to_traceparent(span.context().span().span_context())
 }
 
-pub(crate) fn record_child_span(
-    tracer: &SdkTracer,
-    parent: &tracing::Span,
-    name: &str,
-    kind: SpanKind,
-    start: SystemTime,
-    end: SystemTime,
-    attributes: Vec<KeyValue>,
-) {
+pub(crate) fn record_child_span(tracer: &SdkTracer, parent: &tracing::Span, child: ChildSpan<'_>) {
     let parent = parent.context();
     if !parent.span().span_context().is_valid() {
         return;
     }
-    let mut child = tracer
-        .span_builder(name.to_owned())
-        .with_kind(kind)
-        .with_start_time(start)
-        .with_attributes(attributes)
+    let mut span = tracer
+        .span_builder(child.name.to_owned())
+        .with_kind(child.kind)
+        .with_start_time(child.start)
+        .with_attributes(child.attributes)
         .start_with_context(tracer, &parent);
-    child.end_with_timestamp(end.max(start));
+    span.end_with_timestamp(child.end.max(child.start));
 }
