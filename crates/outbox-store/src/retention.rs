@@ -1,7 +1,7 @@
 //! Retention (`outboxctl prune`): settled alerts older than a cutoff lose their payload,
 //! attempt rows, evidence lines and rendered email, in steps of one transaction each,
 //! while their identity, outcome and evidence chain positions stay. Alerts are found by
-//! walking primary keys from the cutoff's smallest UUIDv7 ([`first_id_at`]), without an
+//! walking primary keys from the cutoff's smallest UUIDv7 (`first_id_at`), without an
 //! index of their own.
 
 use chrono::{DateTime, Utc};
