@@ -32,8 +32,8 @@ use outbox_store::StoreError;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::checkpoint::{checkpoint_of, unpack_leaves};
 use crate::dating::{self, Dating};
+use crate::stored_form::{checkpoint_of, unpack_leaves};
 use crate::verify::{next_link, state_problem};
 
 /// What a bundle says it is: the format `export` writes.

@@ -35,9 +35,9 @@ use outbox_store::StoreError;
 use sqlx::{PgConnection, PgPool};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use uuid::Uuid;
 
-use crate::verify::Anchor;
+use crate::anchor::Anchor;
+pub use crate::stored_form::{checkpoint_of, unpack_leaves};
 
 /// A checkpoint just made.
 #[derive(Debug, Clone)]
@@ -404,34 +404,6 @@ async fn write_checkpoint(
     )
     .await?;
     Ok((hash, leaves.len()))
-}
-
-/// The core's view of a stored checkpoint: what its hash and signature are over.
-pub fn checkpoint_of(stored: &stored::StoredCheckpoint) -> Checkpoint {
-    Checkpoint {
-        seq: stored.seq.unsigned_abs(),
-        made_at_micros: stored.made_at.timestamp_micros(),
-        size: stored.size.unsigned_abs(),
-        root: stored.root,
-        previous: stored.previous,
-    }
-}
-
-/// Leaves packed as stored, back into leaves; `None` when the bytes are not whole leaves.
-pub fn unpack_leaves(packed: &[u8]) -> Option<Vec<Leaf>> {
-    if !packed.len().is_multiple_of(56) {
-        return None;
-    }
-    Some(
-        packed
-            .chunks_exact(56)
-            .map(|c| Leaf {
-                alert_id: Uuid::from_slice(&c[..16]).expect("16 bytes"),
-                entries: u64::from_be_bytes(c[16..24].try_into().expect("8 bytes")),
-                head: c[24..].try_into().expect("32 bytes"),
-            })
-            .collect(),
-    )
 }
 
 /// The environment variable holding the checkpoint signing key (`ed25519:…`).

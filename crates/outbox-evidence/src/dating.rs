@@ -26,7 +26,7 @@ use outbox_store::StoreError;
 use sqlx::PgConnection;
 
 use crate::checkpoint::MAX_POSITIONS;
-use crate::verify::Problem;
+use crate::problem::Problem;
 
 /// How much earlier than its floor checkpoint was made an entry may be dated: 5 minutes.
 /// The entries of a range took their positions after the floor checkpoint's maker read the

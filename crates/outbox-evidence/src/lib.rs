@@ -20,14 +20,21 @@
 //!   outside the database, appended by the processes that make checkpoints and held
 //!   against the database as it is.
 //! - [`trusted_keys`]: the public keys an auditor trusts, read alike by every check.
+//! - Below them all, what every one of them speaks: [`problem`] (a finding), [`anchor`]
+//!   (a checkpoint's number and hash kept outside the database) and [`stored_form`] (a
+//!   stored checkpoint and its leaves in the core's forms). They import none of the
+//!   modules above, so no two modules of the crate import each other.
 //!
 //! What this proves and what it does not is docs/auditing.md's subject; the bundle and the
 //! algorithm, field by field and byte by byte, are docs/evidence-format.md's.
 
+pub mod anchor;
 pub mod bundle;
 pub mod checkpoint;
 pub mod dating;
 pub mod earlier;
+pub mod problem;
 pub mod published;
+pub mod stored_form;
 pub mod trusted_keys;
 pub mod verify;

@@ -29,8 +29,9 @@ use outbox_store::evidence_chain as stored;
 use outbox_store::StoreError;
 use sqlx::PgPool;
 
-use crate::checkpoint::checkpoint_of;
-use crate::verify::{Anchor, Problem};
+use crate::anchor::Anchor;
+use crate::problem::Problem;
+use crate::stored_form::checkpoint_of;
 
 /// Checkpoints appended per round at most (the rest go in the next round).
 const BATCH: i64 = 1_000;

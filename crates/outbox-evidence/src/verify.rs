@@ -23,8 +23,6 @@
 //! - `anchors`: checkpoints kept outside the database ([`Anchor`]) and the database held
 //!   to them ([`check_anchors`]).
 
-use std::fmt;
-
 mod alert;
 mod anchors;
 mod chain;
@@ -32,34 +30,15 @@ mod checkpoints;
 mod rules;
 mod walk;
 
+pub use crate::anchor::Anchor;
+use crate::problem::problem;
+pub use crate::problem::Problem;
 pub use alert::{verify_alert, AlertReport};
-pub use anchors::{check_anchors, Anchor};
+pub use anchors::check_anchors;
 pub use chain::{check_chain, ChainCheck};
 pub use checkpoints::{check_checkpoint, find_leaf, leaf_agrees, Trust};
 pub use rules::{next_link, state_agrees, state_problem};
 pub use walk::{verify_walk, WalkSummary, MAX_LISTED};
-
-/// Something that does not match.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Problem {
-    /// Where: `alert …, entry 3 (delivery_attempts row 42)`, `checkpoint 7`.
-    pub place: String,
-    /// What: expected against stored.
-    pub what: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.place, self.what)
-    }
-}
-
-fn problem(place: impl Into<String>, what: impl Into<String>) -> Problem {
-    Problem {
-        place: place.into(),
-        what: what.into(),
-    }
-}
 
 #[cfg(test)]
 mod tests;

@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{problem, Problem};
-use crate::checkpoint::{checkpoint_of, unpack_leaves};
+use crate::stored_form::{checkpoint_of, unpack_leaves};
 
 /// The keys checkpoints are checked with.
 #[derive(Debug, Clone, Default)]

@@ -14,8 +14,8 @@ use super::alert::payload_problems;
 use super::chain::check_chain;
 use super::checkpoints::{check_checkpoint, check_tip, Trust};
 use super::{problem, Problem};
-use crate::checkpoint::unpack_leaves;
 use crate::dating::Dating;
+use crate::stored_form::unpack_leaves;
 
 /// What a walk found.
 #[derive(Debug, Clone, Default, serde::Serialize)]
