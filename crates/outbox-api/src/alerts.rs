@@ -13,7 +13,10 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::health::ApprovalCounts;
-use crate::problem::ProblemDocument;
+use crate::problem::{
+    MalformedJson, PayloadTooLarge, ProblemDocument, Unauthorized, Unavailable,
+    UnsupportedMediaType,
+};
 use crate::trace::{self, IncomingTrace};
 use crate::{body, AppState, Problem};
 
@@ -177,11 +180,11 @@ pub(crate) enum Answer {
         (status = 201, description = "Created by this request", body = AlertDetail,
             headers(("Location" = String, description = "`/v1/alerts/{id}`"))),
         (status = 200, description = "This identity already had exactly this payload; nothing changed (a repeat within another trace adds one evidence line saying so)", body = AlertDetail),
-        (status = 400, description = "`malformed-json`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = ProblemDocument, content_type = "application/problem+json"),
+        MalformedJson,
+        Unauthorized,
         (status = 409, description = "`identity-conflict`: members `existing_alert_id`, `latest_alert_id`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 413, description = "`payload-too-large`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported-media-type`", body = ProblemDocument, content_type = "application/problem+json"),
+        PayloadTooLarge,
+        UnsupportedMediaType,
         (status = 422, description = "`missing-field`, `field-too-long`, `invalid-field`, `invalid-payload`, `invalid-recipients`, `unknown-destination`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable`: retry with the same identity", body = ProblemDocument, content_type = "application/problem+json"),
     )
@@ -288,9 +291,9 @@ pub(crate) async fn approve_alert(
     params(("id" = String, Path, description = "The alert id")),
     responses(
         (status = 200, description = "The alert", body = AlertDetail),
-        (status = 401, description = "`unauthorized`", body = ProblemDocument, content_type = "application/problem+json"),
+        Unauthorized,
         (status = 404, description = "`alert-not-found` (also another tenant's alert)", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable`", body = ProblemDocument, content_type = "application/problem+json"),
+        Unavailable,
     )
 )]
 pub(crate) async fn show(
@@ -331,12 +334,12 @@ pub(crate) async fn alert(
         (status = 201, description = "The new revision", body = AlertDetail,
             headers(("Location" = String, description = "`/v1/alerts/{id}` of the revision"))),
         (status = 200, description = "This correction was already made; nothing was written", body = AlertDetail),
-        (status = 400, description = "`malformed-json`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = ProblemDocument, content_type = "application/problem+json"),
+        MalformedJson,
+        Unauthorized,
         (status = 404, description = "`alert-not-found`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 409, description = "`not-latest-revision`: member `latest_alert_id`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 413, description = "`payload-too-large`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported-media-type`", body = ProblemDocument, content_type = "application/problem+json"),
+        PayloadTooLarge,
+        UnsupportedMediaType,
         (status = 422, description = "`missing-field`, `field-too-long`, `invalid-field`, `invalid-payload`, `invalid-recipients`, `revision-unchanged`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 503, description = "`unavailable`: retry; the same correction is never made twice", body = ProblemDocument, content_type = "application/problem+json"),
     )

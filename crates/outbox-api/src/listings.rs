@@ -18,7 +18,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::problem::ProblemDocument;
+use crate::problem::{ProblemDocument, Unauthorized, Unavailable};
 use crate::{AppState, Problem};
 
 /// Alerts in one page when the request does not say.
@@ -288,8 +288,8 @@ pub(crate) async fn alerts(
     tag = "destinations",
     responses(
         (status = 200, description = "The tenant's destinations, by name", body = DestinationList),
-        (status = 401, description = "`unauthorized`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable`", body = ProblemDocument, content_type = "application/problem+json"),
+        Unauthorized,
+        Unavailable,
     )
 )]
 pub(crate) async fn list_destinations(
@@ -315,7 +315,7 @@ pub(crate) async fn list_destinations(
     responses(
         (status = 200, description = "One page", body = AlertList),
         (status = 400, description = "`invalid-query`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 401, description = "`unauthorized`", body = ProblemDocument, content_type = "application/problem+json"),
+        Unauthorized,
         (status = 422, description = "`unsearchable-filter`: `subject` holds no three letters or digits in a row; member `filter` names it", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 429, description = "`too-many-listings`: this tenant's listings running at once are at their bound; retry after `Retry-After`", body = ProblemDocument, content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),

@@ -1,7 +1,9 @@
 //! RFC 9457 problem details: every error the API returns is one of these, with a `type`
 //! naming the exact problem (documented in docs/approval-api.md) and a `detail` saying what to do.
 //! [`ProblemDocument`] is its shape as the OpenAPI document states it, which every
-//! operation's error answers name.
+//! operation's error answers name; the answers several operations give alike
+//! ([`Unauthorized`], [`Unavailable`], and those of a JSON body) are written once, at the
+//! end, and named in each operation's `responses(...)` among its own, in status order.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -211,4 +213,29 @@ pub struct ProblemDocument {
     pub status: u16,
     /// What went wrong and what to do about it.
     pub detail: String,
+}
+
+/// Declares answers several operations give alike: each an RFC 9457 problem, named by its
+/// status and its `type`. None is ever built: they exist for the OpenAPI document.
+macro_rules! shared_answers {
+    ($($(#[doc = $doc:tt])* $name:ident = $status:tt $kind:tt;)*) => {$(
+        $(#[doc = $doc])*
+        #[derive(Debug, utoipa::IntoResponses)]
+        #[response(status = $status, description = $kind, content_type = "application/problem+json")]
+        #[allow(dead_code)] // named only in the OpenAPI document
+        pub(crate) struct $name(ProblemDocument);
+    )*};
+}
+
+shared_answers! {
+    /// The body of an operation that reads JSON is not JSON.
+    MalformedJson = 400 "`malformed-json`";
+    /// Every operation that needs a token.
+    Unauthorized = 401 "`unauthorized`";
+    /// A body past the size limit.
+    PayloadTooLarge = 413 "`payload-too-large`";
+    /// A body that is not `application/json`.
+    UnsupportedMediaType = 415 "`unsupported-media-type`";
+    /// For an operation that writes nothing (one that writes says how to retry it).
+    Unavailable = 503 "`unavailable`";
 }
