@@ -6,7 +6,8 @@
 
 use outbox_core::identity::check_identity_field;
 use outbox_core::query::Query;
-use outbox_store::monitors::{self, Article, MonitorAlert};
+use outbox_store::alerts::MonitorAlert;
+use outbox_store::monitors::{self, Article};
 use outbox_store::PgPool;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

@@ -18,11 +18,13 @@
 //!
 //! One file per subject: `approve` (an identity's first alert), `group` (the API's
 //! concurrent approvals written together, one statement and one commit per group),
-//! `revise` (a correction as a new revision), `read_model` (an alert with its revisions,
-//! attempts and evidence).
+//! `bulk` (the monitors' many alerts of one tenant in one statement), `revise` (a
+//! correction as a new revision), `read_model` (an alert with its revisions, attempts and
+//! evidence).
 
 mod approve;
 pub(crate) use approve::{trace_id_of, trace_note};
+mod bulk;
 mod group;
 mod read_model;
 mod revise;
@@ -32,6 +34,7 @@ pub use approve::{
     approve, approve_checked, approve_on, note_repeated_trace, Approval, ApproveOutcome, Approved,
     CheckedApproval,
 };
+pub use bulk::{approve_batch, MonitorAlert};
 pub use group::{approve_group, ApprovalGroups, MAX_GROUP, MAX_WRITERS};
 pub use read_model::{
     alert_tenant, current_state, detail, state_of, AlertDetail, AttemptRecord, RevisionSummary,

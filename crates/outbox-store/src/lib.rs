@@ -13,8 +13,9 @@
 //!   and revocation), and where alerts go (with signing secrets as stored, their rotation,
 //!   and re-sealing under a new key); an account's tenant grant ([`tenants::Scope`]).
 //! - [`alerts`]: the decider's write path (approve, revise, in one transaction each; the
-//!   API's concurrent approvals written in groups, one transaction per group) and the read
-//!   model of an alert with its attempts and evidence trail.
+//!   API's concurrent approvals written in groups, one transaction per group; the
+//!   monitors' bulk approval) and the read model of an alert with its attempts and
+//!   evidence trail.
 //! - [`lifecycle`]: every transition of an alert, written once: settle, requeue, the
 //!   evidence line, and the operator transitions (replay, resolve) with their refusals;
 //!   the dispatcher's batch completion is built from the same pieces.
@@ -34,7 +35,7 @@
 //! - [`health`]: destination health: dispatchers' tallies of their sends merged per
 //!   destination, and the automatic disable of one failing for longer than its window;
 //!   each destination's last hour of sends and its recent errors.
-//! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval;
+//! - [`monitors`]: contracts, watchlists, articles, news cursors;
 //!   [`approval_plan`]: a large bulk approval cut into transactions that share no
 //!   identity and no lane, two in flight at once.
 //! - [`operator`]: operators' actions (replay, all-or-nothing replay of many, resolve, in
