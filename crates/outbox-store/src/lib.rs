@@ -15,7 +15,8 @@
 //! - [`alerts`]: the decider's write path (approve, revise, in one transaction each; the
 //!   API's concurrent approvals written in groups, one transaction per group; the
 //!   monitors' bulk approval) and the read model of an alert with its attempts and
-//!   evidence trail.
+//!   evidence trail; [`approval_plan`]: a large bulk approval cut into transactions that
+//!   share no identity and no lane, two in flight at once.
 //! - [`lifecycle`]: every transition of an alert, written once: settle, requeue, the
 //!   evidence line, and the operator transitions (replay, resolve) with their refusals;
 //!   the dispatcher's batch completion is built from the same pieces.
@@ -35,9 +36,7 @@
 //! - [`health`]: destination health: dispatchers' tallies of their sends merged per
 //!   destination, and the automatic disable of one failing for longer than its window;
 //!   each destination's last hour of sends and its recent errors.
-//! - [`monitors`]: contracts, watchlists, articles, news cursors;
-//!   [`approval_plan`]: a large bulk approval cut into transactions that share no
-//!   identity and no lane, two in flight at once.
+//! - [`sources`]: what the monitors read: contracts, watchlists, articles, news cursors.
 //! - [`operator`]: operators' actions (replay, all-or-nothing replay of many, resolve, in
 //!   a transaction each around the lifecycle's transitions; destinations on and off),
 //!   statistics and retention.
@@ -75,7 +74,6 @@ pub mod evidence_chain;
 pub mod health;
 pub mod lanes;
 pub mod lifecycle;
-pub mod monitors;
 pub mod operator;
 pub mod operator_accounts;
 pub mod outbox;
@@ -84,6 +82,7 @@ pub mod rendered;
 pub mod schema;
 mod server_role;
 pub mod servers;
+pub mod sources;
 mod sql_names;
 pub mod tenants;
 pub mod tokens;
