@@ -50,8 +50,8 @@
 //! - [`audit`]: the audit log (operators' evidence lines and the log's own lines, failed
 //!   sign-ins counted per window).
 //! - [`bulk_replays`]: operators' bulk replays, their progress and their worker's lease.
-//! - [`committed`]: alerts as committed, straight from the tables (what the fault suite's
-//!   referee compares with what destinations received).
+//! - [`checker_reads`]: what the checker reads: alerts as committed, straight from the
+//!   tables (what the fault suite's referee compares with what destinations received).
 //! - [`outcome_counts`]: what became of a database's alerts, counted (a demo run's
 //!   progress and report).
 //! - `sql_names`: the typed names written into SQL as literals, for the predicates a
@@ -65,7 +65,7 @@ pub mod alerts;
 pub mod approval_plan;
 pub mod audit;
 pub mod bulk_replays;
-pub mod committed;
+pub mod checker_reads;
 pub mod connect;
 pub mod destinations;
 pub mod dispatch;
