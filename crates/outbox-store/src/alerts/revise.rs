@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::approve::FINGERPRINT_OF_PARAM;
 use super::read_model::current_state;
+use crate::lanes::LANE_KEY;
 use crate::lifecycle::{append_event, Event, ENQUEUE};
 use crate::sql_names::SqlName;
 use crate::StoreError;
@@ -154,7 +155,7 @@ async fn lock_revised(
     sqlx::query_as::<_, RevisedAlert>(&format!(
         "SELECT a.tenant_id, a.subject, a.occurrence, a.destination_id, a.revision, \
                 a.payload_sha256 = {FINGERPRINT_OF_PARAM} AS same_payload, a.ordering_key, \
-                CASE WHEN d.ordering = {per_key} THEN COALESCE(a.ordering_key, a.subject) END \
+                CASE WHEN d.ordering = {per_key} THEN {LANE_KEY} END \
                     AS lane_key \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \
          WHERE a.id = $2 AND ($3::uuid IS NULL OR a.tenant_id = $3) \
