@@ -10,7 +10,7 @@ use sqlx::{PgConnection, PgPool};
 use std::sync::LazyLock;
 use uuid::Uuid;
 
-use super::insert::{approval_line, approval_statement, trace_id_of};
+use super::insert::{approval_statement, trace_id_of, ApprovalLine};
 use super::read_model::{AlertDetail, RevisionSummary};
 use crate::lifecycle::{EvidenceLine, EVENT_INSERT, STATE, STATE_JOINS};
 use crate::sql_names::SqlName;
@@ -182,13 +182,13 @@ static APPROVE: LazyLock<String> = LazyLock::new(|| {
                  SELECT r.n, r.id, r.tenant_id, d.id AS destination_id, \
                         d.ordering = {per_key} AS in_lane, r.subject, r.occurrence, r.text, \
                         sha256(convert_to(r.text, 'UTF8')) AS sha256, r.actor, \
-                        r.traceparent, r.tracestate, r.ordering_key, {line} AS line \
+                        r.traceparent, r.tracestate, r.ordering_key \
                  FROM rendered r \
                  LEFT JOIN destinations d ON d.tenant_id = r.tenant_id AND d.name = r.destination \
              )",
             per_key = Ordering::PerKey.sql(),
-            line = approval_line("r.destination", None, "r.traceparent"),
         ),
+        ApprovalLine::Plain,
         &format!(
             ", woken AS ( \
                  SELECT pg_notify($12, '') WHERE $11 AND EXISTS (SELECT 1 FROM inserted) \

@@ -6,7 +6,7 @@ use sqlx::{Acquire, PgConnection};
 use std::sync::LazyLock;
 use uuid::Uuid;
 
-use super::insert::{approval_line, approval_statement};
+use super::insert::{approval_statement, ApprovalLine};
 use crate::sql_names::SqlName;
 use crate::StoreError;
 
@@ -24,12 +24,12 @@ pub struct MonitorAlert {
 }
 
 /// The approval statement ([`approval_statement`]) for a monitor's batch: one tenant, one
-/// actor and one trace context for every alert, each destination given by id, no ordering
-/// key (a lane's key is the subject). Each payload is parsed once (the `jsonb[]` cast) and
-/// rendered once (`rendered`, fenced by `OFFSET 0`): the text stored, sent and
-/// fingerprinted. Each destination's evidence line is formatted once (`dest`); a
-/// destination that is not the tenant's is left to the alerts' own check, which refuses
-/// the statement. Answers with the ids of the alerts created.
+/// actor (named in each evidence line) and one trace context for every alert, each
+/// destination given by id, no ordering key (a lane's key is the subject). Each payload is
+/// parsed once (the `jsonb[]` cast) and rendered once (`rendered`, fenced by `OFFSET 0`):
+/// the text stored, sent and fingerprinted. A destination that is not the tenant's is left
+/// to the alerts' own check, which refuses the statement. Answers with the ids of the
+/// alerts created.
 static APPROVE_BATCH: LazyLock<String> = LazyLock::new(|| {
     approval_statement(
         &format!(
@@ -39,21 +39,17 @@ static APPROVE_BATCH: LazyLock<String> = LazyLock::new(|| {
                      WITH ORDINALITY AS i(id, destination_id, subject, occurrence, payload, n) \
              ), rendered AS ( \
                  SELECT i.*, i.payload::text AS text FROM input i OFFSET 0 \
-             ), dest AS MATERIALIZED ( \
-                 SELECT u.destination_id, d.ordering = {per_key} AS in_lane, {line} AS line \
-                 FROM (SELECT DISTINCT unnest($3::uuid[]) AS destination_id) u \
-                 LEFT JOIN destinations d ON d.id = u.destination_id \
              ), given AS ( \
-                 SELECT r.n, r.id, $2::uuid AS tenant_id, r.destination_id, d.in_lane, \
-                        r.subject, r.occurrence, r.text, \
+                 SELECT r.n, r.id, $2::uuid AS tenant_id, r.destination_id, \
+                        d.ordering = {per_key} AS in_lane, r.subject, r.occurrence, r.text, \
                         sha256(convert_to(r.text, 'UTF8')) AS sha256, $7::text AS actor, \
                         $8::text AS traceparent, $9::text AS tracestate, \
-                        NULL::text AS ordering_key, d.line \
-                 FROM rendered r JOIN dest d ON d.destination_id = r.destination_id \
+                        NULL::text AS ordering_key \
+                 FROM rendered r LEFT JOIN destinations d ON d.id = r.destination_id \
              )",
             per_key = Ordering::PerKey.sql(),
-            line = approval_line("d.name", Some("$7::text"), "$8::text"),
         ),
+        ApprovalLine::NamingActor,
         " SELECT id FROM inserted",
     )
 });

@@ -29,24 +29,32 @@ fn trace_note(traceparent: &str) -> String {
     format!("coalesce('; trace ' || {}, '')", trace_id_of(traceparent))
 }
 
-/// SQL for an approval's first evidence line, from SQL expressions: the destination's
-/// name, the approval's trace context, and, for a monitor's approval, the monitor that
-/// approved (`named_actor`), which the line names. (An API approval's actor is its token,
-/// which the line's own actor column records.)
-pub(super) fn approval_line(
-    destination: &str,
-    named_actor: Option<&str>,
-    traceparent: &str,
-) -> String {
-    let (by, actor) = match named_actor {
-        Some(actor) => (" by %s", format!("{actor}, ")),
-        None => ("", String::new()),
-    };
-    format!(
-        "format('alert approved{by} for destination `%s`; queued for delivery', \
-                {actor}{destination}) || {note}",
-        note = trace_note(traceparent),
-    )
+/// What an approval's first evidence line says besides the destination and the trace:
+/// whether it names who approved. A monitor's approval does (`approved by
+/// decider:renewals`); an API approval does not, its actor being its token, which the
+/// line's own actor column records.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum ApprovalLine {
+    /// `alert approved for destination `ops`; queued for delivery`.
+    Plain,
+    /// `alert approved by <actor> for destination `ops`; queued for delivery`.
+    NamingActor,
+}
+
+impl ApprovalLine {
+    /// SQL for the line, over the inserted alert `n` (its `created_by` and `traceparent`)
+    /// and its destination `d`, with its trace's id at the end when it has one.
+    fn sql(self) -> String {
+        let (by, actor) = match self {
+            ApprovalLine::Plain => ("", ""),
+            ApprovalLine::NamingActor => (" by %s", "n.created_by, "),
+        };
+        format!(
+            "format('alert approved{by} for destination `%s`; queued for delivery', \
+                    {actor}d.name) || {note}",
+            note = trace_note("n.traceparent"),
+        )
+    }
 }
 
 /// An approval statement: `given`, the approvals as a CTE of that name (after any others
@@ -57,8 +65,7 @@ pub(super) fn approval_line(
 /// `tenant_id`, `destination_id` (`NULL` for a destination the tenant does not have:
 /// nothing is written for it), `in_lane` (whether the destination orders per key),
 /// `subject`, `occurrence`, `text` and `sha256` (the payload as stored and its
-/// fingerprint), `actor`, `traceparent`, `tracestate`, `ordering_key` and `line` (its
-/// first evidence line, [`approval_line`]). What follows it:
+/// fingerprint), `actor`, `traceparent`, `tracestate` and `ordering_key`. What follows it:
 /// - `lane`: the places of the approvals whose destination orders per key, taken by
 ///   `outbox_lanes_join_new` (migration 20261217000056), which takes their identities'
 ///   advisory locks and then their lanes' rows in one order, and gives no place to an
@@ -73,8 +80,11 @@ pub(super) fn approval_line(
 ///   deadlocking. The sort reads every place before the first row is inserted, so every
 ///   lane lock is taken before the statement waits on another approval's insert.
 /// - `approved`, then [`ENQUEUE`]: each new alert's outbox row (behind the place it found
-///   in its lane) and first evidence line; `queued` and `explained` return them.
-pub(super) fn approval_statement(given: &str, answer: &str) -> String {
+///   in its lane) and first evidence line ([`ApprovalLine`]); `queued` and `explained`
+///   return them. What they need is read from the inserted row and its destination, not
+///   by joining `given` again: PostgreSQL cannot estimate a join of two CTEs, and over a
+///   batch of thousands its guess grew by orders of magnitude.
+pub(super) fn approval_statement(given: &str, line: ApprovalLine, answer: &str) -> String {
     format!(
         "WITH {given}, lane AS ( \
              SELECT j.alert_id, j.seq, j.waits_behind \
@@ -96,14 +106,16 @@ pub(super) fn approval_statement(given: &str, answer: &str) -> String {
              ORDER BY g.tenant_id, g.subject COLLATE \"C\", g.occurrence COLLATE \"C\", \
                       g.destination_id, g.n \
              ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
-             RETURNING id, destination_id, created_at, traceparent, \
+             RETURNING id, destination_id, created_at, created_by, traceparent, \
                        evidence_genesis(alerts) AS genesis \
          ), approved AS ( \
              SELECT n.id, n.destination_id, NULL::uuid AS after_alert, \
-                    p.waits_behind AS lane_after, g.actor, g.line, n.genesis \
-             FROM inserted n JOIN given g ON g.id = n.id \
+                    p.waits_behind AS lane_after, n.created_by AS actor, {line} AS line, \
+                    n.genesis \
+             FROM inserted n JOIN destinations d ON d.id = n.destination_id \
              LEFT JOIN lane p ON p.alert_id = n.id \
          ), {enqueue}{answer}",
+        line = line.sql(),
         enqueue = *ENQUEUE,
     )
 }
