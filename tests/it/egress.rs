@@ -345,9 +345,9 @@ async fn hostile_feed(elsewhere: String) -> String {
 pub(crate) async fn acme_watching_the_news() -> TestDb {
     let db = TestDb::new().await;
     let tenant = add_tenant(&db, "acme", &["ops"]).await;
-    outbox_store::monitors::add_watchlist_entry(
+    outbox_store::sources::add_watchlist_entry(
         &db.pool,
-        &outbox_store::monitors::NewWatchlistEntry {
+        &outbox_store::sources::NewWatchlistEntry {
             tenant_id: tenant.id,
             name: "acme".to_owned(),
             query: "acme".to_owned(),

@@ -369,9 +369,9 @@ async fn a_run_of_thousands_creates_each_alert_once_and_keeps_each_lane_in_order
 const ARTICLES: &str = include_str!("../fixtures/articles.json");
 
 async fn watchlist(db: &TestDb, t: uuid::Uuid, name: &str, query: &str, group: bool) {
-    outbox_store::monitors::add_watchlist_entry(
+    outbox_store::sources::add_watchlist_entry(
         &db.pool,
-        &outbox_store::monitors::NewWatchlistEntry {
+        &outbox_store::sources::NewWatchlistEntry {
             tenant_id: t,
             name: name.to_owned(),
             query: query.to_owned(),

@@ -9,7 +9,7 @@ use crate::common;
 
 use common::assert_contains;
 use common::{add_tenant, outboxctl, outboxctl_ok};
-use outbox_store::monitors::{approve_batch, MonitorAlert};
+use outbox_store::alerts::{approve_batch, MonitorAlert};
 use outbox_testkit::TestDb;
 use serde_json::Value;
 use uuid::Uuid;

@@ -7,9 +7,9 @@
 
 use anyhow::Context;
 use base64::Engine;
+use outbox_store::alerts::{self, MonitorAlert};
 use outbox_store::approval_plan::{self, ApprovalPlan};
 use outbox_store::destinations::NewDestination;
-use outbox_store::monitors::{self, MonitorAlert};
 use outbox_store::PgPool;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
@@ -180,7 +180,7 @@ impl Workload {
 
     /// Approves one chunk of new identities in one statement. Returns how many.
     async fn approve_chunk(&self, chunk: &[MonitorAlert]) -> anyhow::Result<u64> {
-        let created = monitors::approve_batch(
+        let created = alerts::approve_batch(
             &mut *self.pool.acquire().await?,
             self.tenant_id,
             chunk,

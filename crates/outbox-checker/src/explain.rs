@@ -17,7 +17,7 @@ pub async fn explain(
         out.push_str(&format!("{}: {}\n", offence.kind, offence.detail));
         if let Some(id) = offence.alert_id {
             out.push_str(&format!("  alert {id}\n"));
-            for line in outbox_store::committed::evidence_lines(pool, id).await? {
+            for line in outbox_store::checker_reads::evidence_lines(pool, id).await? {
                 out.push_str(&format!("    {line}\n"));
             }
             for sink in sinks {

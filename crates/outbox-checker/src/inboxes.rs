@@ -3,7 +3,7 @@
 //! every email alert recorded as accepted has its message there.
 
 use outbox_core::AlertState;
-use outbox_store::committed::StoredMessage;
+use outbox_store::checker_reads::StoredMessage;
 use std::collections::HashMap;
 
 use crate::effective::effective_duplicates;

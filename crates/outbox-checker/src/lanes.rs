@@ -20,7 +20,7 @@
 //! destination has no log among those given is tallied, but its order is not judged.
 
 use outbox_core::AlertState;
-use outbox_store::committed::{CommittedAlert, LanePlace};
+use outbox_store::checker_reads::{CommittedAlert, LanePlace};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use uuid::Uuid;
 

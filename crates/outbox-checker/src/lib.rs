@@ -87,8 +87,8 @@ pub async fn check_with_inboxes(
     sinks: &[Sink],
     inboxes: &[Inbox],
 ) -> Result<Report, outbox_store::StoreError> {
-    let alerts = outbox_store::committed::committed_alerts(pool).await?;
-    let duplicated = outbox_store::committed::duplicated_identities(pool).await?;
+    let alerts = outbox_store::checker_reads::committed_alerts(pool).await?;
+    let duplicated = outbox_store::checker_reads::duplicated_identities(pool).await?;
     let mut report = Report {
         seed,
         alerts: alerts.len(),
@@ -100,7 +100,7 @@ pub async fn check_with_inboxes(
     tables::judge_identities(&mut report, &duplicated);
     let applied_anywhere = sinks::judge_sinks(&mut report, &by_id, sinks);
     if !inboxes.is_empty() {
-        let stored = outbox_store::committed::stored_messages(pool).await?;
+        let stored = outbox_store::checker_reads::stored_messages(pool).await?;
         inboxes::judge_inboxes(&mut report, &by_id, &stored, inboxes);
     }
     sinks::judge_acceptances(&mut report, &alerts, sinks, &applied_anywhere);

@@ -3,7 +3,7 @@
 //! alert recorded as accepted at a judged sink was applied there.
 
 use outbox_core::AlertState;
-use outbox_store::committed::CommittedAlert;
+use outbox_store::checker_reads::CommittedAlert;
 use std::collections::{HashMap, HashSet};
 
 use crate::effective::effective_duplicates;

@@ -3,7 +3,7 @@
 //! ordered lane behind a head that blocks it (found by `lanes`) is not lost.
 
 use outbox_core::AlertState;
-use outbox_store::committed::CommittedAlert;
+use outbox_store::checker_reads::CommittedAlert;
 use std::collections::{HashMap, HashSet};
 use uuid::Uuid;
 

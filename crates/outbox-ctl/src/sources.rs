@@ -3,7 +3,7 @@
 use anyhow::{bail, Context};
 use outbox_core::watchlist_query::Query;
 use outbox_decider::contracts::{self, Format};
-use outbox_store::monitors::{self, NewWatchlistEntry};
+use outbox_store::sources::{self, NewWatchlistEntry};
 use outbox_store::{tenants, PgPool};
 use std::io::Read;
 use std::time::Duration;
@@ -129,7 +129,7 @@ pub(crate) async fn add_watchlist_entry(pool: &PgPool, args: WatchlistArgs) -> a
     let name = crate::names::checked_name("watchlist", &args.name)?.to_owned();
     Query::parse(&args.query)?;
     let tenant = tenants::find(pool, &args.tenant).await?;
-    let known: Vec<String> = monitors::destination_index(pool, tenant.id)
+    let known: Vec<String> = sources::destination_index(pool, tenant.id)
         .await?
         .into_iter()
         .map(|(name, ..)| name)
@@ -140,7 +140,7 @@ pub(crate) async fn add_watchlist_entry(pool: &PgPool, args: WatchlistArgs) -> a
             tenant.name
         );
     }
-    let id = monitors::add_watchlist_entry(
+    let id = sources::add_watchlist_entry(
         pool,
         &NewWatchlistEntry {
             tenant_id: tenant.id,

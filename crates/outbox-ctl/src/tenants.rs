@@ -1,6 +1,6 @@
 //! `tenant create|configure`, and the tenant a listing's `--tenant` limits it to.
 
-use outbox_store::{monitors, tenants, PgPool};
+use outbox_store::{sources, tenants, PgPool};
 use uuid::Uuid;
 
 use crate::names::checked_name;
@@ -82,7 +82,7 @@ async fn configure(
     let tiers = tiers.map(outbox_core::renewal::parse_tiers).transpose()?;
     let tenant = tenants::find(pool, tenant).await?;
     let locale = locale.map(|locale| locale.code());
-    monitors::configure_tenant(pool, tenant.id, time_zone, tiers.as_deref(), locale).await?;
+    sources::configure_tenant(pool, tenant.id, time_zone, tiers.as_deref(), locale).await?;
     eprintln!("configured tenant `{}`", tenant.name);
     Ok(())
 }

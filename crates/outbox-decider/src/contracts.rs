@@ -12,7 +12,8 @@ use jiff::civil::Date;
 use jiff::Timestamp;
 use outbox_core::identity::check_identity_field;
 use outbox_core::renewal;
-use outbox_store::monitors::{self, ContractInput, MonitorAlert};
+use outbox_store::alerts::MonitorAlert;
+use outbox_store::sources::{self, ContractInput};
 use outbox_store::PgPool;
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -387,13 +388,13 @@ pub async fn import(
     text: &str,
     format: Format,
 ) -> Result<(u64, u64), DecideError> {
-    let known: Vec<String> = monitors::destination_index(pool, tenant_id)
+    let known: Vec<String> = sources::destination_index(pool, tenant_id)
         .await?
         .into_iter()
         .map(|(name, ..)| name)
         .collect();
     let contracts = parse(text, format, &known)?;
-    Ok(monitors::upsert_contracts(pool, tenant_id, &contracts).await?)
+    Ok(sources::upsert_contracts(pool, tenant_id, &contracts).await?)
 }
 
 #[derive(Serialize)]
@@ -425,7 +426,7 @@ pub(crate) async fn evaluate(
     run: &crate::MonitorRun,
 ) -> Result<u64, DecideError> {
     let today_utc = now.to_zoned(jiff::tz::TimeZone::UTC).date().to_string();
-    let contracts = monitors::contracts_to_evaluate(pool, &today_utc).await?;
+    let contracts = sources::contracts_to_evaluate(pool, &today_utc).await?;
     let mut due: HashMap<Uuid, Vec<MonitorAlert>> = HashMap::new();
     let mut destinations: HashMap<Uuid, Vec<(String, Uuid, bool)>> = HashMap::new();
     for contract in &contracts {
@@ -445,7 +446,7 @@ pub(crate) async fn evaluate(
         if let std::collections::hash_map::Entry::Vacant(slot) =
             destinations.entry(contract.tenant_id)
         {
-            slot.insert(monitors::destination_index(pool, contract.tenant_id).await?);
+            slot.insert(sources::destination_index(pool, contract.tenant_id).await?);
         }
         let index = &destinations[&contract.tenant_id];
         let targets: Vec<Uuid> = match &contract.destinations {

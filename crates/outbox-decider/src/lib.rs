@@ -27,8 +27,8 @@ pub mod serve;
 use jiff::Timestamp;
 use outbox_core::trace_context::{TraceContext, TraceParent};
 use outbox_runtime::telemetry;
+use outbox_store::alerts::MonitorAlert;
 use outbox_store::approval_plan::{self, ApprovalPlan};
-use outbox_store::monitors::MonitorAlert;
 use outbox_store::PgPool;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -119,7 +119,7 @@ async fn approve_chunk(
     run: &MonitorRun,
 ) -> Result<u64, DecideError> {
     let (span, trace) = run.approval(tenant_id, chunk.len());
-    let ids = outbox_store::monitors::approve_batch(conn, tenant_id, chunk, actor, Some(&trace))
+    let ids = outbox_store::alerts::approve_batch(conn, tenant_id, chunk, actor, Some(&trace))
         .instrument(span)
         .await?;
     Ok(ids.len() as u64)

@@ -6,7 +6,8 @@
 
 use outbox_core::identity::check_identity_field;
 use outbox_core::watchlist_query::Query;
-use outbox_store::monitors::{self, Article, MonitorAlert};
+use outbox_store::alerts::MonitorAlert;
+use outbox_store::sources::{self, Article};
 use outbox_store::PgPool;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -149,7 +150,7 @@ fn article(post: &serde_json::Value) -> Result<Article, String> {
 /// Ingests a page of articles: each stored once by uuid. Returns how many were new.
 pub async fn ingest(pool: &PgPool, text: &str) -> Result<(u64, usize), DecideError> {
     let (articles, ..) = parse_page(text)?;
-    let new = monitors::insert_articles(pool, &articles).await?;
+    let new = sources::insert_articles(pool, &articles).await?;
     Ok((new, articles.len()))
 }
 
@@ -181,14 +182,14 @@ pub(crate) async fn evaluate(
 ) -> Result<u64, DecideError> {
     let mut created = 0;
     let mut destinations: HashMap<Uuid, Vec<(String, Uuid, bool)>> = HashMap::new();
-    for entry in monitors::watchlist_entries(pool).await? {
+    for entry in sources::watchlist_entries(pool).await? {
         let Ok(query) = Query::parse(&entry.query) else {
             tracing::error!(entry = %entry.name, "stored query does not parse; skipped");
             continue;
         };
         if let std::collections::hash_map::Entry::Vacant(slot) = destinations.entry(entry.tenant_id)
         {
-            slot.insert(monitors::destination_index(pool, entry.tenant_id).await?);
+            slot.insert(sources::destination_index(pool, entry.tenant_id).await?);
         }
         let targets: Vec<Uuid> = destinations[&entry.tenant_id]
             .iter()
@@ -197,8 +198,8 @@ pub(crate) async fn evaluate(
             .collect();
         loop {
             let mut tx = pool.begin().await.map_err(outbox_store::StoreError::from)?;
-            let watermark = monitors::lock_entry(&mut tx, entry.id).await?;
-            let batch = monitors::articles_after(&mut *tx, watermark, PAGE).await?;
+            let watermark = sources::lock_entry(&mut tx, entry.id).await?;
+            let batch = sources::articles_after(&mut *tx, watermark, PAGE).await?;
             let Some(last) = batch.last().map(|a| a.seq) else {
                 break;
             };
@@ -210,7 +211,7 @@ pub(crate) async fn evaluate(
                 };
                 let occurrence = if entry.group_events {
                     let key =
-                        monitors::event_key(&mut tx, entry.id, &a.uuid, entry.group_window_secs)
+                        sources::event_key(&mut tx, entry.id, &a.uuid, entry.group_window_secs)
                             .await?;
                     format!("event:{key}")
                 } else {
@@ -238,7 +239,7 @@ pub(crate) async fn evaluate(
                 }
             }
             created += crate::approve_sorted(&mut tx, entry.tenant_id, alerts, actor, run).await?;
-            monitors::advance_watermark(&mut *tx, entry.id, last).await?;
+            sources::advance_watermark(&mut *tx, entry.id, last).await?;
             tx.commit().await.map_err(outbox_store::StoreError::from)?;
         }
     }
@@ -315,7 +316,7 @@ pub async fn poll(
 ) -> Result<u64, DecideError> {
     let base = url::Url::parse(&source.url)
         .map_err(|err| DecideError::Source(format!("news URL `{}`: {err}", source.url)))?;
-    let mut queries: Vec<String> = monitors::watchlist_entries(pool)
+    let mut queries: Vec<String> = sources::watchlist_entries(pool)
         .await?
         .into_iter()
         .map(|e| e.query)
@@ -324,7 +325,7 @@ pub async fn poll(
     queries.dedup();
     let mut ingested = 0;
     for query in queries {
-        let mut next = match monitors::news_cursor(pool, &source.url, &query).await? {
+        let mut next = match sources::news_cursor(pool, &source.url, &query).await? {
             Some(saved) => base
                 .join(&saved)
                 .map_err(|err| DecideError::Source(format!("saved cursor: {err}")))?,
@@ -343,7 +344,7 @@ pub async fn poll(
             for problem in &problems {
                 tracing::warn!(query = %query, problem = %problem, "skipped a post the feed sent");
             }
-            ingested += monitors::insert_articles(pool, &articles).await?;
+            ingested += sources::insert_articles(pool, &articles).await?;
             let Some(link) = next_link else {
                 break;
             };
@@ -363,7 +364,7 @@ pub async fn poll(
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))
                 .collect();
             resolved.query_pairs_mut().clear().extend_pairs(kept);
-            monitors::save_news_cursor(pool, &source.url, &query, resolved.as_str()).await?;
+            sources::save_news_cursor(pool, &source.url, &query, resolved.as_str()).await?;
             next = resolved;
             if more <= 0 || articles.is_empty() {
                 break;

@@ -16,14 +16,21 @@
 //! matter). Its fingerprint is the SHA-256 of exactly those bytes, computed by PostgreSQL
 //! in the same statement, so "same payload" means "same bytes on the wire".
 //!
-//! One file per subject: `approve` (an identity's first alert), `group` (the API's
-//! concurrent approvals written together, one statement and one commit per group),
-//! `revise` (a correction as a new revision), `read_model` (an alert with its revisions,
-//! attempts and evidence).
+//! Every way an alert is approved is here, and all of them write through one module:
+//! `insert` (the alerts table's one insert, an approval's first evidence line, and the
+//! approval statement's body: lane places, alert rows in identity order, outbox rows,
+//! evidence lines). The ways in, one file each: `approve` (approvals of identities' first
+//! alerts, any number in one statement, a single approval being one, and their answers),
+//! `group` (the API's concurrent approvals gathered into one statement and one commit),
+//! `bulk` (the monitors' many alerts of one tenant in one statement), `revise` (a
+//! correction as a new revision: its own statements, through the same insert and the same
+//! queueing). And `read_model` (an alert with its revisions, attempts and evidence).
 
 mod approve;
-pub(crate) use approve::{trace_id_of, trace_note};
+mod bulk;
 mod group;
+mod insert;
+pub(crate) use insert::trace_id_of;
 mod read_model;
 mod revise;
 
@@ -32,6 +39,7 @@ pub use approve::{
     approve, approve_checked, approve_on, note_repeated_trace, Approval, ApproveOutcome, Approved,
     CheckedApproval,
 };
+pub use bulk::{approve_batch, MonitorAlert};
 pub use group::{approve_group, ApprovalGroups, MAX_GROUP, MAX_WRITERS};
 pub use read_model::{
     alert_tenant, current_state, detail, state_of, AlertDetail, AttemptRecord, RevisionSummary,

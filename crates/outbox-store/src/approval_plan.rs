@@ -1,6 +1,6 @@
 //! How a large bulk approval is cut into transactions, and how two of them run at once.
 //!
-//! A bulk approval statement ([`crate::monitors::approve_batch`]) spends its time in two
+//! A bulk approval statement ([`crate::alerts::approve_batch`]) spends its time in two
 //! places: the client building its arrays, and one server backend on one core inserting
 //! the rows. Run one after another, each side idles while the other works. With two
 //! transactions in flight, the client prepares one while the server inserts the other,
@@ -24,7 +24,7 @@
 //! (each is whole), the rest are not attempted, and approving the same alerts again
 //! creates only the missing identities.
 
-use crate::monitors::MonitorAlert;
+use crate::alerts::MonitorAlert;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

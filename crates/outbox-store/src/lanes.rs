@@ -2,9 +2,10 @@
 //! (and what switching them releases), the lanes held up by their head, and the count of
 //! blocked lanes per destination that `/metrics` shows.
 //!
-//! How lanes are kept (joined at approval, released at settling) is in the migration
-//! 20261207000001 and in `lifecycle`; this module only reads them, and dissolves them when
-//! a destination stops ordering.
+//! How lanes are kept (joined at approval, released at settling) is in the migrations
+//! 20261207000001 and 20261217000056 and in `lifecycle`; this module only reads them, and
+//! dissolves them when a destination stops ordering. Which lane an alert is in is
+//! [`LANE_KEY`], written here once for every statement.
 
 use chrono::{DateTime, Utc};
 use outbox_core::{AlertState, LiveStatus, OnHeadFailed, Ordering, Outcome};
@@ -15,6 +16,14 @@ use uuid::Uuid;
 use crate::lifecycle::{EVENT_INSERT, LAST_EVIDENCE_LINE, STATE, STATE_JOINS};
 use crate::sql_names::{sql_list, SqlName};
 use crate::StoreError;
+
+/// The key of the lane an alert is in, at a destination that orders per key: the ordering
+/// key its approval gave, else its subject (`alert_lanes.ordering_key` holds it). Over a
+/// row aliased `a` with the columns `ordering_key` and `subject`: an alert's row, or an
+/// approval's row before it is inserted. Every statement that names a lane writes this
+/// fragment (a test holds the store to that), so that the rule cannot differ between the
+/// one that joins a lane and the ones that release, read or lock it.
+pub(crate) const LANE_KEY: &str = "COALESCE(a.ordering_key, a.subject)";
 
 /// A destination's ordering settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +56,7 @@ pub struct OrderingChange {
 /// (`alert_outcomes_attention_idx`), never from the backlog.
 static BLOCKED_HEADS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT a.id, a.destination_id, COALESCE(a.ordering_key, a.subject) AS key, \
+        "SELECT a.id, a.destination_id, {LANE_KEY} AS key, \
                 a.lane_seq, ao.outcome, ao.settled_at \
          FROM alert_outcomes ao JOIN alerts a ON a.id = ao.alert_id \
          WHERE ao.outcome IN ({held_failed}) AND a.lane_seq IS NOT NULL \
@@ -292,7 +301,7 @@ pub async fn stalled(
                  SELECT b.id, b.key, b.lane_seq, true AS blocked, b.settled_at AS since \
                  FROM ({blocked}) b WHERE b.destination_id = $1 \
                  UNION ALL \
-                 SELECT o.alert_id, COALESCE(a.ordering_key, a.subject), a.lane_seq, false, \
+                 SELECT o.alert_id, {LANE_KEY}, a.lane_seq, false, \
                         (SELECT min(da.started_at) FROM delivery_attempts da \
                          WHERE da.alert_id = o.alert_id) \
                  FROM outbox o JOIN alerts a ON a.id = o.alert_id \

@@ -13,8 +13,10 @@
 //!   and revocation), and where alerts go (with signing secrets as stored, their rotation,
 //!   and re-sealing under a new key); an account's tenant grant ([`tenants::Scope`]).
 //! - [`alerts`]: the decider's write path (approve, revise, in one transaction each; the
-//!   API's concurrent approvals written in groups, one transaction per group) and the read
-//!   model of an alert with its attempts and evidence trail.
+//!   API's concurrent approvals written in groups, one transaction per group; the
+//!   monitors' bulk approval) and the read model of an alert with its attempts and
+//!   evidence trail; [`approval_plan`]: a large bulk approval cut into transactions that
+//!   share no identity and no lane, two in flight at once.
 //! - [`lifecycle`]: every transition of an alert, written once: settle, requeue, the
 //!   evidence line, and the operator transitions (replay, resolve) with their refusals;
 //!   the dispatcher's batch completion is built from the same pieces.
@@ -34,9 +36,7 @@
 //! - [`health`]: destination health: dispatchers' tallies of their sends merged per
 //!   destination, and the automatic disable of one failing for longer than its window;
 //!   each destination's last hour of sends and its recent errors.
-//! - [`monitors`]: contracts, watchlists, articles, news cursors, and bulk approval;
-//!   [`approval_plan`]: a large bulk approval cut into transactions that share no
-//!   identity and no lane, two in flight at once.
+//! - [`sources`]: what the monitors read: contracts, watchlists, articles, news cursors.
 //! - [`alert_actions`]: operators' actions on alerts (replay, all-or-nothing replay of
 //!   many, resolve, in a transaction each around the lifecycle's transitions, and which
 //!   of them are open); [`destination_switch`]: destinations turned off and on;
@@ -52,8 +52,8 @@
 //! - [`audit`]: the audit log (operators' evidence lines and the log's own lines, failed
 //!   sign-ins counted per window).
 //! - [`bulk_replays`]: operators' bulk replays, their progress and their worker's lease.
-//! - [`committed`]: alerts as committed, straight from the tables (what the fault suite's
-//!   referee compares with what destinations received).
+//! - [`checker_reads`]: what the checker reads: alerts as committed, straight from the
+//!   tables (what the fault suite's referee compares with what destinations received).
 //! - [`outcome_counts`]: what became of a database's alerts, counted (a demo run's
 //!   progress and report).
 //! - `sql_names`: the typed names written into SQL as literals, for the predicates a
@@ -69,7 +69,7 @@ pub mod alerts;
 pub mod approval_plan;
 pub mod audit;
 pub mod bulk_replays;
-pub mod committed;
+pub mod checker_reads;
 pub mod connect;
 pub mod destination_switch;
 pub mod destinations;
@@ -79,7 +79,6 @@ pub mod evidence_chain;
 pub mod health;
 pub mod lanes;
 pub mod lifecycle;
-pub mod monitors;
 pub mod operator_accounts;
 pub mod outcome_counts;
 pub mod rendered;
@@ -87,6 +86,7 @@ pub mod retention;
 pub mod schema;
 mod server_role;
 pub mod servers;
+pub mod sources;
 mod sql_names;
 pub mod stats;
 pub mod tenants;

@@ -11,6 +11,7 @@ use outbox_core::{
     AlertState, AttemptKind, AttemptOutcome, DestinationKind, LiveStatus, OnHeadFailed, Ordering,
     Outcome,
 };
+use std::sync::LazyLock;
 
 /// A typed name that can be written into SQL as a quoted literal.
 pub(crate) trait SqlName: Copy {
@@ -44,6 +45,32 @@ sql_names!(
     Ordering,
     OnHeadFailed
 );
+
+/// A piece of SQL text that writes typed names into it, built once on first use: written
+/// into a statement as a `&str` constant is (`format!("... {STATE_JOINS} ...")`), since
+/// a constant cannot call [`SqlName::sql`].
+pub(crate) struct SqlText(LazyLock<String>);
+
+impl SqlText {
+    /// The text `build` returns, built on first use.
+    pub(crate) const fn new(build: fn() -> String) -> Self {
+        SqlText(LazyLock::new(build))
+    }
+}
+
+impl std::ops::Deref for SqlText {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for SqlText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
+}
 
 /// Several names as the inside of a SQL `IN (...)` list: `'pending', 'uncertain'`.
 pub(crate) fn sql_list<T: SqlName>(names: &[T]) -> String {

@@ -115,7 +115,7 @@ async fn offer_stream(
         let alerts: Vec<_> = (next..next + count).map(|i| workload.alert(i)).collect();
         next += count;
         ids.extend(
-            outbox_store::monitors::approve_batch(
+            outbox_store::alerts::approve_batch(
                 &mut *workload.pool.acquire().await?,
                 workload.tenant_id,
                 &alerts,

@@ -3,7 +3,7 @@
 //! drain phase takes (approve a backlog, drain it, check it).
 
 use outbox_dispatcher::Transport;
-use outbox_store::monitors::MonitorAlert;
+use outbox_store::alerts::MonitorAlert;
 use outbox_store::PgPool;
 use std::time::Duration;
 

@@ -122,9 +122,9 @@ pub(super) async fn feed_monitors(
         outbox_decider::contracts::Format::Csv,
     )
     .await?;
-    outbox_store::monitors::add_watchlist_entry(
+    outbox_store::sources::add_watchlist_entry(
         pool,
-        &outbox_store::monitors::NewWatchlistEntry {
+        &outbox_store::sources::NewWatchlistEntry {
             tenant_id: tenant,
             name: "northwind".to_owned(),
             query: "\"northwind hosting\" outage -rumour".to_owned(),

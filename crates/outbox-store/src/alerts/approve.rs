@@ -1,5 +1,6 @@
-//! Approving an alert: an identity's first revision, its outbox row and its first evidence
-//! line written in one statement, and what the approval came to.
+//! Approving alerts: an identity's first revision, its outbox row and its first evidence
+//! line written in one statement, for one approval or many at once (a single approval is
+//! a group of one), and what each approval came to.
 
 use chrono::{DateTime, Utc};
 use outbox_core::trace_context::TraceContext;
@@ -9,8 +10,9 @@ use sqlx::{PgConnection, PgPool};
 use std::sync::LazyLock;
 use uuid::Uuid;
 
+use super::insert::{approval_statement, trace_id_of, ApprovalLine};
 use super::read_model::{AlertDetail, RevisionSummary};
-use crate::lifecycle::{EvidenceLine, ENQUEUE, EVENT_INSERT, STATE, STATE_JOINS};
+use crate::lifecycle::{EvidenceLine, EVENT_INSERT, STATE, STATE_JOINS};
 use crate::sql_names::SqlName;
 use crate::StoreError;
 
@@ -130,9 +132,9 @@ pub async fn approve(pool: &PgPool, approval: Approval<'_>) -> Result<ApproveOut
     })
 }
 
-/// The row [`APPROVE`] answers with (and a group's statement, once per approval).
+/// The row [`APPROVE`] answers with for each approval, in the order given.
 #[derive(Debug, sqlx::FromRow)]
-pub(super) struct ApprovalRow {
+struct ApprovalRow {
     /// `None`: the tenant has no destination of that name.
     destination_id: Option<Uuid>,
     tenant: Option<String>,
@@ -153,82 +155,70 @@ pub(super) struct ApprovalRow {
     same_payload: Option<Vec<bool>>,
 }
 
-/// The write path in one statement. The payload is parsed and rendered once (`given`; the
-/// `OFFSET 0` fences keep the planner from copying the conversions into each use); the destination
-/// is resolved within the tenant; the INSERT's `ON CONFLICT DO NOTHING` on the identity is
-/// what makes concurrent approvals produce one alert (it waits for a concurrent inserter of
-/// the same identity to commit or roll back). Only when it inserted do the outbox row, the
-/// evidence line and the optional wake-up follow. When it did not, `earlier` reads the
-/// identity's revisions to tell "same alert" from "conflict"; a revision committed by a
-/// concurrent approval after this statement's snapshot is not among them, and the caller
-/// then asks again in a fresh snapshot.
+/// The approval statement ([`approval_statement`]) for any number of approvals, given as
+/// arrays and numbered in the order given (`n`); a single approval is one. Each payload is
+/// parsed and rendered once (the `jsonb[]` cast, then `rendered`, whose `OFFSET 0` fence
+/// keeps the planner from copying the conversion into each use), each destination
+/// resolved within its approval's tenant. The answer, per approval: the alert as written
+/// (its outbox row's due time and its evidence line), or, when nothing was inserted,
+/// `earlier`: the identity's revisions, to tell "same alert" from "conflict". A revision
+/// committed by a concurrent approval after this statement's snapshot (or by this
+/// statement, for an identity given twice) is not among them, and the caller then asks
+/// again in a fresh snapshot. `woken` notifies the dispatchers when any approval asks for
+/// it and an alert was created (delivered on commit).
 static APPROVE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH given AS ( \
-        SELECT t AS text, sha256(convert_to(t, 'UTF8')) AS sha256 \
-        FROM (SELECT p::text AS t FROM (SELECT $1::jsonb AS p OFFSET 0) parsed OFFSET 0) \
-             AS rendered \
-    ), dest AS ( \
-        SELECT id, ordering FROM destinations WHERE tenant_id = $3 AND name = $4 \
-    ), lane AS ( \
-        SELECT j.seq, j.waits_behind FROM dest d, \
-            LATERAL outbox_lane_join_new($3, $5, $6, d.id, COALESCE($12, $5), $2) j \
-        WHERE d.ordering = {per_key} \
-    ), inserted AS ( \
-        INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
-                            payload, payload_sha256, created_by, traceparent, tracestate, \
-                            ordering_key, lane_seq) \
-        SELECT $2, $3, $5, $6, d.id, 0, g.text, g.sha256, $7, $10, $11, $12, \
-               (SELECT seq FROM lane) \
-        FROM dest d, given g \
-        ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
-        RETURNING id, destination_id, created_at, {trace_id} AS trace_id, \
-                  evidence_genesis(alerts) AS genesis \
-    ), approved AS ( \
-        SELECT id, destination_id, NULL::uuid AS after_alert, \
-               (SELECT waits_behind FROM lane) AS lane_after, $7::text AS actor, \
-               format('alert approved for destination `%s`; queued for delivery', $4::text) \
-                   || {trace_note} AS line, genesis \
-        FROM inserted \
-    ), {enqueue}, woken AS ( \
-        SELECT pg_notify($9, '') FROM inserted WHERE $8 \
-    ), earlier AS ( \
-        SELECT a.id, a.revision, a.payload_sha256 = g.sha256 AS same_payload \
-        FROM alerts a, dest d, given g \
-        WHERE a.tenant_id = $3 AND a.subject = $5 AND a.occurrence = $6 \
-          AND a.destination_id = d.id AND NOT EXISTS (SELECT 1 FROM inserted) \
-    ) \
-    SELECT (SELECT id FROM dest) AS destination_id, \
-           (SELECT name FROM tenants WHERE id = $3) AS tenant, \
-           i.id, g.text AS payload, encode(g.sha256, 'hex') AS payload_sha256, i.created_at, \
-           i.trace_id, \
-           q.next_attempt_at, e.at AS evidence_at, e.line AS evidence_line, \
-           (SELECT array_agg(id ORDER BY revision) FROM earlier) AS revisions, \
-           (SELECT array_agg(same_payload ORDER BY revision) FROM earlier) AS same_payload, \
-           (SELECT count(*) FROM woken) AS woken \
-    FROM given g \
-    LEFT JOIN inserted i ON true \
-    LEFT JOIN queued q ON true \
-    LEFT JOIN explained e ON true",
-        enqueue = *ENQUEUE,
-        trace_note = trace_note("$10"),
-        trace_id = trace_id_of("traceparent"),
-        per_key = Ordering::PerKey.sql(),
+    approval_statement(
+        &format!(
+            "input AS ( \
+                 SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], \
+                                      $5::text[], $6::jsonb[], $7::text[], $8::text[], \
+                                      $9::text[], $10::text[]) \
+                     WITH ORDINALITY \
+                     AS i(id, tenant_id, destination, subject, occurrence, payload, actor, \
+                          traceparent, tracestate, ordering_key, n) \
+             ), rendered AS ( \
+                 SELECT i.*, i.payload::text AS text FROM input i OFFSET 0 \
+             ), given AS ( \
+                 SELECT r.n, r.id, r.tenant_id, d.id AS destination_id, \
+                        d.ordering = {per_key} AS in_lane, r.subject, r.occurrence, r.text, \
+                        sha256(convert_to(r.text, 'UTF8')) AS sha256, r.actor, \
+                        r.traceparent, r.tracestate, r.ordering_key \
+                 FROM rendered r \
+                 LEFT JOIN destinations d ON d.tenant_id = r.tenant_id AND d.name = r.destination \
+             )",
+            per_key = Ordering::PerKey.sql(),
+        ),
+        ApprovalLine::Plain,
+        &format!(
+            ", woken AS ( \
+                 SELECT pg_notify($12, '') WHERE $11 AND EXISTS (SELECT 1 FROM inserted) \
+             ), earlier AS ( \
+                 SELECT g.n, array_agg(a.id ORDER BY a.revision) AS revisions, \
+                        array_agg(a.payload_sha256 = g.sha256 ORDER BY a.revision) \
+                            AS same_payload \
+                 FROM given g \
+                 JOIN alerts a ON a.tenant_id = g.tenant_id AND a.subject = g.subject \
+                              AND a.occurrence = g.occurrence \
+                              AND a.destination_id = g.destination_id \
+                 WHERE g.id NOT IN (SELECT id FROM inserted) \
+                 GROUP BY g.n \
+             ) \
+             SELECT g.destination_id, t.name AS tenant, i.id, g.text AS payload, \
+                    encode(g.sha256, 'hex') AS payload_sha256, i.created_at, \
+                    {trace_id} AS trace_id, q.next_attempt_at, e.at AS evidence_at, \
+                    e.line AS evidence_line, r.revisions, r.same_payload, \
+                    (SELECT count(*) FROM woken) AS woken \
+             FROM given g \
+             LEFT JOIN tenants t ON t.id = g.tenant_id \
+             LEFT JOIN inserted i ON i.id = g.id \
+             LEFT JOIN queued q ON q.alert_id = g.id \
+             LEFT JOIN explained e ON e.alert_id = g.id \
+             LEFT JOIN earlier r ON r.n = g.n \
+             ORDER BY g.n",
+            trace_id = trace_id_of("i.traceparent"),
+        ),
     )
 });
-
-/// SQL for the trace id of a stored `traceparent` (the SQL expression `traceparent`):
-/// characters 4 to 35 of its version-00 form, which the column's CHECK holds it to.
-pub(crate) fn trace_id_of(traceparent: &str) -> String {
-    format!("substr({traceparent}::text, 4, 32)")
-}
-
-/// SQL for the end of an approval's evidence line naming its trace (`; trace <id>`), or
-/// nothing when the approval has no trace context (`traceparent`: the SQL expression of
-/// the `traceparent` stored).
-pub(crate) fn trace_note(traceparent: &str) -> String {
-    format!("coalesce('; trace ' || {}, '')", trace_id_of(traceparent))
-}
 
 /// Approves an alert whose payload has been checked, in one statement (one round trip):
 /// alert row, pending outbox row and evidence line, and the answer the API gives (the new
@@ -241,44 +231,79 @@ pub async fn approve_checked(
     approve_on(&mut conn, approval).await
 }
 
-/// [`approve_checked`] on `conn`. In autocommit the statement is its own transaction;
-/// inside the caller's, the approval and its wake-up commit or roll back with it.
+/// [`approve_checked`] on `conn`: [`approve_many_on`] of one. In autocommit the statement
+/// is its own transaction; inside the caller's, the approval and its wake-up commit or
+/// roll back with it.
 pub async fn approve_on(
     conn: &mut PgConnection,
     approval: CheckedApproval<'_>,
 ) -> Result<Approved, StoreError> {
-    let row = sqlx::query_as::<_, ApprovalRow>(&APPROVE)
-        .bind(approval.payload.as_str())
-        .bind(Uuid::now_v7())
-        .bind(approval.tenant_id)
-        .bind(approval.destination)
-        .bind(approval.subject)
-        .bind(approval.occurrence)
-        .bind(approval.actor)
-        .bind(approval.notify_dispatchers)
-        .bind(crate::wake_ups::WAKE_UP_CHANNEL)
-        .bind(approval.trace.map(|t| t.parent.to_string()))
+    approve_many_on(conn, std::slice::from_ref(&approval))
+        .await?
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| Err(StoreError::Inconsistent("an approval had no answer".into())))
+}
+
+/// Approves `approvals` in one statement on `conn` ([`APPROVE`]; in autocommit, one
+/// transaction), each answered as it would be answered alone, in the order given. An
+/// error of the statement is the whole statement's: nothing of it was written.
+pub(super) async fn approve_many_on(
+    conn: &mut PgConnection,
+    approvals: &[CheckedApproval<'_>],
+) -> Result<Vec<Result<Approved, StoreError>>, StoreError> {
+    let text = |field: for<'x> fn(&'x CheckedApproval<'x>) -> &'x str| -> Vec<&str> {
+        approvals.iter().map(field).collect()
+    };
+    let traces: Vec<Option<&TraceContext>> = approvals.iter().map(|a| a.trace).collect();
+    let rows = sqlx::query_as::<_, ApprovalRow>(&APPROVE)
+        .bind(approvals.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
+        .bind(approvals.iter().map(|a| a.tenant_id).collect::<Vec<_>>())
+        .bind(text(|a| a.destination))
+        .bind(text(|a| a.subject))
+        .bind(text(|a| a.occurrence))
+        .bind(text(|a| a.payload.as_str()))
+        .bind(text(|a| a.actor))
         .bind(
-            approval
-                .trace
-                .and_then(|t| t.state.as_ref())
-                .map(|s| s.as_str()),
+            traces
+                .iter()
+                .map(|t| t.map(|t| t.parent.to_string()))
+                .collect::<Vec<_>>(),
         )
-        .bind(approval.ordering_key)
-        .fetch_one(&mut *conn)
+        .bind(
+            traces
+                .iter()
+                .map(|t| t.and_then(|t| t.state.as_ref()).map(|s| s.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(approvals.iter().map(|a| a.ordering_key).collect::<Vec<_>>())
+        .bind(approvals.iter().any(|a| a.notify_dispatchers))
+        .bind(crate::wake_ups::WAKE_UP_CHANNEL)
+        .fetch_all(&mut *conn)
         .await
         .map_err(StoreError::from_payload_error)?;
-    // The crash tests stop the process here: the approval is written (and, in autocommit,
-    // committed), and its caller has no answer yet.
+    // The crash tests stop the process here: the approvals are written (and, in
+    // autocommit, committed), and their callers have no answer yet.
     fail::fail_point!("approve-after-write");
-    answer_of(conn, &approval, row).await
+    if rows.len() != approvals.len() {
+        return Err(StoreError::Inconsistent(format!(
+            "{} approvals were answered with {} rows",
+            approvals.len(),
+            rows.len()
+        )));
+    }
+    let mut answers = Vec::with_capacity(approvals.len());
+    for (approval, row) in approvals.iter().zip(rows) {
+        answers.push(answer_of(conn, approval, row).await);
+    }
+    Ok(answers)
 }
 
 /// What the row an approval's statement answered with ([`APPROVE`], or one row of a
 /// group's) means for `approval`: the alert created, or the identity's existing revision
 /// or conflict, asked again in a fresh snapshot on `conn` when the statement's did not
 /// hold it yet.
-pub(super) async fn answer_of(
+async fn answer_of(
     conn: &mut PgConnection,
     approval: &CheckedApproval<'_>,
     row: ApprovalRow,

@@ -10,29 +10,26 @@
 //! writes the same three rows for about 60.
 //!
 //! Nothing waits for a group to fill: an approval that finds a writer free is written at
-//! once, alone, by the single-approval statement, so an idle system answers as fast as
-//! before; only approvals that arrive while every writer is busy are grouped.
+//! once, alone (a group of one), so an idle system answers as fast as before; only
+//! approvals that arrive while every writer is busy are grouped.
 //!
-//! What a grouped approval is written as is exactly what it would be alone: the same
-//! alert, outbox row and evidence line (the queueing fragment [`ENQUEUE`] is shared), the
-//! same answer. Three kinds are answered by the single-approval statement after the
-//! group's commit instead: an approval for a destination that orders per key (a lane's
-//! positions are taken one identity at a time, under the lane's lock), an identity the
-//! group's snapshot could not answer for (approved twice within the group, or committed
-//! by another writer while the group waited for it), and, when the group's statement
-//! fails, every approval of the group, so that one bad approval costs the others nothing;
-//! unless the database is unavailable, when each is answered with that.
+//! What a grouped approval is written as is exactly what it would be alone: a single
+//! approval is a group of one, so both are written by the one approval statement
+//! ([`approve_many_on`]), with the same alert, outbox row, evidence line, place in its
+//! lane and answer. An identity the group's snapshot could not answer for (approved twice
+//! within the group, or committed by another writer while the group waited for it) is
+//! asked again in a fresh snapshot after the group's commit; when the group's statement
+//! fails, every approval of the group is written again alone, so that one bad approval
+//! costs the others nothing, unless the database is unavailable, when each is answered
+//! with that.
 
 use outbox_core::trace_context::TraceContext;
-use outbox_core::{CheckedPayloadBuf, Ordering};
+use outbox_core::CheckedPayloadBuf;
 use sqlx::PgPool;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
-use super::approve::{answer_of, approve_checked, approve_on, trace_id_of, trace_note};
-use super::approve::{ApprovalRow, Approved, CheckedApproval};
-use crate::lifecycle::ENQUEUE;
-use crate::sql_names::SqlName;
+use super::approve::{approve_checked, approve_many_on, Approved, CheckedApproval};
 use crate::StoreError;
 
 /// Most approvals written in one group. The statement's cost grows with its rows while
@@ -192,7 +189,8 @@ impl ApprovalGroups {
         }
     }
 
-    /// Writes `approvals`: one alone by the single-approval statement, more as a group.
+    /// Writes `approvals`: one alone (answered with its own error, if any), more as a
+    /// group.
     async fn write(&self, approvals: &[HeldApproval]) -> Vec<Result<Approved, StoreError>> {
         if let [approval] = approvals {
             return vec![approve_checked(&self.pool, approval.as_checked()).await];
@@ -254,144 +252,14 @@ impl Drop for Writer {
     }
 }
 
-/// The row [`APPROVE_GROUP`] answers with for each approval, in the order given.
-#[derive(Debug, sqlx::FromRow)]
-struct GroupRow {
-    /// The approval's destination orders per key: the group wrote nothing for it.
-    in_lane: Option<bool>,
-    #[sqlx(flatten)]
-    row: ApprovalRow,
-}
-
-/// Many approvals in one statement: the single-approval statement ([`super::approve`]'s
-/// `APPROVE`) over arrays, with the approvals numbered in the order given (`n`).
-///
-/// Locking: alerts are inserted in identity order (tenant, then subject, occurrence and
-/// destination in byte order; of an identity given twice, the first given is the one
-/// inserted), the order of the monitors' bulk approval too, so two
-/// groups, or a group and a monitor's batch, that approve overlapping identities wait for
-/// each other instead of deadlocking; a single approval inserts one identity and holds no
-/// other. Destinations that order per key are left out (see the module's notes).
-static APPROVE_GROUP: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH input AS ( \
-             SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], \
-                                  $6::jsonb[], $7::text[], $8::text[], $9::text[], $10::text[]) \
-                 WITH ORDINALITY \
-                 AS i(id, tenant_id, destination, subject, occurrence, payload, actor, \
-                      traceparent, tracestate, ordering_key, n) \
-         ), given AS ( \
-             SELECT r.*, sha256(convert_to(r.text, 'UTF8')) AS sha256 \
-             FROM (SELECT i.*, i.payload::text AS text FROM input i OFFSET 0) r \
-         ), dest AS ( \
-             SELECT g.n, d.id, d.ordering = {per_key} AS in_lane \
-             FROM given g JOIN destinations d ON d.tenant_id = g.tenant_id AND d.name = g.destination \
-         ), inserted AS ( \
-             INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
-                                 payload, payload_sha256, created_by, traceparent, tracestate, \
-                                 ordering_key) \
-             SELECT g.id, g.tenant_id, g.subject, g.occurrence, d.id, 0, g.text, g.sha256, \
-                    g.actor, g.traceparent, g.tracestate, g.ordering_key \
-             FROM given g JOIN dest d ON d.n = g.n \
-             WHERE NOT d.in_lane \
-             ORDER BY g.tenant_id, g.subject COLLATE \"C\", g.occurrence COLLATE \"C\", d.id, g.n \
-             ON CONFLICT ON CONSTRAINT alerts_identity_key DO NOTHING \
-             RETURNING id, destination_id, created_at, traceparent, {trace_id} AS trace_id, \
-                       evidence_genesis(alerts) AS genesis \
-         ), approved AS ( \
-             SELECT n.id, n.destination_id, NULL::uuid AS after_alert, NULL::uuid AS lane_after, \
-                    g.actor, \
-                    format('alert approved for destination `%s`; queued for delivery', \
-                           g.destination) || {trace_note} AS line, \
-                    n.genesis \
-             FROM inserted n JOIN given g ON g.id = n.id \
-         ), {enqueue}, woken AS ( \
-             SELECT pg_notify($12, '') WHERE $11 AND EXISTS (SELECT 1 FROM inserted) \
-         ), earlier AS ( \
-             SELECT g.n, array_agg(a.id ORDER BY a.revision) AS revisions, \
-                    array_agg(a.payload_sha256 = g.sha256 ORDER BY a.revision) AS same_payload \
-             FROM given g JOIN dest d ON d.n = g.n \
-             JOIN alerts a ON a.tenant_id = g.tenant_id AND a.subject = g.subject \
-                          AND a.occurrence = g.occurrence AND a.destination_id = d.id \
-             WHERE NOT d.in_lane AND g.id NOT IN (SELECT id FROM inserted) \
-             GROUP BY g.n \
-         ) \
-         SELECT d.id AS destination_id, d.in_lane, t.name AS tenant, \
-                i.id, g.text AS payload, encode(g.sha256, 'hex') AS payload_sha256, \
-                i.created_at, i.trace_id, q.next_attempt_at, e.at AS evidence_at, \
-                e.line AS evidence_line, r.revisions, r.same_payload, \
-                (SELECT count(*) FROM woken) AS woken \
-         FROM given g \
-         LEFT JOIN dest d ON d.n = g.n \
-         LEFT JOIN tenants t ON t.id = g.tenant_id \
-         LEFT JOIN inserted i ON i.id = g.id \
-         LEFT JOIN queued q ON q.alert_id = g.id \
-         LEFT JOIN explained e ON e.alert_id = g.id \
-         LEFT JOIN earlier r ON r.n = g.n \
-         ORDER BY g.n",
-        enqueue = *ENQUEUE,
-        trace_note = trace_note("n.traceparent"),
-        trace_id = trace_id_of("traceparent"),
-        per_key = Ordering::PerKey.sql(),
-    )
-});
-
 /// Approves `approvals` in one statement (autocommit: one transaction), each answered as
-/// [`approve_checked`] would answer it alone, in the order given. The approvals the
-/// statement leaves to the single-approval statement (see the module's notes) are written
-/// by it afterwards, on the same connection. An error of the statement is the whole
+/// [`approve_checked`] would answer it alone, in the order given: the single approval's
+/// statement over all of them ([`approve_many_on`]). An error of the statement is the whole
 /// group's: nothing of it was written.
 pub async fn approve_group(
     pool: &PgPool,
     approvals: &[CheckedApproval<'_>],
 ) -> Result<Vec<Result<Approved, StoreError>>, StoreError> {
-    let text = |field: for<'x> fn(&'x CheckedApproval<'x>) -> &'x str| -> Vec<&str> {
-        approvals.iter().map(field).collect()
-    };
-    let traces: Vec<Option<&TraceContext>> = approvals.iter().map(|a| a.trace).collect();
     let mut conn = pool.acquire().await?;
-    let rows = sqlx::query_as::<_, GroupRow>(&APPROVE_GROUP)
-        .bind(approvals.iter().map(|_| Uuid::now_v7()).collect::<Vec<_>>())
-        .bind(approvals.iter().map(|a| a.tenant_id).collect::<Vec<_>>())
-        .bind(text(|a| a.destination))
-        .bind(text(|a| a.subject))
-        .bind(text(|a| a.occurrence))
-        .bind(text(|a| a.payload.as_str()))
-        .bind(text(|a| a.actor))
-        .bind(
-            traces
-                .iter()
-                .map(|t| t.map(|t| t.parent.to_string()))
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            traces
-                .iter()
-                .map(|t| t.and_then(|t| t.state.as_ref()).map(|s| s.as_str()))
-                .collect::<Vec<_>>(),
-        )
-        .bind(approvals.iter().map(|a| a.ordering_key).collect::<Vec<_>>())
-        .bind(approvals.iter().any(|a| a.notify_dispatchers))
-        .bind(crate::wake_ups::WAKE_UP_CHANNEL)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(StoreError::from_payload_error)?;
-    // As after a single approval: the group is committed and nobody has an answer yet.
-    fail::fail_point!("approve-after-write");
-    if rows.len() != approvals.len() {
-        return Err(StoreError::Inconsistent(format!(
-            "a group of {} approvals was answered with {} rows",
-            approvals.len(),
-            rows.len()
-        )));
-    }
-    let mut answers = Vec::with_capacity(approvals.len());
-    for (approval, group_row) in approvals.iter().zip(rows) {
-        answers.push(if group_row.in_lane == Some(true) {
-            approve_on(&mut conn, *approval).await
-        } else {
-            answer_of(&mut conn, approval, group_row.row).await
-        });
-    }
-    Ok(answers)
+    approve_many_on(&mut conn, approvals).await
 }

@@ -8,7 +8,9 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::approve::FINGERPRINT_OF_PARAM;
+use super::insert::ALERT_INSERT;
 use super::read_model::current_state;
+use crate::lanes::LANE_KEY;
 use crate::lifecycle::{append_event, Event, ENQUEUE};
 use crate::sql_names::SqlName;
 use crate::StoreError;
@@ -154,7 +156,7 @@ async fn lock_revised(
     sqlx::query_as::<_, RevisedAlert>(&format!(
         "SELECT a.tenant_id, a.subject, a.occurrence, a.destination_id, a.revision, \
                 a.payload_sha256 = {FINGERPRINT_OF_PARAM} AS same_payload, a.ordering_key, \
-                CASE WHEN d.ordering = {per_key} THEN COALESCE(a.ordering_key, a.subject) END \
+                CASE WHEN d.ordering = {per_key} THEN {LANE_KEY} END \
                     AS lane_key \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \
          WHERE a.id = $2 AND ($3::uuid IS NULL OR a.tenant_id = $3) \
@@ -212,7 +214,10 @@ struct LanePlace {
 
 /// Joins revision `id` to the revised alert's lane, when the destination orders per key:
 /// a correction goes behind everything approved in its lane before it, which includes
-/// what it corrects (the revision rule and the lane rule agree). Nothing otherwise.
+/// what it corrects (the revision rule and the lane rule agree). Nothing otherwise. The
+/// place is taken as every approval takes one (`outbox_lanes_join`), without the
+/// approvals' identity check: a revision's identity exists by definition, and its
+/// revisers are serialised by the revised alert's row lock.
 async fn join_lane(
     tx: &mut PgConnection,
     target: &RevisedAlert,
@@ -221,16 +226,15 @@ async fn join_lane(
     let Some(key) = &target.lane_key else {
         return Ok(LanePlace::default());
     };
-    Ok(
-        sqlx::query_as::<_, LanePlace>(
-            "SELECT seq, waits_behind FROM outbox_lane_join($1, $2, $3)",
-        )
-        .bind(target.destination_id)
-        .bind(key)
-        .bind(id)
-        .fetch_one(tx)
-        .await?,
+    Ok(sqlx::query_as::<_, LanePlace>(
+        "SELECT seq, waits_behind \
+             FROM outbox_lanes_join(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::uuid])",
     )
+    .bind(target.destination_id)
+    .bind(key)
+    .bind(id)
+    .fetch_one(tx)
+    .await?)
 }
 
 /// Inserts the new revision's alert row, `id`, in the target's identity, with its
@@ -244,9 +248,7 @@ async fn insert_revision(
     lane_seq: Option<i64>,
 ) -> Result<(), StoreError> {
     sqlx::query(&format!(
-        "INSERT INTO alerts (id, tenant_id, subject, occurrence, destination_id, revision, \
-                             payload, payload_sha256, reason, created_by, traceparent, \
-                             tracestate, ordering_key, lane_seq) \
+        "{ALERT_INSERT} \
          VALUES ($2, $3, $4, $5, $6, $7, $1::jsonb::text, {FINGERPRINT_OF_PARAM}, $8, $9, $10, $11, \
                  $12, $13)"
     ))

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use outbox_core::{AttemptKind, DestinationKind, LiveStatus, OnHeadFailed, OnUncertain, Ordering};
 
+use crate::lanes::LANE_KEY;
 use crate::lifecycle::EVENT_INSERT;
 use crate::sql_names::{sql_list, SqlName};
 use crate::StoreError;
@@ -277,7 +278,7 @@ static CLAIMED_ROWS: LazyLock<String> = LazyLock::new(|| {
                     a.tenant_id, a.traceparent, a.tracestate, c.chain_head, a.payload_sha256, \
                     a.destination_id, \
                     CASE WHEN a.lane_seq IS NOT NULL AND d.ordering = {per_key} \
-                        THEN COALESCE(a.ordering_key, a.subject) END AS lane_key \
+                        THEN {LANE_KEY} END AS lane_key \
              FROM claimed c \
              JOIN alerts a ON a.id = c.alert_id \
              JOIN destinations d ON d.id = a.destination_id",

@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 use uuid::Uuid;
 
 use super::evidence::{EVENT_INSERT, LINKED_ATTEMPT_INSERT, LINKED_EVENT_INSERT};
+use crate::lanes::LANE_KEY;
 use crate::sql_names::SqlName;
 use crate::StoreError;
 
@@ -136,7 +137,7 @@ static LANE_RELEASE: LazyLock<String> = LazyLock::new(|| {
 /// that orders per key: no row otherwise.
 pub(crate) static LANE_OF: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT a.destination_id, COALESCE(a.ordering_key, a.subject) AS key \
+        "SELECT a.destination_id, {LANE_KEY} AS key \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \
          WHERE a.id = $1 AND a.lane_seq IS NOT NULL AND d.ordering = {per_key}",
         per_key = Ordering::PerKey.sql(),

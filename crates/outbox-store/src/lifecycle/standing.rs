@@ -5,7 +5,8 @@ use outbox_core::{AlertState, AttemptKind, LiveStatus, Ordering, Outcome};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::sql_names::SqlName;
+use crate::lanes::LANE_KEY;
+use crate::sql_names::{SqlName, SqlText};
 use crate::StoreError;
 
 /// How every reader finds an alert's state, joined to an alert aliased `a`: its live
@@ -26,15 +27,20 @@ use crate::StoreError;
 /// looked up only for an alert with neither row (a one-time filter on the lateral
 /// subquery), by the attempts' primary key `(alert_id, id)`, newest first; its `LIMIT`
 /// keeps the planner from filtering before it picks the newest.
-pub(crate) const STATE_JOINS: &str = "LEFT JOIN outbox o ON o.alert_id = a.id \
-     LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id \
-     LEFT JOIN LATERAL (SELECT newest.* FROM ( \
-         SELECT fa.to_state, fa.destination_reference, fa.finished_at \
-         FROM delivery_attempts fa \
-         WHERE o.alert_id IS NULL AND ao.alert_id IS NULL \
-           AND fa.alert_id = a.id AND fa.to_state IS NOT NULL \
-         ORDER BY fa.id DESC LIMIT 1) newest \
-         WHERE newest.to_state = 'accepted') aa ON true";
+pub(crate) static STATE_JOINS: SqlText = SqlText::new(|| {
+    format!(
+        "LEFT JOIN outbox o ON o.alert_id = a.id \
+         LEFT JOIN alert_outcomes ao ON ao.alert_id = a.id \
+         LEFT JOIN LATERAL (SELECT newest.* FROM ( \
+             SELECT fa.to_state, fa.destination_reference, fa.finished_at \
+             FROM delivery_attempts fa \
+             WHERE o.alert_id IS NULL AND ao.alert_id IS NULL \
+               AND fa.alert_id = a.id AND fa.to_state IS NOT NULL \
+             ORDER BY fa.id DESC LIMIT 1) newest \
+             WHERE newest.to_state = {accepted}) aa ON true",
+        accepted = AlertState::Accepted.sql(),
+    )
+});
 
 /// Where an alert came to rest, over [`STATE_JOINS`]: its outcome row's outcome, else
 /// `accepted` from the attempt that accepted it; NULL while it is live (and for an alert
@@ -155,12 +161,15 @@ pub async fn standing(
 
 /// Whether alert `a` holds up its ordered lane: it is in a lane and not released, which
 /// shows as a row waiting behind it or as the lane's tail naming it.
-pub(crate) const BLOCKS_LANE: &str = "(a.lane_seq IS NOT NULL AND ( \
-         EXISTS (SELECT 1 FROM outbox w WHERE w.lane_after = a.id) \
-         OR EXISTS (SELECT 1 FROM alert_lanes l \
-                    WHERE l.destination_id = a.destination_id \
-                      AND l.ordering_key = COALESCE(a.ordering_key, a.subject) \
-                      AND l.tail_alert = a.id)))";
+pub(crate) static BLOCKS_LANE: SqlText = SqlText::new(|| {
+    format!(
+        "(a.lane_seq IS NOT NULL AND ( \
+             EXISTS (SELECT 1 FROM outbox w WHERE w.lane_after = a.id) \
+             OR EXISTS (SELECT 1 FROM alert_lanes l \
+                        WHERE l.destination_id = a.destination_id \
+                          AND l.ordering_key = {LANE_KEY} AND l.tail_alert = a.id)))"
+    )
+});
 
 /// Parses a nullable column's text into its type.
 pub(crate) fn parse_optional<T>(text: Option<String>) -> Result<Option<T>, StoreError>

@@ -190,7 +190,7 @@ async fn an_alert_for_another_tenants_destination_is_refused() {
     let other = crate::tenants::create(&db.pool, "globex", "UTC", None)
         .await
         .unwrap();
-    let alert = |destination_id: Uuid, subject: &str| crate::monitors::MonitorAlert {
+    let alert = |destination_id: Uuid, subject: &str| crate::alerts::MonitorAlert {
         destination_id,
         subject: subject.to_owned(),
         occurrence: "2027-01-31/30d".to_owned(),
@@ -198,7 +198,7 @@ async fn an_alert_for_another_tenants_destination_is_refused() {
     };
     let before = db.count("alerts").await;
     let mut conn = db.pool.acquire().await.unwrap();
-    let refused = crate::monitors::approve_batch(
+    let refused = crate::alerts::approve_batch(
         &mut conn,
         other,
         &[
@@ -670,14 +670,14 @@ async fn a_bulk_approval_joins_each_lane_in_occurrence_order_once() {
     let ops = crate::destinations::id_by_name(&db.pool, tenant, "ops")
         .await
         .unwrap();
-    let alert = |subject: &str, occurrence: &str| crate::monitors::MonitorAlert {
+    let alert = |subject: &str, occurrence: &str| crate::alerts::MonitorAlert {
         destination_id: ops,
         subject: subject.to_owned(),
         occurrence: occurrence.to_owned(),
         payload_json: format!(r#"{{"o": "{occurrence}"}}"#),
     };
     let mut conn = db.pool.acquire().await.unwrap();
-    let first = crate::monitors::approve_batch(
+    let first = crate::alerts::approve_batch(
         &mut conn,
         tenant,
         &[
@@ -692,7 +692,7 @@ async fn a_bulk_approval_joins_each_lane_in_occurrence_order_once() {
     .await
     .unwrap();
     assert_eq!(first.len(), 3, "the identity given twice is approved once");
-    let again = crate::monitors::approve_batch(
+    let again = crate::alerts::approve_batch(
         &mut conn,
         tenant,
         &[alert("customer:1", "o2"), alert("customer:1", "o4")],
@@ -758,8 +758,8 @@ async fn racing_bulk_approvals_leave_whole_lanes() {
     for decider in 0..4_u32 {
         let pool = db.pool.clone();
         // Every decider approves all 3 keys x 20 occurrences, in its own order of chunks.
-        let mut alerts: Vec<crate::monitors::MonitorAlert> = (0..60_u32)
-            .map(|i| crate::monitors::MonitorAlert {
+        let mut alerts: Vec<crate::alerts::MonitorAlert> = (0..60_u32)
+            .map(|i| crate::alerts::MonitorAlert {
                 destination_id: ops,
                 subject: format!("k{}", i % 3),
                 occurrence: format!("o{:02}", i / 3),
@@ -773,7 +773,7 @@ async fn racing_bulk_approvals_leave_whole_lanes() {
             for chunk in alerts.chunks(15) {
                 let mut chunk = chunk.to_vec();
                 chunk.sort_by(|a, b| (&a.subject, &a.occurrence).cmp(&(&b.subject, &b.occurrence)));
-                created += crate::monitors::approve_batch(&mut conn, tenant, &chunk, "t", None)
+                created += crate::alerts::approve_batch(&mut conn, tenant, &chunk, "t", None)
                     .await
                     .unwrap()
                     .len();

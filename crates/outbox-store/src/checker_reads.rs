@@ -7,6 +7,7 @@ use outbox_core::{AlertState, DestinationKind, OnHeadFailed, Ordering};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::lanes::LANE_KEY;
 use crate::lifecycle::{evidence_trail, SETTLED, STATE, STATE_JOINS};
 use crate::sql_names::SqlName;
 use crate::StoreError;
@@ -87,7 +88,7 @@ pub async fn committed_alerts(pool: &PgPool) -> Result<Vec<CommittedAlert>, Stor
                 (SELECT count(*) FROM alert_evidence e WHERE e.alert_id = a.id) AS events, \
                 a.pruned_at IS NOT NULL AS pruned, \
                 CASE WHEN {ordered} THEN a.destination_id END AS lane_destination, \
-                CASE WHEN {ordered} THEN COALESCE(a.ordering_key, a.subject) END AS lane_key, \
+                CASE WHEN {ordered} THEN {LANE_KEY} END AS lane_key, \
                 CASE WHEN {ordered} THEN a.lane_seq END AS lane_seq, \
                 o.lane_after, d.on_head_failed = {skip} AS skips_failed \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \
