@@ -25,6 +25,8 @@
 //! - [`duration`]: human durations (`10s`, `24h`, `30d`) as used on the command line.
 //! - [`recipients`]: which mail addresses an email alert may go to (no quoted local
 //!   parts, no IP address domains, at most [`recipients::MAX_RECIPIENTS`]).
+//! - [`relay`]: an email destination's SMTP relay ([`SmtpRelay`]), host and port, shown as
+//!   `smtp://host:port`.
 //! - [`headers`]: which header may carry the notification id (no framing or hop-by-hop).
 //! - [`trace_context`]: W3C `traceparent` and `tracestate` read strictly (a broken one is
 //!   ignored, as the recommendation says), and the context an alert keeps and its attempts
@@ -44,6 +46,7 @@ pub mod json_limits;
 pub mod password;
 pub mod recipients;
 pub mod redact;
+pub mod relay;
 pub mod renewal;
 pub mod retry;
 pub mod sealing;
@@ -59,6 +62,7 @@ pub use identity::{
 };
 pub use json_limits::{JsonLimitError, MAX_PAYLOAD_DEPTH};
 pub use recipients::RecipientError;
+pub use relay::{BadRelayHost, SmtpRelay};
 pub use state::{
     AlertState, AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, LiveStatus,
     OnHeadFailed, OnUncertain, Ordering, Outcome, UnknownValue,
