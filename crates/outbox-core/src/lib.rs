@@ -4,7 +4,8 @@
 //! - [`state`]: the lifecycle's vocabulary, typed: an alert's state ([`AlertState`]), the
 //!   live queue's status ([`LiveStatus`]), where it comes to rest ([`Outcome`]), attempts
 //!   ([`AttemptKind`], [`AttemptOutcome`]), destinations ([`DestinationKind`],
-//!   [`OnUncertain`], [`Ordering`], [`OnHeadFailed`]) and operators' bulk replays ([`BulkReplayState`]).
+//!   [`OnUncertain`], [`Ordering`], [`OnHeadFailed`], [`SmtpTls`]), console accounts
+//!   ([`OperatorRole`]) and operators' bulk replays ([`BulkReplayState`]).
 //! - [`in_flight`]: a destination's in-flight bound (its crash blast radius): defaults and
 //!   what it means for an operator.
 //! - [`identity`]: what makes two approvals the same alert, and the input limits
@@ -65,7 +66,7 @@ pub use recipients::RecipientError;
 pub use relay::{BadRelayHost, SmtpRelay};
 pub use state::{
     AlertState, AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, LiveStatus,
-    OnHeadFailed, OnUncertain, Ordering, Outcome, UnknownValue,
+    OnHeadFailed, OnUncertain, OperatorRole, Ordering, Outcome, SmtpTls, UnknownValue,
 };
 pub use token::{ApiToken, TokenHash};
 pub mod signing;
