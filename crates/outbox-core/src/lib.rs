@@ -6,6 +6,8 @@
 //!   ([`AttemptKind`], [`AttemptOutcome`]), destinations ([`DestinationKind`],
 //!   [`OnUncertain`], [`Ordering`], [`OnHeadFailed`], [`SmtpTls`]), console accounts
 //!   ([`OperatorRole`]) and operators' bulk replays ([`BulkReplayState`]).
+//! - [`locale`]: the languages alert email is written in ([`Locale`]), as stored and as
+//!   configured.
 //! - [`in_flight`]: a destination's in-flight bound (its crash blast radius): defaults and
 //!   what it means for an operator.
 //! - [`identity`]: what makes two approvals the same alert, and the input limits
@@ -44,6 +46,7 @@ pub mod headers;
 pub mod identity;
 pub mod in_flight;
 pub mod json_limits;
+pub mod locale;
 pub mod password;
 pub mod recipients;
 pub mod redact;
@@ -62,6 +65,7 @@ pub use identity::{
     MAX_IDENTITY_FIELD_BYTES, MAX_ORDERING_KEY_BYTES, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES,
 };
 pub use json_limits::{JsonLimitError, MAX_PAYLOAD_DEPTH};
+pub use locale::{Locale, UnknownLocale};
 pub use recipients::RecipientError;
 pub use relay::{BadRelayHost, SmtpRelay};
 pub use state::{

@@ -4,7 +4,7 @@
 //! destination is and wants done with an uncertain send ([`DestinationKind`],
 //! [`OnUncertain`], [`Ordering`], [`OnHeadFailed`], and an email destination's
 //! [`SmtpTls`]), what a console account may do ([`OperatorRole`]), and where an
-//! operator's bulk replay stands ([`BulkReplayState`]).
+//! operator's bulk replay stands ([`BulkReplayState`]). A locale is [`crate::locale`]'s.
 //!
 //! Every type has one stable text form (`as_str`, `Display`, `FromStr`, `TryFrom<String>`
 //! and, with the `sqlx` feature the store turns on, PostgreSQL's `text`: queries bind the
@@ -71,6 +71,8 @@ macro_rules! stored_as_text {
         }
     };
 }
+
+pub(crate) use stored_as_text;
 
 /// Declares an enum of named values: `ALL`, `as_str`, `Display`, `FromStr`,
 /// `TryFrom<String>` and snake_case serde, from one list of `Variant => "name"` pairs, so

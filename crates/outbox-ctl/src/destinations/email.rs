@@ -102,7 +102,7 @@ fn checked_settings(email: &EmailArgs) -> anyhow::Result<(EmailSettings, Option<
         smtp_password: None,
         mail_from: from,
         mail_to: to,
-        locale: email.locale.map(|locale| locale.code().to_owned()),
+        locale: email.locale.map(|locale| locale.as_str().to_owned()),
         smtp_ca_pem,
     };
     Ok((settings, password))

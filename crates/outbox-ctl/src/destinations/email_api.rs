@@ -44,7 +44,7 @@ pub(super) fn settings(
         body_template_text: (template.name() == "file").then(|| template.source().to_owned()),
         mail_from: from.to_owned(),
         mail_to: to,
-        locale: email.locale.map(|locale| locale.code().to_owned()),
+        locale: email.locale.map(|locale| locale.as_str().to_owned()),
         bearer_token: None,
     })
 }

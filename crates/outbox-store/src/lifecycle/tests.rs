@@ -9,7 +9,7 @@ use crate::dispatch::{self, AttemptRecord, Completion, Next};
 use crate::sql_names::SqlName;
 use outbox_core::{
     AlertState, AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, LiveStatus,
-    OnUncertain, OperatorRole, Outcome, SmtpTls,
+    Locale, OnUncertain, OperatorRole, Outcome, SmtpTls,
 };
 use outbox_testkit::TestDb;
 use std::collections::BTreeSet;
@@ -79,6 +79,8 @@ async fn every_typed_name_is_exactly_what_the_schema_allows() {
         ),
         ("console_bulk_replays", "state", names(BulkReplayState::ALL)),
         ("destinations", "smtp_tls", names(SmtpTls::ALL)),
+        ("destinations", "locale", names(&Locale::ALL)),
+        ("tenants", "locale", names(&Locale::ALL)),
         ("operator_accounts", "role", names(OperatorRole::ALL)),
     ];
     for (table, column, typed) in pairs {
