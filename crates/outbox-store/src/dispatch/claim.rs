@@ -91,8 +91,9 @@ pub struct ClaimedDestination {
     pub name: String,
     /// Webhook or email.
     pub kind: DestinationKind,
-    /// Where to POST, or the SMTP relay (`smtp://host:port`) of an email destination.
-    pub url: String,
+    /// Where to POST; `None` for an email destination (its relay is in
+    /// [`crate::rendered::EmailJob`]).
+    pub url: Option<String>,
     /// The secrets that sign now, as stored (`whsec_...` or sealed `enc:v1:...`): the
     /// current ones, and those a rotation replaced while its overlap runs.
     pub signing_secrets: Vec<String>,
@@ -130,7 +131,7 @@ impl std::fmt::Debug for ClaimedDestination {
             .field("id", &self.id)
             .field("name", &self.name)
             .field("kind", &self.kind)
-            .field("url", &outbox_core::redact::url(&self.url))
+            .field("url", &self.url.as_deref().map(outbox_core::redact::url))
             .field("signing_secrets", &self.signing_secrets.len())
             .field("body_template", &self.body_template)
             .finish_non_exhaustive()

@@ -8,8 +8,8 @@ use super::*;
 use crate::dispatch::{self, AttemptRecord, Completion, Next};
 use crate::sql_names::SqlName;
 use outbox_core::{
-    AlertState, AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, LiveStatus,
-    Locale, OnUncertain, OperatorRole, Outcome, SmtpTls,
+    AlertState, AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, LiveStatus, Locale,
+    OnUncertain, OperatorRole, Outcome, SmtpTls,
 };
 use outbox_testkit::TestDb;
 use std::collections::BTreeSet;
@@ -103,16 +103,9 @@ async fn claimed_alerts(db: &TestDb, n: usize) -> Vec<dispatch::ClaimedAlert> {
     crate::destinations::create(
         &db.pool,
         &crate::destinations::NewDestination {
-            tenant_id: tenant,
-            name: "ops".to_owned(),
-            url: "http://127.0.0.1:9/hook".to_owned(),
-            signing_secrets: vec![],
-            idempotency_header: "Idempotency-Key".to_owned(),
-            idempotency_retention: None,
-            lookup_url_template: None,
-            on_uncertain: OnUncertain::Hold,
             timeout: Duration::from_secs(1),
             max_in_flight: 16,
+            ..crate::destinations::NewDestination::webhook(tenant, "ops", "http://127.0.0.1:9/hook")
         },
     )
     .await
