@@ -529,7 +529,9 @@ const DUE: &[LiveStatus] = &[LiveStatus::Pending, LiveStatus::Uncertain];
 /// `outbox_due_idx`, which the claim and every due figure write, so that the planner can
 /// use the index (the tests below hold the two together). A row waiting behind another in
 /// its lane (`lane_after`, migration 20261207000001) is not due, and not in the index.
-pub(crate) fn due_status(row: &str) -> String {
+/// Public for the benchmark, whose statements over the queue (and over its copies of the
+/// queue's table) say "due" with it.
+pub fn due_status(row: &str) -> String {
     format!(
         "{row}.status IN ({}) AND {row}.lane_after IS NULL",
         sql_list(DUE)
