@@ -4,8 +4,7 @@
 use outbox_dispatcher::Transport;
 use std::time::Instant;
 
-use super::report::Approvals;
-use super::run_state::RunState;
+use super::run_state::{Approvals, RunState};
 use crate::api::{Api, ApiClient};
 use crate::dispatchers::Dispatchers;
 use crate::drain::DrainReport;

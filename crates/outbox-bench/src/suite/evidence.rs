@@ -16,8 +16,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::lanes::LaneDrain;
-use super::report::Approvals;
-use super::run_state::RunState;
+use super::run_state::{Approvals, RunState};
 use super::settings::SuiteSettings;
 use crate::dispatchers::Dispatchers;
 use crate::own_sink::OwnSink;
@@ -68,7 +67,7 @@ async fn evidence_on(
     url: &str,
 ) -> anyhow::Result<EvidenceReport> {
     let mut run = RunState::prepare(settings, sink, url).await?;
-    let host = super::host_facts(&run.pool).await?;
+    let host = super::host::host_facts(&run.pool).await?;
     let mut rounds = Vec::new();
     for round in 0..settings.lanes.rounds {
         let chained_first = round % 2 == 1;
@@ -144,7 +143,7 @@ impl EvidenceReport {
 
 impl fmt::Display for EvidenceReport {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
-        super::report::write_host_line(out, &self.host)?;
+        super::host::write_host_line(out, &self.host)?;
         writeln!(
             out,
             "evidence chain: {} alerts per backlog, HTTP, 1 dispatcher in process; {} \

@@ -26,8 +26,7 @@ use std::fmt;
 use std::time::Duration;
 use uuid::Uuid;
 
-use super::report::Approvals;
-use super::run_state::RunState;
+use super::run_state::{Approvals, RunState};
 use super::settings::{LaneSettings, SuiteSettings};
 use crate::dispatchers::Dispatchers;
 use crate::drain::DrainReport;
@@ -127,7 +126,7 @@ async fn lanes_on(
     url: &str,
 ) -> anyhow::Result<LanesReport> {
     let mut run = RunState::prepare(settings, sink, url).await?;
-    let host = super::host_facts(&run.pool).await?;
+    let host = super::host::host_facts(&run.pool).await?;
     let lanes = &settings.lanes;
     let unordered = run.workload.destination_id;
     let per_key = per_key_destination(&run, "bench-per-key", sink).await?;
@@ -378,7 +377,7 @@ impl LanesReport {
 impl fmt::Display for LanesReport {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.settings;
-        super::report::write_host_line(out, &self.host)?;
+        super::host::write_host_line(out, &self.host)?;
         writeln!(
             out,
             "ordered lanes: {} alerts per backlog over {} keys ({:.0} a lane), HTTP, 1 dispatcher in \

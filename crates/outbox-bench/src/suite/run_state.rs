@@ -1,10 +1,12 @@
 //! What a suite run carries from phase to phase ([`RunState`]): its database, workload and
 //! sink, the next alert's index and the alerts delivered so far, with the steps every
-//! drain phase takes (approve a backlog, drain it, check it).
+//! drain phase takes (approve a backlog, drain it, check it), and what approving measured
+//! ([`Approvals`]).
 
 use outbox_dispatcher::Transport;
 use outbox_store::monitors::MonitorAlert;
 use outbox_store::PgPool;
+use serde::Serialize;
 use std::time::Duration;
 
 use super::settings::SuiteSettings;
@@ -12,6 +14,19 @@ use crate::dispatchers::{self, Dispatchers, DrainSettings};
 use crate::drain::{self, drain, DrainReport};
 use crate::own_sink::OwnSink;
 use crate::workload::Workload;
+
+/// Approvals measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Approvals {
+    /// Alerts approved.
+    pub n: u64,
+    /// Concurrent clients (1 for bulk: one statement per chunk).
+    pub clients: u64,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// Alerts approved per second.
+    pub per_sec: f64,
+}
 
 /// A suite run under way on its database.
 pub(super) struct RunState<'a> {
