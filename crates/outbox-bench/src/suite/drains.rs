@@ -18,13 +18,7 @@ pub(super) async fn bulk_then_http(
 ) -> anyhow::Result<(Approvals, DrainReport)> {
     let n = run.settings.n;
     progress(&format!("approving {n} alerts in bulk"));
-    let took = run.approve_in_bulk(n).await?;
-    let approvals = Approvals {
-        n,
-        clients: 1,
-        seconds: took.as_secs_f64(),
-        per_sec: n as f64 / took.as_secs_f64(),
-    };
+    let approvals = run.approve_in_bulk(n).await?;
     progress("draining over HTTP");
     let drained = run
         .drain_checked(n, Dispatchers::InProcess(Transport::Http))

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::lanes::LaneDrain;
-use super::run_state::{Approvals, RunState};
+use super::run_state::RunState;
 use super::settings::SuiteSettings;
 use crate::dispatchers::Dispatchers;
 use crate::own_sink::OwnSink;
@@ -119,15 +119,9 @@ async fn evidence_on(
 /// one dispatcher in this process, and checked.
 async fn backlog(run: &mut RunState<'_>) -> anyhow::Result<LaneDrain> {
     let n = run.settings.n;
-    let took = run
+    let approvals = run
         .approve_in_bulk_as(n, |workload, i| workload.alert(i))
         .await?;
-    let approvals = Approvals {
-        n,
-        clients: 1,
-        seconds: took.as_secs_f64(),
-        per_sec: n as f64 / took.as_secs_f64(),
-    };
     let drain = run
         .drain_checked(n, Dispatchers::InProcess(Transport::Http))
         .await?;

@@ -201,15 +201,9 @@ async fn backlog(
     keys: u64,
 ) -> anyhow::Result<LaneDrain> {
     let n = run.settings.n;
-    let took = run
+    let approvals = run
         .approve_in_bulk_as(n, |workload, i| workload.keyed_alert(destination, i, keys))
         .await?;
-    let approvals = Approvals {
-        n,
-        clients: 1,
-        seconds: took.as_secs_f64(),
-        per_sec: n as f64 / took.as_secs_f64(),
-    };
     let drain = run
         .drain_checked(n, Dispatchers::InProcess(Transport::Http))
         .await?;
