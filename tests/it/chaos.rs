@@ -596,29 +596,23 @@ async fn order_per_key(db: &TestDb, tenant: uuid::Uuid, name: &str) {
 /// The email destination `mail`, on the SMTP inbox at `smtp_addr`: no lookup, no key a
 /// relay de-duplicates by, so its uncertain sends are held.
 async fn add_email_destination(db: &TestDb, tenant: uuid::Uuid, smtp_addr: &str) {
-    let new = outbox_store::destinations::NewDestination {
-        tenant_id: tenant,
-        name: MAIL.to_owned(),
-        url: format!("smtp://{smtp_addr}"),
-        signing_secrets: vec![],
-        idempotency_header: "Idempotency-Key".to_owned(),
-        idempotency_retention: None,
-        lookup_url_template: None,
-        on_uncertain: outbox_core::OnUncertain::Hold,
-        timeout: Duration::from_millis(800),
-        max_in_flight: 16,
-    };
     let email = outbox_store::destinations::EmailSettings {
-        smtp_tls: "none".to_owned(),
+        relay: smtp_addr.parse::<std::net::SocketAddr>().unwrap().into(),
+        smtp_tls: outbox_core::SmtpTls::None,
         smtp_username: None,
         smtp_password: None,
-        mail_from: "alerts@acme.example".to_owned(),
-        mail_to: vec!["ops@acme.example".to_owned()],
-        locale: None,
         smtp_ca_pem: None,
+        mail: outbox_store::destinations::Mailing {
+            from: "alerts@acme.example".to_owned(),
+            to: vec!["ops@acme.example".to_owned()],
+            locale: None,
+        },
     };
-    let id = outbox_store::destinations::new_id();
-    outbox_store::destinations::create_email_with_id(&db.pool, id, &new, &email)
+    let new = outbox_store::destinations::NewDestination {
+        timeout: Duration::from_millis(800),
+        ..outbox_store::destinations::NewDestination::email(tenant, MAIL, email)
+    };
+    outbox_store::destinations::create(&db.pool, &new)
         .await
         .unwrap();
 }

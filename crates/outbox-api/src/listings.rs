@@ -228,7 +228,7 @@ pub(crate) async fn destinations(
         .map(|d| TenantDestination {
             name: d.name,
             kind: d.kind,
-            locale: d.locale,
+            locale: d.locale.map(|locale| locale.as_str().to_owned()),
             enabled: d.enabled,
             can_look_up: d.lookup_url_template.is_some(),
         })

@@ -4,13 +4,19 @@
 //! what an ordered drain left (lane positions, attempt times), a reset of the
 //! `public` schema, and the queue copy of `bench hot-claim` (`hot_claim`). They live here, not in
 //! `outbox-store`, so that no product binary can link them: a feature of the store would
-//! be unified into every binary built alongside the benchmark.
+//! be unified into every binary built alongside the benchmark. They spell no state, kind
+//! or outcome and restate no predicate of the store's: those come from the store
+//! (`sql_names`, `dispatch::due_status`) as literals where an index needs a constant, else
+//! as bound values (the `store_names` test holds this).
 
 use chrono::{DateTime, Utc};
+use outbox_core::{AlertState, AttemptKind, AttemptOutcome, LiveStatus};
 use sqlx::{PgExecutor, PgPool};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
+use outbox_store::dispatch::due_status;
+use outbox_store::sql_names::SqlName;
 use outbox_store::StoreError;
 
 pub mod hot_claim;
@@ -216,10 +222,11 @@ pub struct QueueSample {
 
 /// Samples the live queue: served by the partial lease index, so it stays cheap.
 pub async fn queue_sample(db: impl PgExecutor<'_>) -> Result<QueueSample, StoreError> {
-    let (sending, dead): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM outbox WHERE status = 'sending'), \
+    let (sending, dead): (i64, i64) = sqlx::query_as(&format!(
+        "SELECT (SELECT count(*) FROM outbox WHERE status = {sending}), \
                 COALESCE((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'outbox'), 0)",
-    )
+        sending = LiveStatus::Sending.sql(),
+    ))
     .fetch_one(db)
     .await?;
     Ok(QueueSample {
@@ -232,12 +239,13 @@ pub async fn queue_sample(db: impl PgExecutor<'_>) -> Result<QueueSample, StoreE
 /// rows waiting in an ordered lane, leased rows), so that polling it during a drain does
 /// not scan the table.
 pub async fn queue_empty(db: impl PgExecutor<'_>) -> Result<bool, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT NOT EXISTS (SELECT 1 FROM outbox \
-                            WHERE status IN ('pending', 'uncertain') AND lane_after IS NULL) \
+    Ok(sqlx::query_scalar(&format!(
+        "SELECT NOT EXISTS (SELECT 1 FROM outbox WHERE {due}) \
             AND NOT EXISTS (SELECT 1 FROM outbox WHERE lane_after IS NOT NULL) \
-            AND NOT EXISTS (SELECT 1 FROM outbox WHERE status = 'sending')",
-    )
+            AND NOT EXISTS (SELECT 1 FROM outbox WHERE status = {sending})",
+        due = due_status("outbox"),
+        sending = LiveStatus::Sending.sql(),
+    ))
     .fetch_one(db)
     .await?)
 }
@@ -259,12 +267,13 @@ pub struct DrainEvidence {
 pub async fn drain_evidence(db: impl PgExecutor<'_>) -> Result<DrainEvidence, StoreError> {
     let (accepted, not_accepted, attempt_rows, evidence_lines): (i64, i64, i64, i64) =
         sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE s.state = 'accepted'), \
-                    count(*) FILTER (WHERE s.state IS DISTINCT FROM 'accepted'), \
+            "SELECT count(*) FILTER (WHERE s.state = $1), \
+                    count(*) FILTER (WHERE s.state IS DISTINCT FROM $1), \
                     (SELECT count(*) FROM delivery_attempts), \
                     (SELECT count(*) FROM alert_evidence) \
              FROM alert_states s",
         )
+        .bind(AlertState::Accepted)
         .fetch_one(db)
         .await?;
     Ok(DrainEvidence {
@@ -285,10 +294,11 @@ pub async fn approved_and_claimed_at(
     Ok(sqlx::query_as(
         "SELECT a.id, a.created_at, \
                 (SELECT min(da.started_at) FROM delivery_attempts da \
-                 WHERE da.alert_id = a.id AND da.kind = 'send') \
+                 WHERE da.alert_id = a.id AND da.kind = $2) \
          FROM alerts a WHERE a.id = ANY($1::uuid[])",
     )
     .bind(ids)
+    .bind(AttemptKind::Send)
     .fetch_all(db)
     .await?)
 }
@@ -325,8 +335,8 @@ pub async fn seed_history(
          INSERT INTO delivery_attempts (alert_id, attempt, kind, worker, fencing_token, \
              started_at, finished_at, idempotency_key, payload_sha256, outcome, http_status, \
              destination_reference, to_state, line) \
-         SELECT id, 1, 'send', 'benchmark', 0, created_at, created_at + interval '5 milliseconds', \
-                id::text, payload_sha256, 'accepted', 200, 'r-history', 'accepted', \
+         SELECT id, 1, $5, 'benchmark', 0, created_at, created_at + interval '5 milliseconds', \
+                id::text, payload_sha256, $6, 200, 'r-history', $7, \
                 'attempt 1 accepted by the destination (HTTP 200)' \
          FROM alerted",
     )
@@ -334,6 +344,9 @@ pub async fn seed_history(
     .bind(destination_id)
     .bind(from)
     .bind(count)
+    .bind(AttemptKind::Send)
+    .bind(AttemptOutcome::Accepted)
+    .bind(AlertState::Accepted)
     .execute(db)
     .await?;
     Ok(())
@@ -425,7 +438,7 @@ pub async fn accepted_since(
             "WITH fresh AS ( \
                  SELECT da.id, extract(epoch FROM da.finished_at - a.created_at)::float8 * 1000 AS ms \
                  FROM delivery_attempts da JOIN alerts a ON a.id = da.alert_id \
-                 WHERE da.id > $1 AND da.kind = 'send' AND da.outcome = 'accepted' \
+                 WHERE da.id > $1 AND da.kind = $2 AND da.outcome = $3 \
              ) \
              SELECT coalesce(max(id), $1), count(*), \
                     percentile_disc(0.5) WITHIN GROUP (ORDER BY ms), \
@@ -433,6 +446,8 @@ pub async fn accepted_since(
              FROM fresh",
         )
         .bind(after_id)
+        .bind(AttemptKind::Send)
+        .bind(AttemptOutcome::Accepted)
         .fetch_one(db)
         .await?;
     Ok(AcceptedSince {
@@ -466,9 +481,10 @@ pub async fn send_times(
 ) -> Result<Vec<(Uuid, DateTime<Utc>, DateTime<Utc>)>, StoreError> {
     Ok(sqlx::query_as(
         "SELECT alert_id, started_at, finished_at FROM delivery_attempts \
-         WHERE alert_id = ANY($1::uuid[]) AND kind = 'send' AND attempt = 1",
+         WHERE alert_id = ANY($1::uuid[]) AND kind = $2 AND attempt = 1",
     )
     .bind(ids)
+    .bind(AttemptKind::Send)
     .fetch_all(db)
     .await?)
 }
@@ -566,12 +582,12 @@ pub async fn seed_lane_rows(
 /// How a synthetic backlog stands: rows due now (`outbox_due_idx`'s predicate), rows
 /// waiting in a lane, lanes.
 pub async fn backlog_shape(db: impl PgExecutor<'_>) -> Result<(i64, i64, i64), StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT (SELECT count(*) FROM outbox \
-                 WHERE status IN ('pending', 'uncertain') AND lane_after IS NULL), \
+    Ok(sqlx::query_as(&format!(
+        "SELECT (SELECT count(*) FROM outbox WHERE {due}), \
                 (SELECT count(*) FROM outbox WHERE lane_after IS NOT NULL), \
                 (SELECT count(*) FROM alert_lanes)",
-    )
+        due = due_status("outbox"),
+    ))
     .fetch_one(db)
     .await?)
 }
@@ -615,9 +631,12 @@ pub async fn explain_claim(
         .fetch_all(&mut *tx)
         .await?
     };
-    let claimed: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE status = 'sending'")
-        .fetch_one(&mut *tx)
-        .await?;
+    let claimed: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM outbox WHERE status = {sending}",
+        sending = LiveStatus::Sending.sql()
+    ))
+    .fetch_one(&mut *tx)
+    .await?;
     tx.rollback().await?;
     if generic {
         // A prepared statement outlives the transaction.

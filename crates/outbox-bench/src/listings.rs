@@ -241,19 +241,8 @@ async fn tenant_with_token(pool: &outbox_store::PgPool, name: &str) -> anyhow::R
     let id = outbox_store::tenants::create(pool, name, "UTC", None).await?;
     let destination = outbox_store::destinations::create(
         pool,
-        &NewDestination {
-            tenant_id: id,
-            name: "ops".to_owned(),
-            // Nothing delivers during the run: approvals wait in the outbox.
-            url: "http://127.0.0.1:9/hook".to_owned(),
-            signing_secrets: vec![],
-            idempotency_header: "Idempotency-Key".to_owned(),
-            idempotency_retention: None,
-            lookup_url_template: None,
-            on_uncertain: outbox_core::state::OnUncertain::Hold,
-            timeout: Duration::from_secs(10),
-            max_in_flight: 16,
-        },
+        // Nothing delivers during the run: approvals wait in the outbox.
+        &NewDestination::webhook(id, "ops", "http://127.0.0.1:9/hook"),
     )
     .await?;
     let token = outbox_store::tokens::create(pool, id, Some("benchmark"))

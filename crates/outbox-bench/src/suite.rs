@@ -30,11 +30,13 @@
 //! Layout: `settings` (what to run), `run_state` (what a run carries from phase to
 //! phase), the phases (`drains`: 1 to 4, `latency`: 5, `claim_cost`: 6, `lanes`: 8,
 //! and `evidence`, which runs only alone: the evidence chain's cost, off and on),
-//! `report` (what was measured, and its table); here, the run's steps in order.
+//! `report` (what was measured, and its table), `host` (the machine a run measured, and
+//! the line every report opens with); here, the run's steps in order.
 
 mod claim_cost;
 mod drains;
 mod evidence;
+mod host;
 mod lanes;
 mod latency;
 mod report;
@@ -43,11 +45,9 @@ mod settings;
 
 pub use evidence::{run_evidence, EvidenceReport, EvidenceRound};
 pub use lanes::{LaneDrain, LanesReport, LanesRound, OneKey};
-pub use report::{Approvals, ClaimCost, Latency, SuiteReport};
+pub use report::{ClaimCost, Latency, SuiteReport};
+pub use run_state::Approvals;
 pub use settings::{LaneSettings, Phases, SuiteSettings};
-
-use outbox_store::PgPool;
-use std::collections::HashMap;
 
 use crate::api::Api;
 use crate::own_sink::OwnSink;
@@ -94,7 +94,7 @@ async fn run_on(
     url: &str,
 ) -> anyhow::Result<SuiteReport> {
     let mut run = RunState::prepare(settings, sink, url).await?;
-    let host = host_facts(&run.pool).await?;
+    let host = host::host_facts(&run.pool).await?;
     let (approvals_bulk, deliveries_http) = drains::bulk_then_http(&mut run).await?;
     let (deliveries_noop, horizontal) = if settings.phases == Phases::All {
         let noop = drains::noop(&mut run).await?;
@@ -125,20 +125,4 @@ async fn run_on(
         sustained: None,
         lanes: None,
     })
-}
-
-/// The machine the figures come from: its cores, and the server's version and the
-/// settings that move them (`synchronous_commit`, `shared_buffers`).
-async fn host_facts(pool: &PgPool) -> anyhow::Result<HashMap<String, String>> {
-    let mut host = HashMap::new();
-    host.insert(
-        "cpus".to_owned(),
-        std::thread::available_parallelism()
-            .map(|n| n.get().to_string())
-            .unwrap_or_default(),
-    );
-    for (name, value) in crate::db::server_settings(pool).await? {
-        host.insert(name, value);
-    }
-    Ok(host)
 }

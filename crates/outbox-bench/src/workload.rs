@@ -233,19 +233,13 @@ async fn create_destination(
     Ok(outbox_store::destinations::create(
         pool,
         &NewDestination {
-            tenant_id,
-            name: name.to_owned(),
-            url: destination.url.clone(),
             signing_secrets: vec![format!(
                 "whsec_{}",
                 base64::engine::general_purpose::STANDARD.encode(secret)
             )],
-            idempotency_header: "Idempotency-Key".to_owned(),
-            idempotency_retention: None,
-            lookup_url_template: None,
-            on_uncertain: outbox_core::state::OnUncertain::Hold,
             timeout: Duration::from_secs(10),
             max_in_flight: destination.max_in_flight,
+            ..NewDestination::webhook(tenant_id, name, &destination.url)
         },
     )
     .await?)

@@ -15,16 +15,9 @@ use uuid::Uuid;
 /// A destination `name` of `tenant` at `url` that holds its uncertain sends.
 fn destination(tenant: Uuid, name: &str, url: &str) -> NewDestination {
     NewDestination {
-        tenant_id: tenant,
-        name: name.into(),
-        url: url.into(),
-        signing_secrets: vec![],
-        idempotency_header: "Idempotency-Key".into(),
-        idempotency_retention: None,
-        lookup_url_template: None,
-        on_uncertain: outbox_core::OnUncertain::Hold,
         timeout: Duration::from_secs(1),
         max_in_flight: 4,
+        ..NewDestination::webhook(tenant, name, url)
     }
 }
 
@@ -301,18 +294,24 @@ async fn email_history(db: &TestDb) -> InboxMessage {
     let tenant = outbox_store::tenants::create(&db.pool, "acme", "UTC", None)
         .await
         .unwrap();
-    let new = destination(tenant, "mail", "smtp://127.0.0.1:25");
     let email = outbox_store::destinations::EmailSettings {
-        smtp_tls: "none".into(),
+        relay: outbox_core::SmtpRelay::new("127.0.0.1", 25).unwrap(),
+        smtp_tls: outbox_core::SmtpTls::None,
         smtp_username: None,
         smtp_password: None,
-        mail_from: "alerts@acme.example".into(),
-        mail_to: vec!["ops@acme.example".into()],
-        locale: None,
         smtp_ca_pem: None,
+        mail: outbox_store::destinations::Mailing {
+            from: "alerts@acme.example".into(),
+            to: vec!["ops@acme.example".into()],
+            locale: None,
+        },
     };
-    let id = outbox_store::destinations::new_id();
-    outbox_store::destinations::create_email_with_id(&db.pool, id, &new, &email)
+    let new = NewDestination {
+        timeout: Duration::from_secs(1),
+        max_in_flight: 4,
+        ..NewDestination::email(tenant, "mail", email)
+    };
+    outbox_store::destinations::create(&db.pool, &new)
         .await
         .unwrap();
     approve(db, tenant, "mail", "s", "{\"n\": 1}").await;

@@ -14,6 +14,7 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Redirect, Response};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use outbox_core::OperatorRole;
 use outbox_store::operator_accounts::{self, Account, Session};
 use rand::RngCore;
 use serde::de::DeserializeOwned;
@@ -134,7 +135,7 @@ impl Signed {
 
     /// Whether the account may act (an operator), not only read.
     pub fn can_act(&self) -> bool {
-        self.session.account.role == "operator"
+        self.session.account.role == OperatorRole::Operator
     }
 
     /// The session's form token.

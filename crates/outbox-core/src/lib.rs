@@ -4,7 +4,10 @@
 //! - [`state`]: the lifecycle's vocabulary, typed: an alert's state ([`AlertState`]), the
 //!   live queue's status ([`LiveStatus`]), where it comes to rest ([`Outcome`]), attempts
 //!   ([`AttemptKind`], [`AttemptOutcome`]), destinations ([`DestinationKind`],
-//!   [`OnUncertain`], [`Ordering`], [`OnHeadFailed`]) and operators' bulk replays ([`BulkReplayState`]).
+//!   [`OnUncertain`], [`Ordering`], [`OnHeadFailed`], [`SmtpTls`]), console accounts
+//!   ([`OperatorRole`]) and operators' bulk replays ([`BulkReplayState`]).
+//! - [`locale`]: the languages alert email is written in ([`Locale`]), as stored and as
+//!   configured.
 //! - [`in_flight`]: a destination's in-flight bound (its crash blast radius): defaults and
 //!   what it means for an operator.
 //! - [`identity`]: what makes two approvals the same alert, and the input limits
@@ -25,6 +28,8 @@
 //! - [`duration`]: human durations (`10s`, `24h`, `30d`) as used on the command line.
 //! - [`recipients`]: which mail addresses an email alert may go to (no quoted local
 //!   parts, no IP address domains, at most [`recipients::MAX_RECIPIENTS`]).
+//! - [`relay`]: an email destination's SMTP relay ([`SmtpRelay`]), host and port, shown as
+//!   `smtp://host:port`.
 //! - [`headers`]: which header may carry the notification id (no framing or hop-by-hop).
 //! - [`trace_context`]: W3C `traceparent` and `tracestate` read strictly (a broken one is
 //!   ignored, as the recommendation says), and the context an alert keeps and its attempts
@@ -41,9 +46,11 @@ pub mod headers;
 pub mod identity;
 pub mod in_flight;
 pub mod json_limits;
+pub mod locale;
 pub mod password;
 pub mod recipients;
 pub mod redact;
+pub mod relay;
 pub mod renewal;
 pub mod retry;
 pub mod sealing;
@@ -58,10 +65,12 @@ pub use identity::{
     MAX_IDENTITY_FIELD_BYTES, MAX_ORDERING_KEY_BYTES, MAX_PAYLOAD_BYTES, MAX_REASON_BYTES,
 };
 pub use json_limits::{JsonLimitError, MAX_PAYLOAD_DEPTH};
+pub use locale::{Locale, UnknownLocale};
 pub use recipients::RecipientError;
+pub use relay::{BadRelayHost, SmtpRelay};
 pub use state::{
     AlertState, AttemptKind, AttemptOutcome, BulkReplayState, DestinationKind, LiveStatus,
-    OnHeadFailed, OnUncertain, Ordering, Outcome, UnknownValue,
+    OnHeadFailed, OnUncertain, OperatorRole, Ordering, Outcome, SmtpTls, UnknownValue,
 };
 pub use token::{ApiToken, TokenHash};
 pub mod signing;

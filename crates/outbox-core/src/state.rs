@@ -2,7 +2,9 @@
 //! live queue's status ([`LiveStatus`]), where it comes to rest ([`Outcome`]), what an
 //! attempt was and how it ended ([`AttemptKind`], [`AttemptOutcome`]), and what a
 //! destination is and wants done with an uncertain send ([`DestinationKind`],
-//! [`OnUncertain`]), and where an operator's bulk replay stands ([`BulkReplayState`]).
+//! [`OnUncertain`], [`Ordering`], [`OnHeadFailed`], and an email destination's
+//! [`SmtpTls`]), what a console account may do ([`OperatorRole`]), and where an
+//! operator's bulk replay stands ([`BulkReplayState`]). A locale is [`crate::locale`]'s.
 //!
 //! Every type has one stable text form (`as_str`, `Display`, `FromStr`, `TryFrom<String>`
 //! and, with the `sqlx` feature the store turns on, PostgreSQL's `text`: queries bind the
@@ -25,6 +27,52 @@ pub struct UnknownValue {
     /// The allowed names, comma separated.
     pub expected: &'static str,
 }
+
+/// PostgreSQL's `text` for a type with one stored name per value (`as_str`, and a
+/// `FromStr` that reads it back), with the `sqlx` feature the store turns on: queries bind
+/// the values and rows decode into them.
+macro_rules! stored_as_text {
+    ($name:ty) => {
+        #[cfg(feature = "sqlx")]
+        impl sqlx::Type<sqlx::Postgres> for $name {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl sqlx::postgres::PgHasArrayType for $name {
+            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::postgres::PgHasArrayType>::array_type_info()
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl sqlx::Encode<'_, sqlx::Postgres> for $name {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<sqlx::Postgres>>::encode(self.as_str(), buf)
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $name {
+            fn decode(
+                value: sqlx::postgres::PgValueRef<'r>,
+            ) -> Result<Self, sqlx::error::BoxDynError> {
+                Ok(<&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?.parse()?)
+            }
+        }
+    };
+}
+
+pub(crate) use stored_as_text;
 
 /// Declares an enum of named values: `ALL`, `as_str`, `Display`, `FromStr`,
 /// `TryFrom<String>` and snake_case serde, from one list of `Variant => "name"` pairs, so
@@ -85,42 +133,7 @@ macro_rules! named_values {
             }
         }
 
-        #[cfg(feature = "sqlx")]
-        impl sqlx::Type<sqlx::Postgres> for $name {
-            fn type_info() -> sqlx::postgres::PgTypeInfo {
-                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
-            }
-
-            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
-                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
-            }
-        }
-
-        #[cfg(feature = "sqlx")]
-        impl sqlx::postgres::PgHasArrayType for $name {
-            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
-                <&str as sqlx::postgres::PgHasArrayType>::array_type_info()
-            }
-        }
-
-        #[cfg(feature = "sqlx")]
-        impl sqlx::Encode<'_, sqlx::Postgres> for $name {
-            fn encode_by_ref(
-                &self,
-                buf: &mut sqlx::postgres::PgArgumentBuffer,
-            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
-                <&str as sqlx::Encode<sqlx::Postgres>>::encode(self.as_str(), buf)
-            }
-        }
-
-        #[cfg(feature = "sqlx")]
-        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $name {
-            fn decode(
-                value: sqlx::postgres::PgValueRef<'r>,
-            ) -> Result<Self, sqlx::error::BoxDynError> {
-                Ok(<&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?.parse()?)
-            }
-        }
+        stored_as_text!($name);
     };
 }
 
@@ -293,6 +306,19 @@ named_values! {
 }
 
 named_values! {
+    /// How an email destination's connection to its relay is secured
+    /// (`destinations.smtp_tls`).
+    SmtpTls, "SMTP TLS mode", "none, starttls, tls" {
+        /// Plain SMTP (a relay on this host or a private network).
+        None => "none",
+        /// Plain SMTP upgraded to TLS by `STARTTLS`, which the relay must offer.
+        Starttls => "starttls",
+        /// TLS from the first byte (SMTPS).
+        Tls => "tls",
+    }
+}
+
+named_values! {
     /// Whether a destination receives the alerts of one ordering key in approval order
     /// (`destinations.ordering`).
     #[derive(Default)]
@@ -317,6 +343,16 @@ named_values! {
         Block => "block",
         /// The next alert of the lane goes; both alerts' evidence says so.
         Skip => "skip",
+    }
+}
+
+named_values! {
+    /// What a console account may do (`operator_accounts.role`).
+    OperatorRole, "operator role", "viewer, operator" {
+        /// Reads every page; cannot act.
+        Viewer => "viewer",
+        /// Reads and acts (replay, resolve, destinations, bulk replays).
+        Operator => "operator",
     }
 }
 
@@ -360,6 +396,8 @@ mod tests {
         round_trips(OnUncertain::ALL);
         round_trips(Ordering::ALL);
         round_trips(OnHeadFailed::ALL);
+        round_trips(SmtpTls::ALL);
+        round_trips(OperatorRole::ALL);
         round_trips(BulkReplayState::ALL);
     }
 
@@ -435,6 +473,8 @@ mod tests {
         check(OnUncertain::ALL);
         check(Ordering::ALL);
         check(OnHeadFailed::ALL);
+        check(SmtpTls::ALL);
+        check(OperatorRole::ALL);
         check(BulkReplayState::ALL);
     }
 

@@ -2,6 +2,8 @@
 //! is printed once on stdout and only its argon2id hash is stored.
 
 use anyhow::bail;
+use clap::builder::TypedValueParser;
+use outbox_core::OperatorRole;
 use outbox_store::{operator_accounts, tenants, PgPool};
 
 use crate::table::Table;
@@ -15,8 +17,8 @@ pub enum OperatorCommand {
         /// Its name; the evidence of its actions names it `console:NAME`.
         name: String,
         /// viewer (reads) or operator (reads and acts).
-        #[arg(long, value_enum)]
-        role: Role,
+        #[arg(long, value_parser = role_names())]
+        role: OperatorRole,
         /// Limit it to these tenants (names or ids; repeat or separate with commas).
         /// Default: every tenant.
         #[arg(long = "tenant", alias = "tenants", value_delimiter = ',')]
@@ -35,22 +37,17 @@ pub enum OperatorCommand {
     },
 }
 
-/// `viewer` reads; `operator` reads and acts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Role {
-    /// Reads every page; cannot act.
-    Viewer,
-    /// Reads and acts (replay, resolve, destinations, bulk replays).
-    Operator,
-}
-
-impl Role {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Role::Viewer => "viewer",
-            Role::Operator => "operator",
-        }
-    }
+/// `--role`: one of [`OperatorRole`]'s names, which the help lists with what each may do.
+fn role_names() -> impl TypedValueParser<Value = OperatorRole> {
+    let described = OperatorRole::ALL.iter().map(|role| {
+        clap::builder::PossibleValue::new(role.as_str()).help(match role {
+            OperatorRole::Viewer => "Reads every page; cannot act",
+            OperatorRole::Operator => {
+                "Reads and acts (replay, resolve, destinations, bulk replays)"
+            }
+        })
+    });
+    clap::builder::PossibleValuesParser::new(described).try_map(|name| name.parse::<OperatorRole>())
 }
 
 /// Runs an `operator ...` command.
@@ -82,7 +79,12 @@ fn check_name(name: &str) -> anyhow::Result<()> {
 }
 
 /// `operator add`: prints the new account's password, shown only this once.
-async fn add(pool: &PgPool, name: &str, role: Role, tenant_names: &[String]) -> anyhow::Result<()> {
+async fn add(
+    pool: &PgPool,
+    name: &str,
+    role: OperatorRole,
+    tenant_names: &[String],
+) -> anyhow::Result<()> {
     check_name(name)?;
     let mut tenant_ids = Vec::with_capacity(tenant_names.len());
     for tenant in tenant_names {
@@ -95,11 +97,10 @@ async fn add(pool: &PgPool, name: &str, role: Role, tenant_names: &[String]) -> 
     let hash = outbox_core::password::hash_password(&password)
         .map_err(|err| anyhow::anyhow!("hashing the password: {err}"))?;
     let scope = (!tenant_ids.is_empty()).then_some(tenant_ids.as_slice());
-    operator_accounts::create(pool, name, role.as_str(), scope, &hash).await?;
+    operator_accounts::create(pool, name, role, scope, &hash).await?;
     println!("{password}");
     eprintln!(
-        "operator {name} ({}) created; its password is shown above, this once: sign in at /console/login",
-        role.as_str()
+        "operator {name} ({role}) created; its password is shown above, this once: sign in at /console/login"
     );
     Ok(())
 }
@@ -122,7 +123,7 @@ async fn list(pool: &PgPool, json: bool) -> anyhow::Result<()> {
         };
         table.row([
             account.name,
-            account.role,
+            account.role.to_string(),
             tenants,
             account.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
         ]);

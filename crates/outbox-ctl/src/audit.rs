@@ -5,11 +5,11 @@
 //! `console:NAME`; with the tenant it concerns, so that an account limited to that tenant
 //! sees it.
 
+use outbox_core::OperatorRole;
 use outbox_store::{tenants, PgPool};
 
 use crate::accountable::actor_name;
 use crate::accounts::OperatorCommand;
-use crate::accounts::Role;
 use crate::credentials::SecretsCommand;
 use crate::destinations::DestinationCommand;
 use crate::tokens::TokenCommand;
@@ -97,13 +97,13 @@ pub(crate) fn line_for(command: &Command) -> Option<Line> {
 }
 
 /// A new account's role and the tenants it is limited to: `viewer, every tenant`.
-fn account_note(role: Role, tenants: &[String]) -> String {
+fn account_note(role: OperatorRole, tenants: &[String]) -> String {
     let scope = if tenants.is_empty() {
         "every tenant".to_owned()
     } else {
         format!("tenants {}", tenants.join(", "))
     };
-    format!("{}, {scope}", role.as_str())
+    format!("{role}, {scope}")
 }
 
 /// The line of a command on the destination `(tenant, name)`, by `actor`.

@@ -81,7 +81,7 @@ async fn configure(
     }
     let tiers = tiers.map(outbox_core::renewal::parse_tiers).transpose()?;
     let tenant = tenants::find(pool, tenant).await?;
-    let locale = locale.map(|locale| locale.code());
+    let locale = locale.map(|locale| locale.as_str());
     sources::configure_tenant(pool, tenant.id, time_zone, tiers.as_deref(), locale).await?;
     eprintln!("configured tenant `{}`", tenant.name);
     Ok(())

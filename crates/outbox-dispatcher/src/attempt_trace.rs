@@ -16,6 +16,7 @@
 
 use crate::classify::Exchange;
 use outbox_core::trace_context::TraceContext;
+use outbox_core::SmtpRelay;
 use outbox_runtime::telemetry;
 use outbox_store::dispatch::{AttemptRecord, ClaimedAlert};
 use std::time::SystemTime;
@@ -155,12 +156,12 @@ pub(crate) fn http_client_span(method: &str, url: &url::Url) -> Span {
 
 /// The client span of one SMTP dialogue with a relay (`relay`: its host and port), with
 /// a child span per phase (`step_span`).
-pub(crate) fn smtp_client_span(relay: Option<(url::Host<String>, u16)>) -> Span {
+pub(crate) fn smtp_client_span(relay: Option<SmtpRelay>) -> Span {
     if !telemetry::enabled() {
         return Span::none();
     }
-    let (host, port) = relay.map_or((String::new(), None), |(host, port)| {
-        (host.to_string(), Some(i64::from(port)))
+    let (host, port) = relay.map_or((String::new(), None), |relay| {
+        (relay.host.to_string(), Some(i64::from(relay.port)))
     });
     tracing::info_span!(
         "smtp dialogue",

@@ -3,7 +3,7 @@
 //! in its locale, written into the API's JSON shape) and stored before the first send;
 //! every attempt sends those stored bytes with the same idempotency key.
 
-use outbox_render::{BodyTemplate, Locale, Mail, Renderer};
+use outbox_render::{BodyTemplate, Mail, Renderer};
 use outbox_store::dispatch::ClaimedAlert;
 use outbox_store::rendered::{BodyJob, RenderedMessage};
 use sha2::{Digest, Sha256};
@@ -84,8 +84,7 @@ pub(crate) fn render(
     job: &BodyJob,
     renderer: &Renderer,
 ) -> Result<(String, Vec<u8>, String), String> {
-    let parse = |code: &Option<String>| code.as_deref().and_then(|c| Locale::parse(c).ok());
-    let locale = outbox_render::resolve(parse(&job.locale), parse(&job.tenant_locale));
+    let locale = outbox_render::resolve(job.locale, job.tenant_locale);
     let template = BodyTemplate::stored(&job.body_template, job.body_template_text.as_deref())
         .map_err(|err| format!("the body template: {err}"))?;
     // Checked at `destination add`; again here for destinations added before the rule.

@@ -126,7 +126,12 @@ impl PreparedDestinations {
 
 /// Prepares `row`'s destination: the checks in the order each attempt made them.
 fn prepare(guard: &Guard, keys: &SealingKeys, row: &ClaimedAlert) -> Prepared {
-    let mut url = checked_url(guard, &row.destination.url)?;
+    let Some(url) = row.destination.url.as_deref() else {
+        return Err(Exchange::Unsendable(
+            "the destination has no URL to POST to".to_owned(),
+        ));
+    };
+    let mut url = checked_url(guard, url)?;
     // The same rule as when the destination was added, in case the row was written by
     // other means: a framing header would corrupt the request.
     if let Err(err) =
@@ -253,7 +258,7 @@ mod tests {
         assert_eq!(parts(&first).uri, "https://hooks.example/x");
 
         // The URL changed: the next claim's requests go to the new one.
-        Arc::make_mut(&mut row.destination).url = "https://hooks.example/y".to_owned();
+        Arc::make_mut(&mut row.destination).url = Some("https://hooks.example/y".to_owned());
         let moved = destinations.of(&guard, &keys, &row);
         assert_eq!(parts(&moved).uri, "https://hooks.example/y");
 
@@ -292,14 +297,13 @@ mod tests {
             refusal(&destinations.of(&guard, &keys, &row)).clone()
         };
         assert!(matches!(
-            refused(&|row| Arc::make_mut(&mut row.destination).url = "not a url".to_owned()),
+            refused(&|row| Arc::make_mut(&mut row.destination).url = Some("not a url".to_owned())),
             Exchange::Unsendable(why) if why.starts_with("the URL does not parse")
         ));
         // An address literal the guard keeps closed never reaches the resolver.
         assert!(matches!(
-            refused(
-                &|row| Arc::make_mut(&mut row.destination).url = "http://10.1.2.3/hook".to_owned()
-            ),
+            refused(&|row| Arc::make_mut(&mut row.destination).url =
+                Some("http://10.1.2.3/hook".to_owned())),
             Exchange::Blocked(_)
         ));
         assert!(matches!(
@@ -313,7 +317,7 @@ mod tests {
         // The first failing check is the one named, as before: the URL is checked first.
         assert!(matches!(
             refused(&|row| {
-                Arc::make_mut(&mut row.destination).url = "not a url".to_owned();
+                Arc::make_mut(&mut row.destination).url = Some("not a url".to_owned());
                 Arc::make_mut(&mut row.destination).signing_secrets = vec!["whsec_short".to_owned()];
             }),
             Exchange::Unsendable(why) if why.starts_with("the URL does not parse")
@@ -326,7 +330,7 @@ mod tests {
         let (guard, keys) = (Guard::default(), SealingKeys::default());
         let mut row = claim();
         Arc::make_mut(&mut row.destination).url =
-            "https://ops%40acme:p%3Ass@hooks.example/x".to_owned();
+            Some("https://ops%40acme:p%3Ass@hooks.example/x".to_owned());
         let prepared = destinations.of(&guard, &keys, &row);
         let with_url_credentials = parts(&prepared);
         assert_eq!(with_url_credentials.uri, "https://hooks.example/x");

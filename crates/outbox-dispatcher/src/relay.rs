@@ -18,6 +18,7 @@ use lettre::transport::smtp::client::{
     AsyncSmtpConnection, AsyncTokioStream, Certificate, CertificateStore, TlsParameters,
 };
 use lettre::transport::smtp::extension::{ClientId, Extension};
+use outbox_core::SmtpTls;
 use outbox_egress::tls::{server_name, RelayTrust};
 use rustls::pki_types::ServerName;
 use std::future::Future;
@@ -51,10 +52,10 @@ pub(crate) struct Verified {
 }
 
 impl Security {
-    /// The security a destination stored (`none`, `starttls` or `tls`, with its CA if
-    /// any), for its relay `host`. An error is a configuration error.
+    /// The security a destination stored (its mode, with its CA if any), for its relay
+    /// `host`. An error is a configuration error.
     pub(crate) fn of(
-        mode: &str,
+        mode: SmtpTls,
         ca_pem: Option<&str>,
         host: &url::Host<String>,
     ) -> Result<Security, String> {
@@ -66,10 +67,9 @@ impl Security {
             })
         };
         match mode {
-            "none" => Ok(Security::None),
-            "starttls" => Ok(Security::StartTls(verified()?)),
-            "tls" => Ok(Security::Implicit(verified()?)),
-            other => Err(format!("SMTP TLS mode `{other}` is not known")),
+            SmtpTls::None => Ok(Security::None),
+            SmtpTls::Starttls => Ok(Security::StartTls(verified()?)),
+            SmtpTls::Tls => Ok(Security::Implicit(verified()?)),
         }
     }
 }
@@ -253,19 +253,20 @@ mod tests {
     fn only_known_modes_and_readable_cas_are_accepted() {
         let host = url::Host::Domain("relay.example.org".to_owned());
         assert!(matches!(
-            Security::of("none", None, &host),
+            Security::of(SmtpTls::None, None, &host),
             Ok(Security::None)
         ));
         assert!(matches!(
-            Security::of("starttls", None, &host),
+            Security::of(SmtpTls::Starttls, None, &host),
             Ok(Security::StartTls(_))
         ));
         assert!(matches!(
-            Security::of("tls", None, &host),
+            Security::of(SmtpTls::Tls, None, &host),
             Ok(Security::Implicit(_))
         ));
-        assert!(Security::of("ssl", None, &host).is_err());
-        let refused = Security::of("tls", Some("not a certificate"), &host)
+        // A mode that is none of these never reaches here: it is no `SmtpTls`.
+        assert!("ssl".parse::<SmtpTls>().is_err());
+        let refused = Security::of(SmtpTls::Tls, Some("not a certificate"), &host)
             .expect_err("a CA that is not one is a configuration error");
         assert!(refused.contains("CA"), "{refused}");
     }

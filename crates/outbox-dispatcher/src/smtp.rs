@@ -15,7 +15,7 @@ use lettre::transport::smtp::client::AsyncSmtpConnection;
 use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
 use lettre::transport::smtp::extension::{ClientId, MailBodyParameter, MailParameter};
 use lettre::{Address, Message};
-use outbox_render::{kind_for_alert, Locale};
+use outbox_render::kind_for_alert;
 use outbox_store::dispatch::ClaimedAlert;
 use outbox_store::rendered::{EmailJob, RenderedMessage};
 use sha2::{Digest, Sha256};
@@ -64,7 +64,7 @@ pub(crate) async fn send(
     let timeout =
         Duration::from_millis(u64::try_from(row.destination.timeout_ms).unwrap_or(10_000));
     let bytes = with_trace_field(&message.bytes, trace);
-    let span = attempt_trace::smtp_client_span(relay(&row.destination.url));
+    let span = attempt_trace::smtp_client_span(job.relay().ok());
     let exchange = deliver(shared, row, &job, &bytes, timeout)
         .instrument(span.clone())
         .await;
@@ -140,8 +140,7 @@ pub(crate) fn build_message(
     job: &EmailJob,
     templates: &TenantTemplates,
 ) -> Result<BuiltMessage, String> {
-    let parse = |code: &Option<String>| code.as_deref().and_then(|c| Locale::parse(c).ok());
-    let locale = outbox_render::resolve(parse(&job.locale), parse(&job.tenant_locale));
+    let locale = outbox_render::resolve(job.locale, job.tenant_locale);
     let kind = kind_for_alert(&job.payload, &job.occurrence);
     let rendered = templates
         .render(&job.tenant_name, kind, locale, &job.payload)
@@ -310,15 +309,10 @@ impl Dialogue {
         job: &EmailJob,
         bytes: &[u8],
     ) -> Result<Dialogue, Exchange> {
-        let Some((host, port)) = relay(&row.destination.url) else {
-            return Err(Exchange::Unsendable(format!(
-                "`{}` is not an smtp://host:port relay",
-                row.destination.url
-            )));
-        };
-        let security = Security::of(&job.smtp_tls, job.smtp_ca_pem.as_deref(), &host)
+        let relay = job.relay().map_err(Exchange::Unsendable)?;
+        let security = Security::of(job.smtp_tls, job.smtp_ca_pem.as_deref(), &relay.host)
             .map_err(Exchange::Unsendable)?;
-        let addr = vetted_address(&shared.config.egress, &host, port).await?;
+        let addr = vetted_address(&shared.config.egress, &relay.host, relay.port).await?;
         let password = match &job.smtp_password {
             Some(stored) => Some(
                 shared
@@ -476,15 +470,6 @@ fn queue_id(reply: &str) -> Option<String> {
     (!id.is_empty()).then(|| id.chars().take(200).collect())
 }
 
-/// Host and port of an `smtp://host:port` relay (port 25 when absent).
-pub(crate) fn relay(url: &str) -> Option<(url::Host<String>, u16)> {
-    let url = url::Url::parse(url).ok()?;
-    if url.scheme() != "smtp" {
-        return None;
-    }
-    Some((url.host()?.to_owned(), url.port().unwrap_or(25)))
-}
-
 /// The relay's address, resolved once and vetted by the egress guard: the connection goes
 /// to that address only, so a name cannot resolve to a blocked address at connect time.
 async fn vetted_address(
@@ -524,22 +509,25 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use outbox_core::{Locale, SmtpTls};
 
-    fn job(revision: i32, earlier: Vec<uuid::Uuid>, locale: Option<&str>) -> EmailJob {
+    fn job(revision: i32, earlier: Vec<uuid::Uuid>, locale: Option<Locale>) -> EmailJob {
         EmailJob {
             alert_id: uuid::Uuid::nil(),
             payload: r#"{"kind":"note","text":"hello"}"#.into(),
             occurrence: "o-1".into(),
             revision,
             earlier_revisions: earlier,
-            smtp_tls: "none".into(),
+            smtp_host: "127.0.0.1".into(),
+            smtp_port: 25,
+            smtp_tls: SmtpTls::None,
             smtp_ca_pem: None,
             tenant_name: "acme".into(),
             smtp_username: None,
             smtp_password: None,
             mail_from: "alerts@example.org".into(),
             mail_to: vec!["cfo@example.org".into()],
-            locale: locale.map(str::to_owned),
+            locale,
             tenant_locale: None,
         }
     }
@@ -569,7 +557,7 @@ mod tests {
         let first = uuid::Uuid::from_u128(1);
         let second = uuid::Uuid::from_u128(2);
         let built = build_message(
-            &job(2, vec![first, second], Some("es")),
+            &job(2, vec![first, second], Some(Locale::Es)),
             &TenantTemplates::default(),
         )
         .expect("builds");
@@ -687,14 +675,11 @@ mod tests {
     }
 
     #[test]
-    fn queue_ids_and_relays_are_read() {
+    fn queue_ids_are_read() {
         assert_eq!(
             queue_id("2.0.0 Ok: queued as ABC123").as_deref(),
             Some("ABC123")
         );
         assert_eq!(queue_id("2.0.0 Ok"), None);
-        assert!(relay("smtp://127.0.0.1:2525").is_some_and(|(_, port)| port == 2525));
-        assert!(relay("smtp://relay.example.org").is_some_and(|(_, port)| port == 25));
-        assert!(relay("http://relay.example.org").is_none());
     }
 }

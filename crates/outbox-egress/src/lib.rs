@@ -168,10 +168,18 @@ impl Guard {
             return Err(UrlError::NotHttp);
         }
         match url.host() {
-            Some(url::Host::Ipv4(ip)) => Ok(self.check_ip(IpAddr::V4(ip))?),
-            Some(url::Host::Ipv6(ip)) => Ok(self.check_ip(IpAddr::V6(ip))?),
-            Some(url::Host::Domain(_)) => Ok(()),
+            Some(host) => Ok(self.check_literal(&host)?),
             None => Err(UrlError::NotHttp),
+        }
+    }
+
+    /// Refuses `host` when it is a blocked address; a name passes (its addresses are
+    /// checked when it is resolved).
+    fn check_literal<S: AsRef<str>>(&self, host: &url::Host<S>) -> Result<(), Refused> {
+        match host {
+            url::Host::Ipv4(ip) => self.check_ip(IpAddr::V4(*ip)),
+            url::Host::Ipv6(ip) => self.check_ip(IpAddr::V6(*ip)),
+            url::Host::Domain(_) => Ok(()),
         }
     }
 
@@ -179,7 +187,19 @@ impl Guard {
     /// to. For checking a URL when it is set (`outboxctl destination add`).
     pub async fn vet_url(&self, url: &url::Url) -> Result<(), UrlError> {
         self.check_url(url)?;
-        if let Some(url::Host::Domain(name)) = url.host() {
+        match url.host() {
+            Some(host) => self.vet_host(&host).await,
+            None => Err(UrlError::NotHttp),
+        }
+    }
+
+    /// Checks a host the way a connection would: the literal, or every address its name
+    /// resolves to. For checking a host that is no URL's when it is set (an email
+    /// destination's relay).
+    pub async fn vet_host<S: AsRef<str>>(&self, host: &url::Host<S>) -> Result<(), UrlError> {
+        self.check_literal(host)?;
+        if let url::Host::Domain(name) = host {
+            let name = name.as_ref();
             self.resolve(name).await.map_err(|err| match err {
                 ResolveError::Refused(refused) => UrlError::Refused(refused),
                 ResolveError::Lookup(source) => UrlError::Unresolved {

@@ -326,7 +326,7 @@ fn approval() -> EntryFacts {
 fn attempt() -> EntryFacts {
     EntryFacts::Attempt(AttemptFacts {
         attempt: 1,
-        attempt_kind: "send".into(),
+        attempt_kind: outbox_core::AttemptKind::Send,
         worker: "dispatcher-a".into(),
         fencing_token: 42,
         started_at_micros: 1_796_000_001_000_000,

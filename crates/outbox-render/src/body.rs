@@ -162,7 +162,7 @@ impl BodyTemplate {
             alert_id => mail.alert_id,
             revision => mail.revision,
             message_id => format!("<{}@{domain}>", mail.alert_id),
-            locale => mail.locale.code(),
+            locale => mail.locale.as_str(),
             payload => payload,
         };
         let mut env = environment();

@@ -6,7 +6,7 @@
 //! amount with more decimals than the currency uses shows them all; fewer are padded
 //! with zeros to two.
 
-use crate::locale::Locale;
+use crate::locale::{conventions, Locale};
 
 /// Why a value could not be formatted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,7 +46,7 @@ pub fn amount(amount: &str, currency: &str, locale: Locale) -> Result<String, Fo
     {
         return Err(bad());
     }
-    let conventions = locale.conventions();
+    let conventions = conventions(locale);
     let mut number = group(whole, conventions.thousands_sep, conventions.grouping);
     number.push_str(conventions.decimal_point);
     number.push_str(fraction);
@@ -93,7 +93,7 @@ pub fn long_date(date: &str, locale: Locale) -> Result<String, FormatError> {
         .trim()
         .parse()
         .map_err(|_| FormatError::Date(date.to_owned()))?;
-    let month = locale.conventions().months[usize::from(parsed.month().unsigned_abs()) - 1];
+    let month = conventions(locale).months[usize::from(parsed.month().unsigned_abs()) - 1];
     let (day, year) = (parsed.day(), parsed.year());
     Ok(match locale {
         Locale::En => format!("{month} {day}, {year}"),

@@ -3,8 +3,9 @@
 //! reading a tenant's override templates from a folder.
 //!
 //! Layout:
-//! - [`locale`]: [`Locale`] (`en`, `es`), [`Locale::parse`] for configuration (unknown
-//!   locales are refused), and [`resolve`] (destination, else tenant, else English).
+//! - [`locale`]: [`Locale`] (`en`, `es`) and [`Locale::parse`] for configuration (unknown
+//!   locales are refused), both outbox-core's; [`resolve`] (destination, else tenant,
+//!   else English) and each locale's conventions.
 //! - [`format`]: amounts (`€12,000.00`, `12.000,00 €`) from exact decimal text, never
 //!   through floating point, and dates (`January 15, 2027`, `15 de enero de 2027`), with
 //!   the `en_US` and `es_ES` conventions of the glibc locale data (`pure-rust-locales`).

@@ -1,63 +1,7 @@
-//! The locales email is rendered in, how one is chosen, and the conventions each uses.
+//! The locales email is rendered in ([`Locale`], outbox-core's: the stored names), how one
+//! is chosen, and the conventions each uses.
 
-use std::fmt;
-use std::str::FromStr;
-
-/// A locale that ships with templates and formatting conventions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Locale {
-    /// English (United States conventions: `€12,000.00`, `January 15, 2027`).
-    En,
-    /// Spanish (Spain conventions: `12.000,00 €`, `15 de enero de 2027`).
-    Es,
-}
-
-/// A locale name that is not one of [`Locale::ALL`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown locale `{0}`: supported are en and es")]
-pub struct UnknownLocale(pub String);
-
-impl Locale {
-    /// Every supported locale.
-    pub const ALL: [Locale; 2] = [Locale::En, Locale::Es];
-
-    /// The code used in configuration and in override file names: `en`, `es`.
-    pub fn code(self) -> &'static str {
-        match self {
-            Locale::En => "en",
-            Locale::Es => "es",
-        }
-    }
-
-    /// Parses a configured locale. Accepted: `en`, `es`, and the same with a region
-    /// (`en-US`, `es_ES`, any case), which selects the language's conventions. Anything
-    /// else is refused, so a typo is caught when it is configured, not when mail is sent.
-    pub fn parse(text: &str) -> Result<Locale, UnknownLocale> {
-        let language = text
-            .split(['-', '_'])
-            .next()
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        match language.as_str() {
-            "en" => Ok(Locale::En),
-            "es" => Ok(Locale::Es),
-            _ => Err(UnknownLocale(text.to_owned())),
-        }
-    }
-}
-
-impl FromStr for Locale {
-    type Err = UnknownLocale;
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        Locale::parse(text)
-    }
-}
-
-impl fmt::Display for Locale {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.code())
-    }
-}
+pub use outbox_core::locale::{Locale, UnknownLocale};
 
 /// The locale an email is rendered in: the destination's if it names one, else the
 /// tenant's, else English.
@@ -95,31 +39,18 @@ macro_rules! conventions_of {
     };
 }
 
-impl Locale {
-    pub(crate) fn conventions(self) -> Conventions {
-        use pure_rust_locales::{en_US, es_ES};
-        match self {
-            Locale::En => conventions_of!(en_US),
-            Locale::Es => conventions_of!(es_ES),
-        }
+/// The conventions `locale` writes amounts and dates with.
+pub(crate) fn conventions(locale: Locale) -> Conventions {
+    use pure_rust_locales::{en_US, es_ES};
+    match locale {
+        Locale::En => conventions_of!(en_US),
+        Locale::Es => conventions_of!(es_ES),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_languages_with_or_without_region_and_refuses_others() {
-        assert_eq!(Locale::parse("en"), Ok(Locale::En));
-        assert_eq!(Locale::parse("ES"), Ok(Locale::Es));
-        assert_eq!(Locale::parse("es_ES"), Ok(Locale::Es));
-        assert_eq!(Locale::parse("en-GB"), Ok(Locale::En));
-        for bad in ["", "fr", "english", "e", "-es"] {
-            let err = Locale::parse(bad).unwrap_err();
-            assert!(err.to_string().contains("unknown locale"), "{err}");
-        }
-    }
 
     #[test]
     fn destination_wins_over_tenant_and_english_is_the_default() {

@@ -126,7 +126,7 @@ fn parse_file_name(name: &str) -> Option<(Kind, Locale, Part)> {
         (name.strip_suffix(".html")?, Part::Html)
     };
     let (kind, locale) = stem.split_once('.')?;
-    let locale = Locale::ALL.into_iter().find(|l| l.code() == locale)?;
+    let locale = Locale::ALL.into_iter().find(|l| l.as_str() == locale)?;
     Some((kind.parse().ok()?, locale, part))
 }
 

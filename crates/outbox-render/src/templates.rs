@@ -99,7 +99,7 @@ impl Part {
 
 /// The template's name, as an override file is named: `<kind>.<locale>.<suffix>`.
 pub fn file_name(kind: Kind, locale: Locale, part: Part) -> String {
-    format!("{}.{}.{}", kind.name(), locale.code(), part.suffix())
+    format!("{}.{}.{}", kind.name(), locale.as_str(), part.suffix())
 }
 
 macro_rules! builtin_table {

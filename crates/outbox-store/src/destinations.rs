@@ -1,31 +1,46 @@
 //! Destinations: where a tenant's alerts are delivered, and what each one can do to help
 //! settle an uncertain send (de-duplicate by key, answer a lookup by key).
+//!
+//! A destination is created by one INSERT of a [`NewDestination`], whatever its kind: the
+//! struct holds every setting a destination starts with, and its [`Delivery`] what its kind
+//! adds (a webhook's URL, an HTTP email API's body template, an email destination's relay).
 
 use chrono::{DateTime, Utc};
-use outbox_core::{DestinationKind, OnHeadFailed, OnUncertain, Ordering};
+use outbox_core::{
+    DestinationKind, Locale, OnHeadFailed, OnUncertain, Ordering, SmtpRelay, SmtpTls,
+};
 use sqlx::PgExecutor;
 use std::time::Duration;
 use uuid::Uuid;
 
+use crate::lanes::OrderingSettings;
 use crate::StoreError;
 
-/// A destination to create. The caller has validated URLs, names and secrets.
+/// How long every send may fail before a destination is disabled automatically, unless it
+/// is told otherwise (the column's default).
+pub const DEFAULT_FAILING_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// A destination to create, with every setting it starts with. The caller has validated
+/// URLs, names, addresses and secrets.
 #[derive(Debug, Clone)]
 pub struct NewDestination {
     /// Owning tenant.
     pub tenant_id: Uuid,
     /// Unique within the tenant; approvals name their destination by it.
     pub name: String,
-    /// Where alerts are POSTed.
-    pub url: String,
-    /// Secrets as stored: `whsec_...`, or sealed (`enc:v1:...`, bound to the destination's
-    /// id, so sealed ones need [`create_with_id`]). One signature per secret on every request.
+    /// How alerts reach it, and what its kind adds.
+    pub delivery: Delivery,
+    /// A webhook's secrets as stored: `whsec_...`, or sealed (`enc:v1:...`, bound to the
+    /// destination's id, so sealed ones need [`create_with_id`]). One signature per secret
+    /// on every request. An email destination signs nothing: it is stored without them.
     pub signing_secrets: Vec<String>,
     /// Header that carries the notification id.
     pub idempotency_header: String,
-    /// How long the destination de-duplicates by that header, if it does.
+    /// How long the destination de-duplicates by that header, if it does (a webhook's; an
+    /// email destination is stored without one).
     pub idempotency_retention: Option<Duration>,
-    /// Lookup URL with a `{key}` placeholder, if the destination offers one.
+    /// Lookup URL with a `{key}` placeholder, if the destination offers one (a webhook's;
+    /// an email destination is stored without one).
     pub lookup_url_template: Option<String>,
     /// Policy for uncertain sends nothing else settles.
     pub on_uncertain: OnUncertain,
@@ -33,75 +48,150 @@ pub struct NewDestination {
     pub timeout: Duration,
     /// Most requests in flight to this destination at once.
     pub max_in_flight: u32,
+    /// Whether it receives the alerts of one ordering key in approval order, and what a
+    /// lane does past a head that failed for good.
+    pub ordering: OrderingSettings,
+    /// How long every send may fail before it is disabled automatically; `None`: never.
+    pub disable_after_failing: Option<Duration>,
 }
 
-/// What an email destination adds to a [`NewDestination`], whose `url` is then the relay
-/// as `smtp://host:port`. The caller has validated addresses and the relay host.
+impl NewDestination {
+    /// A webhook `name` of `tenant_id` POSTed to `url`, unsigned, with what a destination
+    /// gets unless told otherwise: the `Idempotency-Key` header, no de-duplication window
+    /// and no lookup, uncertain sends held, a 10 s timeout, 16 in flight, no ordering, and
+    /// [`DEFAULT_FAILING_WINDOW`].
+    pub fn webhook(tenant_id: Uuid, name: &str, url: &str) -> NewDestination {
+        let url = url.to_owned();
+        NewDestination::delivered(tenant_id, name, Delivery::Webhook { url })
+    }
+
+    /// An email destination `name` of `tenant_id` mailed as `email` says, with what a
+    /// destination gets unless told otherwise (as [`NewDestination::webhook`]'s).
+    pub fn email(tenant_id: Uuid, name: &str, email: EmailSettings) -> NewDestination {
+        NewDestination::delivered(tenant_id, name, Delivery::Email(email))
+    }
+
+    fn delivered(tenant_id: Uuid, name: &str, delivery: Delivery) -> NewDestination {
+        NewDestination {
+            tenant_id,
+            name: name.to_owned(),
+            delivery,
+            signing_secrets: Vec::new(),
+            idempotency_header: "Idempotency-Key".to_owned(),
+            idempotency_retention: None,
+            lookup_url_template: None,
+            on_uncertain: OnUncertain::Hold,
+            timeout: Duration::from_secs(10),
+            max_in_flight: 16,
+            ordering: OrderingSettings {
+                ordering: Ordering::None,
+                on_head_failed: OnHeadFailed::Block,
+            },
+            disable_after_failing: Some(DEFAULT_FAILING_WINDOW),
+        }
+    }
+}
+
+/// How a destination's alerts reach it: what its kind adds to a [`NewDestination`].
+#[derive(Debug, Clone)]
+pub enum Delivery {
+    /// POSTed to `url` (http or https).
+    Webhook {
+        /// Where alerts are POSTed.
+        url: String,
+    },
+    /// POSTed to `url`, an HTTP email API: each alert rendered as email into the request
+    /// body by `api`'s template.
+    EmailApi {
+        /// The API's URL.
+        url: String,
+        /// Its template, the mail it asks for, and its key.
+        api: EmailApiSettings,
+    },
+    /// Mailed over SMTP through a relay.
+    Email(EmailSettings),
+}
+
+impl Delivery {
+    /// The kind stored (an HTTP email API is a webhook).
+    pub fn kind(&self) -> DestinationKind {
+        match self {
+            Delivery::Webhook { .. } | Delivery::EmailApi { .. } => DestinationKind::Webhook,
+            Delivery::Email(_) => DestinationKind::Email,
+        }
+    }
+}
+
+/// Who an email alert is from and to, and its language: an email destination's, or what
+/// an HTTP email API is asked to mail. The caller has checked the addresses.
+#[derive(Debug, Clone)]
+pub struct Mailing {
+    /// The sender address; its domain names every Message-ID.
+    pub from: String,
+    /// The recipients of every alert.
+    pub to: Vec<String>,
+    /// The language, if set (else the tenant's, else English).
+    pub locale: Option<Locale>,
+}
+
+/// What an email destination adds to a [`NewDestination`]: its relay and how to speak to
+/// it, and its mail.
 #[derive(Clone)]
 pub struct EmailSettings {
-    /// `none`, `starttls` or `tls`.
-    pub smtp_tls: String,
+    /// The relay the messages are handed to.
+    pub relay: SmtpRelay,
+    /// How the connection to it is secured.
+    pub smtp_tls: SmtpTls,
     /// SMTP user name, if the relay wants AUTH.
     pub smtp_username: Option<String>,
     /// SMTP password as stored: sealed (`enc:v1:...`, bound to the destination's id) or
     /// plain when no key is configured.
     pub smtp_password: Option<String>,
-    /// The sender address; its domain names every Message-ID.
-    pub mail_from: String,
-    /// Recipients of every alert.
-    pub mail_to: Vec<String>,
-    /// `en` or `es`; English when absent.
-    pub locale: Option<String>,
     /// The CA (PEM certificates) the relay's certificate must chain to instead of the
     /// public roots, for a relay on a private PKI.
     pub smtp_ca_pem: Option<String>,
+    /// The sender, the recipients and the language.
+    pub mail: Mailing,
 }
 
 impl std::fmt::Debug for EmailSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EmailSettings")
+            .field("relay", &self.relay)
             .field("smtp_tls", &self.smtp_tls)
             .field("smtp_username", &self.smtp_username)
             .field(
                 "smtp_password",
                 &self.smtp_password.as_ref().map(|_| "(set)"),
             )
-            .field("mail_from", &self.mail_from)
-            .field("mail_to", &self.mail_to)
-            .field("locale", &self.locale)
             .field("smtp_ca_pem", &self.smtp_ca_pem.as_ref().map(|_| "(set)"))
+            .field("mail", &self.mail)
             .finish()
     }
 }
 
-/// What a webhook destination that speaks to an HTTP email API adds to a
-/// [`NewDestination`]: its body template, the sender and recipients it asks the API to
-/// mail, and the API's key. The caller has checked the template and the addresses.
+/// What a webhook that speaks to an HTTP email API adds to a [`NewDestination`]: its body
+/// template, the sender and recipients it asks the API to mail, and the API's key. The
+/// caller has checked the template and the addresses.
 #[derive(Clone)]
 pub struct EmailApiSettings {
     /// `email-api-resend`, or `file`.
     pub body_template: String,
     /// The operator's template text, for `file`.
     pub body_template_text: Option<String>,
-    /// The sender.
-    pub mail_from: String,
-    /// The recipients.
-    pub mail_to: Vec<String>,
-    /// `en` or `es`, if set (else the tenant's, else English).
-    pub locale: Option<String>,
     /// The API key as stored (sealed with the destination's id, or plain when no key is
     /// configured), sent as `Authorization: Bearer`.
     pub bearer_token: Option<String>,
+    /// The sender, the recipients and the language.
+    pub mail: Mailing,
 }
 
 impl std::fmt::Debug for EmailApiSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EmailApiSettings")
             .field("body_template", &self.body_template)
-            .field("mail_from", &self.mail_from)
-            .field("mail_to", &self.mail_to)
-            .field("locale", &self.locale)
             .field("bearer_token", &self.bearer_token.as_ref().map(|_| "(set)"))
+            .field("mail", &self.mail)
             .finish_non_exhaustive()
     }
 }
@@ -118,14 +208,16 @@ pub struct DestinationSummary {
     /// Webhook or email.
     #[sqlx(try_from = "String")]
     pub kind: DestinationKind,
-    /// Where alerts are POSTed, or the SMTP relay (`smtp://host:port`).
+    /// Where alerts are POSTed, or the SMTP relay (`smtp://host:port`, from
+    /// [`SmtpRelay`]).
+    #[sqlx(skip)]
     pub url: String,
     /// Recipients of an email destination (empty for a webhook).
     pub mail_to: Vec<String>,
     /// Sender of an email destination.
     pub mail_from: Option<String>,
     /// Locale of an email destination's messages, when set.
-    pub locale: Option<String>,
+    pub locale: Option<Locale>,
     /// Whether an SMTP password is configured (it is never read back out).
     pub smtp_password_set: bool,
     /// A webhook's body template (`email-api-resend`, `file`), when it speaks to an HTTP
@@ -184,136 +276,72 @@ pub fn new_id() -> Uuid {
     Uuid::now_v7()
 }
 
-/// Creates a destination under an id chosen by the caller (from [`new_id`]).
+/// Creates a destination under an id chosen by the caller (from [`new_id`]), in one
+/// INSERT, and returns the id; a name the tenant already uses is
+/// [`StoreError::AlreadyExists`]. The columns its kind does not have hold what the
+/// table's defaults would (empty, `NULL`): an email destination signs nothing,
+/// de-duplicates nothing and answers no lookup.
 pub async fn create_with_id(
     db: impl PgExecutor<'_>,
     id: Uuid,
     new: &NewDestination,
 ) -> Result<Uuid, StoreError> {
-    insert(db, &DestinationRow::webhook(id, new)).await
-}
-
-/// Creates an email destination under an id chosen by the caller (from [`new_id`]): `new`
-/// with its `url` the relay (`smtp://host:port`) and no lookup or de-duplication window,
-/// plus `email`. The password, if any, as stored (sealed with this id).
-pub async fn create_email_with_id(
-    db: impl PgExecutor<'_>,
-    id: Uuid,
-    new: &NewDestination,
-    email: &EmailSettings,
-) -> Result<Uuid, StoreError> {
-    let row = DestinationRow {
-        kind: DestinationKind::Email,
-        // SMTP signs nothing, de-duplicates nothing and answers no lookup.
-        signing_secrets: &[],
-        idempotency_retention_secs: None,
-        lookup_url_template: None,
-        smtp: Some(email),
-        mail_from: Some(&email.mail_from),
-        mail_to: &email.mail_to,
-        locale: email.locale.as_deref(),
-        ..DestinationRow::webhook(id, new)
+    let (url, api, email) = match &new.delivery {
+        Delivery::Webhook { url } => (Some(url), None, None),
+        Delivery::EmailApi { url, api } => (Some(url), Some(api), None),
+        Delivery::Email(email) => (None, None, Some(email)),
     };
-    insert(db, &row).await
-}
-
-/// Creates a webhook destination that speaks to an HTTP email API, under an id chosen by
-/// the caller (from [`new_id`]): `new` plus `api`. The API key, if any, as stored (sealed
-/// with this id).
-pub async fn create_email_api_with_id(
-    db: impl PgExecutor<'_>,
-    id: Uuid,
-    new: &NewDestination,
-    api: &EmailApiSettings,
-) -> Result<Uuid, StoreError> {
-    let row = DestinationRow {
-        body: Some(api),
-        mail_from: Some(&api.mail_from),
-        mail_to: &api.mail_to,
-        locale: api.locale.as_deref(),
-        ..DestinationRow::webhook(id, new)
-    };
-    insert(db, &row).await
-}
-
-/// A destination's row as inserted: a [`NewDestination`] and what its kind adds. The
-/// columns a kind does not have hold what the table's defaults would (empty, `NULL`), so
-/// that every kind is created through the one insert, [`insert`].
-struct DestinationRow<'a> {
-    id: Uuid,
-    new: &'a NewDestination,
-    kind: DestinationKind,
-    signing_secrets: &'a [String],
-    idempotency_retention_secs: Option<f64>,
-    lookup_url_template: Option<&'a str>,
-    /// An email destination's relay settings.
-    smtp: Option<&'a EmailSettings>,
-    /// A webhook's body template and API key, when it speaks to an HTTP email API.
-    body: Option<&'a EmailApiSettings>,
-    /// Sender, recipients and locale: an email destination's, or an email API's.
-    mail_from: Option<&'a str>,
-    mail_to: &'a [String],
-    locale: Option<&'a str>,
-}
-
-impl<'a> DestinationRow<'a> {
-    /// A plain webhook: `new` alone.
-    fn webhook(id: Uuid, new: &'a NewDestination) -> Self {
-        DestinationRow {
-            id,
-            new,
-            kind: DestinationKind::Webhook,
-            signing_secrets: &new.signing_secrets,
-            idempotency_retention_secs: new.idempotency_retention.map(|d| d.as_secs_f64()),
-            lookup_url_template: new.lookup_url_template.as_deref(),
-            smtp: None,
-            body: None,
-            mail_from: None,
-            mail_to: &[],
-            locale: None,
-        }
-    }
-}
-
-/// Inserts a destination's row and returns its id; a name the tenant already uses is
-/// [`StoreError::AlreadyExists`].
-async fn insert(db: impl PgExecutor<'_>, row: &DestinationRow<'_>) -> Result<Uuid, StoreError> {
-    let new = row.new;
-    let (smtp, body) = (row.smtp, row.body);
+    let mail = api.map(|a| &a.mail).or(email.map(|e| &e.mail));
+    let webhook = email.is_none();
     sqlx::query(
         "INSERT INTO destinations (id, tenant_id, name, kind, url, signing_secrets, \
              idempotency_header, idempotency_retention, lookup_url_template, on_uncertain, \
-             timeout_ms, max_in_flight, smtp_tls, smtp_username, smtp_password, smtp_ca_pem, \
+             timeout_ms, max_in_flight, ordering, on_head_failed, disable_after_failing, \
+             smtp_host, smtp_port, smtp_tls, smtp_username, smtp_password, smtp_ca_pem, \
              body_template, body_template_text, bearer_token, mail_from, mail_to, locale) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, make_interval(secs => $8), $9, $10, $11, $12, \
-                 $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+                 $13, $14, make_interval(secs => $15), $16, $17, $18, $19, $20, $21, $22, \
+                 $23, $24, $25, $26, $27)",
     )
-    .bind(row.id)
+    .bind(id)
     .bind(new.tenant_id)
     .bind(&new.name)
-    .bind(row.kind)
-    .bind(&new.url)
-    .bind(row.signing_secrets)
+    .bind(new.delivery.kind())
+    .bind(url)
+    .bind(if webhook {
+        &new.signing_secrets[..]
+    } else {
+        &[]
+    })
     .bind(&new.idempotency_header)
-    .bind(row.idempotency_retention_secs)
-    .bind(row.lookup_url_template)
+    .bind(
+        new.idempotency_retention
+            .filter(|_| webhook)
+            .map(|d| d.as_secs_f64()),
+    )
+    .bind(new.lookup_url_template.as_deref().filter(|_| webhook))
     .bind(new.on_uncertain)
     .bind(i32::try_from(new.timeout.as_millis()).unwrap_or(i32::MAX))
     .bind(i32::try_from(new.max_in_flight).unwrap_or(i32::MAX))
-    .bind(smtp.map(|e| &e.smtp_tls))
-    .bind(smtp.and_then(|e| e.smtp_username.as_deref()))
-    .bind(smtp.and_then(|e| e.smtp_password.as_deref()))
-    .bind(smtp.and_then(|e| e.smtp_ca_pem.as_deref()))
-    .bind(body.map(|b| &b.body_template))
-    .bind(body.and_then(|b| b.body_template_text.as_deref()))
-    .bind(body.and_then(|b| b.bearer_token.as_deref()))
-    .bind(row.mail_from)
-    .bind(row.mail_to)
-    .bind(row.locale)
+    .bind(new.ordering.ordering)
+    .bind(new.ordering.on_head_failed)
+    .bind(new.disable_after_failing.map(|d| d.as_secs_f64()))
+    .bind(email.map(|e| e.relay.stored_host()))
+    .bind(email.map(|e| i32::from(e.relay.port)))
+    .bind(email.map(|e| e.smtp_tls))
+    .bind(email.and_then(|e| e.smtp_username.as_deref()))
+    .bind(email.and_then(|e| e.smtp_password.as_deref()))
+    .bind(email.and_then(|e| e.smtp_ca_pem.as_deref()))
+    .bind(api.map(|a| &a.body_template))
+    .bind(api.and_then(|a| a.body_template_text.as_deref()))
+    .bind(api.and_then(|a| a.bearer_token.as_deref()))
+    .bind(mail.map(|m| &m.from))
+    .bind(mail.map_or(&[][..], |m| &m.to[..]))
+    .bind(mail.and_then(|m| m.locale))
     .execute(db)
     .await
     .map_err(|err| name_taken(err, &new.name))?;
-    Ok(row.id)
+    Ok(id)
 }
 
 /// The id of the tenant's destination called `name`. Scoped by tenant: another tenant's
@@ -331,13 +359,40 @@ pub async fn id_by_name(
         .ok_or_else(|| StoreError::UnknownDestination(name.to_owned()))
 }
 
+/// A listed destination with where it leads as stored: a webhook's URL, or an email
+/// destination's relay.
+#[derive(sqlx::FromRow)]
+struct ListedDestination {
+    #[sqlx(flatten)]
+    summary: DestinationSummary,
+    webhook_url: Option<String>,
+    smtp_host: Option<String>,
+    smtp_port: Option<i32>,
+}
+
+impl ListedDestination {
+    /// The summary, its `url` the webhook's or the relay as `smtp://host:port` (a host
+    /// written by other means that is none, as stored).
+    fn summary(self) -> DestinationSummary {
+        let relay = self.smtp_host.zip(self.smtp_port).map(|(host, port)| {
+            let port = u16::try_from(port).unwrap_or_default();
+            SmtpRelay::new(&host, port).map_or(host, |relay| relay.to_string())
+        });
+        DestinationSummary {
+            url: self.webhook_url.or(relay).unwrap_or_default(),
+            ..self.summary
+        }
+    }
+}
+
 /// Lists destinations, of one tenant or of all, by tenant then name.
 pub async fn list(
     db: impl PgExecutor<'_>,
     tenant_id: Option<Uuid>,
 ) -> Result<Vec<DestinationSummary>, StoreError> {
-    let rows = sqlx::query_as::<_, DestinationSummary>(
-        "SELECT d.id, t.name AS tenant, d.name, d.kind, d.url, d.mail_to, d.mail_from, d.locale, \
+    let rows = sqlx::query_as::<_, ListedDestination>(
+        "SELECT d.id, t.name AS tenant, d.name, d.kind, d.url AS webhook_url, d.smtp_host, \
+                d.smtp_port, d.mail_to, d.mail_from, d.locale, \
                 d.smtp_password IS NOT NULL AS smtp_password_set, d.body_template, \
                 d.bearer_token IS NOT NULL AS bearer_token_set, d.idempotency_header, \
                 extract(epoch FROM d.idempotency_retention)::int8 AS idempotency_retention_secs, \
@@ -358,7 +413,7 @@ pub async fn list(
     .bind(tenant_id)
     .fetch_all(db)
     .await?;
-    Ok(rows)
+    Ok(rows.into_iter().map(ListedDestination::summary).collect())
 }
 
 /// A destination's secrets as stored, for re-sealing under another key.

@@ -19,9 +19,9 @@ mod completion;
 mod leases;
 mod queue_figures;
 
-pub(crate) use claim::due_status;
 pub use claim::{
-    claim, claim_on, claim_sql, ChainSeen, ClaimedAlert, ClaimedDestination, FAILED_LOOKUP,
+    claim, claim_on, claim_sql, due_status, ChainSeen, ClaimedAlert, ClaimedDestination,
+    FAILED_LOOKUP,
 };
 pub use completion::{
     complete, complete_batch, complete_batch_handing_on, record_attempt, AttemptRecord, Completion,

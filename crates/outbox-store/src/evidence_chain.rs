@@ -9,6 +9,7 @@
 use chrono::{DateTime, Utc};
 use outbox_core::evidence::chain::Hash;
 use outbox_core::evidence::entries::{AlertFacts, AttemptFacts, EntryFacts, EventFacts};
+use outbox_core::AttemptKind;
 use sqlx::{PgConnection, PgExecutor, PgPool};
 use uuid::Uuid;
 
@@ -130,7 +131,7 @@ struct AttemptRow {
     chain_pos: Option<i64>,
     entry_hash: Option<Vec<u8>>,
     attempt: i32,
-    kind: String,
+    kind: AttemptKind,
     worker: String,
     fencing_token: i64,
     started_at: DateTime<Utc>,

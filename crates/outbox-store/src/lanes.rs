@@ -149,22 +149,6 @@ pub async fn ordering_of(
     })
 }
 
-/// Sets a destination's ordering as it is added (in its creating transaction), when it
-/// is not the default.
-pub async fn set_new_destination_ordering(
-    conn: &mut PgConnection,
-    destination_id: Uuid,
-    settings: OrderingSettings,
-) -> Result<(), StoreError> {
-    sqlx::query("UPDATE destinations SET ordering = $2, on_head_failed = $3 WHERE id = $1")
-        .bind(destination_id)
-        .bind(settings.ordering)
-        .bind(settings.on_head_failed)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
 /// Locks every lane row of the destination, in the one order of every locker of several
 /// lanes: an approval joining one of them finishes (or waits) before the waiting rows are
 /// read, in a later statement's snapshot.

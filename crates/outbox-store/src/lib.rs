@@ -56,8 +56,9 @@
 //!   tables (what the fault suite's referee compares with what destinations received).
 //! - [`outcome_counts`]: what became of a database's alerts, counted (a demo run's
 //!   progress and report).
-//! - `sql_names`: the typed names written into SQL as literals, for the predicates a
-//!   partial index needs as constants (everything else binds them).
+//! - [`sql_names`]: the typed names written into SQL as literals, for the predicates a
+//!   partial index needs as constants (everything else binds them); with
+//!   [`dispatch::due_status`], what the benchmark's own statements are built from.
 //! - [`error`]: the store's error type, [`StoreError`].
 //!
 //! Functions that are one statement take any `PgExecutor`, so callers can compose them in
@@ -87,7 +88,7 @@ pub mod schema;
 mod server_role;
 pub mod servers;
 pub mod sources;
-mod sql_names;
+pub mod sql_names;
 pub mod stats;
 pub mod tenants;
 pub mod tokens;

@@ -3,6 +3,7 @@
 //! password's argon2 hash and a session's SHA-256 are stored; hashing is the caller's.
 
 use chrono::{DateTime, Utc};
+use outbox_core::OperatorRole;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
@@ -15,8 +16,8 @@ pub struct Account {
     pub id: Uuid,
     /// Its unique name: the operator's name in the evidence.
     pub name: String,
-    /// `viewer` or `operator`.
-    pub role: String,
+    /// What it may do.
+    pub role: OperatorRole,
     /// The tenants it may see and act on; `None`: every tenant.
     pub tenant_ids: Option<Vec<Uuid>>,
     /// Those tenants' names (empty for every tenant).
@@ -43,7 +44,7 @@ const ACCOUNT_COLUMNS: &str = "o.id, o.name, o.role, o.tenant_ids, \
 pub async fn create(
     db: impl PgExecutor<'_>,
     name: &str,
-    role: &str,
+    role: OperatorRole,
     tenant_ids: Option<&[Uuid]>,
     password_hash: &str,
 ) -> Result<Uuid, StoreError> {

@@ -3,7 +3,7 @@
 //! and read by every attempt.
 
 use chrono::{DateTime, Utc};
-use outbox_core::DestinationKind;
+use outbox_core::{DestinationKind, Locale, SmtpRelay, SmtpTls};
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
@@ -22,8 +22,13 @@ pub struct EmailJob {
     pub revision: i32,
     /// Earlier revisions of the same alert, oldest first (what a correction threads under).
     pub earlier_revisions: Vec<Uuid>,
-    /// `none`, `starttls` or `tls`.
-    pub smtp_tls: String,
+    /// The relay's host as stored (a name, or an address; [`EmailJob::relay`] reads it).
+    pub smtp_host: String,
+    /// The relay's port.
+    #[sqlx(try_from = "i32")]
+    pub smtp_port: u16,
+    /// How the connection to the relay is secured.
+    pub smtp_tls: SmtpTls,
     /// The CA the relay's certificate must chain to, when not the public roots.
     pub smtp_ca_pem: Option<String>,
     /// SMTP user name, if any.
@@ -34,10 +39,10 @@ pub struct EmailJob {
     pub mail_from: String,
     /// Recipients.
     pub mail_to: Vec<String>,
-    /// `en` or `es`, if set.
-    pub locale: Option<String>,
+    /// The destination's locale, if set.
+    pub locale: Option<Locale>,
     /// The tenant's locale, used when the destination has none.
-    pub tenant_locale: Option<String>,
+    pub tenant_locale: Option<Locale>,
     /// The tenant's name (whose templates render it).
     pub tenant_name: String,
 }
@@ -47,10 +52,19 @@ impl std::fmt::Debug for EmailJob {
         f.debug_struct("EmailJob")
             .field("alert_id", &self.alert_id)
             .field("revision", &self.revision)
+            .field("smtp_host", &self.smtp_host)
+            .field("smtp_port", &self.smtp_port)
             .field("smtp_tls", &self.smtp_tls)
             .field("mail_from", &self.mail_from)
             .field("mail_to", &self.mail_to)
             .finish_non_exhaustive()
+    }
+}
+
+impl EmailJob {
+    /// The relay, or why the stored host is none (written by other means).
+    pub fn relay(&self) -> Result<SmtpRelay, String> {
+        SmtpRelay::new(&self.smtp_host, self.smtp_port).map_err(|err| format!("the relay {err}"))
     }
 }
 
@@ -66,7 +80,7 @@ pub async fn email_job(
                         AND e.occurrence = a.occurrence AND e.destination_id = a.destination_id \
                         AND e.revision < a.revision \
                       ORDER BY e.revision) AS earlier_revisions, \
-                d.smtp_tls, d.smtp_ca_pem, d.smtp_username, d.smtp_password, d.mail_from, d.mail_to, d.locale, \
+                d.smtp_host, d.smtp_port, d.smtp_tls, d.smtp_ca_pem, d.smtp_username, d.smtp_password, d.mail_from, d.mail_to, d.locale, \
                 t.locale AS tenant_locale, t.name AS tenant_name \
          FROM alerts a JOIN destinations d ON d.id = a.destination_id \
          JOIN tenants t ON t.id = a.tenant_id \
@@ -97,10 +111,10 @@ pub struct BodyJob {
     pub mail_from: String,
     /// The recipients.
     pub mail_to: Vec<String>,
-    /// `en` or `es`, if set.
-    pub locale: Option<String>,
+    /// The destination's locale, if set.
+    pub locale: Option<Locale>,
     /// The tenant's locale, used when the destination has none.
-    pub tenant_locale: Option<String>,
+    pub tenant_locale: Option<Locale>,
 }
 
 /// The body template settings and alert data of `alert_id`, if its destination has a

@@ -1,5 +1,6 @@
 //! The lifecycle's typed names written into SQL text, for the few predicates the planner
-//! must see as constants.
+//! must see as constants (and for the benchmark's own statements, which are built from
+//! these and from the store's predicates rather than spelling a name).
 //!
 //! Queries bind the names as values (the enums encode as `text`). A predicate that selects
 //! a partial index (`outbox_due_idx` is `WHERE status IN ('pending', 'uncertain')`) or a
@@ -14,7 +15,7 @@ use outbox_core::{
 use std::sync::LazyLock;
 
 /// A typed name that can be written into SQL as a quoted literal.
-pub(crate) trait SqlName: Copy {
+pub trait SqlName: Copy {
     /// The stored name.
     fn name(self) -> &'static str;
 
@@ -73,7 +74,7 @@ impl std::fmt::Display for SqlText {
 }
 
 /// Several names as the inside of a SQL `IN (...)` list: `'pending', 'uncertain'`.
-pub(crate) fn sql_list<T: SqlName>(names: &[T]) -> String {
+pub fn sql_list<T: SqlName>(names: &[T]) -> String {
     names
         .iter()
         .map(|name| name.sql())

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-use outbox_core::{CheckedPayload, OnHeadFailed, OnUncertain, Ordering};
+use outbox_core::{CheckedPayload, OnHeadFailed, Ordering};
 use outbox_store::alerts::{self, ApprovalGroups, Approved, CheckedApproval};
 use outbox_store::destinations::NewDestination;
 use outbox_store::lanes::OrderingSettings;
@@ -23,36 +23,25 @@ async fn tenants(db: &TestDb) -> (Uuid, Uuid) {
             .await
             .unwrap();
         for name in destinations {
-            let destination = outbox_store::destinations::create(
+            let ordering = if *name == "lanes" {
+                Ordering::PerKey
+            } else {
+                Ordering::None
+            };
+            outbox_store::destinations::create(
                 &db.pool,
                 &NewDestination {
-                    tenant_id,
-                    name: (*name).to_owned(),
-                    url: "http://127.0.0.1:9/hook".to_owned(),
-                    signing_secrets: vec![],
-                    idempotency_header: "Idempotency-Key".to_owned(),
-                    idempotency_retention: None,
-                    lookup_url_template: None,
-                    on_uncertain: OnUncertain::Hold,
                     timeout: Duration::from_secs(1),
                     max_in_flight: 100,
+                    ordering: OrderingSettings {
+                        ordering,
+                        on_head_failed: OnHeadFailed::Block,
+                    },
+                    ..NewDestination::webhook(tenant_id, name, "http://127.0.0.1:9/hook")
                 },
             )
             .await
             .unwrap();
-            if *name == "lanes" {
-                let mut conn = db.pool.acquire().await.unwrap();
-                outbox_store::lanes::set_new_destination_ordering(
-                    &mut conn,
-                    destination,
-                    OrderingSettings {
-                        ordering: Ordering::PerKey,
-                        on_head_failed: OnHeadFailed::Block,
-                    },
-                )
-                .await
-                .unwrap();
-            }
         }
         ids.push(tenant_id);
     }

@@ -25,16 +25,13 @@ async fn backlog(db: &TestDb, n: usize) -> (Uuid, Uuid) {
             outbox_store::destinations::create(
                 &db.pool,
                 &outbox_store::destinations::NewDestination {
-                    tenant_id: tenant,
-                    name: name.to_owned(),
-                    url: "http://127.0.0.1:9/hook".to_owned(),
-                    signing_secrets: vec![],
-                    idempotency_header: "Idempotency-Key".to_owned(),
-                    idempotency_retention: None,
-                    lookup_url_template: None,
-                    on_uncertain: outbox_core::OnUncertain::Hold,
                     timeout: Duration::from_secs(1),
                     max_in_flight: bound,
+                    ..outbox_store::destinations::NewDestination::webhook(
+                        tenant,
+                        name,
+                        "http://127.0.0.1:9/hook",
+                    )
                 },
             )
             .await

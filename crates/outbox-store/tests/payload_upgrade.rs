@@ -6,8 +6,6 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-use outbox_core::OnUncertain;
-use outbox_store::destinations::NewDestination;
 use outbox_testkit::TestDb;
 use std::time::Duration;
 use uuid::Uuid;
@@ -15,26 +13,20 @@ use uuid::Uuid;
 /// The migration that changes the column.
 const PAYLOAD_AS_TEXT: i64 = 20261215000001;
 
-/// Tenant `acme` and its destination `ops`.
+/// Tenant `acme` and its destination `ops`, written as the earlier release's schema takes
+/// them (the store's insert names columns later migrations add).
 async fn acme_ops(db: &TestDb) -> (Uuid, Uuid) {
     let tenant_id = outbox_store::tenants::create(&db.pool, "acme", "UTC", None)
         .await
         .unwrap();
-    let destination_id = outbox_store::destinations::create(
-        &db.pool,
-        &NewDestination {
-            tenant_id,
-            name: "ops".to_owned(),
-            url: "http://127.0.0.1:9/hook".to_owned(),
-            signing_secrets: vec![],
-            idempotency_header: "Idempotency-Key".to_owned(),
-            idempotency_retention: None,
-            lookup_url_template: None,
-            on_uncertain: OnUncertain::Hold,
-            timeout: Duration::from_secs(1),
-            max_in_flight: 100,
-        },
+    let destination_id = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO destinations (id, tenant_id, name, url, timeout_ms, max_in_flight) \
+         VALUES ($1, $2, 'ops', 'http://127.0.0.1:9/hook', 1000, 100)",
     )
+    .bind(destination_id)
+    .bind(tenant_id)
+    .execute(&db.pool)
     .await
     .unwrap();
     (tenant_id, destination_id)

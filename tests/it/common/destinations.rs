@@ -98,16 +98,9 @@ pub async fn add_destination(
     configure: impl FnOnce(&mut outbox_store::destinations::NewDestination),
 ) {
     let mut destination = outbox_store::destinations::NewDestination {
-        tenant_id,
-        name: name.to_owned(),
-        url: url.to_owned(),
-        signing_secrets: vec![],
-        idempotency_header: "Idempotency-Key".to_owned(),
-        idempotency_retention: None,
-        lookup_url_template: None,
-        on_uncertain: outbox_core::OnUncertain::Hold,
         timeout: Duration::from_secs(1),
         max_in_flight: 64,
+        ..outbox_store::destinations::NewDestination::webhook(tenant_id, name, url)
     };
     configure(&mut destination);
     outbox_store::destinations::create(&db.pool, &destination)

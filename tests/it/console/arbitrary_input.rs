@@ -176,7 +176,7 @@ impl Target {
         outbox_store::operator_accounts::create(
             &db.pool,
             "alice",
-            "operator",
+            outbox_core::OperatorRole::Operator,
             None,
             &outbox_core::password::hash_password(&password).unwrap(),
         )

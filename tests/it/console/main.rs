@@ -94,6 +94,7 @@ impl Console {
     pub(crate) async fn account(&self, name: &str, role: &str, tenants: Option<&[Uuid]>) -> String {
         let password = outbox_core::password::new_password();
         let hash = outbox_core::password::hash_password(&password).unwrap();
+        let role = role.parse().unwrap();
         outbox_store::operator_accounts::create(&self.db.pool, name, role, tenants, &hash)
             .await
             .unwrap();

@@ -51,16 +51,14 @@ pub async fn set_up(url: &str, targets: &[Target<'_>]) -> String {
         outbox_store::destinations::create(
             &pool,
             &outbox_store::destinations::NewDestination {
-                tenant_id: tenant,
-                name: target.name.to_owned(),
-                url: target.sink.hook_url(),
-                signing_secrets: vec![],
-                idempotency_header: "Idempotency-Key".to_owned(),
                 idempotency_retention: target.deduplicates.then_some(Duration::from_secs(3600)),
-                lookup_url_template: None,
-                on_uncertain: outbox_core::OnUncertain::Hold,
                 timeout: Duration::from_secs(2),
                 max_in_flight: 64,
+                ..outbox_store::destinations::NewDestination::webhook(
+                    tenant,
+                    target.name,
+                    &target.sink.hook_url(),
+                )
             },
         )
         .await

@@ -2,10 +2,13 @@
 //! table (`hot_claim_queue`) under one index layout, filled with a backlog, and the claim's
 //! and the completion's row work over it.
 
+use outbox_core::LiveStatus;
 use sqlx::PgConnection;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
+use outbox_store::dispatch::due_status;
+use outbox_store::sql_names::SqlName;
 use outbox_store::StoreError;
 
 /// How the queue copy is indexed.
@@ -52,17 +55,22 @@ pub async fn create_queue(
     ] {
         sqlx::query(&statement).execute(&mut *conn).await?;
     }
-    let indexes: &[&str] = match layout {
-        Layout::Today => &[
-            "CREATE INDEX ON hot_claim_queue (next_attempt_at) \
-             WHERE status IN ('pending', 'uncertain') AND lane_after IS NULL",
-            "CREATE INDEX ON hot_claim_queue (lease_expires_at) WHERE status = 'sending'",
+    let indexes = match layout {
+        Layout::Today => vec![
+            format!(
+                "CREATE INDEX ON hot_claim_queue (next_attempt_at) WHERE {due}",
+                due = due_status("hot_claim_queue")
+            ),
+            format!(
+                "CREATE INDEX ON hot_claim_queue (lease_expires_at) WHERE status = {sending}",
+                sending = LiveStatus::Sending.sql()
+            ),
         ],
-        Layout::Hot => {
-            &["CREATE INDEX ON hot_claim_queue (next_attempt_at) WHERE lane_after IS NULL"]
-        }
+        Layout::Hot => vec![
+            "CREATE INDEX ON hot_claim_queue (next_attempt_at) WHERE lane_after IS NULL".to_owned(),
+        ],
     };
-    for statement in indexes {
+    for statement in &indexes {
         sqlx::query(statement).execute(&mut *conn).await?;
     }
     sqlx::query(
@@ -91,21 +99,22 @@ pub async fn claim(
     limit: i64,
 ) -> Result<(Vec<Uuid>, Vec<i64>, Duration), StoreError> {
     let started = Instant::now();
-    let rows: Vec<(Uuid, i64)> = sqlx::query_as(
+    let rows: Vec<(Uuid, i64)> = sqlx::query_as(&format!(
         "WITH due AS ( \
              SELECT alert_id FROM hot_claim_queue \
-             WHERE status IN ('pending', 'uncertain') AND lane_after IS NULL \
-               AND next_attempt_at <= now() \
+             WHERE {due} AND next_attempt_at <= now() \
              ORDER BY next_attempt_at LIMIT $1 \
              FOR UPDATE SKIP LOCKED \
          ) \
-         UPDATE hot_claim_queue o SET status = 'sending', lease_owner = 'bench', \
+         UPDATE hot_claim_queue o SET status = {sending}, lease_owner = 'bench', \
              lease_expires_at = now() + interval '30 seconds', \
              fencing_token = nextval('hot_claim_token'), send_started_at = now(), \
              attempts = o.attempts + 1 \
          WHERE o.alert_id = ANY(ARRAY(SELECT alert_id FROM due)) \
          RETURNING o.alert_id, o.fencing_token",
-    )
+        due = due_status("hot_claim_queue"),
+        sending = LiveStatus::Sending.sql(),
+    ))
     .bind(limit)
     .fetch_all(&mut *conn)
     .await?;

@@ -4,8 +4,7 @@
 use outbox_dispatcher::Transport;
 use std::time::Instant;
 
-use super::report::Approvals;
-use super::run_state::RunState;
+use super::run_state::{Approvals, RunState};
 use crate::api::{Api, ApiClient};
 use crate::dispatchers::Dispatchers;
 use crate::drain::DrainReport;
@@ -19,13 +18,7 @@ pub(super) async fn bulk_then_http(
 ) -> anyhow::Result<(Approvals, DrainReport)> {
     let n = run.settings.n;
     progress(&format!("approving {n} alerts in bulk"));
-    let took = run.approve_in_bulk(n).await?;
-    let approvals = Approvals {
-        n,
-        clients: 1,
-        seconds: took.as_secs_f64(),
-        per_sec: n as f64 / took.as_secs_f64(),
-    };
+    let approvals = run.approve_in_bulk(n).await?;
     progress("draining over HTTP");
     let drained = run
         .drain_checked(n, Dispatchers::InProcess(Transport::Http))

@@ -16,7 +16,6 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::lanes::LaneDrain;
-use super::report::Approvals;
 use super::run_state::RunState;
 use super::settings::SuiteSettings;
 use crate::dispatchers::Dispatchers;
@@ -68,7 +67,7 @@ async fn evidence_on(
     url: &str,
 ) -> anyhow::Result<EvidenceReport> {
     let mut run = RunState::prepare(settings, sink, url).await?;
-    let host = super::host_facts(&run.pool).await?;
+    let host = super::host::host_facts(&run.pool).await?;
     let mut rounds = Vec::new();
     for round in 0..settings.lanes.rounds {
         let chained_first = round % 2 == 1;
@@ -120,15 +119,9 @@ async fn evidence_on(
 /// one dispatcher in this process, and checked.
 async fn backlog(run: &mut RunState<'_>) -> anyhow::Result<LaneDrain> {
     let n = run.settings.n;
-    let took = run
+    let approvals = run
         .approve_in_bulk_as(n, |workload, i| workload.alert(i))
         .await?;
-    let approvals = Approvals {
-        n,
-        clients: 1,
-        seconds: took.as_secs_f64(),
-        per_sec: n as f64 / took.as_secs_f64(),
-    };
     let drain = run
         .drain_checked(n, Dispatchers::InProcess(Transport::Http))
         .await?;
@@ -144,7 +137,7 @@ impl EvidenceReport {
 
 impl fmt::Display for EvidenceReport {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
-        super::report::write_host_line(out, &self.host)?;
+        super::host::write_host_line(out, &self.host)?;
         writeln!(
             out,
             "evidence chain: {} alerts per backlog, HTTP, 1 dispatcher in process; {} \

@@ -26,8 +26,7 @@ use std::fmt;
 use std::time::Duration;
 use uuid::Uuid;
 
-use super::report::Approvals;
-use super::run_state::RunState;
+use super::run_state::{Approvals, RunState};
 use super::settings::{LaneSettings, SuiteSettings};
 use crate::dispatchers::Dispatchers;
 use crate::drain::DrainReport;
@@ -127,7 +126,7 @@ async fn lanes_on(
     url: &str,
 ) -> anyhow::Result<LanesReport> {
     let mut run = RunState::prepare(settings, sink, url).await?;
-    let host = super::host_facts(&run.pool).await?;
+    let host = super::host::host_facts(&run.pool).await?;
     let lanes = &settings.lanes;
     let unordered = run.workload.destination_id;
     let per_key = per_key_destination(&run, "bench-per-key", sink).await?;
@@ -202,15 +201,9 @@ async fn backlog(
     keys: u64,
 ) -> anyhow::Result<LaneDrain> {
     let n = run.settings.n;
-    let took = run
+    let approvals = run
         .approve_in_bulk_as(n, |workload, i| workload.keyed_alert(destination, i, keys))
         .await?;
-    let approvals = Approvals {
-        n,
-        clients: 1,
-        seconds: took.as_secs_f64(),
-        per_sec: n as f64 / took.as_secs_f64(),
-    };
     let drain = run
         .drain_checked(n, Dispatchers::InProcess(Transport::Http))
         .await?;
@@ -378,7 +371,7 @@ impl LanesReport {
 impl fmt::Display for LanesReport {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.settings;
-        super::report::write_host_line(out, &self.host)?;
+        super::host::write_host_line(out, &self.host)?;
         writeln!(
             out,
             "ordered lanes: {} alerts per backlog over {} keys ({:.0} a lane), HTTP, 1 dispatcher in \

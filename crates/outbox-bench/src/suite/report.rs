@@ -5,24 +5,13 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt;
 
+use super::host::write_host_line;
 use super::lanes::LanesReport;
+use super::run_state::Approvals;
 use super::settings::SuiteSettings;
 use crate::dispatchers::Dispatchers;
 use crate::drain::DrainReport;
 use crate::sustained::SustainedReport;
-
-/// Approvals measured.
-#[derive(Debug, Clone, Serialize)]
-pub struct Approvals {
-    /// Alerts approved.
-    pub n: u64,
-    /// Concurrent clients (1 for bulk: one statement per chunk).
-    pub clients: u64,
-    /// Wall-clock seconds.
-    pub seconds: f64,
-    /// Alerts approved per second.
-    pub per_sec: f64,
-}
 
 /// Approval-to-acceptance latency: the sink's receipt time minus the alert's approval time.
 #[derive(Debug, Clone, Serialize)]
@@ -246,22 +235,6 @@ fn write_drain_row(out: &mut fmt::Formatter<'_>, name: &str, r: &DrainReport) ->
         r.max_sending,
         r.sending_bound,
         r.sink_duplicates
-    )
-}
-
-/// The machine a run measured, as [`super::host_facts`] read it: one line.
-pub(super) fn write_host_line(
-    out: &mut fmt::Formatter<'_>,
-    facts: &HashMap<String, String>,
-) -> fmt::Result {
-    let host = |k: &str| facts.get(k).cloned().unwrap_or_default();
-    writeln!(
-        out,
-        "host: {} cpus, PostgreSQL {}, synchronous_commit={}, shared_buffers={} (8kB pages)",
-        host("cpus"),
-        host("server_version"),
-        host("synchronous_commit"),
-        host("shared_buffers")
     )
 }
 

@@ -1,10 +1,12 @@
 //! What a suite run carries from phase to phase ([`RunState`]): its database, workload and
 //! sink, the next alert's index and the alerts delivered so far, with the steps every
-//! drain phase takes (approve a backlog, drain it, check it).
+//! drain phase takes (approve a backlog, drain it, check it), and what approving measured
+//! ([`Approvals`]).
 
 use outbox_dispatcher::Transport;
 use outbox_store::alerts::MonitorAlert;
 use outbox_store::PgPool;
+use serde::Serialize;
 use std::time::Duration;
 
 use super::settings::SuiteSettings;
@@ -12,6 +14,31 @@ use crate::dispatchers::{self, Dispatchers, DrainSettings};
 use crate::drain::{self, drain, DrainReport};
 use crate::own_sink::OwnSink;
 use crate::workload::Workload;
+
+/// Approvals measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Approvals {
+    /// Alerts approved.
+    pub n: u64,
+    /// Concurrent clients (1 for bulk: one statement per chunk).
+    pub clients: u64,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// Alerts approved per second.
+    pub per_sec: f64,
+}
+
+impl Approvals {
+    /// `n` alerts approved in bulk (one client: one statement per chunk) in `took`.
+    fn in_bulk(n: u64, took: Duration) -> Approvals {
+        Approvals {
+            n,
+            clients: 1,
+            seconds: took.as_secs_f64(),
+            per_sec: n as f64 / took.as_secs_f64(),
+        }
+    }
+}
 
 /// A suite run under way on its database.
 pub(super) struct RunState<'a> {
@@ -59,30 +86,30 @@ impl<'a> RunState<'a> {
     }
 
     /// Approves the next `n` alerts in bulk, then vacuums and analyses the tables as after
-    /// any bulk load, so that each drain starts from fresh statistics. Returns how long the
-    /// approvals took.
-    pub(super) async fn approve_in_bulk(&mut self, n: u64) -> anyhow::Result<Duration> {
+    /// any bulk load, so that each drain starts from fresh statistics. Returns what the
+    /// approvals measured.
+    pub(super) async fn approve_in_bulk(&mut self, n: u64) -> anyhow::Result<Approvals> {
         let took = self.workload.approve_bulk(self.next, n).await?;
         self.next += n;
         crate::db::vacuum_analyze(&self.pool).await?;
-        Ok(took)
+        Ok(Approvals::in_bulk(n, took))
     }
 
     /// Approves the next `n` alerts in bulk as `alert(workload, i)` makes them, then
-    /// vacuums and analyses as [`RunState::approve_in_bulk`] does. Returns how long the
-    /// approvals took.
+    /// vacuums and analyses as [`RunState::approve_in_bulk`] does. Returns what the
+    /// approvals measured.
     pub(super) async fn approve_in_bulk_as(
         &mut self,
         n: u64,
         alert: impl Fn(&Workload, u64) -> MonitorAlert,
-    ) -> anyhow::Result<Duration> {
+    ) -> anyhow::Result<Approvals> {
         let workload = &self.workload;
         let took = workload
             .approve_bulk_as(self.next, n, |i| alert(workload, i))
             .await?;
         self.next += n;
         crate::db::vacuum_analyze(&self.pool).await?;
-        Ok(took)
+        Ok(Approvals::in_bulk(n, took))
     }
 
     /// Drains the backlog of the last `n` alerts with `dispatchers` and checks the drain

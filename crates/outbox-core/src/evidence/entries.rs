@@ -14,6 +14,7 @@
 use uuid::Uuid;
 
 use crate::evidence::chain::{Record, Value};
+use crate::AttemptKind;
 
 /// An alert as its chain starts from it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -136,8 +137,8 @@ impl EventFacts {
 pub struct AttemptFacts {
     /// Attempt number.
     pub attempt: i32,
-    /// `send` or `lookup`.
-    pub attempt_kind: String,
+    /// A send or a lookup.
+    pub attempt_kind: AttemptKind,
     /// The dispatcher that made it.
     pub worker: String,
     /// The lease's fencing token.
@@ -173,7 +174,7 @@ impl AttemptFacts {
             kind: "attempt",
             fields: vec![
                 ("attempt", Value::Int(self.attempt.into())),
-                ("kind", Value::Text(&self.attempt_kind)),
+                ("kind", Value::Text(self.attempt_kind.as_str())),
                 ("worker", Value::Text(&self.worker)),
                 ("fencing_token", Value::Int(self.fencing_token)),
                 ("started_at", Value::TimeMicros(self.started_at_micros)),
@@ -267,7 +268,7 @@ mod tests {
         let head = link(&start, &approval.record()).unwrap();
         let attempt = EntryFacts::Attempt(AttemptFacts {
             attempt: 1,
-            attempt_kind: "send".into(),
+            attempt_kind: AttemptKind::Send,
             worker: "dispatcher-a".into(),
             fencing_token: 42,
             started_at_micros: 1_796_000_001_000_000,

@@ -2,9 +2,10 @@
 //! and two mailboxes, the contracts, the watchlist entry and the articles.
 
 use anyhow::Context;
-use outbox_core::OnUncertain;
-use outbox_store::destinations::{EmailSettings, NewDestination};
+use outbox_core::SmtpTls;
+use outbox_store::destinations::{Delivery, EmailSettings, Mailing, NewDestination};
 use outbox_store::PgPool;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 use uuid::Uuid;
@@ -46,22 +47,24 @@ pub(super) async fn create_destinations(pool: &PgPool, sink: &Sink) -> anyhow::R
         outbox_store::destinations::create(pool, &d).await?;
     }
     for mailbox in MAILBOXES {
+        let email = EmailSettings {
+            relay: sink.smtp_addr.parse::<SocketAddr>()?.into(),
+            smtp_tls: SmtpTls::None,
+            smtp_username: None,
+            smtp_password: None,
+            smtp_ca_pem: None,
+            mail: Mailing {
+                from: MAIL_FROM.to_owned(),
+                to: vec![mailbox.address.to_owned()],
+                locale: Some(mailbox.locale),
+            },
+        };
         let new = NewDestination {
-            url: format!("smtp://{}", sink.smtp_addr),
+            delivery: Delivery::Email(email),
             signing_secrets: vec![],
             ..webhook(tenant, &sink.url, mailbox.destination, &|_| {})
         };
-        let email = EmailSettings {
-            smtp_tls: "none".to_owned(),
-            smtp_username: None,
-            smtp_password: None,
-            mail_from: MAIL_FROM.to_owned(),
-            mail_to: vec![mailbox.address.to_owned()],
-            locale: Some(mailbox.locale.to_owned()),
-            smtp_ca_pem: None,
-        };
-        let id = outbox_store::destinations::new_id();
-        outbox_store::destinations::create_email_with_id(pool, id, &new, &email).await?;
+        outbox_store::destinations::create(pool, &new).await?;
     }
     // Contracts that name no destination go to every enabled one: the operations team's
     // mailbox is disabled while the monitors decide, so it gets the news alerts its
@@ -87,16 +90,9 @@ fn webhook(
     configure: &dyn Fn(&mut NewDestination),
 ) -> NewDestination {
     let mut d = NewDestination {
-        tenant_id: tenant,
-        name: name.to_owned(),
-        url: format!("{sink_url}/{name}"),
         signing_secrets: vec!["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned()],
-        idempotency_header: "Idempotency-Key".to_owned(),
-        idempotency_retention: None,
-        lookup_url_template: None,
-        on_uncertain: OnUncertain::Hold,
         timeout: Duration::from_secs(1),
-        max_in_flight: 16,
+        ..NewDestination::webhook(tenant, name, &format!("{sink_url}/{name}"))
     };
     configure(&mut d);
     // As `destination add` chooses when --max-in-flight is not given.

@@ -1,6 +1,8 @@
 //! The demo's two mailboxes, each an email destination: who reads it, in which language,
 //! and the sender their mail comes from.
 
+use outbox_core::Locale;
+
 /// The sender of the demo's email; its domain names every Message-ID.
 pub(super) const MAIL_FROM: &str = "alerts@demo.example";
 
@@ -12,7 +14,7 @@ pub(super) struct Mailbox {
     /// Its one recipient.
     pub(super) address: &'static str,
     /// The language of its messages.
-    pub(super) locale: &'static str,
+    pub(super) locale: Locale,
     /// Who reads it, in words.
     pub(super) reader: &'static str,
 }
@@ -23,13 +25,13 @@ pub(super) const MAILBOXES: [Mailbox; 2] = [
     Mailbox {
         destination: "cfo-mail",
         address: "cfo@demo.example",
-        locale: "es",
+        locale: Locale::Es,
         reader: "the CFO, renewal alerts in Spanish",
     },
     Mailbox {
         destination: "ops-mail",
         address: "ops-team@demo.example",
-        locale: "en",
+        locale: Locale::En,
         reader: "the operations team, news alerts in English",
     },
 ];

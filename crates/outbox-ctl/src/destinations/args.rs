@@ -3,7 +3,10 @@
 //! key and body template).
 
 use anyhow::{bail, Context};
-use outbox_core::{duration, DestinationKind, OnHeadFailed, OnUncertain, Ordering};
+use clap::builder::TypedValueParser;
+use outbox_core::{
+    duration, DestinationKind, Locale, OnHeadFailed, OnUncertain, Ordering, SmtpTls,
+};
 use std::time::Duration;
 
 use super::failing_window::{parse_failing_window, FailingWindow};
@@ -166,8 +169,8 @@ pub struct EmailArgs {
     #[arg(long, default_value_t = 25)]
     pub(super) smtp_port: u16,
     /// Transport security to the relay: `none` (a local relay), `starttls` or `tls`.
-    #[arg(long, value_parser = ["none", "starttls", "tls"])]
-    pub(super) smtp_tls: Option<String>,
+    #[arg(long, value_parser = smtp_tls_names())]
+    pub(super) smtp_tls: Option<SmtpTls>,
     /// PEM file of the CA the relay's certificate must chain to (a relay on a private
     /// PKI); without it the public roots are trusted. Stored with the destination.
     #[arg(long, value_name = "PATH")]
@@ -189,7 +192,13 @@ pub struct EmailArgs {
     pub(super) to: Vec<String>,
     /// Language of the messages: `en` or `es` (English when absent).
     #[arg(long)]
-    pub(super) locale: Option<outbox_render::Locale>,
+    pub(super) locale: Option<Locale>,
+}
+
+/// `--smtp-tls`: one of [`SmtpTls`]'s names, which the help lists.
+fn smtp_tls_names() -> impl TypedValueParser<Value = SmtpTls> {
+    clap::builder::PossibleValuesParser::new(SmtpTls::ALL.iter().map(|tls| tls.as_str()))
+        .try_map(|name| name.parse::<SmtpTls>())
 }
 
 impl EmailArgs {

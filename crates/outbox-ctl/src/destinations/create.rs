@@ -1,16 +1,15 @@
-//! The steps every kind of destination is added by: its URLs vetted by the egress guard,
-//! its settings written in one transaction with its failing window and ordering, the
-//! report of what was added.
+//! The steps every kind of destination is added by: its URLs and hosts vetted by the
+//! egress guard, its settings gathered into one `NewDestination` (written by one INSERT),
+//! the report of what was added.
 
 use anyhow::{bail, Context};
 use outbox_core::in_flight;
-use outbox_store::destinations::{EmailApiSettings, EmailSettings, NewDestination};
-use outbox_store::PgPool;
+use outbox_egress::UrlError;
+use outbox_store::destinations::{Delivery, NewDestination};
 use std::time::Duration;
 use uuid::Uuid;
 
 use super::args::DestinationArgs;
-use super::failing_window::set_failing_window;
 
 /// Longest request timeout a destination may have.
 const MAX_TIMEOUT: Duration = Duration::from_secs(300);
@@ -25,9 +24,8 @@ pub(super) fn check_timeout(timeout: Duration) -> anyhow::Result<()> {
 
 /// An http(s) URL whose host the egress guard accepts, checked the way the dispatcher
 /// checks it before every send: the literal address in any spelling, or every address the
-/// name resolves to now. A name that does not resolve from here is accepted, with a note
-/// to show once the destination is added (the dispatcher may see other DNS); it is checked
-/// again on every send.
+/// name resolves to now. With the note to show once the destination is added when the name
+/// does not resolve from here ([`unresolved_note`]).
 pub(super) async fn check_http_url(
     guard: &outbox_egress::Guard,
     flag: &str,
@@ -37,22 +35,33 @@ pub(super) async fn check_http_url(
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         bail!("{flag} must be an http:// or https:// URL with a host");
     }
-    match guard.vet_url(&url).await {
+    unresolved_note(flag, guard.vet_url(&url).await)
+}
+
+/// What the egress guard said of `flag`'s host: refused is an error; a name that does not
+/// resolve from here is accepted, with a note to show once the destination is added (the
+/// dispatcher may see other DNS, and checks the addresses again before every send).
+pub(super) fn unresolved_note(
+    flag: &str,
+    vetted: Result<(), UrlError>,
+) -> anyhow::Result<Option<String>> {
+    match vetted {
         Ok(()) => Ok(None),
-        Err(outbox_egress::UrlError::Unresolved { host, .. }) => Ok(Some(format!(
+        Err(UrlError::Unresolved { host, .. }) => Ok(Some(format!(
             "{flag} host `{host}` does not resolve from here; the dispatcher checks its addresses before every send"
         ))),
         Err(err) => Err(anyhow::Error::new(err).context(flag.to_owned())),
     }
 }
 
-/// The settings every kind stores, from the flags: the in-flight bound as given, or the
-/// default for what can settle an uncertain send (a lookup, a de-duplication window).
+/// What `destination add` creates from the flags: `delivery` and the settings every kind
+/// has (the in-flight bound as given, or the default for what can settle an uncertain
+/// send: a lookup, a de-duplication window), its ordering and its failing window.
 pub(super) fn new_destination(
     args: &DestinationArgs,
     tenant_id: Uuid,
     name: &str,
-    url: String,
+    delivery: Delivery,
     signing_secrets: Vec<String>,
 ) -> NewDestination {
     let (has_lookup, has_dedup_window) = (
@@ -62,7 +71,7 @@ pub(super) fn new_destination(
     NewDestination {
         tenant_id,
         name: name.to_owned(),
-        url,
+        delivery,
         signing_secrets,
         idempotency_header: args.idempotency_header.clone(),
         idempotency_retention: args.idempotency_retention,
@@ -72,48 +81,9 @@ pub(super) fn new_destination(
         max_in_flight: args
             .max_in_flight
             .unwrap_or_else(|| in_flight::default_max_in_flight(has_lookup, has_dedup_window)),
+        ordering: args.ordering(),
+        disable_after_failing: args.disable_after_failing.0,
     }
-}
-
-/// What a destination's kind stores beside the settings every kind has.
-#[derive(Debug)]
-pub(super) enum KindSettings {
-    /// A plain webhook: nothing more.
-    Webhook,
-    /// Mailed over SMTP.
-    Email(EmailSettings),
-    /// A webhook that is an HTTP email API.
-    EmailApi(EmailApiSettings),
-}
-
-/// Writes the destination `id` with its kind's settings, and the failing window and the
-/// ordering `args` give, together.
-pub(super) async fn create(
-    pool: &PgPool,
-    id: Uuid,
-    new: &NewDestination,
-    kind: &KindSettings,
-    args: &DestinationArgs,
-) -> anyhow::Result<()> {
-    use outbox_store::destinations as store;
-    let mut tx = pool.begin().await?;
-    match kind {
-        KindSettings::Webhook => store::create_with_id(&mut *tx, id, new).await?,
-        KindSettings::Email(email) => store::create_email_with_id(&mut *tx, id, new, email).await?,
-        KindSettings::EmailApi(api) => {
-            store::create_email_api_with_id(&mut *tx, id, new, api).await?
-        }
-    };
-    set_failing_window(
-        &mut tx,
-        new.tenant_id,
-        &new.name,
-        args.disable_after_failing,
-    )
-    .await?;
-    outbox_store::lanes::set_new_destination_ordering(&mut tx, id, args.ordering()).await?;
-    tx.commit().await?;
-    Ok(())
 }
 
 /// Says what was added: its id alone on stdout; on stderr which `what` (a destination, an

@@ -1,14 +1,15 @@
-//! `destination add --kind email`: alerts mailed over SMTP. The relay is checked by the
-//! egress guard like any URL, the addresses parsed, the password sealed like signing
-//! secrets.
+//! `destination add --kind email`: alerts mailed over SMTP. The relay's host is checked by
+//! the egress guard as the dispatcher checks it before every send, the addresses parsed,
+//! the password sealed like signing secrets.
 
 use anyhow::{bail, Context};
 use outbox_core::sealing::SealingKeys;
-use outbox_store::destinations::EmailSettings;
+use outbox_core::{SmtpRelay, SmtpTls};
+use outbox_store::destinations::{Delivery, EmailSettings, Mailing};
 use outbox_store::{tenants, PgPool};
 
 use super::args::{DestinationArgs, EmailArgs};
-use super::create::{self, KindSettings};
+use super::create;
 use crate::credentials;
 
 /// Adds the email destination `name`.
@@ -20,13 +21,13 @@ pub(super) async fn add(
 ) -> anyhow::Result<()> {
     refuse_other_kinds_flags(&args)?;
     let email = &args.email;
-    let Some(host) = email.smtp_host.as_deref().map(str::trim) else {
+    let Some(host) = email.smtp_host.as_deref() else {
         bail!("--kind email needs --smtp-host");
     };
-    let (mut settings, password) = checked_settings(email)?;
+    let (mut settings, password) = checked_settings(email, host)?;
     create::check_timeout(args.timeout)?;
     let guard = outbox_egress::Guard::new(args.allow_private.clone());
-    let (relay, note) = checked_relay(&guard, host, email.smtp_port).await?;
+    let note = create::unresolved_note("--smtp-host", guard.vet_host(&settings.relay.host).await)?;
 
     let tenant = tenants::find(pool, &args.tenant).await?;
     // The sealed password is bound to the destination's id, so the id is drawn first.
@@ -34,9 +35,9 @@ pub(super) async fn add(
     settings.smtp_password = password.map(|password| credentials::stored_one(keys, id, &password));
     // Nothing settles an email destination's uncertain send but its policy: it has no
     // lookup and no de-duplication window (refused above), and the default bound says so.
-    let new = create::new_destination(&args, tenant.id, &name, relay, Vec::new());
-    let kind = KindSettings::Email(settings);
-    create::create(pool, id, &new, &kind, &args).await?;
+    let delivery = Delivery::Email(settings);
+    let new = create::new_destination(&args, tenant.id, &name, delivery, Vec::new());
+    outbox_store::destinations::create_with_id(pool, id, &new).await?;
     let notes: Vec<String> = note.into_iter().collect();
     create::report(id, "email destination", &new, &tenant.name, &notes);
     Ok(())
@@ -63,15 +64,18 @@ fn refuse_other_kinds_flags(args: &DestinationArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The relay's and the messages' settings from the flags, checked, with the password as
-/// given (it is sealed once the destination's id is drawn).
-fn checked_settings(email: &EmailArgs) -> anyhow::Result<(EmailSettings, Option<String>)> {
-    let Some(tls) = email.smtp_tls.clone() else {
+/// The relay at `host` and the relay's and the messages' settings from the flags,
+/// checked, with the password as given (it is sealed once the destination's id is drawn).
+fn checked_settings(
+    email: &EmailArgs,
+    host: &str,
+) -> anyhow::Result<(EmailSettings, Option<String>)> {
+    let Some(tls) = email.smtp_tls else {
         bail!("--kind email needs --smtp-tls none|starttls|tls");
     };
     let smtp_ca_pem = match &email.smtp_ca_file {
         None => None,
-        Some(_) if tls == "none" => {
+        Some(_) if tls == SmtpTls::None => {
             bail!("--smtp-ca-file needs --smtp-tls starttls or tls: without TLS there is no certificate to check")
         }
         Some(path) => Some(checked_ca_file(path)?),
@@ -79,6 +83,8 @@ fn checked_settings(email: &EmailArgs) -> anyhow::Result<(EmailSettings, Option<
     if email.smtp_port == 0 {
         bail!("--smtp-port must be 1 to 65535");
     }
+    let relay = SmtpRelay::new(host, email.smtp_port)
+        .map_err(|err| anyhow::anyhow!("--smtp-host {err}"))?;
     let Some(from) = &email.from else {
         bail!("--kind email needs --from");
     };
@@ -97,38 +103,18 @@ fn checked_settings(email: &EmailArgs) -> anyhow::Result<(EmailSettings, Option<
         }
     }
     let settings = EmailSettings {
+        relay,
         smtp_tls: tls,
         smtp_username: email.smtp_user.clone(),
         smtp_password: None,
-        mail_from: from,
-        mail_to: to,
-        locale: email.locale.map(|locale| locale.code().to_owned()),
         smtp_ca_pem,
+        mail: Mailing {
+            from,
+            to,
+            locale: email.locale,
+        },
     };
     Ok((settings, password))
-}
-
-/// The relay as `smtp://host:port`, its host checked like a URL's: `smtp://` is written
-/// with the same host syntax (`[::1]` for IPv6) and vetted through an http form of it.
-/// With the note to show when the host does not resolve from here.
-async fn checked_relay(
-    guard: &outbox_egress::Guard,
-    host: &str,
-    port: u16,
-) -> anyhow::Result<(String, Option<String>)> {
-    let host_part = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host.to_owned()
-    };
-    let relay = format!("smtp://{host_part}:{port}");
-    let parsed = url::Url::parse(&relay)
-        .ok()
-        .filter(|url| url.host_str().is_some_and(|h| !h.is_empty()) && url.path().is_empty())
-        .ok_or_else(|| anyhow::anyhow!("--smtp-host `{host}` is not a host name or address"))?;
-    let note = create::check_http_url(guard, "--smtp-host", &format!("http://{host_part}:{port}/"))
-        .await?;
-    Ok((parsed.to_string(), note))
 }
 
 /// A sender's mail address as lettre parses it (`name@domain`, no display name).

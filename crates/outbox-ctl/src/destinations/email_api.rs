@@ -2,7 +2,7 @@
 //! recipients and locale, and the body template tried out before anything is stored.
 
 use anyhow::{bail, Context};
-use outbox_store::destinations::EmailApiSettings;
+use outbox_store::destinations::{EmailApiSettings, Mailing};
 
 use super::args::DestinationArgs;
 use super::email::checked_recipients;
@@ -30,7 +30,7 @@ pub(super) fn settings(
         bail!("at most 50 --to recipients for an email API");
     }
     let to = checked_recipients(&email.to)?;
-    let locale = email.locale.unwrap_or(outbox_render::Locale::En);
+    let locale = email.locale.unwrap_or(outbox_core::Locale::En);
     let flag = if args.email_api.body_template.is_some() {
         "--body-template"
     } else {
@@ -42,9 +42,11 @@ pub(super) fn settings(
     Ok(EmailApiSettings {
         body_template: template.name().to_owned(),
         body_template_text: (template.name() == "file").then(|| template.source().to_owned()),
-        mail_from: from.to_owned(),
-        mail_to: to,
-        locale: email.locale.map(|locale| locale.code().to_owned()),
         bearer_token: None,
+        mail: Mailing {
+            from: from.to_owned(),
+            to,
+            locale: email.locale,
+        },
     })
 }

@@ -1,6 +1,6 @@
 //! The failing window after which a destination is disabled automatically
-//! (`--disable-after-failing`): read from the command line, set when a destination is
-//! added, changed by `destination update`.
+//! (`--disable-after-failing`): read from the command line, for a destination added or
+//! changed by `destination update`.
 
 use outbox_core::duration;
 use std::time::Duration;
@@ -11,9 +11,6 @@ pub struct FailingWindow(pub Option<Duration>);
 
 /// Longest `--disable-after-failing` window (a year; `never` is the way to say longer).
 const MAX_FAILING_WINDOW: Duration = Duration::from_secs(365 * 86_400);
-
-/// The failing window a destination gets unless told otherwise (the column's default).
-const DEFAULT_FAILING_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// Reads `--disable-after-failing`: a positive duration, or `never`.
 pub(super) fn parse_failing_window(text: &str) -> Result<FailingWindow, String> {
@@ -26,20 +23,6 @@ pub(super) fn parse_failing_window(text: &str) -> Result<FailingWindow, String> 
         return Err("at most 365d; or `never` to keep the destination on".to_owned());
     }
     Ok(FailingWindow(Some(window)))
-}
-
-/// Sets a new destination's failing window, unless it is the column's default (24h).
-pub(super) async fn set_failing_window(
-    conn: &mut outbox_store::PgConnection,
-    tenant_id: uuid::Uuid,
-    name: &str,
-    window: FailingWindow,
-) -> anyhow::Result<()> {
-    if window.0 != Some(DEFAULT_FAILING_WINDOW) {
-        outbox_store::health::set_disable_after_failing(&mut *conn, tenant_id, name, window.0)
-            .await?;
-    }
-    Ok(())
 }
 
 /// What a failing window means, in words.

@@ -5,10 +5,11 @@
 use anyhow::{bail, Context};
 use outbox_core::sealing::SealingKeys;
 use outbox_core::signing;
+use outbox_store::destinations::Delivery;
 use outbox_store::{tenants, PgPool};
 
 use super::args::DestinationArgs;
-use super::create::{self, KindSettings};
+use super::create;
 use super::email_api;
 use crate::credentials;
 
@@ -39,15 +40,15 @@ pub(super) async fn add(
     // Sealed secrets are bound to the destination's id, so the id is drawn first.
     let id = outbox_store::destinations::new_id();
     let signing_secrets = credentials::stored_form(keys, id, &args.secrets);
-    let new = create::new_destination(&args, tenant.id, &name, url, signing_secrets);
-    let kind = match email_api {
+    let delivery = match email_api {
         Some(mut api) => {
             api.bearer_token = bearer_token.map(|token| credentials::stored_one(keys, id, &token));
-            KindSettings::EmailApi(api)
+            Delivery::EmailApi { url, api }
         }
-        None => KindSettings::Webhook,
+        None => Delivery::Webhook { url },
     };
-    create::create(pool, id, &new, &kind, &args).await?;
+    let new = create::new_destination(&args, tenant.id, &name, delivery, signing_secrets);
+    outbox_store::destinations::create_with_id(pool, id, &new).await?;
     create::report(id, "destination", &new, &tenant.name, &notes);
     Ok(())
 }

@@ -47,7 +47,7 @@ pub(crate) fn claim() -> ClaimedAlert {
             id: Uuid::nil(),
             name: "ops".to_owned(),
             kind: DestinationKind::Webhook,
-            url: "https://hooks.example/x".to_owned(),
+            url: Some("https://hooks.example/x".to_owned()),
             signing_secrets: vec![],
             idempotency_header: "Idempotency-Key".to_owned(),
             idempotency_retention_secs: None,

@@ -3,7 +3,6 @@
 
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
-use outbox_core::OnUncertain;
 use outbox_store::destinations::NewDestination;
 use outbox_testkit::TestDb;
 use std::time::Duration;
@@ -17,16 +16,9 @@ pub async fn tenant_with_ops(db: &TestDb) -> Uuid {
     outbox_store::destinations::create(
         &db.pool,
         &NewDestination {
-            tenant_id: tenant,
-            name: "ops".into(),
-            url: "http://127.0.0.1:9/hook".into(),
-            signing_secrets: vec![],
-            idempotency_header: "Idempotency-Key".into(),
-            idempotency_retention: None,
-            lookup_url_template: None,
-            on_uncertain: OnUncertain::Hold,
             timeout: Duration::from_secs(1),
             max_in_flight: 4,
+            ..NewDestination::webhook(tenant, "ops", "http://127.0.0.1:9/hook")
         },
     )
     .await

@@ -6,7 +6,6 @@
 #![allow(clippy::unwrap_used)] // a test fails loudly at the first surprise
 
 use super::*;
-use outbox_core::OnUncertain;
 use outbox_testkit::TestDb;
 use serde_json::Value;
 
@@ -21,16 +20,13 @@ async fn destination(db: &TestDb, tenant_id: Uuid, name: &str) -> Uuid {
     crate::destinations::create(
         &db.pool,
         &crate::destinations::NewDestination {
-            tenant_id,
-            name: name.to_owned(),
-            url: "http://127.0.0.1:9/hook".to_owned(),
-            signing_secrets: vec![],
-            idempotency_header: "Idempotency-Key".to_owned(),
-            idempotency_retention: None,
-            lookup_url_template: None,
-            on_uncertain: OnUncertain::Hold,
             timeout: Duration::from_secs(1),
             max_in_flight: 16,
+            ..crate::destinations::NewDestination::webhook(
+                tenant_id,
+                name,
+                "http://127.0.0.1:9/hook",
+            )
         },
     )
     .await

@@ -456,7 +456,7 @@ impl CompletionColumns {
             let linked = attempt.zip(done.chain_seen.as_ref()).and_then(|(a, seen)| {
                 let facts = AttemptFacts {
                     attempt: a.attempt,
-                    attempt_kind: a.kind.as_str().to_owned(),
+                    attempt_kind: a.kind,
                     worker: done.worker.clone(),
                     fencing_token: done.fencing_token,
                     started_at_micros: a.started_at.timestamp_micros(),
