@@ -7,7 +7,7 @@ use outbox_core::{AlertState, DestinationKind, OnHeadFailed, Ordering};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::lanes::LANE_KEY;
+use crate::lane_key::LANE_KEY;
 use crate::lifecycle::{evidence_trail, SETTLED, STATE, STATE_JOINS};
 use crate::sql_names::SqlName;
 use crate::StoreError;

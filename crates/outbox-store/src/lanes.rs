@@ -5,7 +5,7 @@
 //! How lanes are kept (joined at approval, released at settling) is in the migrations
 //! 20261207000001 and 20261217000056 and in `lifecycle`; this module only reads them, and
 //! dissolves them when a destination stops ordering. Which lane an alert is in is
-//! [`LANE_KEY`], written here once for every statement.
+//! `lane_key::LANE_KEY`, written once for every statement.
 
 use chrono::{DateTime, Utc};
 use outbox_core::{AlertState, LiveStatus, OnHeadFailed, Ordering, Outcome};
@@ -13,17 +13,10 @@ use sqlx::{PgConnection, PgExecutor, PgPool};
 use std::sync::LazyLock;
 use uuid::Uuid;
 
+use crate::lane_key::LANE_KEY;
 use crate::lifecycle::{EVENT_INSERT, LAST_EVIDENCE_LINE, STATE, STATE_JOINS};
 use crate::sql_names::{sql_list, SqlName};
 use crate::StoreError;
-
-/// The key of the lane an alert is in, at a destination that orders per key: the ordering
-/// key its approval gave, else its subject (`alert_lanes.ordering_key` holds it). Over a
-/// row aliased `a` with the columns `ordering_key` and `subject`: an alert's row, or an
-/// approval's row before it is inserted. Every statement that names a lane writes this
-/// fragment (a test holds the store to that), so that the rule cannot differ between the
-/// one that joins a lane and the ones that release, read or lock it.
-pub(crate) const LANE_KEY: &str = "COALESCE(a.ordering_key, a.subject)";
 
 /// A destination's ordering settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

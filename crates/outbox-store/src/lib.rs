@@ -24,7 +24,8 @@
 //!   as it is inserted), checkpoints and their signing keys, and the backfill of alerts
 //!   from before the chain.
 //! - [`dispatch`]: the dispatcher's claim, lease sweep, completions and queue figures.
-//! - [`lanes`]: ordered lanes as operators see them: a destination's ordering settings
+//! - [`lanes`]: ordered lanes as operators see them (which lane an alert is in is
+//!   `lane_key`, below every module that names a lane): a destination's ordering settings
 //!   (turning ordering off releases its lanes), lanes held up by their head, and blocked
 //!   lanes counted per destination.
 //! - [`wake_ups`]: approvals waking idle dispatchers (`NOTIFY`, folded under load), and
@@ -78,6 +79,7 @@ pub mod dispatch;
 pub mod error;
 pub mod evidence_chain;
 pub mod health;
+mod lane_key;
 pub mod lanes;
 pub mod lifecycle;
 pub mod operator_accounts;

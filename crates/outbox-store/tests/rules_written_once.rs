@@ -1,7 +1,7 @@
 //! The store's rules that live in SQL text, each written in one place. The duplicate
 //! scanner cannot see a rule restated inside a statement, so these read the crate's own
 //! sources (its modules, not its tests) and hold each rule to its home:
-//! - which lane an alert is in: `lanes::LANE_KEY`;
+//! - which lane an alert is in: `lane_key::LANE_KEY`;
 //! - a new alert's row, its outbox row and its first evidence line: `alerts/insert.rs`,
 //!   which every approval statement (single, group, bulk) is built on; a lane's places
 //!   taken only through the migration's `outbox_lanes_join`;
@@ -95,10 +95,10 @@ fn the_lane_key_rule_is_written_once() {
     assert_eq!(
         keyed,
         [(
-            "lanes.rs".to_owned(),
+            "lane_key.rs".to_owned(),
             "a.ordering_key, a.subject".to_owned()
         )],
-        "the ordering key, else the subject, is `lanes::LANE_KEY`: write that instead"
+        "the ordering key, else the subject, is `lane_key::LANE_KEY`: write that instead"
     );
     // And the statements that name a lane write it: joining one, releasing one, claiming
     // its head, reading where an alert stands in it, and the checker's reads.

@@ -5,7 +5,7 @@
 //! order, their outbox rows and their first evidence lines. Each way in gives its approvals
 //! as rows (`given`) and reads its own answer; what is written is this module's.
 
-use crate::lanes::LANE_KEY;
+use crate::lane_key::LANE_KEY;
 use crate::lifecycle::ENQUEUE;
 
 /// The alerts table and its columns, in the order every insert lists them: every alert,

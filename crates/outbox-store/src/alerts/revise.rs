@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::approve::FINGERPRINT_OF_PARAM;
 use super::insert::ALERT_INSERT;
 use super::read_model::current_state;
-use crate::lanes::LANE_KEY;
+use crate::lane_key::LANE_KEY;
 use crate::lifecycle::{append_event, Event, ENQUEUE};
 use crate::sql_names::SqlName;
 use crate::StoreError;

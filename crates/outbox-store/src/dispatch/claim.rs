@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use outbox_core::{AttemptKind, DestinationKind, LiveStatus, OnHeadFailed, OnUncertain, Ordering};
 
-use crate::lanes::LANE_KEY;
+use crate::lane_key::LANE_KEY;
 use crate::lifecycle::EVENT_INSERT;
 use crate::sql_names::{sql_list, SqlName};
 use crate::StoreError;

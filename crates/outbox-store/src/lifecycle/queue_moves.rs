@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use uuid::Uuid;
 
 use super::evidence::{EVENT_INSERT, LINKED_ATTEMPT_INSERT, LINKED_EVENT_INSERT};
-use crate::lanes::LANE_KEY;
+use crate::lane_key::LANE_KEY;
 use crate::sql_names::SqlName;
 use crate::StoreError;
 

@@ -5,7 +5,7 @@ use outbox_core::{AlertState, AttemptKind, LiveStatus, Ordering, Outcome};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::lanes::LANE_KEY;
+use crate::lane_key::LANE_KEY;
 use crate::sql_names::{SqlName, SqlText};
 use crate::StoreError;
 
